@@ -1,0 +1,113 @@
+{{/* Name of the chart, overridable. */}}
+{{- define "spoke.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Prefix of every resource name. "<release>" when the release name already contains the chart
+name (helm install spoke ...), else "<release>-<chart>". Truncated to leave room for the
+longest suffix we add ("-controller").
+*/}}
+{{- define "spoke.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "spoke.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "spoke.labels" -}}
+helm.sh/chart: {{ include "spoke.chart" . }}
+app.kubernetes.io/name: {{ include "spoke.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: spoke
+{{- end -}}
+
+{{/* Selector labels of one component: include with (dict "ctx" $ "component" "node"). */}}
+{{- define "spoke.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "spoke.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Full labels of one component's objects and pods. */}}
+{{- define "spoke.componentLabels" -}}
+{{ include "spoke.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* "repository:tag" of one image entry; an empty tag means the chart's appVersion. */}}
+{{- define "spoke.image" -}}
+{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion (toString .image.tag)) -}}
+{{- end -}}
+
+{{/*
+A size value as text: a plain number (values files give numbers as floats, which toString
+would print in exponent form) or a size string such as 200Gi, unchanged.
+*/}}
+{{- define "spoke.size" -}}
+{{- if or (kindIs "float64" .) (kindIs "int" .) (kindIs "int64" .) -}}
+{{- printf "%d" (int64 .) -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "spoke.serviceAccount.controller" -}}
+{{ include "spoke.fullname" . }}-controller
+{{- end -}}
+
+{{- define "spoke.serviceAccount.node" -}}
+{{ include "spoke.fullname" . }}-node
+{{- end -}}
+
+{{- define "spoke.configMapName" -}}
+{{ include "spoke.fullname" . }}-config
+{{- end -}}
+
+{{/* Host directory behind kubeletDir (resolved when kubeletDir is a symlink). */}}
+{{- define "spoke.kubeletHostDir" -}}
+{{- default .Values.kubeletDir .Values.kubeletDirResolved | trimSuffix "/" -}}
+{{- end -}}
+
+{{/* Directory of the CSI socket that kubelet dials, as kubelet names it. */}}
+{{- define "spoke.pluginDir" -}}
+{{- printf "%s/plugins/%s" (.Values.kubeletDir | trimSuffix "/") .Values.driverName -}}
+{{- end -}}
+
+{{/*
+Fail rendering on values that would deploy a broken driver. Called once from the ConfigMap
+template.
+*/}}
+{{- define "spoke.validateValues" -}}
+{{- if not (hasPrefix "/" .Values.kubeletDir) -}}
+{{- fail "kubeletDir must be an absolute path" -}}
+{{- end -}}
+{{- if and .Values.kubeletDirResolved (not (hasPrefix "/" .Values.kubeletDirResolved)) -}}
+{{- fail "kubeletDirResolved must be an absolute path (or empty)" -}}
+{{- end -}}
+{{- if not (hasPrefix "/" .Values.cache.hostPath) -}}
+{{- fail "cache.hostPath must be an absolute path" -}}
+{{- end -}}
+{{- if not (regexMatch "^[0-9]+([KMGTPE]i?)?$" (include "spoke.size" .Values.cache.sizeBytes)) -}}
+{{- fail (printf "cache.sizeBytes %q: want bytes or a size like 200Gi" (include "spoke.size" .Values.cache.sizeBytes)) -}}
+{{- end -}}
+{{- if not (regexMatch "^[0-9]+([KMGTPE]i?)?$" (include "spoke.size" .Values.cache.blockSizeBytes)) -}}
+{{- fail (printf "cache.blockSizeBytes %q: want bytes or a size like 1Mi" (include "spoke.size" .Values.cache.blockSizeBytes)) -}}
+{{- end -}}
+{{- if not (has .Values.logLevel (list "trace" "debug" "info" "warn" "error")) -}}
+{{- fail (printf "logLevel %q: want trace, debug, info, warn or error" .Values.logLevel) -}}
+{{- end -}}
+{{- end -}}
