@@ -1,0 +1,38 @@
+// Runs gRPC services on a unix socket until SIGTERM/SIGINT, then shuts down cleanly
+// (in-flight calls get a grace period). Every call is logged by a request interceptor.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace spoke {
+
+// "unix:///csi/csi.sock" or "/csi/csi.sock" -> "/csi/csi.sock". Rejects other schemes.
+Result<std::string> UnixSocketPath(std::string_view endpoint);
+
+struct GrpcServerOptions {
+  std::string endpoint;            // unix:///path
+  unsigned socket_mode = 0660;     // root-only sockets use 0600
+  std::chrono::milliseconds shutdown_grace{5000};
+};
+
+// Blocks SIGTERM/SIGINT in the calling thread (call before starting other threads so they
+// inherit the mask), serves until one arrives, then calls `on_shutdown` (stop background
+// work) and shuts the server down. Returns an error if the socket cannot be bound.
+Status ServeUntilSignal(const GrpcServerOptions& options, const std::vector<grpc::Service*>& services,
+                        const std::function<void()>& on_shutdown = {});
+
+// Blocks SIGTERM and SIGINT in the calling thread; threads created afterwards inherit it.
+void BlockShutdownSignals();
+
+// Same as ServeUntilSignal but returns the started server instead (tests, embedding).
+Result<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options,
+                                                      const std::vector<grpc::Service*>& services);
+
+}  // namespace spoke

@@ -1,0 +1,444 @@
+#include "common/volume.h"
+
+#include <vector>
+
+#include "common/config.h"
+
+namespace spoke {
+namespace {
+
+Error Invalid(std::string_view param, std::string_view why) {
+  return Error(Code::kInvalidArgument, "parameter " + std::string(param) + ": " + std::string(why));
+}
+
+std::string Get(const StringMap& m, std::string_view key, std::string def = "") {
+  auto it = m.find(std::string(key));
+  return it == m.end() ? def : it->second;
+}
+
+Result<uint16_t> ParsePort(const StringMap& m, std::string_view key, uint16_t def, bool allow_zero) {
+  auto it = m.find(std::string(key));
+  if (it == m.end() || it->second.empty()) return def;
+  auto v = ParseInt(it->second, allow_zero ? 0 : 1, 65535);
+  if (!v) return std::unexpected(Invalid(key, v.error().message()));
+  return static_cast<uint16_t>(*v);
+}
+
+// Host names and IP literals only: the id codec uses '|' and URLs use '/', '?', '&'.
+Status CheckServer(std::string_view server) {
+  if (server.empty()) return std::unexpected(Invalid(kParamServer, "is required (the hub's host name or IP)"));
+  if (server.size() > 253) return std::unexpected(Invalid(kParamServer, "longer than 253 characters"));
+  for (char c : server) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '_';
+    if (!ok) {
+      return std::unexpected(Invalid(kParamServer, "'" + std::string(server) +
+                                                       "' is not a host name or IP address"));
+    }
+  }
+  return {};
+}
+
+Status CheckShare(std::string_view share) {
+  if (share.empty()) return std::unexpected(Invalid(kParamShare, "is required (the export path, e.g. /srv/data)"));
+  if (share.front() != '/') {
+    return std::unexpected(Invalid(kParamShare, "must be an absolute export path, got '" + std::string(share) + "'"));
+  }
+  auto rel = NormalizeRelativePath(share.substr(1), kParamShare);
+  if (!rel) return std::unexpected(rel.error());
+  if ("/" + *rel != share && !(share == "/" && rel->empty())) {
+    return std::unexpected(Invalid(kParamShare, "must be a normalised path (no trailing or double '/'), got '" +
+                                                    std::string(share) + "'"));
+  }
+  return {};
+}
+
+template <typename E>
+Result<E> ParseEnum(const StringMap& m, std::string_view key, E def,
+                    std::initializer_list<std::pair<std::string_view, E>> values) {
+  auto it = m.find(std::string(key));
+  if (it == m.end() || it->second.empty()) return def;
+  std::string list;
+  for (const auto& [name, v] : values) {
+    if (it->second == name) return v;
+    list += (list.empty() ? "" : " | ") + std::string(name);
+  }
+  return std::unexpected(Invalid(key, "must be " + list + ", got '" + it->second + "'"));
+}
+
+Result<CacheParams> ParseCacheParams(const StringMap& m, Consistency default_consistency) {
+  CacheParams c;
+  auto cons = ParseEnum<Consistency>(m, kParamConsistency, default_consistency,
+                                     {{"immutable", Consistency::kImmutable},
+                                      {"ttl", Consistency::kTtl},
+                                      {"strict", Consistency::kStrict}});
+  if (!cons) return std::unexpected(cons.error());
+  c.consistency = *cons;
+  auto ttl = m.find(std::string(kParamTtlSeconds));
+  if (ttl != m.end() && !ttl->second.empty()) {
+    auto v = ParseInt(ttl->second, 1, 86400);
+    if (!v) return std::unexpected(Invalid(kParamTtlSeconds, v.error().message()));
+    c.ttl_seconds = static_cast<uint32_t>(*v);
+  }
+  auto pf = ParseEnum<PrefetchMode>(m, kParamPrefetch, PrefetchMode::kAuto,
+                                    {{"off", PrefetchMode::kOff},
+                                     {"readahead", PrefetchMode::kReadAhead},
+                                     {"auto", PrefetchMode::kAuto}});
+  if (!pf) return std::unexpected(pf.error());
+  c.prefetch = *pf;
+  return c;
+}
+
+Result<double> ParseHubTimeout(const StringMap& m) {
+  auto it = m.find(std::string(kParamHubTimeout));
+  if (it == m.end() || it->second.empty()) return 10.0;
+  auto v = ParseInt(it->second, 1, 600);
+  if (!v) return std::unexpected(Invalid(kParamHubTimeout, v.error().message()));
+  return static_cast<double>(*v);
+}
+
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    if (pos == std::string_view::npos) {
+      out.push_back(s.substr(start));
+      return out;
+    }
+    out.push_back(s.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+}  // namespace
+
+std::string_view ToString(VolumeMode m) { return m == VolumeMode::kDataset ? "dataset" : "scratch"; }
+std::string_view ToString(OnDelete d) {
+  switch (d) {
+    case OnDelete::kDelete: return "delete";
+    case OnDelete::kRetain: return "retain";
+    case OnDelete::kArchive: return "archive";
+  }
+  return "retain";
+}
+std::string_view ToString(Consistency c) {
+  switch (c) {
+    case Consistency::kImmutable: return "immutable";
+    case Consistency::kTtl: return "ttl";
+    case Consistency::kStrict: return "strict";
+  }
+  return "strict";
+}
+std::string_view ToString(PrefetchMode p) {
+  switch (p) {
+    case PrefetchMode::kOff: return "off";
+    case PrefetchMode::kReadAhead: return "readahead";
+    case PrefetchMode::kAuto: return "auto";
+  }
+  return "auto";
+}
+
+std::string HubAddress::NfsUrl() const {
+  std::string url = "nfs://" + server + share + "?version=3&nfsport=" + std::to_string(nfs_port);
+  if (mount_port != 0) url += "&mountport=" + std::to_string(mount_port);
+  return url;
+}
+
+Result<std::string> NormalizeRelativePath(std::string_view path, std::string_view what) {
+  if (path.empty()) return std::string();
+  if (path.size() > 1024) return std::unexpected(Invalid(what, "longer than 1024 characters"));
+  if (path.front() == '/') {
+    return std::unexpected(Invalid(what, "must be relative to the share, got absolute '" + std::string(path) + "'"));
+  }
+  for (char c : path) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\') {
+      return std::unexpected(Invalid(what, "contains a control character or backslash"));
+    }
+  }
+  std::string_view trimmed = path;
+  if (trimmed.back() == '/') trimmed.remove_suffix(1);
+  for (std::string_view part : Split(trimmed, '/')) {
+    if (part.empty() || part == ".") {
+      return std::unexpected(Invalid(what, "has an empty or '.' path component in '" + std::string(path) + "'"));
+    }
+    if (part == "..") {
+      return std::unexpected(Invalid(what, "'..' would escape the share in '" + std::string(path) + "'"));
+    }
+    if (part.size() > 255) return std::unexpected(Invalid(what, "a path component is longer than 255 characters"));
+  }
+  return std::string(trimmed);
+}
+
+Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
+  static const std::vector<std::string_view> kKnown = {
+      kParamServer,      kParamShare,    kParamNfsPort,     kParamMountPort,
+      kParamMode,        kParamSubDir,   kParamOnDelete,    kParamConsistency,
+      kParamTtlSeconds,  kParamPrefetch, kParamHubTimeout};
+  for (const auto& [k, v] : params) {
+    if (k.starts_with("csi.storage.k8s.io/")) continue;
+    bool known = false;
+    for (auto name : kKnown) known = known || k == name;
+    if (!known) {
+      return std::unexpected(Error(Code::kInvalidArgument,
+                                   "unknown StorageClass parameter '" + k +
+                                       "' (known: server, share, nfsPort, mountPort, mode, subDir, "
+                                       "onDelete, consistency, ttlSeconds, prefetch, hubTimeoutSeconds)"));
+    }
+  }
+  VolumeParams p;
+  p.hub.server = Get(params, kParamServer);
+  if (auto s = CheckServer(p.hub.server); !s) return std::unexpected(s.error());
+  p.hub.share = Get(params, kParamShare);
+  if (auto s = CheckShare(p.hub.share); !s) return std::unexpected(s.error());
+  auto nfs_port = ParsePort(params, kParamNfsPort, 2049, false);
+  if (!nfs_port) return std::unexpected(nfs_port.error());
+  p.hub.nfs_port = *nfs_port;
+  auto mount_port = ParsePort(params, kParamMountPort, 0, true);
+  if (!mount_port) return std::unexpected(mount_port.error());
+  p.hub.mount_port = *mount_port;
+
+  auto mode = ParseEnum<VolumeMode>(params, kParamMode, VolumeMode::kScratch,
+                                    {{"dataset", VolumeMode::kDataset}, {"scratch", VolumeMode::kScratch}});
+  if (!mode) return std::unexpected(mode.error());
+  p.mode = *mode;
+
+  auto on_delete = ParseEnum<OnDelete>(
+      params, kParamOnDelete, p.mode == VolumeMode::kDataset ? OnDelete::kRetain : OnDelete::kDelete,
+      {{"delete", OnDelete::kDelete}, {"retain", OnDelete::kRetain}, {"archive", OnDelete::kArchive}});
+  if (!on_delete) return std::unexpected(on_delete.error());
+  p.on_delete = *on_delete;
+  if (p.mode == VolumeMode::kDataset && p.on_delete != OnDelete::kRetain) {
+    return std::unexpected(Invalid(kParamOnDelete,
+                                   "a dataset volume is never deleted or archived by Spoke; use retain"));
+  }
+
+  if (p.mode == VolumeMode::kScratch) {
+    p.sub_dir = Get(params, kParamSubDir, "${pv.metadata.name}");
+    if (p.sub_dir.empty()) {
+      return std::unexpected(Invalid(kParamSubDir, "a scratch volume needs a sub-directory of its own"));
+    }
+    // Validate the template's shape now (variables known, no escape) with sample values.
+    StringMap sample = {{std::string(kMetaPvcName), "pvc"},
+                        {std::string(kMetaPvcNamespace), "ns"},
+                        {std::string(kMetaPvName), "pv"}};
+    auto expanded = ExpandSubDir(p.sub_dir, sample, "pv");
+    if (!expanded) return std::unexpected(expanded.error());
+  } else {
+    auto fixed = NormalizeRelativePath(Get(params, kParamSubDir), kParamSubDir);
+    if (!fixed) return std::unexpected(fixed.error());
+    if (Get(params, kParamSubDir).find("${") != std::string::npos) {
+      return std::unexpected(Invalid(kParamSubDir, "a dataset volume names a fixed directory; templates are for scratch"));
+    }
+    p.sub_dir = *fixed;
+  }
+
+  auto cache = ParseCacheParams(params, p.mode == VolumeMode::kDataset ? Consistency::kImmutable
+                                                                      : Consistency::kStrict);
+  if (!cache) return std::unexpected(cache.error());
+  p.cache = *cache;
+  if (p.mode == VolumeMode::kScratch && p.cache.consistency == Consistency::kImmutable) {
+    return std::unexpected(Invalid(kParamConsistency, "immutable is for dataset volumes; a scratch volume is written, use ttl or strict"));
+  }
+  auto timeout = ParseHubTimeout(params);
+  if (!timeout) return std::unexpected(timeout.error());
+  p.hub_timeout_seconds = *timeout;
+  return p;
+}
+
+Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
+                                 std::string_view volume_name) {
+  std::string out;
+  size_t i = 0;
+  while (i < tmpl.size()) {
+    if (tmpl.compare(i, 2, "${") != 0) {
+      out.push_back(tmpl[i++]);
+      continue;
+    }
+    size_t end = tmpl.find('}', i);
+    if (end == std::string_view::npos) {
+      return std::unexpected(Invalid(kParamSubDir, "unterminated '${' in '" + std::string(tmpl) + "'"));
+    }
+    std::string_view var = tmpl.substr(i + 2, end - i - 2);
+    std::string value;
+    if (var == "pvc.metadata.name") {
+      value = Get(params, kMetaPvcName);
+    } else if (var == "pvc.metadata.namespace") {
+      value = Get(params, kMetaPvcNamespace);
+    } else if (var == "pv.metadata.name") {
+      value = Get(params, kMetaPvName, std::string(volume_name));
+    } else {
+      return std::unexpected(Invalid(kParamSubDir, "unknown variable ${" + std::string(var) +
+                                                       "} (known: ${pvc.metadata.name}, "
+                                                       "${pvc.metadata.namespace}, ${pv.metadata.name})"));
+    }
+    if (value.empty()) {
+      return std::unexpected(Invalid(kParamSubDir, "${" + std::string(var) +
+                                                       "} is not known for this request (run "
+                                                       "csi-provisioner with --extra-create-metadata)"));
+    }
+    if (value.find('/') != std::string::npos || value == ".." || value == ".") {
+      return std::unexpected(Invalid(kParamSubDir, "${" + std::string(var) + "} expands to '" + value +
+                                                       "', which is not a plain name"));
+    }
+    out += value;
+    i = end + 1;
+  }
+  auto norm = NormalizeRelativePath(out, kParamSubDir);
+  if (!norm) return std::unexpected(norm.error());
+  if (norm->empty()) return std::unexpected(Invalid(kParamSubDir, "expands to the share root"));
+  return norm;
+}
+
+VolumeContext MakeVolumeContext(const VolumeParams& params, std::string path) {
+  VolumeContext c;
+  c.hub = params.hub;
+  c.mode = params.mode;
+  c.path = std::move(path);
+  c.cache = params.cache;
+  c.hub_timeout_seconds = params.hub_timeout_seconds;
+  return c;
+}
+
+StringMap VolumeContext::ToMap() const {
+  StringMap m;
+  m[std::string(kParamServer)] = hub.server;
+  m[std::string(kParamShare)] = hub.share;
+  m[std::string(kParamNfsPort)] = std::to_string(hub.nfs_port);
+  m[std::string(kParamMountPort)] = std::to_string(hub.mount_port);
+  m[std::string(kParamMode)] = std::string(ToString(mode));
+  m[std::string(kCtxPath)] = path;
+  m[std::string(kParamConsistency)] = std::string(ToString(cache.consistency));
+  m[std::string(kParamTtlSeconds)] = std::to_string(cache.ttl_seconds);
+  m[std::string(kParamPrefetch)] = std::string(ToString(cache.prefetch));
+  m[std::string(kParamHubTimeout)] = std::to_string(static_cast<int>(hub_timeout_seconds));
+  return m;
+}
+
+Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
+  // The volume context is the StorageClass parameters plus `path`, minus the template.
+  StringMap params;
+  std::string path;
+  bool has_path = false;
+  for (const auto& [k, v] : ctx) {
+    if (k == kCtxPath) {
+      path = v;
+      has_path = true;
+    } else if (k == kParamSubDir) {
+      if (!has_path) path = v;
+    } else if (k == kParamOnDelete || k.starts_with("csi.storage.k8s.io/")) {
+      // Provisioner / kubelet metadata (pod info on mount) is not ours to validate.
+    } else if (k.find('/') != std::string::npos) {
+      continue;
+    } else {
+      params[k] = v;
+    }
+  }
+  // A context never carries a template: validate it as a fixed path.
+  auto norm = NormalizeRelativePath(path, has_path ? kCtxPath : kParamSubDir);
+  if (!norm) return std::unexpected(norm.error());
+  params[std::string(kParamSubDir)] = *norm;
+  VolumeMode mode = Get(params, kParamMode) == "scratch" ? VolumeMode::kScratch : VolumeMode::kDataset;
+  // Parse as a dataset (fixed path) so the scratch template rules do not apply.
+  StringMap as_dataset = params;
+  as_dataset[std::string(kParamMode)] = "dataset";
+  if (mode == VolumeMode::kScratch && !as_dataset.contains(std::string(kParamConsistency))) {
+    as_dataset[std::string(kParamConsistency)] = "strict";
+  }
+  auto p = ParseVolumeParams(as_dataset);
+  if (!p) return std::unexpected(p.error());
+  if (Get(params, kParamMode) != "" && Get(params, kParamMode) != "dataset" &&
+      Get(params, kParamMode) != "scratch") {
+    return std::unexpected(Invalid(kParamMode, "must be dataset | scratch, got '" + Get(params, kParamMode) + "'"));
+  }
+  VolumeContext c = MakeVolumeContext(*p, *norm);
+  c.mode = mode;
+  return c;
+}
+
+std::string VolumeId::Encode() const {
+  return "spoke1|" + std::string(ToString(mode)) + "|" + std::string(ToString(on_delete)) + "|" +
+         hub.server + "|" + std::to_string(hub.nfs_port) + "|" + std::to_string(hub.mount_port) +
+         "|" + hub.share + "|" + path;
+}
+
+Result<VolumeId> VolumeId::Decode(std::string_view id) {
+  auto bad = [&](std::string why) {
+    return std::unexpected(Error(Code::kInvalidArgument,
+                                 "malformed volume id '" + std::string(id) + "': " + why));
+  };
+  if (id.size() > 2048) return bad("longer than 2048 bytes");
+  auto parts = Split(id, '|');
+  if (parts.size() != 8) return bad("expected 8 '|'-separated fields, got " + std::to_string(parts.size()));
+  if (parts[0] != "spoke1") return bad("unknown version '" + std::string(parts[0]) + "' (expected spoke1)");
+  VolumeId v;
+  StringMap m = {{std::string(kParamServer), std::string(parts[3])},
+                 {std::string(kParamShare), std::string(parts[6])},
+                 {std::string(kParamNfsPort), std::string(parts[4])},
+                 {std::string(kParamMountPort), std::string(parts[5])}};
+  if (auto s = CheckServer(parts[3]); !s) return bad(s.error().message());
+  if (auto s = CheckShare(parts[6]); !s) return bad(s.error().message());
+  auto nfs = ParsePort(m, kParamNfsPort, 2049, false);
+  if (!nfs) return bad(nfs.error().message());
+  auto mnt = ParsePort(m, kParamMountPort, 0, true);
+  if (!mnt) return bad(mnt.error().message());
+  if (parts[1] == "dataset") v.mode = VolumeMode::kDataset;
+  else if (parts[1] == "scratch") v.mode = VolumeMode::kScratch;
+  else return bad("unknown mode '" + std::string(parts[1]) + "'");
+  if (parts[2] == "delete") v.on_delete = OnDelete::kDelete;
+  else if (parts[2] == "retain") v.on_delete = OnDelete::kRetain;
+  else if (parts[2] == "archive") v.on_delete = OnDelete::kArchive;
+  else return bad("unknown onDelete '" + std::string(parts[2]) + "'");
+  auto path = NormalizeRelativePath(parts[7], "path");
+  if (!path) return bad(path.error().message());
+  if (v.mode == VolumeMode::kScratch && path->empty()) return bad("a scratch volume cannot be the share root");
+  v.hub = HubAddress{std::string(parts[3]), *nfs, *mnt, std::string(parts[6])};
+  v.path = *path;
+  return v;
+}
+
+Result<HubAddress> ParseNfsUrl(std::string_view url) {
+  auto bad = [&](std::string why) {
+    return std::unexpected(Error(Code::kInvalidArgument, "bad NFS URL '" + std::string(url) + "': " + why));
+  };
+  if (!url.starts_with("nfs://")) return bad("must start with nfs://");
+  std::string_view rest = url.substr(6);
+  size_t slash = rest.find('/');
+  if (slash == std::string_view::npos) return bad("no export path after the server");
+  std::string_view hostport = rest.substr(0, slash);
+  std::string_view path_query = rest.substr(slash);
+  std::string_view path = path_query.substr(0, path_query.find('?'));
+  std::string_view query = path_query.size() > path.size() ? path_query.substr(path.size() + 1) : "";
+  HubAddress h;
+  size_t colon = hostport.rfind(':');
+  if (colon != std::string_view::npos && hostport.find(']') == std::string_view::npos) {
+    auto p = ParseInt(hostport.substr(colon + 1), 1, 65535);
+    if (!p) return bad("port: " + p.error().message());
+    h.nfs_port = static_cast<uint16_t>(*p);
+    hostport = hostport.substr(0, colon);
+  }
+  h.server = std::string(hostport);
+  if (auto s = CheckServer(h.server); !s) return bad(s.error().message());
+  h.share = std::string(path);
+  if (h.share.size() > 1 && h.share.back() == '/') h.share.pop_back();
+  if (auto s = CheckShare(h.share); !s) return bad(s.error().message());
+  if (!query.empty()) {
+    for (std::string_view kv : Split(query, '&')) {
+      size_t eq = kv.find('=');
+      std::string_view k = kv.substr(0, eq);
+      std::string_view v = eq == std::string_view::npos ? "" : kv.substr(eq + 1);
+      if (k == "nfsport" || k == "mountport") {
+        auto p = ParseInt(v, k == "mountport" ? 0 : 1, 65535);
+        if (!p) return bad(std::string(k) + ": " + p.error().message());
+        (k == "nfsport" ? h.nfs_port : h.mount_port) = static_cast<uint16_t>(*p);
+      } else if (k == "version") {
+        if (v != "3") return bad("only NFSv3 is supported (version=3)");
+      } else {
+        return bad("unknown option '" + std::string(k) + "' (known: nfsport, mountport, version)");
+      }
+    }
+  }
+  return h;
+}
+
+}  // namespace spoke

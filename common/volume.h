@@ -1,0 +1,125 @@
+// What a Spoke volume is: the StorageClass parameters (validated once, at CreateVolume),
+// the volume id that DeleteVolume and the node decode, and the volume context handed to
+// the node plugin and the cache agent.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace spoke {
+
+using StringMap = std::map<std::string, std::string>;
+
+enum class VolumeMode { kDataset, kScratch };
+enum class OnDelete { kDelete, kRetain, kArchive };
+enum class Consistency { kImmutable, kTtl, kStrict };
+enum class PrefetchMode { kOff, kReadAhead, kAuto };
+
+std::string_view ToString(VolumeMode m);
+std::string_view ToString(OnDelete d);
+std::string_view ToString(Consistency c);
+std::string_view ToString(PrefetchMode p);
+
+// Where the NFS export lives. Explicit ports skip the portmapper (firewalled hubs, tests).
+struct HubAddress {
+  std::string server;       // host name or IP
+  uint16_t nfs_port = 2049;
+  uint16_t mount_port = 0;  // 0 = ask the portmapper
+  std::string share;        // absolute export path, e.g. /srv/datasets
+
+  // nfs://server/share?nfsport=..&mountport=..&version=3 (libnfs URL of the share root).
+  std::string NfsUrl() const;
+  bool operator==(const HubAddress&) const = default;
+};
+
+struct CacheParams {
+  Consistency consistency = Consistency::kImmutable;
+  uint32_t ttl_seconds = 30;  // like actimeo; only for kTtl
+  PrefetchMode prefetch = PrefetchMode::kAuto;
+  bool operator==(const CacheParams&) const = default;
+};
+
+// Validated StorageClass parameters.
+struct VolumeParams {
+  HubAddress hub;
+  VolumeMode mode = VolumeMode::kScratch;
+  std::string sub_dir;  // template (scratch) or fixed path inside the share (dataset)
+  OnDelete on_delete = OnDelete::kDelete;
+  CacheParams cache;
+  double hub_timeout_seconds = 10;  // bound on every hub call made for this volume
+};
+
+// StorageClass parameter names.
+inline constexpr std::string_view kParamServer = "server";
+inline constexpr std::string_view kParamShare = "share";
+inline constexpr std::string_view kParamNfsPort = "nfsPort";
+inline constexpr std::string_view kParamMountPort = "mountPort";
+inline constexpr std::string_view kParamMode = "mode";
+inline constexpr std::string_view kParamSubDir = "subDir";
+inline constexpr std::string_view kParamOnDelete = "onDelete";
+inline constexpr std::string_view kParamConsistency = "consistency";
+inline constexpr std::string_view kParamTtlSeconds = "ttlSeconds";
+inline constexpr std::string_view kParamPrefetch = "prefetch";
+inline constexpr std::string_view kParamHubTimeout = "hubTimeoutSeconds";
+// Added by csi-provisioner --extra-create-metadata.
+inline constexpr std::string_view kMetaPvcName = "csi.storage.k8s.io/pvc/name";
+inline constexpr std::string_view kMetaPvcNamespace = "csi.storage.k8s.io/pvc/namespace";
+inline constexpr std::string_view kMetaPvName = "csi.storage.k8s.io/pv/name";
+// Volume context only: the volume's directory relative to the share ("" = the share root).
+inline constexpr std::string_view kCtxPath = "path";
+
+// Parses and validates StorageClass parameters. Unknown keys (other than the
+// csi.storage.k8s.io/ ones) are rejected. Errors are kInvalidArgument and name the parameter.
+Result<VolumeParams> ParseVolumeParams(const StringMap& params);
+
+// Expands ${pvc.metadata.name}, ${pvc.metadata.namespace} and ${pv.metadata.name} from the
+// provisioner's metadata (pv name falls back to `volume_name`) and normalises the result.
+// Errors name subDir: unknown variables, missing metadata, escaping the share.
+Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
+                                 std::string_view volume_name);
+
+// Checks a path relative to the share: no "..", no absolute path, no empty or "." parts,
+// no control characters; collapses nothing silently. "" is the share root. `what` names the
+// field in the error.
+Result<std::string> NormalizeRelativePath(std::string_view path, std::string_view what);
+
+// What the node plugin and agent need to mount a volume.
+struct VolumeContext {
+  HubAddress hub;
+  VolumeMode mode = VolumeMode::kDataset;
+  std::string path;  // relative to the share
+  CacheParams cache;
+  double hub_timeout_seconds = 10;
+
+  bool read_only() const { return mode == VolumeMode::kDataset; }
+  StringMap ToMap() const;
+  // Accepts what ToMap() writes, and CSI inline-volume attributes (which give `subDir`
+  // instead of `path`). Errors name the key.
+  static Result<VolumeContext> FromMap(const StringMap& ctx);
+};
+
+VolumeContext MakeVolumeContext(const VolumeParams& params, std::string path);
+
+// The CSI volume id: everything DeleteVolume and the node need without the parameters.
+//   spoke1|<mode>|<onDelete>|<server>|<nfsPort>|<mountPort>|<share>|<path>
+struct VolumeId {
+  HubAddress hub;
+  VolumeMode mode = VolumeMode::kScratch;
+  OnDelete on_delete = OnDelete::kDelete;
+  std::string path;  // relative to the share
+
+  std::string Encode() const;
+  // kInvalidArgument naming what is malformed.
+  static Result<VolumeId> Decode(std::string_view id);
+  bool operator==(const VolumeId&) const = default;
+};
+
+// Parses nfs://server[:port]/share/path?nfsport=N&mountport=M (spokectl mount). The whole
+// URL path is the share; the volume path is "".
+Result<HubAddress> ParseNfsUrl(std::string_view url);
+
+}  // namespace spoke

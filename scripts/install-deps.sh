@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Installs every Debian package and pinned Go/Python tool Spoke builds, tests and benchmarks
+# with, on a fresh Debian bookworm machine. Idempotent: quick when everything is present.
+set -euo pipefail
+
+# Pinned tool versions (bump deliberately, together with the tests that use them).
+CSI_SPEC_VERSION=v1.12.0        # CSI spec whose csi.proto we compile
+CSI_TEST_VERSION=v5.4.0         # csi-sanity built against spec v1.12.0
+HELM_VERSION=v3.19.5
+KUBE_VALIDATE_VERSION=1.31.0    # kubernetes-validate ships the API schemas offline
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl python3 python3-venv
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libnfs-dev libnfs-utils liburing-dev libfuse3-dev fuse3
+  nlohmann-json3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev libxxhash-dev libssl-dev zlib1g-dev
+  nfs-ganesha nfs-ganesha-vfs rpcbind
+  fio gnuplot-nox iproute2 procps psmisc util-linux kmod
+  clang-format clang-tidy
+)
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: apt installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  # Services must not start from postinst (no systemd here; tests start ganesha themselves).
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $SUDO rm -f /usr/sbin/policy-rc.d
+fi
+
+# Go tools, pinned. GOBIN is project-independent so that repeated runs are no-ops.
+export GOBIN="${GOBIN:-/usr/local/bin}"
+gotool() { # name module@version
+  local name=$1 mod=$2 stamp="/usr/local/share/spoke-tools/$1.version"
+  if [ -x "$GOBIN/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$mod" ]; then return; fi
+  echo "install-deps: go install $mod"
+  GOFLAGS=-mod=mod go install "$mod"
+  $SUDO mkdir -p "$(dirname "$stamp")"
+  echo "$mod" | $SUDO tee "$stamp" >/dev/null
+}
+gotool csi-sanity "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@${CSI_TEST_VERSION}"
+gotool helm "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+
+# The CSI spec module (csi.proto is read from the module cache at build time).
+go mod download -json "github.com/container-storage-interface/spec@${CSI_SPEC_VERSION}" >/dev/null
+
+# Python tool for offline Kubernetes schema validation, in its own venv.
+VENV=/usr/local/share/spoke-tools/venv
+if [ ! -x "$VENV/bin/kubernetes-validate" ] || \
+   ! "$VENV/bin/pip" show kubernetes-validate 2>/dev/null | grep -q "^Version: ${KUBE_VALIDATE_VERSION}$"; then
+  echo "install-deps: pip install kubernetes-validate==${KUBE_VALIDATE_VERSION}"
+  $SUDO python3 -m venv "$VENV"
+  $SUDO "$VENV/bin/pip" install -q "kubernetes-validate==${KUBE_VALIDATE_VERSION}"
+fi
+echo "install-deps: all present"

@@ -1,0 +1,129 @@
+#include "tests/support/hub.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace spoke::testing {
+
+TempDir::TempDir(const std::string& prefix) {
+  std::string tmpl = std::filesystem::temp_directory_path().string() + "/" + prefix + "-XXXXXX";
+  char* p = ::mkdtemp(tmpl.data());
+  if (p == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << tmpl << " failed";
+    return;
+  }
+  path_ = p;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::string SourceDir() {
+  const char* e = ::getenv("SPOKE_SOURCE_DIR");
+  return e ? e : SPOKE_SOURCE_DIR_DEFAULT;
+}
+std::string BinaryDir() {
+  const char* e = ::getenv("SPOKE_BINARY_DIR");
+  return e ? e : SPOKE_BINARY_DIR_DEFAULT;
+}
+
+int Run(const std::string& command) {
+  int rc = std::system(command.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+uint16_t FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::unique_ptr<TestHub> TestHub::Start() {
+  std::unique_ptr<TestHub> hub(new TestHub());
+  hub->dir_ = std::make_unique<TempDir>("spoke-hub");
+  hub->export_dir_ = hub->dir_->path() + "/export";
+  hub->nfs_port_ = FreePort();
+  hub->mount_port_ = FreePort();
+  if (!hub->Restart()) {
+    ADD_FAILURE() << "cannot start nfs-ganesha (see " << hub->dir_->path() << "/ganesha.log)";
+    return nullptr;
+  }
+  return hub;
+}
+
+bool TestHub::Restart() {
+  std::string cmd = SourceDir() + "/scripts/spoke-hub start " + dir_->path() + " " +
+                    std::to_string(nfs_port_) + " " + std::to_string(mount_port_) + " >/dev/null";
+  return Run(cmd) == 0;
+}
+
+void TestHub::Stop() { Run(SourceDir() + "/scripts/spoke-hub stop " + dir_->path()); }
+
+TestHub::~TestHub() { Stop(); }
+
+HubAddress TestHub::address() const {
+  return HubAddress{"127.0.0.1", nfs_port_, mount_port_, export_dir_};
+}
+
+std::unique_ptr<WanProxy> WanProxy::Start(const TestHub& hub, int one_way_delay_ms) {
+  std::unique_ptr<WanProxy> proxy(new WanProxy());
+  uint16_t nfs = FreePort(), mnt = FreePort();
+  std::string bin = BinaryDir() + "/e2e/wan-proxy/spoke-wan-proxy";
+  std::string nfs_route = "127.0.0.1:" + std::to_string(nfs) + "=127.0.0.1:" + std::to_string(hub.nfs_port());
+  std::string mnt_route = "127.0.0.1:" + std::to_string(mnt) + "=127.0.0.1:" + std::to_string(hub.mount_port());
+  std::string delay = std::to_string(one_way_delay_ms);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(bin.c_str(), bin.c_str(), "--delay-ms", delay.c_str(), "--route", nfs_route.c_str(),
+            "--route", mnt_route.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  proxy->pid_ = pid;
+  proxy->address_ = HubAddress{"127.0.0.1", nfs, mnt, hub.export_dir()};
+  // Wait until both listeners accept.
+  for (int i = 0; i < 100; ++i) {
+    bool up = true;
+    for (uint16_t port : {nfs, mnt}) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(port);
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      up = up && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      ::close(fd);
+    }
+    if (up) return proxy;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "spoke-wan-proxy did not start (" << bin << ")";
+  return nullptr;
+}
+
+WanProxy::~WanProxy() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+}  // namespace spoke::testing
