@@ -26,21 +26,33 @@ Result<uint64_t> ParseSize(std::string_view text) {
   size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
   if (digits == 0) {
-    return Fail(Code::kInvalidArgument,
-                "expected a size like 1048576, 64Ki, 1Mi or 200Gi, got '" + std::string(text) + "'");
+    return Fail(Code::kInvalidArgument, "expected a size like 1048576, 64Ki, 1Mi or 200Gi, got '" +
+                                            std::string(text) + "'");
   }
   uint64_t n = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + digits, n);
-  if (ec != std::errc()) return Fail(Code::kInvalidArgument, "size out of range: " + std::string(text));
+  if (ec != std::errc())
+    return Fail(Code::kInvalidArgument, "size out of range: " + std::string(text));
   std::string_view unit = text.substr(digits);
-  struct Unit { std::string_view name; uint64_t mult; };
-  static constexpr Unit kUnits[] = {
-      {"", 1},          {"B", 1},          {"Ki", 1ull << 10}, {"Mi", 1ull << 20},
-      {"Gi", 1ull << 30}, {"Ti", 1ull << 40}, {"K", 1000},        {"k", 1000},
-      {"M", 1000000},   {"G", 1000000000}, {"T", 1000000000000ull}};
+  struct Unit {
+    std::string_view name;
+    uint64_t mult;
+  };
+  static constexpr Unit kUnits[] = {{"", 1},
+                                    {"B", 1},
+                                    {"Ki", 1ull << 10},
+                                    {"Mi", 1ull << 20},
+                                    {"Gi", 1ull << 30},
+                                    {"Ti", 1ull << 40},
+                                    {"K", 1000},
+                                    {"k", 1000},
+                                    {"M", 1000000},
+                                    {"G", 1000000000},
+                                    {"T", 1000000000000ull}};
   for (const Unit& u : kUnits) {
     if (unit == u.name) {
-      if (n > UINT64_MAX / u.mult) return Fail(Code::kInvalidArgument, "size out of range: " + std::string(text));
+      if (n > UINT64_MAX / u.mult)
+        return Fail(Code::kInvalidArgument, "size out of range: " + std::string(text));
       return n * u.mult;
     }
   }
@@ -112,7 +124,8 @@ std::string ConfigReader::Path(std::string_view key) const {
 }
 
 void ConfigReader::Reject(std::string_view key, std::string_view why) {
-  shared_->Record(Error(Code::kInvalidArgument, shared_->source + ": " + Path(key) + ": " + std::string(why)));
+  shared_->Record(
+      Error(Code::kInvalidArgument, shared_->source + ": " + Path(key) + ": " + std::string(why)));
 }
 
 bool ConfigReader::Has(std::string_view key) const {

@@ -22,8 +22,9 @@ class LoggingInterceptor : public grpc::experimental::Interceptor {
     using grpc::experimental::InterceptionHookPoints;
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       grpc::Status status = methods->GetSendStatus();
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                            start_).count();
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+              .count();
       if (status.ok()) {
         log::Debug("rpc", {{"method", method_}, {"code", "OK"}, {"ms", ms}});
       } else {
@@ -60,8 +61,8 @@ Result<std::string> UnixSocketPath(std::string_view endpoint) {
                 "endpoint must be unix:///path/to.sock, got '" + std::string(endpoint) + "'");
   }
   if (path.empty() || path.front() != '/') {
-    return Fail(Code::kInvalidArgument,
-                "endpoint must be an absolute unix socket path, got '" + std::string(endpoint) + "'");
+    return Fail(Code::kInvalidArgument, "endpoint must be an absolute unix socket path, got '" +
+                                            std::string(endpoint) + "'");
   }
   return std::string(path);
 }
@@ -98,7 +99,8 @@ Result<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& o
   return server;
 }
 
-Status ServeUntilSignal(const GrpcServerOptions& options, const std::vector<grpc::Service*>& services,
+Status ServeUntilSignal(const GrpcServerOptions& options,
+                        const std::vector<grpc::Service*>& services,
                         const std::function<void()>& on_shutdown) {
   BlockShutdownSignals();
   auto server = StartGrpcServer(options, services);

@@ -17,15 +17,16 @@ namespace spoke {
 Result<std::string> UnixSocketPath(std::string_view endpoint);
 
 struct GrpcServerOptions {
-  std::string endpoint;            // unix:///path
-  unsigned socket_mode = 0660;     // root-only sockets use 0600
+  std::string endpoint;         // unix:///path
+  unsigned socket_mode = 0660;  // root-only sockets use 0600
   std::chrono::milliseconds shutdown_grace{5000};
 };
 
 // Blocks SIGTERM/SIGINT in the calling thread (call before starting other threads so they
 // inherit the mask), serves until one arrives, then calls `on_shutdown` (stop background
 // work) and shuts the server down. Returns an error if the socket cannot be bound.
-Status ServeUntilSignal(const GrpcServerOptions& options, const std::vector<grpc::Service*>& services,
+Status ServeUntilSignal(const GrpcServerOptions& options,
+                        const std::vector<grpc::Service*>& services,
                         const std::function<void()>& on_shutdown = {});
 
 // Blocks SIGTERM and SIGINT in the calling thread; threads created afterwards inherit it.

@@ -23,7 +23,7 @@ enum class Code {
   kIo,           // device or network I/O error
   kChecksum,     // on-disk data failed verification
   kCancelled,
-  kInternal,     // a bug
+  kInternal,  // a bug
 };
 
 std::string_view CodeName(Code code);

@@ -16,7 +16,8 @@ std::string Get(const StringMap& m, std::string_view key, std::string def = "") 
   return it == m.end() ? def : it->second;
 }
 
-Result<uint16_t> ParsePort(const StringMap& m, std::string_view key, uint16_t def, bool allow_zero) {
+Result<uint16_t> ParsePort(const StringMap& m, std::string_view key, uint16_t def,
+                           bool allow_zero) {
   auto it = m.find(std::string(key));
   if (it == m.end() || it->second.empty()) return def;
   auto v = ParseInt(it->second, allow_zero ? 0 : 1, 65535);
@@ -26,29 +27,34 @@ Result<uint16_t> ParsePort(const StringMap& m, std::string_view key, uint16_t de
 
 // Host names and IP literals only: the id codec uses '|' and URLs use '/', '?', '&'.
 Status CheckServer(std::string_view server) {
-  if (server.empty()) return std::unexpected(Invalid(kParamServer, "is required (the hub's host name or IP)"));
-  if (server.size() > 253) return std::unexpected(Invalid(kParamServer, "longer than 253 characters"));
+  if (server.empty())
+    return std::unexpected(Invalid(kParamServer, "is required (the hub's host name or IP)"));
+  if (server.size() > 253)
+    return std::unexpected(Invalid(kParamServer, "longer than 253 characters"));
   for (char c : server) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '_';
     if (!ok) {
-      return std::unexpected(Invalid(kParamServer, "'" + std::string(server) +
-                                                       "' is not a host name or IP address"));
+      return std::unexpected(
+          Invalid(kParamServer, "'" + std::string(server) + "' is not a host name or IP address"));
     }
   }
   return {};
 }
 
 Status CheckShare(std::string_view share) {
-  if (share.empty()) return std::unexpected(Invalid(kParamShare, "is required (the export path, e.g. /srv/data)"));
+  if (share.empty())
+    return std::unexpected(Invalid(kParamShare, "is required (the export path, e.g. /srv/data)"));
   if (share.front() != '/') {
-    return std::unexpected(Invalid(kParamShare, "must be an absolute export path, got '" + std::string(share) + "'"));
+    return std::unexpected(
+        Invalid(kParamShare, "must be an absolute export path, got '" + std::string(share) + "'"));
   }
   auto rel = NormalizeRelativePath(share.substr(1), kParamShare);
   if (!rel) return std::unexpected(rel.error());
   if ("/" + *rel != share && !(share == "/" && rel->empty())) {
-    return std::unexpected(Invalid(kParamShare, "must be a normalised path (no trailing or double '/'), got '" +
-                                                    std::string(share) + "'"));
+    return std::unexpected(Invalid(
+        kParamShare,
+        "must be a normalised path (no trailing or double '/'), got '" + std::string(share) + "'"));
   }
   return {};
 }
@@ -113,28 +119,39 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
 
 }  // namespace
 
-std::string_view ToString(VolumeMode m) { return m == VolumeMode::kDataset ? "dataset" : "scratch"; }
+std::string_view ToString(VolumeMode m) {
+  return m == VolumeMode::kDataset ? "dataset" : "scratch";
+}
 std::string_view ToString(OnDelete d) {
   switch (d) {
-    case OnDelete::kDelete: return "delete";
-    case OnDelete::kRetain: return "retain";
-    case OnDelete::kArchive: return "archive";
+    case OnDelete::kDelete:
+      return "delete";
+    case OnDelete::kRetain:
+      return "retain";
+    case OnDelete::kArchive:
+      return "archive";
   }
   return "retain";
 }
 std::string_view ToString(Consistency c) {
   switch (c) {
-    case Consistency::kImmutable: return "immutable";
-    case Consistency::kTtl: return "ttl";
-    case Consistency::kStrict: return "strict";
+    case Consistency::kImmutable:
+      return "immutable";
+    case Consistency::kTtl:
+      return "ttl";
+    case Consistency::kStrict:
+      return "strict";
   }
   return "strict";
 }
 std::string_view ToString(PrefetchMode p) {
   switch (p) {
-    case PrefetchMode::kOff: return "off";
-    case PrefetchMode::kReadAhead: return "readahead";
-    case PrefetchMode::kAuto: return "auto";
+    case PrefetchMode::kOff:
+      return "off";
+    case PrefetchMode::kReadAhead:
+      return "readahead";
+    case PrefetchMode::kAuto:
+      return "auto";
   }
   return "auto";
 }
@@ -149,7 +166,8 @@ Result<std::string> NormalizeRelativePath(std::string_view path, std::string_vie
   if (path.empty()) return std::string();
   if (path.size() > 1024) return std::unexpected(Invalid(what, "longer than 1024 characters"));
   if (path.front() == '/') {
-    return std::unexpected(Invalid(what, "must be relative to the share, got absolute '" + std::string(path) + "'"));
+    return std::unexpected(
+        Invalid(what, "must be relative to the share, got absolute '" + std::string(path) + "'"));
   }
   for (char c : path) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\') {
@@ -160,30 +178,34 @@ Result<std::string> NormalizeRelativePath(std::string_view path, std::string_vie
   if (trimmed.back() == '/') trimmed.remove_suffix(1);
   for (std::string_view part : Split(trimmed, '/')) {
     if (part.empty() || part == ".") {
-      return std::unexpected(Invalid(what, "has an empty or '.' path component in '" + std::string(path) + "'"));
+      return std::unexpected(
+          Invalid(what, "has an empty or '.' path component in '" + std::string(path) + "'"));
     }
     if (part == "..") {
-      return std::unexpected(Invalid(what, "'..' would escape the share in '" + std::string(path) + "'"));
+      return std::unexpected(
+          Invalid(what, "'..' would escape the share in '" + std::string(path) + "'"));
     }
-    if (part.size() > 255) return std::unexpected(Invalid(what, "a path component is longer than 255 characters"));
+    if (part.size() > 255)
+      return std::unexpected(Invalid(what, "a path component is longer than 255 characters"));
   }
   return std::string(trimmed);
 }
 
 Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   static const std::vector<std::string_view> kKnown = {
-      kParamServer,      kParamShare,    kParamNfsPort,     kParamMountPort,
-      kParamMode,        kParamSubDir,   kParamOnDelete,    kParamConsistency,
-      kParamTtlSeconds,  kParamPrefetch, kParamHubTimeout};
+      kParamServer,     kParamShare,    kParamNfsPort,   kParamMountPort,
+      kParamMode,       kParamSubDir,   kParamOnDelete,  kParamConsistency,
+      kParamTtlSeconds, kParamPrefetch, kParamHubTimeout};
   for (const auto& [k, v] : params) {
     if (k.starts_with("csi.storage.k8s.io/")) continue;
     bool known = false;
     for (auto name : kKnown) known = known || k == name;
     if (!known) {
-      return std::unexpected(Error(Code::kInvalidArgument,
-                                   "unknown StorageClass parameter '" + k +
-                                       "' (known: server, share, nfsPort, mountPort, mode, subDir, "
-                                       "onDelete, consistency, ttlSeconds, prefetch, hubTimeoutSeconds)"));
+      return std::unexpected(
+          Error(Code::kInvalidArgument,
+                "unknown StorageClass parameter '" + k +
+                    "' (known: server, share, nfsPort, mountPort, mode, subDir, "
+                    "onDelete, consistency, ttlSeconds, prefetch, hubTimeoutSeconds)"));
     }
   }
   VolumeParams p;
@@ -198,25 +220,30 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   if (!mount_port) return std::unexpected(mount_port.error());
   p.hub.mount_port = *mount_port;
 
-  auto mode = ParseEnum<VolumeMode>(params, kParamMode, VolumeMode::kScratch,
-                                    {{"dataset", VolumeMode::kDataset}, {"scratch", VolumeMode::kScratch}});
+  auto mode =
+      ParseEnum<VolumeMode>(params, kParamMode, VolumeMode::kScratch,
+                            {{"dataset", VolumeMode::kDataset}, {"scratch", VolumeMode::kScratch}});
   if (!mode) return std::unexpected(mode.error());
   p.mode = *mode;
 
-  auto on_delete = ParseEnum<OnDelete>(
-      params, kParamOnDelete, p.mode == VolumeMode::kDataset ? OnDelete::kRetain : OnDelete::kDelete,
-      {{"delete", OnDelete::kDelete}, {"retain", OnDelete::kRetain}, {"archive", OnDelete::kArchive}});
+  auto on_delete =
+      ParseEnum<OnDelete>(params, kParamOnDelete,
+                          p.mode == VolumeMode::kDataset ? OnDelete::kRetain : OnDelete::kDelete,
+                          {{"delete", OnDelete::kDelete},
+                           {"retain", OnDelete::kRetain},
+                           {"archive", OnDelete::kArchive}});
   if (!on_delete) return std::unexpected(on_delete.error());
   p.on_delete = *on_delete;
   if (p.mode == VolumeMode::kDataset && p.on_delete != OnDelete::kRetain) {
-    return std::unexpected(Invalid(kParamOnDelete,
-                                   "a dataset volume is never deleted or archived by Spoke; use retain"));
+    return std::unexpected(Invalid(
+        kParamOnDelete, "a dataset volume is never deleted or archived by Spoke; use retain"));
   }
 
   if (p.mode == VolumeMode::kScratch) {
     p.sub_dir = Get(params, kParamSubDir, "${pv.metadata.name}");
     if (p.sub_dir.empty()) {
-      return std::unexpected(Invalid(kParamSubDir, "a scratch volume needs a sub-directory of its own"));
+      return std::unexpected(
+          Invalid(kParamSubDir, "a scratch volume needs a sub-directory of its own"));
     }
     // Validate the template's shape now (variables known, no escape) with sample values.
     StringMap sample = {{std::string(kMetaPvcName), "pvc"},
@@ -228,17 +255,20 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
     auto fixed = NormalizeRelativePath(Get(params, kParamSubDir), kParamSubDir);
     if (!fixed) return std::unexpected(fixed.error());
     if (Get(params, kParamSubDir).find("${") != std::string::npos) {
-      return std::unexpected(Invalid(kParamSubDir, "a dataset volume names a fixed directory; templates are for scratch"));
+      return std::unexpected(Invalid(
+          kParamSubDir, "a dataset volume names a fixed directory; templates are for scratch"));
     }
     p.sub_dir = *fixed;
   }
 
-  auto cache = ParseCacheParams(params, p.mode == VolumeMode::kDataset ? Consistency::kImmutable
-                                                                      : Consistency::kStrict);
+  auto cache = ParseCacheParams(
+      params, p.mode == VolumeMode::kDataset ? Consistency::kImmutable : Consistency::kStrict);
   if (!cache) return std::unexpected(cache.error());
   p.cache = *cache;
   if (p.mode == VolumeMode::kScratch && p.cache.consistency == Consistency::kImmutable) {
-    return std::unexpected(Invalid(kParamConsistency, "immutable is for dataset volumes; a scratch volume is written, use ttl or strict"));
+    return std::unexpected(Invalid(
+        kParamConsistency,
+        "immutable is for dataset volumes; a scratch volume is written, use ttl or strict"));
   }
   auto timeout = ParseHubTimeout(params);
   if (!timeout) return std::unexpected(timeout.error());
@@ -257,7 +287,8 @@ Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
     }
     size_t end = tmpl.find('}', i);
     if (end == std::string_view::npos) {
-      return std::unexpected(Invalid(kParamSubDir, "unterminated '${' in '" + std::string(tmpl) + "'"));
+      return std::unexpected(
+          Invalid(kParamSubDir, "unterminated '${' in '" + std::string(tmpl) + "'"));
     }
     std::string_view var = tmpl.substr(i + 2, end - i - 2);
     std::string value;
@@ -268,18 +299,20 @@ Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
     } else if (var == "pv.metadata.name") {
       value = Get(params, kMetaPvName, std::string(volume_name));
     } else {
-      return std::unexpected(Invalid(kParamSubDir, "unknown variable ${" + std::string(var) +
-                                                       "} (known: ${pvc.metadata.name}, "
-                                                       "${pvc.metadata.namespace}, ${pv.metadata.name})"));
+      return std::unexpected(
+          Invalid(kParamSubDir, "unknown variable ${" + std::string(var) +
+                                    "} (known: ${pvc.metadata.name}, "
+                                    "${pvc.metadata.namespace}, ${pv.metadata.name})"));
     }
     if (value.empty()) {
-      return std::unexpected(Invalid(kParamSubDir, "${" + std::string(var) +
-                                                       "} is not known for this request (run "
-                                                       "csi-provisioner with --extra-create-metadata)"));
+      return std::unexpected(
+          Invalid(kParamSubDir, "${" + std::string(var) +
+                                    "} is not known for this request (run "
+                                    "csi-provisioner with --extra-create-metadata)"));
     }
     if (value.find('/') != std::string::npos || value == ".." || value == ".") {
-      return std::unexpected(Invalid(kParamSubDir, "${" + std::string(var) + "} expands to '" + value +
-                                                       "', which is not a plain name"));
+      return std::unexpected(Invalid(kParamSubDir, "${" + std::string(var) + "} expands to '" +
+                                                       value + "', which is not a plain name"));
     }
     out += value;
     i = end + 1;
@@ -338,7 +371,8 @@ Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
   auto norm = NormalizeRelativePath(path, has_path ? kCtxPath : kParamSubDir);
   if (!norm) return std::unexpected(norm.error());
   params[std::string(kParamSubDir)] = *norm;
-  VolumeMode mode = Get(params, kParamMode) == "scratch" ? VolumeMode::kScratch : VolumeMode::kDataset;
+  VolumeMode mode =
+      Get(params, kParamMode) == "scratch" ? VolumeMode::kScratch : VolumeMode::kDataset;
   // Parse as a dataset (fixed path) so the scratch template rules do not apply.
   StringMap as_dataset = params;
   as_dataset[std::string(kParamMode)] = "dataset";
@@ -349,7 +383,8 @@ Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
   if (!p) return std::unexpected(p.error());
   if (Get(params, kParamMode) != "" && Get(params, kParamMode) != "dataset" &&
       Get(params, kParamMode) != "scratch") {
-    return std::unexpected(Invalid(kParamMode, "must be dataset | scratch, got '" + Get(params, kParamMode) + "'"));
+    return std::unexpected(
+        Invalid(kParamMode, "must be dataset | scratch, got '" + Get(params, kParamMode) + "'"));
   }
   VolumeContext c = MakeVolumeContext(*p, *norm);
   c.mode = mode;
@@ -364,13 +399,15 @@ std::string VolumeId::Encode() const {
 
 Result<VolumeId> VolumeId::Decode(std::string_view id) {
   auto bad = [&](std::string why) {
-    return std::unexpected(Error(Code::kInvalidArgument,
-                                 "malformed volume id '" + std::string(id) + "': " + why));
+    return std::unexpected(
+        Error(Code::kInvalidArgument, "malformed volume id '" + std::string(id) + "': " + why));
   };
   if (id.size() > 2048) return bad("longer than 2048 bytes");
   auto parts = Split(id, '|');
-  if (parts.size() != 8) return bad("expected 8 '|'-separated fields, got " + std::to_string(parts.size()));
-  if (parts[0] != "spoke1") return bad("unknown version '" + std::string(parts[0]) + "' (expected spoke1)");
+  if (parts.size() != 8)
+    return bad("expected 8 '|'-separated fields, got " + std::to_string(parts.size()));
+  if (parts[0] != "spoke1")
+    return bad("unknown version '" + std::string(parts[0]) + "' (expected spoke1)");
   VolumeId v;
   StringMap m = {{std::string(kParamServer), std::string(parts[3])},
                  {std::string(kParamShare), std::string(parts[6])},
@@ -382,16 +419,24 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
   if (!nfs) return bad(nfs.error().message());
   auto mnt = ParsePort(m, kParamMountPort, 0, true);
   if (!mnt) return bad(mnt.error().message());
-  if (parts[1] == "dataset") v.mode = VolumeMode::kDataset;
-  else if (parts[1] == "scratch") v.mode = VolumeMode::kScratch;
-  else return bad("unknown mode '" + std::string(parts[1]) + "'");
-  if (parts[2] == "delete") v.on_delete = OnDelete::kDelete;
-  else if (parts[2] == "retain") v.on_delete = OnDelete::kRetain;
-  else if (parts[2] == "archive") v.on_delete = OnDelete::kArchive;
-  else return bad("unknown onDelete '" + std::string(parts[2]) + "'");
+  if (parts[1] == "dataset")
+    v.mode = VolumeMode::kDataset;
+  else if (parts[1] == "scratch")
+    v.mode = VolumeMode::kScratch;
+  else
+    return bad("unknown mode '" + std::string(parts[1]) + "'");
+  if (parts[2] == "delete")
+    v.on_delete = OnDelete::kDelete;
+  else if (parts[2] == "retain")
+    v.on_delete = OnDelete::kRetain;
+  else if (parts[2] == "archive")
+    v.on_delete = OnDelete::kArchive;
+  else
+    return bad("unknown onDelete '" + std::string(parts[2]) + "'");
   auto path = NormalizeRelativePath(parts[7], "path");
   if (!path) return bad(path.error().message());
-  if (v.mode == VolumeMode::kScratch && path->empty()) return bad("a scratch volume cannot be the share root");
+  if (v.mode == VolumeMode::kScratch && path->empty())
+    return bad("a scratch volume cannot be the share root");
   v.hub = HubAddress{std::string(parts[3]), *nfs, *mnt, std::string(parts[6])};
   v.path = *path;
   return v;
@@ -399,7 +444,8 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
 
 Result<HubAddress> ParseNfsUrl(std::string_view url) {
   auto bad = [&](std::string why) {
-    return std::unexpected(Error(Code::kInvalidArgument, "bad NFS URL '" + std::string(url) + "': " + why));
+    return std::unexpected(
+        Error(Code::kInvalidArgument, "bad NFS URL '" + std::string(url) + "': " + why));
   };
   if (!url.starts_with("nfs://")) return bad("must start with nfs://");
   std::string_view rest = url.substr(6);
@@ -408,7 +454,8 @@ Result<HubAddress> ParseNfsUrl(std::string_view url) {
   std::string_view hostport = rest.substr(0, slash);
   std::string_view path_query = rest.substr(slash);
   std::string_view path = path_query.substr(0, path_query.find('?'));
-  std::string_view query = path_query.size() > path.size() ? path_query.substr(path.size() + 1) : "";
+  std::string_view query =
+      path_query.size() > path.size() ? path_query.substr(path.size() + 1) : "";
   HubAddress h;
   size_t colon = hostport.rfind(':');
   if (colon != std::string_view::npos && hostport.find(']') == std::string_view::npos) {

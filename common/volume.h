@@ -26,7 +26,7 @@ std::string_view ToString(PrefetchMode p);
 
 // Where the NFS export lives. Explicit ports skip the portmapper (firewalled hubs, tests).
 struct HubAddress {
-  std::string server;       // host name or IP
+  std::string server;  // host name or IP
   uint16_t nfs_port = 2049;
   uint16_t mount_port = 0;  // 0 = ask the portmapper
   std::string share;        // absolute export path, e.g. /srv/datasets

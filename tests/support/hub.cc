@@ -89,8 +89,10 @@ std::unique_ptr<WanProxy> WanProxy::Start(const TestHub& hub, int one_way_delay_
   std::unique_ptr<WanProxy> proxy(new WanProxy());
   uint16_t nfs = FreePort(), mnt = FreePort();
   std::string bin = BinaryDir() + "/e2e/wan-proxy/spoke-wan-proxy";
-  std::string nfs_route = "127.0.0.1:" + std::to_string(nfs) + "=127.0.0.1:" + std::to_string(hub.nfs_port());
-  std::string mnt_route = "127.0.0.1:" + std::to_string(mnt) + "=127.0.0.1:" + std::to_string(hub.mount_port());
+  std::string nfs_route =
+      "127.0.0.1:" + std::to_string(nfs) + "=127.0.0.1:" + std::to_string(hub.nfs_port());
+  std::string mnt_route =
+      "127.0.0.1:" + std::to_string(mnt) + "=127.0.0.1:" + std::to_string(hub.mount_port());
   std::string delay = std::to_string(one_way_delay_ms);
   pid_t pid = ::fork();
   if (pid == 0) {
