@@ -1,0 +1,71 @@
+// BlockCache: fixed-size blocks of remote files on local NVMe.
+//
+// Every block on disk carries a header (key, length, checksum) verified on read: a bad
+// block is dropped and counted, never served. The index is persisted on clean shutdown and
+// rebuilt by scanning block headers after a crash. A cache-disk error degrades to "miss"
+// (the caller reads from the hub), with a warning and a metric, never to a failed read.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cache-agent/cache/block_key.h"
+#include "cache-agent/cache/eviction_policy.h"
+#include "common/status.h"
+
+namespace spoke::agent {
+
+// Told when a prefetched block is first read, or evicted without being read.
+class CacheListener {
+ public:
+  virtual ~CacheListener() = default;
+  virtual void OnPrefetchUsed(const BlockKey& key, ExpertId expert) = 0;
+  virtual void OnPrefetchWasted(const BlockKey& key, ExpertId expert) = 0;
+};
+
+struct BlockCacheStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t blocks = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+  uint64_t checksum_failures = 0;
+  uint64_t disk_errors = 0;
+  uint64_t rejected_admissions = 0;
+  bool degraded = false;  // the cache disk failed; every read goes to the hub
+};
+
+class BlockCache {
+ public:
+  struct Config {
+    std::string dir;                        // cache directory (NVMe in production)
+    uint64_t capacity_bytes = 10ull << 30;  // quota for block data
+    uint32_t block_size = 1 << 20;          // 1 MiB = NFS rsize: one hub request per block
+    unsigned io_depth = 64;                 // io_uring queue depth
+    Status Validate() const;
+  };
+
+  virtual ~BlockCache() = default;
+
+  // Copies the block into `out` (capacity >= block_size) and returns its length.
+  // kNotFound: not cached (or just dropped: bad checksum / disk error, counted).
+  virtual Result<size_t> Get(const BlockKey& key, char* out, size_t capacity) = 0;
+  // Stores a block (length <= block_size; short only for a file's last block). Returns
+  // kNoSpace when the policy refused admission, kIo when the disk failed (degraded).
+  virtual Status Put(const BlockKey& key, const char* data, size_t length,
+                     const AdmissionHint& hint) = 0;
+  virtual bool Contains(const BlockKey& key) const = 0;
+  // Drops every block of a volume (file_id == 0) or of one file. Returns blocks dropped.
+  virtual uint64_t Evict(uint64_t volume, uint64_t file_id) = 0;
+  // Bytes held for one volume.
+  virtual uint64_t VolumeBytes(uint64_t volume) const = 0;
+  virtual BlockCacheStats Stats() const = 0;
+  virtual uint32_t block_size() const = 0;
+  // Persists the index (clean shutdown). The destructor calls it too.
+  virtual Status Close() = 0;
+  virtual void SetListener(CacheListener* listener) = 0;
+};
+
+}  // namespace spoke::agent

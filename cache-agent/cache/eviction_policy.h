@@ -1,0 +1,28 @@
+// EvictionPolicy decides which cached block goes when space is needed, and whether an
+// incoming block is worth a victim at all. BlockCache calls it under its own lock, so
+// implementations need no locking of their own.
+#pragma once
+
+#include <optional>
+
+#include "cache-agent/cache/block_key.h"
+
+namespace spoke::agent {
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+
+  virtual void OnInsert(const BlockKey& key, const AdmissionHint& hint) = 0;
+  virtual void OnAccess(const BlockKey& key) = 0;
+  virtual void OnRemove(const BlockKey& key) = 0;
+
+  // The block to evict to make room for `incoming`, or nullopt to refuse admitting
+  // `incoming` (e.g. a prefetch must not evict a block predicted to be needed sooner, or
+  // a no-thrash policy keeping a stable subset). A demand block (hint.origin == kDemand)
+  // should only be refused when nothing is evictable.
+  virtual std::optional<BlockKey> PickVictim(const BlockKey& incoming,
+                                             const AdmissionHint& hint) = 0;
+};
+
+}  // namespace spoke::agent
