@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Tests of the Helm chart and the plain manifests (ctest label "charts").
+#
+#   tests/charts/chart_test.sh                   # from anywhere in the checkout
+#   UPDATE_GOLDEN=1 tests/charts/chart_test.sh   # rewrite golden files and manifests/deploy
+#
+# Checks, offline:
+#  1. helm lint --strict with default, HyperPod and all-features values;
+#  2. helm template output equals tests/charts/golden/{default,hyperpod,full}.yaml;
+#  3. every rendered object and every file under manifests/ validates against the Kubernetes
+#     1.31 OpenAPI schemas (kubernetes-validate --strict); only the ServiceMonitor (a CRD with
+#     no built-in schema) is skipped, and only in the all-features rendering that enables it;
+#  4. the renderings mean what the binaries need (check_rendered.py: flags, config keys, host
+#     paths, Bidirectional propagation, RBAC, HyperPod placement);
+#  5. bad values (missing hub, unknown mode, ...) make helm template fail, naming the value;
+#  6. manifests/deploy/spoke.yaml equals `helm template spoke charts/spoke -n kube-system`;
+#  7. manifests/examples and e2e/kind/testdriver.yaml are consistent with the driver;
+#  8. e2e/kind shell scripts pass bash -n (and shellcheck when it is installed).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+
+K8S_VERSION=1.31
+TOOLS_VENV=${SPOKE_TOOLS_VENV:-/usr/local/share/spoke-tools/venv}
+HELM=${HELM:-$(command -v helm || echo /usr/local/bin/helm)}
+KUBE_VALIDATE=${KUBE_VALIDATE:-$TOOLS_VENV/bin/kubernetes-validate}
+PYTHON=${PYTHON:-$TOOLS_VENV/bin/python3}   # has PyYAML (a kubernetes-validate dependency)
+CHART=charts/spoke
+GOLDEN=tests/charts/golden
+DEPLOY=manifests/deploy/spoke.yaml
+RELEASE=spoke
+NAMESPACE=kube-system
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+failures=0
+fail() { echo "chart_test: FAIL: $*" >&2; failures=$((failures + 1)); }
+step() { echo "chart_test: $*"; }
+
+for tool in "$HELM" "$KUBE_VALIDATE" "$PYTHON"; do
+  [ -x "$tool" ] || { echo "chart_test: FAIL: $tool not found: run scripts/install-deps.sh" >&2; exit 1; }
+done
+
+# variant -> extra helm arguments
+declare -A VALUES=(
+  [default]=""
+  [hyperpod]="-f $CHART/values-hyperpod.yaml"
+  [full]="-f tests/charts/values-full.yaml"
+)
+VARIANTS=(default hyperpod full)
+
+render() { # variant output
+  # shellcheck disable=SC2086 # VALUES entries are word lists on purpose
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" ${VALUES[$1]} >"$2"
+}
+
+# compare_or_update expected actual what
+compare_or_update() {
+  if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then
+    mkdir -p "$(dirname "$1")"
+    cp "$2" "$1"
+    step "updated $1"
+  elif [ ! -f "$1" ]; then
+    fail "$3: $1 does not exist (run with UPDATE_GOLDEN=1)"
+  elif ! diff -u "$1" "$2" >"$WORK/diff"; then
+    head -n 200 "$WORK/diff" >&2
+    fail "$3: rendering differs from $1 (diff above; UPDATE_GOLDEN=1 rewrites it if intended)"
+  fi
+}
+
+# validate file allowed-missing-schema-regex what
+validate() {
+  local out rc=0
+  out=$("$KUBE_VALIDATE" --strict --kubernetes-version "$K8S_VERSION" --quiet "$1" 2>&1) || rc=$?
+  # A kind without a schema is only a warning to kubernetes-validate: fail on it unless it is
+  # the one kind this rendering is allowed to contain.
+  local unknown
+  unknown=$(grep "Couldn't find schema" <<<"$out" | grep -Ev "$2" || true)
+  if [ "$rc" -ne 0 ] || [ -n "$unknown" ]; then
+    echo "$out" >&2
+    fail "$3: schema validation against Kubernetes $K8S_VERSION"
+  fi
+}
+
+step "helm lint"
+for v in "${VARIANTS[@]}"; do
+  # shellcheck disable=SC2086
+  if ! "$HELM" lint --strict "$CHART" ${VALUES[$v]} >"$WORK/lint" 2>&1; then
+    cat "$WORK/lint" >&2
+    fail "helm lint ($v values)"
+  fi
+done
+
+step "render, golden, schema and semantic checks"
+NO_SCHEMA_OK='^$'   # matches nothing: no unknown kinds allowed
+for v in "${VARIANTS[@]}"; do
+  if ! render "$v" "$WORK/$v.yaml" 2>"$WORK/err"; then
+    cat "$WORK/err" >&2
+    fail "helm template ($v values)"
+    continue
+  fi
+  compare_or_update "$GOLDEN/$v.yaml" "$WORK/$v.yaml" "golden $v"
+  allowed=$NO_SCHEMA_OK
+  # ServiceMonitor is a Prometheus Operator CRD: kubernetes-validate has no schema for it.
+  # check_rendered.py checks its selector and port instead.
+  [ "$v" = full ] && allowed='kind ServiceMonitor with api version monitoring.coreos.com/v1'
+  validate "$WORK/$v.yaml" "$allowed" "rendering ($v values)"
+  if ! "$PYTHON" tests/charts/check_rendered.py render "$v" "$WORK/$v.yaml"; then
+    fail "semantic checks ($v values)"
+  fi
+done
+
+step "bad values are refused"
+# expect_fail "message fragment" helm-args...
+expect_fail() {
+  local want=$1
+  shift
+  if "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" "$@" >/dev/null 2>"$WORK/err"; then
+    fail "helm template $* succeeded; want an error about '$want'"
+  elif ! grep -qF -- "$want" "$WORK/err"; then
+    cat "$WORK/err" >&2
+    fail "helm template $*: error does not mention '$want'"
+  fi
+}
+SC=(-f tests/charts/values-full.yaml)
+expect_fail "parameters.server" "${SC[@]}" --set 'storageClasses[0].parameters.server='
+expect_fail "parameters.share" "${SC[@]}" --set 'storageClasses[0].parameters.share=export'
+expect_fail "parameters.mode" "${SC[@]}" --set 'storageClasses[1].parameters.mode=bogus'
+expect_fail "parameters.onDelete" "${SC[@]}" --set 'storageClasses[0].parameters.onDelete=delete'
+expect_fail "parameters.onDelete" "${SC[@]}" --set 'storageClasses[1].parameters.onDelete=shred'
+expect_fail "parameters.consistency" "${SC[@]}" --set 'storageClasses[1].parameters.consistency=eventual'
+expect_fail "parameters.prefetch" "${SC[@]}" --set 'storageClasses[1].parameters.prefetch=always'
+expect_fail "reclaimPolicy Retain" "${SC[@]}" --set 'storageClasses[0].reclaimPolicy=Delete'
+expect_fail "cache.sizeBytes" --set 'cache.sizeBytes=lots'
+expect_fail "cache.hostPath" --set 'cache.hostPath=relative/dir'
+expect_fail "kubeletDir" --set 'kubeletDir=var/lib/kubelet'
+expect_fail "logLevel" --set 'logLevel=verbose'
+
+step "manifests/"
+if [ -f "$WORK/default.yaml" ]; then
+  compare_or_update "$DEPLOY" "$WORK/default.yaml" "$DEPLOY (helm template $RELEASE $CHART -n $NAMESPACE)"
+fi
+mapfile -t manifest_files < <(find manifests -name '*.yaml' | sort)
+if [ "${#manifest_files[@]}" -lt 6 ]; then
+  fail "manifests/: want deploy/spoke.yaml and 5 examples, found ${manifest_files[*]:-nothing}"
+fi
+for f in "${manifest_files[@]}"; do
+  validate "$f" "$NO_SCHEMA_OK" "$f"
+done
+if ! "$PYTHON" tests/charts/check_rendered.py examples manifests/examples; then
+  fail "manifests/examples semantic checks"
+fi
+
+step "e2e/kind"
+for f in e2e/kind/kind-config.yaml e2e/kind/testdriver.yaml e2e/kind/storageclass.yaml; do
+  [ -f "$f" ] || fail "$f missing"
+done
+[ -f e2e/kind/testdriver.yaml ] && { "$PYTHON" tests/charts/check_rendered.py testdriver e2e/kind/testdriver.yaml || fail "e2e/kind/testdriver.yaml checks"; }
+for f in e2e/kind/*.yaml; do
+  # kind-config.yaml and testdriver.yaml are not Kubernetes objects; the rest are.
+  case $(basename "$f") in kind-config.yaml | testdriver.yaml) continue ;; esac
+  validate "$f" "$NO_SCHEMA_OK" "$f"
+done
+for f in e2e/kind/*.sh tests/charts/*.sh; do
+  bash -n "$f" || fail "bash -n $f"
+done
+if command -v shellcheck >/dev/null; then
+  shellcheck e2e/kind/*.sh tests/charts/*.sh || fail "shellcheck"
+else
+  step "shellcheck not installed: skipped"
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "chart_test: $failures check(s) failed" >&2
+  exit 1
+fi
+step "all checks passed"
