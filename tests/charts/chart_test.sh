@@ -154,15 +154,25 @@ if ! "$PYTHON" tests/charts/check_rendered.py examples manifests/examples; then
 fi
 
 step "e2e/kind"
-for f in e2e/kind/kind-config.yaml e2e/kind/testdriver.yaml e2e/kind/storageclass.yaml; do
+for f in e2e/kind/kind-config.yaml e2e/kind/testdriver.yaml e2e/kind/storageclass.yaml \
+  e2e/kind/values-kind.yaml e2e/kind/run.sh e2e/kind/hub.Dockerfile; do
   [ -f "$f" ] || fail "$f missing"
 done
 [ -f e2e/kind/testdriver.yaml ] && { "$PYTHON" tests/charts/check_rendered.py testdriver e2e/kind/testdriver.yaml || fail "e2e/kind/testdriver.yaml checks"; }
 for f in e2e/kind/*.yaml; do
-  # kind-config.yaml and testdriver.yaml are not Kubernetes objects; the rest are.
-  case $(basename "$f") in kind-config.yaml | testdriver.yaml) continue ;; esac
+  # kind-config.yaml, testdriver.yaml and values-kind.yaml are not Kubernetes objects.
+  case $(basename "$f") in kind-config.yaml | testdriver.yaml | values-kind.yaml) continue ;; esac
   validate "$f" "$NO_SCHEMA_OK" "$f"
 done
+# The chart as run.sh installs it.
+if "$HELM" lint --strict "$CHART" -f e2e/kind/values-kind.yaml >"$WORK/lint" 2>&1 &&
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" \
+    -f e2e/kind/values-kind.yaml >"$WORK/kind.yaml" 2>"$WORK/err"; then
+  validate "$WORK/kind.yaml" "$NO_SCHEMA_OK" "rendering (e2e/kind/values-kind.yaml)"
+else
+  cat "$WORK/lint" "$WORK/err" >&2 2>/dev/null || true
+  fail "chart with e2e/kind/values-kind.yaml"
+fi
 for f in e2e/kind/*.sh tests/charts/*.sh; do
   bash -n "$f" || fail "bash -n $f"
 done
