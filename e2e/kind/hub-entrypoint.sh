@@ -27,7 +27,6 @@ NFS_CORE_PARAM {
   Protocols = 3;
   NFS_Port = 2049;
   MNT_Port = 20048;
-  Bind_addr = 0.0.0.0;
   Enable_NLM = false;
   Enable_RQUOTA = false;
   Enable_UDP = false;
@@ -49,9 +48,16 @@ CONF
 
 # ganesha registers NFSv3 with rpcbind at start-up and exits if it cannot.
 rpcbind -f -w &
+rpcbind=$!
 for _ in $(seq 50); do [ -S /run/rpcbind.sock ] && break; sleep 0.1; done
 
 ganesha.nfsd -F -f "$STATE/ganesha.conf" -L /dev/stdout -p "$STATE/ganesha.pid" &
 ganesha=$!
-trap 'kill -TERM "$ganesha" 2>/dev/null; wait "$ganesha"' TERM INT
+stop() {
+  kill -TERM "$ganesha" 2>/dev/null || true
+  wait "$ganesha" || true
+  kill -TERM "$rpcbind" 2>/dev/null || true
+  exit 0
+}
+trap stop TERM INT
 wait "$ganesha"
