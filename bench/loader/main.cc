@@ -1,0 +1,254 @@
+// spoke-loader: generates a synthetic training dataset and replays a PyTorch-DataLoader-shaped
+// read pattern over it. See bench/loader/README.md.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "bench/loader/clock.h"
+#include "bench/loader/dataset.h"
+#include "bench/loader/loader.h"
+#include "bench/loader/stats.h"
+#include "bench/loader/storage.h"
+#include "bench/loader/workload.h"
+#include "common/log.h"
+
+namespace spoke::bench {
+namespace {
+
+constexpr char kUsage[] = R"(usage:
+  spoke-loader gen --dir D --workload report|resnet50|unet3d|shards [--samples N] [--seed S]
+                   [--shard-mib M]
+  spoke-loader run --dir D [--workload W] [--epochs E] [--batch B] [--workers W]
+                   [--prefetch-factor P] [--accelerators A] [--compute-ms C] [--seed S]
+                   [--csv out.csv] [--json out.json|-] [--label NAME] [--hints-file PATH]
+                   [--verify] [--drop-cache] [--chunk-kib K] [--window N]
+                   [--log-level debug|info|warn|error]
+run's workload defaults to the one in the dataset's MANIFEST; its preset gives every loader
+flag's default, and flags override it.
+)";
+
+// --flag value pairs and bare --switches.
+struct Args {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> errors;
+
+  std::optional<std::string> Get(const std::string& key) const {
+    auto it = values.find(key);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  }
+  bool Has(const std::string& key) const { return values.contains(key); }
+
+  template <typename T>
+  void Number(const std::string& key, T& out) {
+    auto v = Get(key);
+    if (!v) return;
+    char* end = nullptr;
+    errno = 0;
+    if constexpr (std::is_floating_point_v<T>) {
+      out = static_cast<T>(std::strtod(v->c_str(), &end));
+    } else {
+      out = static_cast<T>(std::strtoull(v->c_str(), &end, 10));
+      if (!v->empty() && (*v)[0] == '-') end = v->data();
+    }
+    if (v->empty() || *end != '\0' || errno != 0) errors.push_back(key + ": not a number: " + *v);
+  }
+};
+
+Args Parse(int argc, char** argv, int first, const std::vector<std::string>& switches) {
+  Args args;
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (!a.starts_with("--")) {
+      args.errors.push_back("unexpected argument " + a);
+      continue;
+    }
+    a = a.substr(2);
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      args.values[a.substr(0, eq)] = a.substr(eq + 1);
+    } else if (std::find(switches.begin(), switches.end(), a) != switches.end()) {
+      args.values[a] = "1";
+    } else if (i + 1 < argc) {
+      args.values[a] = argv[++i];
+    } else {
+      args.errors.push_back("--" + a + " needs a value");
+    }
+  }
+  return args;
+}
+
+int Usage(const std::vector<std::string>& errors) {
+  for (const auto& e : errors) std::cerr << "spoke-loader: " << e << "\n";
+  std::cerr << kUsage;
+  return 2;
+}
+
+int CheckUnknown(const Args& args, const std::vector<std::string>& known) {
+  std::vector<std::string> errors = args.errors;
+  for (const auto& [k, v] : args.values) {
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      errors.push_back("unknown flag --" + k);
+    }
+  }
+  return errors.empty() ? 0 : Usage(errors);
+}
+
+int Gen(int argc, char** argv) {
+  Args args = Parse(argc, argv, 2, {});
+  if (int rc = CheckUnknown(args, {"dir", "workload", "samples", "seed", "shard-mib"})) return rc;
+  GenOptions opt;
+  opt.dir = args.Get("dir").value_or("");
+  auto w = ParseWorkload(args.Get("workload").value_or(""));
+  if (!w) return Usage({"--workload must be report, resnet50, unet3d or shards"});
+  opt.workload = *w;
+  args.Number("samples", opt.samples);
+  args.Number("seed", opt.seed);
+  uint64_t shard_mib = 0;
+  args.Number("shard-mib", shard_mib);
+  opt.shard_bytes = shard_mib << 20;
+  if (!args.errors.empty()) return Usage(args.errors);
+  auto m = Generate(opt);
+  if (!m) {
+    std::cerr << "spoke-loader gen: " << m.error().ToString() << "\n";
+    return 1;
+  }
+  std::printf("generated %zu files, %llu samples, %.1f MB in %s\n", m->entries.size(),
+              static_cast<unsigned long long>(m->TotalSamples()),
+              static_cast<double>(m->TotalBytes()) / 1e6, opt.dir.c_str());
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  Args args = Parse(argc, argv, 2, {"verify", "drop-cache"});
+  if (int rc = CheckUnknown(
+          args, {"dir", "workload", "epochs", "batch", "workers", "prefetch-factor", "accelerators",
+                 "compute-ms", "seed", "csv", "json", "label", "hints-file", "verify", "drop-cache",
+                 "chunk-kib", "window", "log-level"})) {
+    return rc;
+  }
+  if (auto level = args.Get("log-level")) {
+    auto l = log::ParseLevel(*level);
+    if (!l) return Usage({"--log-level must be debug, info, warn or error"});
+    log::SetLevel(*l);
+  }
+  const std::string dir = args.Get("dir").value_or("");
+  if (dir.empty()) return Usage({"--dir is required"});
+  auto manifest = ReadManifest(dir);
+  if (!manifest) {
+    std::cerr << "spoke-loader run: " << manifest.error().ToString() << "\n";
+    return 1;
+  }
+  Workload workload = manifest->workload;
+  if (auto name = args.Get("workload")) {
+    auto w = ParseWorkload(*name);
+    if (!w) return Usage({"--workload must be report, resnet50, unet3d or shards"});
+    if ((*w == Workload::kShards) != manifest->sharded()) {
+      return Usage({"--workload " + *name + " does not match the dataset's layout (" +
+                    std::string(WorkloadName(manifest->workload)) + ")"});
+    }
+    workload = *w;
+  }
+  const Preset preset = PresetFor(workload);
+  LoaderConfig config;
+  config.batch = preset.batch;
+  config.workers = preset.workers;
+  config.prefetch_factor = preset.prefetch_factor;
+  config.accelerators = preset.accelerators;
+  config.compute_ms = preset.compute_ms;
+  args.Number("epochs", config.epochs);
+  args.Number("batch", config.batch);
+  args.Number("workers", config.workers);
+  args.Number("prefetch-factor", config.prefetch_factor);
+  args.Number("accelerators", config.accelerators);
+  args.Number("compute-ms", config.compute_ms);
+  args.Number("seed", config.seed);
+  uint64_t chunk_kib = config.chunk_bytes >> 10;
+  args.Number("chunk-kib", chunk_kib);
+  config.chunk_bytes = chunk_kib << 10;
+  SummaryOptions summary_options;
+  args.Number("window", summary_options.window);
+  config.verify = args.Has("verify");
+  config.drop_cache = args.Has("drop-cache");
+  config.hints_file = args.Get("hints-file").value_or("");
+  if (!args.errors.empty()) return Usage(args.errors);
+  if (auto st = config.Validate(); !st) return Usage({st.error().message()});
+  if (summary_options.window == 0) return Usage({"--window must be >= 1"});
+
+  PosixStorage storage(dir);
+  SteadyClock clock;
+  Loader loader(config, *manifest, storage, clock);
+  const RunResult result = loader.Run();
+  const Summary summary = Summarize(result.records, config.accelerators, summary_options);
+
+  if (auto csv = args.Get("csv")) {
+    std::ofstream out(*csv, std::ios::trunc);
+    WriteCsv(out, result.records, summary_options.window);
+    if (!out) std::cerr << "spoke-loader: cannot write " << *csv << "\n";
+  }
+  const auto json_path = args.Get("json");
+  std::ostream& text = (json_path && *json_path == "-") ? std::cerr : std::cout;
+  text << "workload " << WorkloadName(workload) << ": batch " << config.batch << ", workers "
+       << config.workers << ", prefetch " << config.prefetch_factor << ", accelerators "
+       << config.accelerators << ", compute " << config.compute_ms << " ms, epochs "
+       << config.epochs << "\n";
+  PrintSummary(text, summary);
+  if (result.read_errors || result.verify_failures || result.hint_failures) {
+    text << "read errors " << result.read_errors << ", verify failures " << result.verify_failures
+         << ", hint failures " << result.hint_failures << "\n";
+  }
+  if (json_path) {
+    nlohmann::json j = SummaryToJson(summary);
+    j["label"] = args.Get("label").value_or(std::string(WorkloadName(workload)));
+    j["workload"] = WorkloadName(workload);
+    j["dir"] = dir;
+    j["csv"] = args.Get("csv").value_or("");
+    j["read_errors"] = result.read_errors;
+    j["verify_failures"] = result.verify_failures;
+    j["hint_failures"] = result.hint_failures;
+    j["config"] = {
+        {"epochs", config.epochs},
+        {"batch", config.batch},
+        {"workers", config.workers},
+        {"prefetch_factor", config.prefetch_factor},
+        {"accelerators", config.accelerators},
+        {"compute_ms", config.compute_ms},
+        {"seed", config.seed},
+        {"verify", config.verify},
+        {"hints", !config.hints_file.empty()},
+        {"window", summary_options.window},
+        {"ideal_samples_per_s", config.compute_ms > 0
+                                    ? config.batch * config.accelerators / (config.compute_ms / 1e3)
+                                    : 0.0}};
+    if (*json_path == "-") {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::ofstream out(*json_path, std::ios::trunc);
+      out << j.dump(2) << "\n";
+      if (!out) std::cerr << "spoke-loader: cannot write " << *json_path << "\n";
+    }
+  }
+  return (result.read_errors || result.verify_failures) ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace spoke::bench
+
+int main(int argc, char** argv) {
+  if (argc < 2) return spoke::bench::Usage({});
+  const std::string cmd = argv[1];
+  if (cmd == "gen") return spoke::bench::Gen(argc, argv);
+  if (cmd == "run") return spoke::bench::Run(argc, argv);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::cout << spoke::bench::kUsage;
+    return 0;
+  }
+  return spoke::bench::Usage({"unknown command " + cmd});
+}
