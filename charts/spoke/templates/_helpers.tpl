@@ -107,7 +107,7 @@ template.
 {{- if not (regexMatch "^[0-9]+([KMGTPE]i?)?$" (include "spoke.size" .Values.cache.blockSizeBytes)) -}}
 {{- fail (printf "cache.blockSizeBytes %q: want bytes or a size like 1Mi" (include "spoke.size" .Values.cache.blockSizeBytes)) -}}
 {{- end -}}
-{{- if not (has .Values.logLevel (list "trace" "debug" "info" "warn" "error")) -}}
-{{- fail (printf "logLevel %q: want trace, debug, info, warn or error" .Values.logLevel) -}}
+{{- if not (has .Values.logLevel (list "debug" "info" "warn" "error")) -}}
+{{- fail (printf "logLevel %q: want debug, info, warn or error" .Values.logLevel) -}}
 {{- end -}}
 {{- end -}}
