@@ -1,0 +1,51 @@
+// spoke-csi-node's configuration: command-line flags plus an optional YAML file
+// (--config), validated once at start-up.
+//
+//   kubeletDir: /var/lib/kubelet   # when set, staging/target paths outside it are rejected
+//   stateDir: /var/lib/kubelet/plugins/spoke.csi.dev   # ephemeral volumes' private mounts
+//   topology: {region: eu-west-1, zone: eu-west-1a}     # or env SPOKE_REGION / SPOKE_ZONE
+//   agentTimeoutSeconds: 30
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace spoke::node {
+
+struct NodeConfig {
+  std::string endpoint = "unix:///csi/csi.sock";
+  std::string node_id;
+  std::string agent_socket = "/run/spoke/agent.sock";
+  // kubelet's --root-dir. Only enforced when configured explicitly (kubelet_dir_enforced):
+  // then a staging or target path outside it is InvalidArgument, so a bad request cannot make
+  // a privileged plugin mount over arbitrary host paths. Unset (csi-sanity, local e2e),
+  // any absolute path is accepted.
+  std::string kubelet_dir = "/var/lib/kubelet";
+  bool kubelet_dir_enforced = false;
+  // Where ephemeral (inline) volumes get their private agent mount: <stateDir>/ephemeral/<id>.
+  // Must be a path the agent and kubelet both see, hence under kubeletDir by default.
+  std::string state_dir;
+  std::string region;
+  std::string zone;
+  // Bound on every agent call. Mount may connect to a hub over a WAN (a few RTTs plus the
+  // first FSSTAT), so this is generous; a dead agent fails at once anyway (connect refused).
+  std::chrono::milliseconds agent_timeout{30000};
+
+  // Non-empty node id, absolute paths, state dir inside kubeletDir when enforced.
+  Status Validate() const;
+};
+
+// Reads the YAML file at `path` (empty = no file) into `config`, then fills topology from
+// `getenv` (SPOKE_REGION / SPOKE_ZONE) where the file left it empty, and the state dir
+// default. Errors name the key.
+Status LoadNodeConfigFile(const std::string& path, NodeConfig* config,
+                          const std::function<const char*(const char*)>& getenv);
+// Same, from YAML text (tests).
+Status LoadNodeConfigString(std::string_view yaml, NodeConfig* config,
+                            const std::function<const char*(const char*)>& getenv);
+
+}  // namespace spoke::node
