@@ -1,0 +1,143 @@
+// AccessTracker: what a volume's readers have done, for the prefetch experts.
+//
+// It keeps
+//  - the volume's files (from the metadata walk, AddTreeFile, and from opens), each with a
+//    dense FileIndex, grouped by directory (listing sorted by name, the order loaders use);
+//  - per-open read streams (handle -> file, next offset, sequential run);
+//  - the volume's open order per epoch (first open of each file in the epoch) and the
+//    previous epoch's order;
+//  - a block clock: blocks read so far on the volume (the unit of predicted_use ranks).
+//
+// Epoch boundaries (training loaders read every file once per epoch, in a fresh or in the
+// same order):
+//  1. Exhaustion: once every file of the reference set (the previous epoch's files, or in
+//     the first epoch the whole walked tree) has been read, the next open of a file already
+//     read this epoch starts a new epoch.
+//  2. Re-open: a file already read this epoch is opened again after at least
+//     `reopen_gap_fraction` of this epoch's files were first opened after it (and the epoch
+//     has at least `min_epoch_files` files). Re-opens shortly after the first open (a loader
+//     that opens a file twice, several workers on one shard) do not count.
+//  Re-opens that did not trigger a boundary but happened in the last `carry_fraction` of the
+//  epoch's opens are moved into the new epoch when it starts: in a shuffled order the first
+//  re-opens of the next epoch often hit files read late in this one, and they belong to the
+//  next epoch.
+// Not thread-safe: PrefetchScheduler calls it under its lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cache-agent/prefetch/predictor.h"
+#include "common/status.h"
+
+namespace spoke::agent {
+
+using FileIndex = uint32_t;
+
+struct TrackedFile {
+  std::string path;  // relative to the volume root
+  std::string dir;   // parent directory ("" = root)
+  uint64_t file_id = 0;
+  uint64_t version = 0;
+  uint64_t size = 0;
+  bool in_tree = false;  // known from the metadata walk (not only from an open)
+
+  uint64_t Blocks(uint32_t block_size) const { return (size + block_size - 1) / block_size; }
+};
+
+struct ReadStream {
+  FileIndex file = 0;
+  uint64_t next_offset = 0;     // end of the last read
+  uint64_t sequential_run = 0;  // bytes read contiguously up to next_offset
+  uint64_t bytes_read = 0;
+};
+
+class AccessTracker {
+ public:
+  struct Config {
+    uint32_t block_size = 1 << 20;     // the cache's block size: unit of the block clock
+    double reopen_gap_fraction = 0.5;  // see rule 2 above; half an epoch separates epochs
+    uint32_t min_epoch_files = 4;      // shorter "epochs" are re-opens, not epochs
+    double carry_fraction = 0.05;      // see above: the tail of an epoch where re-opens carry
+    Status Validate() const;
+  };
+
+  explicit AccessTracker(Config config);
+
+  // Metadata walk: one call per regular file, in walk order. Returns its index. A file seen
+  // again (same path) is updated in place.
+  FileIndex AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version, uint64_t size);
+
+  void OnOpen(const OpenEvent& e);
+  void OnRead(const ReadEvent& e);
+  void OnClose(const CloseEvent& e);
+
+  // --- files ---
+  size_t file_count() const { return files_.size(); }
+  const TrackedFile& file(FileIndex i) const { return files_[i]; }
+  std::optional<FileIndex> Find(std::string_view path) const;
+  // Walked files in walk order.
+  const std::vector<FileIndex>& tree_order() const { return tree_order_; }
+  // The files of `dir`, sorted by name, and a file's position in its directory listing.
+  const std::vector<FileIndex>& Directory(const std::string& dir) const;
+  uint32_t PositionInDirectory(FileIndex f) const;
+
+  // --- epochs ---
+  uint64_t epoch() const { return epoch_; }  // 0 = the first
+  const std::vector<FileIndex>& current_order() const { return current_order_; }
+  const std::vector<FileIndex>& previous_order() const { return previous_order_; }
+  bool ReadThisEpoch(FileIndex f) const { return read_epoch_[f] == epoch_ + 1; }
+  bool ReadLastEpoch(FileIndex f) const;
+  // The file opened most recently, if any.
+  std::optional<FileIndex> last_opened() const { return last_opened_; }
+  uint64_t opens() const { return opens_; }
+
+  // --- streams and clock ---
+  const ReadStream* stream(uint64_t handle) const;
+  uint64_t blocks_read() const { return blocks_read_; }
+  uint32_t block_size() const { return config_.block_size; }
+
+ private:
+  FileIndex Intern(std::string_view path, uint64_t file_id, uint64_t version, uint64_t size,
+                   bool in_tree);
+  void StartEpoch(FileIndex trigger);
+  void MarkRead(FileIndex f);
+  size_t ReferenceSize() const;
+
+  Config config_;
+  std::vector<TrackedFile> files_;
+  std::unordered_map<std::string, FileIndex> by_path_;
+  std::vector<FileIndex> tree_order_;
+  size_t tree_files_ = 0;
+  struct Dir {
+    std::vector<FileIndex> files;
+    bool sorted = true;
+  };
+  mutable std::map<std::string, Dir, std::less<>> dirs_;
+  mutable std::vector<uint32_t> dir_pos_;
+
+  uint64_t epoch_ = 0;
+  std::vector<uint64_t> read_epoch_;       // epoch+1 when read in that epoch, 0 = never
+  std::vector<uint64_t> read_epoch_prev_;  // the value before the current epoch's mark
+  std::vector<uint32_t> order_pos_;        // position in current_order_ (valid when read)
+  std::vector<FileIndex> current_order_;
+  std::vector<FileIndex> previous_order_;
+  size_t reference_read_ = 0;  // files of the reference set read this epoch
+  struct Reopen {
+    FileIndex file;
+    size_t at;  // current_order_.size() when it happened
+  };
+  std::vector<Reopen> reopens_;
+  std::optional<FileIndex> last_opened_;
+  uint64_t opens_ = 0;
+
+  std::unordered_map<uint64_t, ReadStream> streams_;
+  uint64_t blocks_read_ = 0;
+};
+
+}  // namespace spoke::agent

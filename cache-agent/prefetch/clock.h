@@ -1,0 +1,39 @@
+// Clock: the prefetcher's time source, injected so tests and the simulator run on virtual
+// time. SystemClock is the agent's; ManualClock moves only when told to.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+
+#include "cache-agent/prefetch/predictor.h"
+
+namespace spoke::agent {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual SteadyTime Now() const = 0;
+};
+
+class SystemClock final : public Clock {
+ public:
+  SteadyTime Now() const override { return std::chrono::steady_clock::now(); }
+};
+
+class ManualClock final : public Clock {
+ public:
+  SteadyTime Now() const override {
+    return SteadyTime(std::chrono::nanoseconds(now_ns_.load(std::memory_order_relaxed)));
+  }
+  void Set(SteadyTime t) {
+    now_ns_.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count(),
+        std::memory_order_relaxed);
+  }
+  void Advance(std::chrono::nanoseconds d) { now_ns_.fetch_add(d.count()); }
+
+ private:
+  std::atomic<int64_t> now_ns_{0};
+};
+
+}  // namespace spoke::agent

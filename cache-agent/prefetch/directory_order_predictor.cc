@@ -1,0 +1,49 @@
+#include "cache-agent/prefetch/directory_order_predictor.h"
+
+#include <algorithm>
+
+namespace spoke::agent {
+
+DirectoryOrderPredictor::DirectoryOrderPredictor(const AccessTracker& tracker,
+                                                 const BlockPresence& presence, Options options)
+    : TrackerExpert(tracker, presence), options_(options) {}
+
+void DirectoryOrderPredictor::OnOpen(const OpenEvent&) {
+  const auto f = tracker_.last_opened();
+  if (!f) return;
+  const TrackedFile& file = tracker_.file(*f);
+  const uint32_t pos = tracker_.PositionInDirectory(*f);
+  if (have_cursor_ && file.dir == dir_) {
+    if (pos > cursor_ && pos <= cursor_ + options_.window) {
+      ++run_;
+      cursor_ = pos;
+      return;
+    }
+    if (pos <= cursor_ && pos + options_.window >= cursor_) return;  // interleaved worker
+  }
+  dir_ = file.dir;
+  cursor_ = pos;
+  have_cursor_ = true;
+  run_ = 0;
+}
+
+void DirectoryOrderPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
+                                      std::vector<PrefetchRequest>* out) {
+  if (!have_cursor_) return;
+  uint64_t budget = budget_bytes / block_size;
+  const auto& listing = tracker_.Directory(dir_);
+  const uint64_t files_ahead =
+      std::min<uint64_t>(options_.max_files_ahead, run_ >= 16 ? 1u << 16 : 1u << run_);
+  double rank = 0;
+  uint64_t looked = 0;
+  for (size_t i = cursor_ + 1; i < listing.size() && looked < files_ahead && budget > 0; ++i) {
+    const FileIndex f = listing[i];
+    if (tracker_.ReadThisEpoch(f)) continue;
+    ++looked;
+    const uint64_t blocks = tracker_.file(f).Blocks(block_size);
+    EmitFile(f, 0, blocks, rank, &budget, out);
+    rank += static_cast<double>(blocks);
+  }
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,39 @@
+// DirectoryOrderPredictor: after file k of a directory listing (sorted by name) is opened,
+// files k+1, k+2, ... of that listing come next. Confidence grows with the run of opens
+// that followed the listing: with no run it proposes one file ahead (cheap exploration),
+// after r consecutive in-order opens 2^r files (up to `max_files_ahead`). Several workers
+// that split an ordered listing open files slightly out of order: an open up to `window`
+// positions ahead of the cursor still counts as in order, one behind it is neutral.
+#pragma once
+
+#include <string>
+
+#include "cache-agent/prefetch/tracker_expert.h"
+
+namespace spoke::agent {
+
+class DirectoryOrderPredictor final : public TrackerExpert {
+ public:
+  struct Options {
+    uint32_t max_files_ahead = 256;  // bounded by the scheduler's budget anyway
+    uint32_t window = 16;            // loader workers interleave this many files
+  };
+  DirectoryOrderPredictor(const AccessTracker& tracker, const BlockPresence& presence,
+                          Options options);
+  DirectoryOrderPredictor(const AccessTracker& tracker, const BlockPresence& presence)
+      : DirectoryOrderPredictor(tracker, presence, Options{}) {}
+
+  std::string_view name() const override { return "directory"; }
+  void OnOpen(const OpenEvent& e) override;
+  void Predict(uint64_t budget_bytes, uint32_t block_size,
+               std::vector<PrefetchRequest>* out) override;
+
+ private:
+  Options options_;
+  std::string dir_;
+  bool have_cursor_ = false;
+  uint32_t cursor_ = 0;  // highest listing position opened in the current run
+  uint32_t run_ = 0;
+};
+
+}  // namespace spoke::agent

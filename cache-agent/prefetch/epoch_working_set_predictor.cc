@@ -1,0 +1,37 @@
+#include "cache-agent/prefetch/epoch_working_set_predictor.h"
+
+namespace spoke::agent {
+
+void EpochWorkingSetPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
+                                       std::vector<PrefetchRequest>* out) {
+  const bool first = tracker_.epoch() == 0;
+  const auto& candidates = first ? tracker_.tree_order() : tracker_.previous_order();
+  if (epoch_ != tracker_.epoch()) {
+    epoch_ = tracker_.epoch();
+    cursor_ = 0;
+    candidate_blocks_ = 0;
+    for (FileIndex f : candidates) candidate_blocks_ += tracker_.file(f).Blocks(block_size);
+    blocks_read_at_start_ = tracker_.blocks_read();
+  }
+  uint64_t budget = budget_bytes / block_size;
+  const uint64_t read = tracker_.blocks_read() - blocks_read_at_start_;
+  const double remaining =
+      candidate_blocks_ > read ? static_cast<double>(candidate_blocks_ - read) : 1.0;
+  const double rank = remaining / 2;
+  bool contiguous = true;
+  for (size_t i = cursor_; i < candidates.size() && budget > 0; ++i) {
+    const FileIndex f = candidates[i];
+    if (tracker_.ReadThisEpoch(f)) {
+      if (contiguous) cursor_ = i + 1;
+      continue;
+    }
+    const Emit e = EmitFile(f, 0, tracker_.file(f).Blocks(block_size), rank, &budget, out);
+    if (contiguous && e.all_present) {
+      cursor_ = i + 1;
+    } else {
+      contiguous = false;
+    }
+  }
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,90 @@
+// HintPredictor: a job discloses the paths it will read, in order, and they are fetched
+// ahead of it. Two channels feed it, both through PrefetchScheduler (which serialises
+// access): the agent API (MountedVolume::Hint -> AddHintPaths) and the control file
+// `<mount>/.spoke-hints` (kHintFileName), to which a job writes one path per line; VolumeFs
+// hands each write's bytes to AddHints (a line split across writes is joined: the parser
+// keeps the unterminated tail until the next write or FlushHints).
+//
+// A hint path is relative to the volume root. Rejected (counted, skipped, never resolved):
+// empty lines, absolute paths, any "." or ".." component, NUL bytes, a path longer than
+// kMaxHintPath or a component longer than kMaxHintComponent. "a//b" is normalised to "a/b",
+// a trailing "\r" is dropped. Accepted paths that name no known file are skipped when they
+// come up (counted as unresolved).
+//
+// Hints are consumed as the job opens the hinted files; a hint left behind by more than
+// `stale_after` later consumed hints is dropped (the job skipped it).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "cache-agent/prefetch/tracker_expert.h"
+#include "common/status.h"
+
+namespace spoke::agent {
+
+inline constexpr std::string_view kHintFileName = ".spoke-hints";
+inline constexpr size_t kMaxHintPath = 4096;      // PATH_MAX
+inline constexpr size_t kMaxHintComponent = 255;  // NAME_MAX
+
+// Validates and normalises one hint line. kInvalidArgument with the reason.
+Result<std::string> NormalizeHintPath(std::string_view line);
+
+struct HintCounts {
+  uint32_t accepted = 0;
+  uint32_t rejected = 0;
+};
+
+class HintPredictor final : public TrackerExpert {
+ public:
+  struct Options {
+    size_t max_pending = 1 << 20;  // queued hints; more are rejected (memory bound)
+    size_t stale_after = 4096;     // see header
+    size_t max_scan = 8192;        // hints looked at per Predict call
+  };
+  HintPredictor(const AccessTracker& tracker, const BlockPresence& presence, Options options);
+  HintPredictor(const AccessTracker& tracker, const BlockPresence& presence)
+      : HintPredictor(tracker, presence, Options{}) {}
+
+  std::string_view name() const override { return "hints"; }
+
+  // Parses newline-separated paths. A final line without '\n' is kept until more text
+  // arrives or FlushHints() (a write may end mid-line).
+  HintCounts AddHints(std::string_view text);
+  HintCounts FlushHints();
+  HintCounts AddHintPaths(std::span<const std::string> paths);
+
+  void OnOpen(const OpenEvent& e) override;
+  void Predict(uint64_t budget_bytes, uint32_t block_size,
+               std::vector<PrefetchRequest>* out) override;
+
+  size_t pending() const { return pending_; }
+  uint64_t unresolved() const { return unresolved_; }
+  uint64_t total_accepted() const { return total_.accepted; }
+  uint64_t total_rejected() const { return total_.rejected; }
+
+ private:
+  void AddLine(std::string_view line, HintCounts* counts);
+  void PopConsumed();
+
+  struct Entry {
+    std::string path;
+    bool consumed = false;
+    bool counted = false;  // consumed while not at the head (in consumed_past_head_)
+  };
+  Options options_;
+  std::deque<Entry> queue_;
+  uint64_t base_ = 0;  // sequence number of queue_.front()
+  std::unordered_map<std::string, std::deque<uint64_t>> waiting_;  // path -> sequence numbers
+  size_t pending_ = 0;
+  size_t consumed_past_head_ = 0;
+  std::string partial_;
+  uint64_t unresolved_ = 0;
+  HintCounts total_;
+};
+
+}  // namespace spoke::agent

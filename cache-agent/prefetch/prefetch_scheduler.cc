@@ -1,0 +1,403 @@
+#include "cache-agent/prefetch/prefetch_scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "cache-agent/agent/mounted_volume.h"
+#include "cache-agent/prefetch/directory_order_predictor.h"
+#include "cache-agent/prefetch/epoch_replay_predictor.h"
+#include "cache-agent/prefetch/epoch_working_set_predictor.h"
+
+namespace spoke::agent {
+
+Status PrefetchScheduler::Config::Validate() const {
+  if (block_size == 0) return Fail(Code::kInvalidArgument, "prefetch: block_size must be > 0");
+  if (space_budget_bytes < block_size) {
+    return Fail(Code::kInvalidArgument, "prefetch: space_budget_bytes must be >= block_size");
+  }
+  if (max_inflight_bytes < block_size) {
+    return Fail(Code::kInvalidArgument, "prefetch: max_inflight_bytes must be >= block_size");
+  }
+  if (max_request_blocks == 0) {
+    return Fail(Code::kInvalidArgument, "prefetch: max_request_blocks must be > 0");
+  }
+  if (!(precision_decay > 0 && precision_decay < 1)) {
+    return Fail(Code::kInvalidArgument, "prefetch: precision_decay must be in (0, 1)");
+  }
+  if (!(prior_precision >= 0 && prior_precision <= 1)) {
+    return Fail(Code::kInvalidArgument, "prefetch: prior_precision must be in [0, 1]");
+  }
+  if (!(cutoff >= 0 && cutoff < 1)) {
+    return Fail(Code::kInvalidArgument, "prefetch: cutoff must be in [0, 1)");
+  }
+  if (!(coverage_decay > 0 && coverage_decay < 1)) {
+    return Fail(Code::kInvalidArgument, "prefetch: coverage_decay must be in (0, 1)");
+  }
+  AccessTracker::Config t = tracker;
+  t.block_size = block_size;
+  return t.Validate();
+}
+
+namespace {
+AccessTracker::Config TrackerConfig(const PrefetchScheduler::Config& c) {
+  AccessTracker::Config t = c.tracker;
+  t.block_size = c.block_size;
+  return t;
+}
+}  // namespace
+
+PrefetchScheduler::PrefetchScheduler(Config config, const Clock& clock, PrefetchSink& sink)
+    : config_(config), clock_(clock), sink_(sink), tracker_(TrackerConfig(config)) {
+  assert(config_.Validate().has_value());
+  last_event_ = clock_.Now();
+}
+
+PrefetchScheduler::~PrefetchScheduler() = default;
+
+ExpertId PrefetchScheduler::AddExpert(std::unique_ptr<Predictor> expert) {
+  std::lock_guard lock(mu_);
+  assert(experts_.size() < 254);
+  Expert e;
+  e.predictor = std::move(expert);
+  e.id = static_cast<ExpertId>(experts_.size() + 1);
+  e.precision = config_.prior_precision;
+  experts_.push_back(std::move(e));
+  UpdateAllowancesLocked();
+  return experts_.back().id;
+}
+
+void PrefetchScheduler::AddTrackerExperts(const ExpertSet& set) {
+  if (set.hints) {
+    auto h = std::make_unique<HintPredictor>(tracker_, presence_);
+    HintPredictor* raw = h.get();
+    AddExpert(std::move(h));
+    std::lock_guard lock(mu_);
+    hints_ = raw;
+  }
+  if (set.replay) AddExpert(std::make_unique<EpochReplayPredictor>(tracker_, presence_));
+  if (set.directory) AddExpert(std::make_unique<DirectoryOrderPredictor>(tracker_, presence_));
+  if (set.working_set) {
+    AddExpert(std::make_unique<EpochWorkingSetPredictor>(tracker_, presence_));
+  }
+}
+
+void PrefetchScheduler::AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version,
+                                    uint64_t size) {
+  std::lock_guard lock(mu_);
+  tracker_.AddTreeFile(path, file_id, version, size);
+}
+
+bool PrefetchScheduler::Presence::Present(const TrackedFile& f, uint64_t block) const {
+  return s_.PresentLocked(s_.Key(f.file_id, f.version, block));
+}
+
+bool PrefetchScheduler::PresentLocked(const BlockKey& key) const {
+  return pending_.contains(key) || sink_.Has(key);
+}
+
+PrefetchScheduler::Expert* PrefetchScheduler::ExpertById(ExpertId id) {
+  if (id == kDemand || id > experts_.size()) return nullptr;
+  return &experts_[id - 1];
+}
+
+void PrefetchScheduler::OnOpen(const OpenEvent& e) {
+  std::lock_guard lock(mu_);
+  last_event_ = clock_.Now();
+  DrainVerdictsLocked();
+  tracker_.OnOpen(e);
+  for (Expert& x : experts_) x.predictor->OnOpen(e);
+  ScheduleLocked();
+}
+
+void PrefetchScheduler::OnRead(const ReadEvent& e) {
+  std::lock_guard lock(mu_);
+  last_event_ = clock_.Now();
+  DrainVerdictsLocked();
+  tracker_.OnRead(e);
+  if (e.length > 0) {
+    const uint64_t first = e.offset / config_.block_size;
+    const uint64_t last = (e.offset + e.length - 1) / config_.block_size;
+    for (uint64_t b = first; b <= last; ++b) {
+      const BlockKey key = Key(e.file_id, e.version, b);
+      auto it = pending_.find(key);
+      if (it != pending_.end()) {
+        const ExpertId by = it->second.expert;
+        ApplyVerdictLocked(key, Verdict::kUsed);
+        CoverageLocked(by);
+      } else if (!e.hit) {
+        ++demand_miss_blocks_;
+        CoverageLocked(kDemand);
+      }
+    }
+  }
+  for (Expert& x : experts_) x.predictor->OnRead(e);
+  ExpireLocked();
+  ScheduleLocked();
+}
+
+void PrefetchScheduler::OnClose(const CloseEvent& e) {
+  std::lock_guard lock(mu_);
+  tracker_.OnClose(e);
+  for (Expert& x : experts_) x.predictor->OnClose(e);
+}
+
+void PrefetchScheduler::Tick() {
+  std::lock_guard lock(mu_);
+  DrainVerdictsLocked();
+  if (clock_.Now() - last_event_ > config_.idle_release && !pending_.empty()) {
+    while (!pending_.empty()) ApplyVerdictLocked(pending_.begin()->first, Verdict::kExpired);
+    deadlines_ = {};
+    return;
+  }
+  ExpireLocked();
+  ScheduleLocked();
+}
+
+void PrefetchScheduler::RecordDemandMiss(std::chrono::nanoseconds latency) {
+  miss_reads_.fetch_add(1, std::memory_order_relaxed);
+  miss_nanos_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(latency.count(), 0)),
+                        std::memory_order_relaxed);
+}
+
+HintCounts PrefetchScheduler::AddHints(std::string_view text) {
+  std::lock_guard lock(mu_);
+  if (hints_ == nullptr) {
+    HintCounts c;
+    for (char ch : text) c.rejected += ch == '\n';
+    return c;
+  }
+  HintCounts c = hints_->AddHints(text);
+  ScheduleLocked();
+  return c;
+}
+
+HintCounts PrefetchScheduler::FlushHints() {
+  std::lock_guard lock(mu_);
+  if (hints_ == nullptr) return {};
+  HintCounts c = hints_->FlushHints();
+  ScheduleLocked();
+  return c;
+}
+
+HintCounts PrefetchScheduler::AddHintPaths(std::span<const std::string> paths) {
+  std::lock_guard lock(mu_);
+  if (hints_ == nullptr) return HintCounts{0, static_cast<uint32_t>(paths.size())};
+  HintCounts c = hints_->AddHintPaths(paths);
+  ScheduleLocked();
+  return c;
+}
+
+void PrefetchScheduler::OnPrefetchUsed(const BlockKey& key, ExpertId) {
+  if (key.volume != config_.volume_key) return;
+  std::lock_guard lock(verdict_mu_);
+  verdicts_.emplace_back(key, true);
+}
+
+void PrefetchScheduler::OnPrefetchWasted(const BlockKey& key, ExpertId) {
+  if (key.volume != config_.volume_key) return;
+  std::lock_guard lock(verdict_mu_);
+  verdicts_.emplace_back(key, false);
+}
+
+void PrefetchScheduler::DrainVerdictsLocked() {
+  std::vector<std::pair<BlockKey, bool>> v;
+  {
+    std::lock_guard lock(verdict_mu_);
+    v.swap(verdicts_);
+  }
+  for (const auto& [key, used] : v) {
+    auto it = pending_.find(key);
+    if (it == pending_.end()) continue;  // read already (OnRead) or expired
+    const ExpertId by = it->second.expert;
+    ApplyVerdictLocked(key, used ? Verdict::kUsed : Verdict::kWasted);
+    if (used) CoverageLocked(by);
+  }
+}
+
+void PrefetchScheduler::ApplyVerdictLocked(const BlockKey& key, Verdict v) {
+  auto it = pending_.find(key);
+  if (it == pending_.end()) return;
+  Expert* x = ExpertById(it->second.expert);
+  pending_.erase(it);
+  --outstanding_blocks_;
+  if (x == nullptr) return;
+  --x->outstanding;
+  const double hit = v == Verdict::kUsed ? 1.0 : 0.0;
+  x->precision += config_.precision_decay * (hit - x->precision);
+  if (v == Verdict::kUsed) {
+    ++x->used;
+    used_bytes_ += config_.block_size;
+  } else {
+    ++x->wasted;
+    wasted_bytes_ += config_.block_size;
+    if (v == Verdict::kExpired) ++x->expired;
+  }
+}
+
+void PrefetchScheduler::CoverageLocked(ExpertId served_by) {
+  for (Expert& x : experts_) {
+    const double hit = x.id == served_by ? 1.0 : 0.0;
+    x.coverage += config_.coverage_decay * (hit - x.coverage);
+  }
+}
+
+void PrefetchScheduler::ExpireLocked() {
+  const uint64_t now = tracker_.blocks_read();
+  while (!deadlines_.empty() && deadlines_.top().at <= now) {
+    const Deadline d = deadlines_.top();
+    deadlines_.pop();
+    auto it = pending_.find(d.key);
+    if (it != pending_.end() && it->second.deadline == d.at) {
+      ApplyVerdictLocked(d.key, Verdict::kExpired);
+    }
+  }
+}
+
+void PrefetchScheduler::UpdateAllowancesLocked() {
+  double best = 0;
+  for (const Expert& x : experts_) {
+    if (x.precision >= config_.cutoff) best = std::max(best, x.precision);
+  }
+  const uint64_t floor = uint64_t{config_.exploration_blocks} * config_.block_size;
+  for (Expert& x : experts_) {
+    uint64_t a = 0;
+    if (best > 0 && x.precision >= config_.cutoff) {
+      const double r = x.precision / best;
+      a = static_cast<uint64_t>(static_cast<double>(config_.space_budget_bytes) * r * r);
+    }
+    x.allowance = std::max(a, floor);
+  }
+}
+
+void PrefetchScheduler::ScheduleLocked() {
+  if (experts_.empty()) return;
+  UpdateAllowancesLocked();
+  const uint64_t bs = config_.block_size;
+  uint64_t inflight = sink_.InFlightBytes();
+  if (inflight + bs > config_.max_inflight_bytes) return;
+
+  std::vector<Expert*> order;
+  order.reserve(experts_.size());
+  for (Expert& x : experts_) order.push_back(&x);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Expert* a, const Expert* b) { return a->precision > b->precision; });
+
+  const uint64_t now = tracker_.blocks_read();
+  for (Expert* x : order) {
+    const uint64_t space_used = outstanding_blocks_ * bs;
+    if (space_used + bs > config_.space_budget_bytes) return;
+    if (x->outstanding * bs + bs > x->allowance) continue;
+    const uint64_t budget =
+        std::min({x->allowance - x->outstanding * bs, config_.space_budget_bytes - space_used,
+                  config_.max_inflight_bytes - inflight});
+    proposals_.clear();
+    x->predictor->Predict(budget, static_cast<uint32_t>(bs), &proposals_);
+    for (const PrefetchRequest& p : proposals_) {
+      const uint64_t file_blocks = (p.file_size + bs - 1) / bs;
+      const uint64_t end = std::min(p.first_block + p.block_count, file_blocks);
+      uint64_t b = p.first_block;
+      while (b < end) {
+        // Skip what is outstanding, cached or being fetched (de-dup across experts).
+        if (PresentLocked(Key(p.file_id, p.version, b))) {
+          ++b;
+          continue;
+        }
+        uint64_t n = 0;
+        while (b + n < end && n < config_.max_request_blocks &&
+               !PresentLocked(Key(p.file_id, p.version, b + n))) {
+          ++n;
+        }
+        n = std::min({n, (config_.max_inflight_bytes - inflight) / bs,
+                      (config_.space_budget_bytes - outstanding_blocks_ * bs) / bs,
+                      (x->allowance - std::min(x->allowance, x->outstanding * bs)) / bs});
+        if (n == 0) break;
+        PrefetchRequest r = p;
+        r.first_block = b;
+        r.block_count = n;
+        r.predicted_use = p.predicted_use + static_cast<double>(b - p.first_block);
+        r.expert = x->id;
+        if (!sink_.Submit(r)) {
+          ++sink_refusals_;
+          return;  // the fetcher is full: retry on the next event or Tick
+        }
+        inflight = sink_.InFlightBytes();
+        for (uint64_t i = 0; i < n; ++i) {
+          const BlockKey key = Key(p.file_id, p.version, b + i);
+          const double rank = std::max(0.0, r.predicted_use + static_cast<double>(i));
+          const uint64_t deadline =
+              now + config_.min_horizon_blocks +
+              std::max<uint64_t>(config_.min_horizon_blocks, static_cast<uint64_t>(2 * rank));
+          pending_[key] = Pending{x->id, deadline};
+          deadlines_.push(Deadline{deadline, key});
+        }
+        outstanding_blocks_ += n;
+        x->outstanding += n;
+        x->predicted += n;
+        b += n;
+        if (inflight + bs > config_.max_inflight_bytes) return;
+      }
+      if (inflight + bs > config_.max_inflight_bytes) return;
+      if ((outstanding_blocks_ + 1) * bs > config_.space_budget_bytes) return;
+      if (x->outstanding * bs + bs > x->allowance) break;
+    }
+  }
+}
+
+PrefetchStats PrefetchScheduler::Stats() const {
+  PrefetchStats s;
+  {
+    std::lock_guard lock(mu_);
+    s.epoch = tracker_.epoch();
+    for (const Expert& x : experts_) {
+      ExpertStats e;
+      e.id = x.id;
+      e.name = std::string(x.predictor->name());
+      e.precision = x.precision;
+      e.coverage = x.coverage;
+      e.predicted_blocks = x.predicted;
+      e.used_blocks = x.used;
+      e.wasted_blocks = x.wasted;
+      e.expired_blocks = x.expired;
+      e.outstanding_blocks = x.outstanding;
+      e.budget_bytes = x.allowance;
+      s.experts.push_back(std::move(e));
+    }
+    s.prefetched_bytes_used = used_bytes_;
+    s.prefetched_bytes_wasted = wasted_bytes_;
+    s.demand_miss_blocks = demand_miss_blocks_;
+    s.outstanding_bytes = outstanding_blocks_ * config_.block_size;
+    s.sink_refusals = sink_refusals_;
+    if (hints_ != nullptr) {
+      s.hints_accepted = hints_->total_accepted();
+      s.hints_rejected = hints_->total_rejected();
+      s.hints_pending = hints_->pending();
+    }
+  }
+  s.inflight_bytes = sink_.InFlightBytes();
+  s.space_budget_bytes = config_.space_budget_bytes;
+  s.max_inflight_bytes = config_.max_inflight_bytes;
+  s.demand_miss_reads = miss_reads_.load(std::memory_order_relaxed);
+  s.demand_miss_seconds = static_cast<double>(miss_nanos_.load(std::memory_order_relaxed)) / 1e9;
+  return s;
+}
+
+void PrefetchStats::FillFigures(VolumeFigures* f) const {
+  f->prefetched_bytes_used = prefetched_bytes_used;
+  f->prefetched_bytes_wasted = prefetched_bytes_wasted;
+  f->demand_miss_latency_ms_avg = DemandMissLatencyMsAvg();
+  f->experts.clear();
+  for (const ExpertStats& e : experts) {
+    ExpertFigures x;
+    x.name = e.name;
+    x.precision = e.precision;
+    x.coverage = e.coverage;
+    x.predicted_blocks = e.predicted_blocks;
+    x.used_blocks = e.used_blocks;
+    x.wasted_blocks = e.wasted_blocks;
+    x.budget_bytes = e.budget_bytes;
+    f->experts.push_back(std::move(x));
+  }
+}
+
+}  // namespace spoke::agent

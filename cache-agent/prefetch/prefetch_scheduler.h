@@ -1,0 +1,259 @@
+// PrefetchScheduler: runs the experts of one volume and decides what is fetched.
+//
+//   VolumeFs --OnOpen/OnRead/OnClose--> PrefetchScheduler --Submit--> PrefetchSink (fetcher)
+//                                          ^  |  (tracker, experts)           |
+//   BlockCache --OnPrefetchUsed/Wasted-----+  +--Predict(budget)              v
+//                                                                   BlockCache (hint)
+//
+// Scoring. Every block the scheduler submits is "outstanding" for the expert that proposed
+// it until a verdict: used (the volume read it: seen in OnRead, or the cache's
+// OnPrefetchUsed), wasted (the cache evicted it unread: OnPrefetchWasted) or expired (not
+// read within max(min_horizon, 2 x its predicted rank) + min_horizon block reads — also
+// what happens to a block the cache refused to admit). Each verdict moves the expert's
+// precision p (an exponentially decayed average, weight `precision_decay` per verdict,
+// starting at `prior_precision`). Coverage is the decayed share of the volume's
+// non-cached block reads (demand misses + prefetched blocks read) that the expert served.
+//
+// Budgets. Space: the bytes outstanding over all experts stay <= space_budget_bytes (the
+// cache space prefetching may hold before it is proven useful). An expert's own allowance
+// is space_budget x (p / p_best)^2, or just `exploration_blocks` when p < `cutoff`.
+// Bandwidth: the fetcher's prefetch bytes in flight (PrefetchSink::InFlightBytes) stay
+// <= max_inflight_bytes; experts are asked in order of precision, so the best ones get the
+// bandwidth first; demand reads never wait for prefetches (the fetcher queues them first).
+// A wrong expert cannot lose much: it has at most its allowance outstanding, and from
+// p = 1 it falls below `cutoff` after ceil(log(cutoff) / log(1 - decay)) wasted verdicts
+// (15 with the defaults), after which it keeps only `exploration_blocks`. So after it turns
+// wrong it issues at most allowance + 15 blocks before its budget is gone.
+//
+// De-duplication: a block that is outstanding, cached or being fetched is never submitted
+// again; the first (most precise) expert to propose a block owns it.
+//
+// Eviction: each request carries predicted_use = the proposing expert's rank (blocks the
+// volume is expected to read before this one), which the fetcher passes in AdmissionHint so
+// that the eviction policy (NoThrashPolicy) never lets a prefetch evict a block needed
+// sooner.
+//
+// Threading: every method is thread-safe. Events and Tick take the scheduler's lock and
+// call the experts and the sink under it; the sink may take the fetcher's and the cache's
+// locks. The CacheListener methods only queue the verdict under a leaf lock (they run under
+// the cache's lock), so there is no lock-order cycle. Callers must not hold the fetcher's
+// or the cache's locks when calling OnOpen/OnRead/OnClose/Tick.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cache-agent/cache/block_cache.h"
+#include "cache-agent/cache/block_key.h"
+#include "cache-agent/prefetch/access_tracker.h"
+#include "cache-agent/prefetch/clock.h"
+#include "cache-agent/prefetch/hint_predictor.h"
+#include "cache-agent/prefetch/predictor.h"
+#include "cache-agent/prefetch/tracker_expert.h"
+#include "common/status.h"
+
+namespace spoke::agent {
+
+struct VolumeFigures;
+
+// Where the scheduler sends its decisions: the fetcher (BlockFetcher in the agent, a fake
+// in tests, the simulated WAN in spoke-sim).
+class PrefetchSink {
+ public:
+  virtual ~PrefetchSink() = default;
+  // Queues the request's blocks at prefetch priority (behind every demand read); each block
+  // is stored with AdmissionHint{request.expert, request.predicted_use + i}. Returns false
+  // when the fetcher is over its own budget: nothing was queued.
+  virtual bool Submit(const PrefetchRequest& request) = 0;
+  // Prefetch bytes queued or in flight (not demand reads).
+  virtual uint64_t InFlightBytes() const = 0;
+  // True when the block is cached or being fetched.
+  virtual bool Has(const BlockKey& key) const = 0;
+};
+
+struct ExpertStats {
+  ExpertId id = kDemand;
+  std::string name;
+  double precision = 0;
+  double coverage = 0;
+  uint64_t predicted_blocks = 0;  // submitted to the fetcher
+  uint64_t used_blocks = 0;
+  uint64_t wasted_blocks = 0;   // evicted unread, or expired (below)
+  uint64_t expired_blocks = 0;  // not read within the horizon
+  uint64_t outstanding_blocks = 0;
+  uint64_t budget_bytes = 0;  // current allowance of outstanding bytes
+};
+
+struct PrefetchStats {
+  uint64_t epoch = 0;
+  std::vector<ExpertStats> experts;
+  uint64_t prefetched_bytes_used = 0;
+  uint64_t prefetched_bytes_wasted = 0;
+  uint64_t demand_miss_blocks = 0;  // blocks read that were neither cached nor prefetched
+  uint64_t demand_miss_reads = 0;   // RecordDemandMiss calls
+  double demand_miss_seconds = 0;   // their summed latency
+  uint64_t inflight_bytes = 0;      // fetcher's prefetch bytes in flight
+  uint64_t outstanding_bytes = 0;   // submitted and without verdict
+  uint64_t space_budget_bytes = 0;
+  uint64_t max_inflight_bytes = 0;
+  uint64_t sink_refusals = 0;  // Submit returned false
+  uint64_t hints_accepted = 0;
+  uint64_t hints_rejected = 0;
+  uint64_t hints_pending = 0;
+
+  double DemandMissLatencyMsAvg() const {
+    return demand_miss_reads == 0 ? 0 : demand_miss_seconds * 1e3 / demand_miss_reads;
+  }
+  // Fills the prefetch part of VolumeFigures (experts, prefetched bytes, miss latency).
+  void FillFigures(VolumeFigures* figures) const;
+};
+
+class PrefetchScheduler final : public CacheListener {
+ public:
+  struct Config {
+    uint64_t volume_key = 0;        // BlockKey::volume of this volume's blocks
+    uint32_t block_size = 1 << 20;  // the cache's block size
+    // Prefetch bytes in flight: about bandwidth x RTT (10 Gbit/s x 60 ms = 75 MB) keeps the
+    // WAN busy; more only queues at the fetcher.
+    uint64_t max_inflight_bytes = 64ull << 20;
+    // Unverified prefetched bytes: the cache space prefetching may take on credit. The
+    // agent sets the volume's share of the cache; required.
+    uint64_t space_budget_bytes = 0;
+    uint32_t max_request_blocks = 16;   // one Submit covers at most this many blocks
+    double precision_decay = 1.0 / 16;  // weight of one verdict
+    double prior_precision = 0.5;       // an unproven expert: half right
+    double cutoff = 0.4;                // below: exploration budget only
+    uint32_t exploration_blocks = 4;    // a failed expert keeps probing with this many
+    uint64_t min_horizon_blocks = 512;  // expiry slack (block reads)
+    double coverage_decay = 1.0 / 256;  // weight of one non-cached block read
+    // A volume nobody read for this long releases its outstanding predictions (expired):
+    // the job stopped; its space budget should not stay claimed.
+    std::chrono::nanoseconds idle_release = std::chrono::minutes(2);
+    AccessTracker::Config tracker;  // block_size is overridden with block_size
+    Status Validate() const;
+  };
+
+  // Which of the tracker-based experts AddTrackerExperts installs.
+  struct ExpertSet {
+    bool directory = true;
+    bool replay = true;
+    bool working_set = true;
+    bool hints = true;
+  };
+
+  // `config` must be valid (Validate) — an invalid one is a bug and asserts.
+  PrefetchScheduler(Config config, const Clock& clock, PrefetchSink& sink);
+  ~PrefetchScheduler() override;
+  PrefetchScheduler(const PrefetchScheduler&) = delete;
+  PrefetchScheduler& operator=(const PrefetchScheduler&) = delete;
+
+  // --- set-up (any time, thread-safe) ---
+  // Adds an expert (e.g. SequentialPredictor). Returns its ExpertId (1, 2, ...).
+  ExpertId AddExpert(std::unique_ptr<Predictor> expert);
+  // Adds DirectoryOrder, EpochReplay, EpochWorkingSet and Hint predictors as selected.
+  void AddTrackerExperts(const ExpertSet& set);
+  // For experts built outside: they must only be used through this scheduler.
+  const AccessTracker& tracker() const { return tracker_; }
+  const BlockPresence& presence() const { return presence_; }
+  // Metadata walk: every regular file of the volume, in walk order.
+  void AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version, uint64_t size);
+
+  // --- events from VolumeFs ---
+  void OnOpen(const OpenEvent& e);
+  // Call as soon as the cache lookup is done (before waiting for missed blocks), so that
+  // prefetches start one round trip earlier.
+  void OnRead(const ReadEvent& e);
+  void OnClose(const CloseEvent& e);
+  // Re-plans without an event: call when prefetch bytes complete (the in-flight budget
+  // freed) and from a timer.
+  void Tick();
+  // Latency of one read that waited for the hub (demand miss).
+  void RecordDemandMiss(std::chrono::nanoseconds latency);
+
+  // --- hints (HintPredictor; counted as rejected when no hint expert is installed) ---
+  HintCounts AddHints(std::string_view text);
+  HintCounts FlushHints();
+  HintCounts AddHintPaths(std::span<const std::string> paths);
+
+  // --- CacheListener (register with BlockCache::SetListener, or fan out to it) ---
+  void OnPrefetchUsed(const BlockKey& key, ExpertId expert) override;
+  void OnPrefetchWasted(const BlockKey& key, ExpertId expert) override;
+
+  PrefetchStats Stats() const;
+
+ private:
+  struct Expert {
+    std::unique_ptr<Predictor> predictor;
+    ExpertId id = kDemand;
+    double precision = 0;
+    double coverage = 0;
+    uint64_t predicted = 0, used = 0, wasted = 0, expired = 0;
+    uint64_t outstanding = 0;  // blocks
+    uint64_t allowance = 0;    // bytes
+  };
+  struct Pending {
+    ExpertId expert = kDemand;
+    uint64_t deadline = 0;  // block clock
+  };
+  struct Deadline {
+    uint64_t at;
+    BlockKey key;
+    bool operator>(const Deadline& o) const { return at > o.at; }
+  };
+  class Presence final : public BlockPresence {
+   public:
+    explicit Presence(PrefetchScheduler& s) : s_(s) {}
+    bool Present(const TrackedFile& f, uint64_t block) const override;
+
+   private:
+    PrefetchScheduler& s_;
+  };
+  enum class Verdict { kUsed, kWasted, kExpired };
+
+  BlockKey Key(uint64_t file_id, uint64_t version, uint64_t block) const {
+    return BlockKey{config_.volume_key, file_id, version, block};
+  }
+  bool PresentLocked(const BlockKey& key) const;
+  void DrainVerdictsLocked();
+  void ApplyVerdictLocked(const BlockKey& key, Verdict v);
+  void ExpireLocked();
+  void UpdateAllowancesLocked();
+  void ScheduleLocked();
+  Expert* ExpertById(ExpertId id);
+  void CoverageLocked(ExpertId served_by);
+
+  const Config config_;
+  const Clock& clock_;
+  PrefetchSink& sink_;
+
+  mutable std::mutex mu_;  // everything below except the verdict queue and miss counters
+  AccessTracker tracker_;
+  Presence presence_{*this};
+  std::vector<Expert> experts_;
+  HintPredictor* hints_ = nullptr;
+  std::unordered_map<BlockKey, Pending, BlockKeyHash> pending_;
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  uint64_t outstanding_blocks_ = 0;
+  uint64_t used_bytes_ = 0, wasted_bytes_ = 0;
+  uint64_t demand_miss_blocks_ = 0;
+  uint64_t sink_refusals_ = 0;
+  SteadyTime last_event_{};
+  std::vector<PrefetchRequest> proposals_;  // scratch
+
+  std::mutex verdict_mu_;  // leaf lock: CacheListener runs under the cache's lock
+  std::vector<std::pair<BlockKey, bool>> verdicts_;  // (key, used)
+
+  std::atomic<uint64_t> miss_reads_{0};
+  std::atomic<uint64_t> miss_nanos_{0};
+};
+
+}  // namespace spoke::agent

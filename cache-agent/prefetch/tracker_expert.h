@@ -1,0 +1,46 @@
+// TrackerExpert: base of the experts that predict from the AccessTracker's view of the
+// volume (directory order, epoch replay, epoch working set, hints). The scheduler owns the
+// tracker and updates it before it forwards an event to an expert, so an expert reads the
+// tracker's state as of the event it is handling.
+//
+// BlockPresence lets an expert skip blocks that are cached, being fetched, or already
+// predicted by someone, so its budget goes to blocks that still need fetching (proposing
+// cached blocks would be harmless, but it would waste the expert's budget).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache-agent/prefetch/access_tracker.h"
+#include "cache-agent/prefetch/predictor.h"
+
+namespace spoke::agent {
+
+class BlockPresence {
+ public:
+  virtual ~BlockPresence() = default;
+  // True when block `block` of `f` is cached, in flight, or already handed to the fetcher.
+  virtual bool Present(const TrackedFile& f, uint64_t block) const = 0;
+};
+
+class TrackerExpert : public Predictor {
+ public:
+  TrackerExpert(const AccessTracker& tracker, const BlockPresence& presence)
+      : tracker_(tracker), presence_(presence) {}
+
+ protected:
+  struct Emit {
+    uint64_t blocks = 0;       // blocks proposed
+    bool all_present = false;  // every block of the range was present (nothing proposed)
+  };
+  // Proposes the blocks of [first, first + max_blocks) of `f` (clipped to the file) that
+  // are not present, at most `*budget_blocks` of them, as runs. Block i gets predicted_use
+  // `rank + (i - first)`. Decrements `*budget_blocks`.
+  Emit EmitFile(FileIndex f, uint64_t first, uint64_t max_blocks, double rank,
+                uint64_t* budget_blocks, std::vector<PrefetchRequest>* out) const;
+
+  const AccessTracker& tracker_;
+  const BlockPresence& presence_;
+};
+
+}  // namespace spoke::agent
