@@ -51,7 +51,7 @@ FROM debian:${DEBIAN_RELEASE}-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libnfs13 liburing2 libfuse3-3 fuse3 \
-      libyaml-cpp0.7 libxxhash0 libssl3 zlib1g ca-certificates util-linux \
+      libyaml-cpp0.7 libxxhash0 libcpp-httplib0.11 libssl3 zlib1g ca-certificates util-linux \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/bin/spoke-csi-controller /out/bin/spoke-csi-node \
                   /out/bin/spoke-cache-agent /out/bin/spokectl /usr/local/bin/
