@@ -81,8 +81,8 @@ std::string UnescapeMountPath(std::string_view s) {
 
 Result<MountEntry> ParseMountInfoLine(std::string_view line) {
   std::vector<std::string_view> f = SplitSpaces(line);
-  // At least 6 fixed fields, the "-" separator, then 3 more.
-  if (f.size() < 10) return std::unexpected(Malformed("field count", line));
+  // At least 6 fixed fields, the "-" separator, fstype and source.
+  if (f.size() < 9) return std::unexpected(Malformed("field count", line));
   MountEntry e;
   if (!ParseNumber(f[0], &e.id)) return std::unexpected(Malformed("mount id", line));
   if (!ParseNumber(f[1], &e.parent_id)) return std::unexpected(Malformed("parent id", line));

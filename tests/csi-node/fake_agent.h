@@ -1,0 +1,115 @@
+// A minimal cache agent (proto/agent.proto) served in-process on a unix socket: Mount and
+// Unmount edit the FakeMounter's table like the real agent's FUSE mounts would; VolumeStats
+// returns figures the test sets; `delay` makes it hang.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "agent.grpc.pb.h"
+#include "tests/csi-node/fake_mounter.h"
+
+namespace spoke::node::testing {
+
+namespace agentpb = spoke::agent::v1;
+
+class FakeAgent final : public agentpb::Agent::Service {
+ public:
+  explicit FakeAgent(FakeMounter& mounter) : mounter_(mounter) {}
+
+  struct MountCall {
+    std::string volume_id;
+    std::map<std::string, std::string> context;
+    std::string target;
+    bool read_only;
+  };
+
+  std::chrono::milliseconds delay{0};
+  grpc::Status mount_status = grpc::Status::OK;
+  agentpb::VolumeStatsResponse stats;
+
+  std::vector<MountCall> mount_calls() {
+    std::lock_guard<std::mutex> l(mu_);
+    return mount_calls_;
+  }
+  std::vector<std::string> unmount_calls() {
+    std::lock_guard<std::mutex> l(mu_);
+    return unmount_calls_;
+  }
+  // The agent restarted without its mounts: it forgets them (the kernel's stay, stale).
+  void Forget() {
+    std::lock_guard<std::mutex> l(mu_);
+    mounts_.clear();
+  }
+
+  grpc::Status Mount(grpc::ServerContext*, const agentpb::MountRequest* req,
+                     agentpb::MountResponse*) override {
+    std::this_thread::sleep_for(delay);
+    std::lock_guard<std::mutex> l(mu_);
+    mount_calls_.push_back({req->volume_id(),
+                            {req->volume_context().begin(), req->volume_context().end()},
+                            req->target_path(),
+                            req->read_only()});
+    if (!mount_status.ok()) return mount_status;
+    auto it = mounts_.find(req->target_path());
+    if (it != mounts_.end()) {
+      if (it->second.volume_id() != req->volume_id()) {
+        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "another volume is mounted there");
+      }
+      return grpc::Status::OK;
+    }
+    std::filesystem::create_directories(req->target_path());
+    mounter_.AddFuseMount(req->target_path(), req->read_only());
+    agentpb::MountInfo info;
+    info.set_volume_id(req->volume_id());
+    info.set_target_path(req->target_path());
+    info.set_read_only(req->read_only());
+    *info.mutable_volume_context() = req->volume_context();
+    info.set_hub_reachable(true);
+    mounts_[req->target_path()] = info;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Unmount(grpc::ServerContext*, const agentpb::UnmountRequest* req,
+                       agentpb::UnmountResponse*) override {
+    std::this_thread::sleep_for(delay);
+    std::lock_guard<std::mutex> l(mu_);
+    unmount_calls_.push_back(req->target_path());
+    if (mounts_.erase(req->target_path()) > 0) {
+      (void)mounter_.Unmount(req->target_path(), /*lazy=*/true);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListMounts(grpc::ServerContext*, const agentpb::ListMountsRequest*,
+                          agentpb::ListMountsResponse* resp) override {
+    std::this_thread::sleep_for(delay);
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [_, m] : mounts_) *resp->add_mounts() = m;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status VolumeStats(grpc::ServerContext*, const agentpb::VolumeStatsRequest* req,
+                           agentpb::VolumeStatsResponse* resp) override {
+    std::this_thread::sleep_for(delay);
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = mounts_.find(req->target_path());
+    if (it == mounts_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "not mounted");
+    *resp = stats;
+    resp->set_volume_id(it->second.volume_id());
+    return grpc::Status::OK;
+  }
+
+ private:
+  FakeMounter& mounter_;
+  std::mutex mu_;
+  std::map<std::string, agentpb::MountInfo> mounts_;
+  std::vector<MountCall> mount_calls_;
+  std::vector<std::string> unmount_calls_;
+};
+
+}  // namespace spoke::node::testing

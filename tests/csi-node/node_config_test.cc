@@ -1,0 +1,56 @@
+#include "csi-node/node_config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace spoke::node {
+namespace {
+
+auto Env(std::map<std::string, std::string> m) {
+  return [m = std::move(m)](const char* k) -> const char* {
+    auto it = m.find(k);
+    return it == m.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(NodeConfig, DefaultsWithoutAFile) {
+  NodeConfig c;
+  ASSERT_TRUE(LoadNodeConfigString("", &c, Env({})));
+  EXPECT_FALSE(c.kubelet_dir_enforced);
+  EXPECT_EQ(c.state_dir, "/var/lib/kubelet/plugins/spoke.csi.dev");
+  EXPECT_EQ(c.agent_timeout.count(), 30000);
+  EXPECT_FALSE(c.Validate());  // no node id
+  c.node_id = "n1";
+  EXPECT_TRUE(c.Validate());
+}
+
+TEST(NodeConfig, FileSettingsAndEnvFallback) {
+  NodeConfig c;
+  ASSERT_TRUE(
+      LoadNodeConfigString("kubeletDir: /opt/kubelet/\ntopology: {region: eu-west-1, zone: \"\"}\n"
+                           "agentTimeoutSeconds: 5\n",
+                           &c, Env({{"SPOKE_REGION", "ignored"}, {"SPOKE_ZONE", "eu-west-1b"}})));
+  EXPECT_TRUE(c.kubelet_dir_enforced);
+  EXPECT_EQ(c.kubelet_dir, "/opt/kubelet/");
+  EXPECT_EQ(c.state_dir, "/opt/kubelet/plugins/spoke.csi.dev");
+  EXPECT_EQ(c.region, "eu-west-1");
+  EXPECT_EQ(c.zone, "eu-west-1b");
+  EXPECT_EQ(c.agent_timeout.count(), 5000);
+}
+
+TEST(NodeConfig, ErrorsNameTheKey) {
+  NodeConfig c;
+  auto s = LoadNodeConfigString("kubeletDir: relative\n", &c, Env({}));
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("kubeletDir"), std::string::npos);
+  s = LoadNodeConfigString("topology: {regoin: x}\n", &c, Env({}));
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("topology.regoin"), std::string::npos) << s.error().message();
+  s = LoadNodeConfigString("agentTimeoutSeconds: 0\n", &c, Env({}));
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("agentTimeoutSeconds"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace spoke::node
