@@ -1,0 +1,128 @@
+#include "cache-agent/agent/agent_config.h"
+
+#include <cstdio>
+
+#include "cache-agent/agent/wiring.h"
+#include "common/config.h"
+
+namespace spoke::agent {
+namespace {
+
+bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+Status ParseHostPort(std::string_view text, std::string_view field, std::string* host, int* port) {
+  auto bad = [&](std::string why) {
+    return Fail(Code::kInvalidArgument, std::string(field) + ": " + why);
+  };
+  size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return bad("expected host:port (e.g. 127.0.0.1:9810), got '" + std::string(text) + "'");
+  }
+  std::string_view h = text.substr(0, colon);
+  if (h.front() == '[') {
+    if (h.back() != ']' || h.size() < 3)
+      return bad("bad IPv6 address in '" + std::string(text) + "'");
+    h = h.substr(1, h.size() - 2);
+  } else if (h.find(':') != std::string_view::npos) {
+    return bad("write an IPv6 address as [addr]:port, got '" + std::string(text) + "'");
+  }
+  auto p = ParseInt(text.substr(colon + 1), 1, 65535);
+  if (!p) return bad("port: " + p.error().message());
+  if (host) *host = std::string(h);
+  if (port) *port = static_cast<int>(*p);
+  return Ok();
+}
+
+std::string AgentConfig::MetricsHost() const {
+  std::string host;
+  (void)ParseHostPort(metrics_address, "metricsAddress", &host, nullptr);
+  return host;
+}
+
+int AgentConfig::MetricsPort() const {
+  int port = 0;
+  (void)ParseHostPort(metrics_address, "metricsAddress", nullptr, &port);
+  return port;
+}
+
+Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& source) {
+  auto reader = ConfigReader::LoadString(yaml, source);
+  if (!reader) return std::unexpected(reader.error());
+  ConfigReader& r = *reader;
+  AgentConfig c;
+
+  auto absolute_path = [&](std::string_view key, std::string def) {
+    std::string v = r.String(key, std::move(def));
+    if (v.empty() || v.front() != '/') {
+      r.Reject(key, "must be an absolute path, got '" + v + "'");
+    }
+    return v;
+  };
+  c.socket = absolute_path("socket", c.socket);
+  if (c.socket.size() >= 108) r.Reject("socket", "longer than a unix socket path may be (107)");
+  c.cache_dir = absolute_path("cacheDir", c.cache_dir);
+  c.state_dir = absolute_path("stateDir", c.state_dir);
+  c.block_size_bytes =
+      static_cast<uint32_t>(r.Size("blockSizeBytes", c.block_size_bytes, 4096, 1u << 20));
+  if (!IsPowerOfTwo(c.block_size_bytes)) {
+    r.Reject("blockSizeBytes",
+             "must be a power of two (4Ki..1Mi), got " + std::to_string(c.block_size_bytes));
+  }
+  c.cache_size_bytes = r.Size("cacheSizeBytes", c.cache_size_bytes, 1, UINT64_MAX);
+  // Fewer than 64 blocks cannot hold the read-ahead of even one reader.
+  if (c.cache_size_bytes < 64ull * c.block_size_bytes) {
+    r.Reject("cacheSizeBytes", "must hold at least 64 blocks (" +
+                                   std::to_string(64ull * c.block_size_bytes) + " bytes), got " +
+                                   std::to_string(c.cache_size_bytes));
+  }
+  c.metrics_address = r.String("metricsAddress", c.metrics_address);
+  if (!c.metrics_address.empty()) {
+    if (auto s = ParseHostPort(c.metrics_address, "metricsAddress", nullptr, nullptr); !s) {
+      // The reader prefixes the file name; keep ParseHostPort's "metricsAddress: why".
+      std::string why = s.error().message();
+      r.Reject("metricsAddress", why.substr(why.find(": ") + 2));
+    }
+  }
+  std::string level = r.Enum("logLevel", "info", {"debug", "info", "warn", "error"});
+  c.log_level = log::ParseLevel(level).value_or(log::Level::kInfo);
+
+  ConfigReader hub = r.Child("hub");
+  c.hub.connections = static_cast<int>(hub.Int("connections", c.hub.connections, 1, 64));
+  c.hub.inflight_per_connection =
+      static_cast<int>(hub.Int("inflightPerConnection", c.hub.inflight_per_connection, 1, 1024));
+  c.hub.request_timeout_seconds =
+      hub.Seconds("requestTimeoutSeconds", c.hub.request_timeout_seconds, 1, 600);
+  c.hub.retries = static_cast<int>(hub.Int("retries", c.hub.retries, 0, 100));
+  (void)hub.Finish();
+
+  c.read_ahead_max_bytes = r.Size("readAheadMaxBytes", c.read_ahead_max_bytes, 0, 16ull << 30);
+  if (c.read_ahead_max_bytes != 0 && c.read_ahead_max_bytes < c.block_size_bytes) {
+    r.Reject("readAheadMaxBytes", "must be 0 (off) or at least one block (" +
+                                      std::to_string(c.block_size_bytes) + " bytes)");
+  }
+  if (c.read_ahead_max_bytes > c.cache_size_bytes / 2) {
+    r.Reject("readAheadMaxBytes", "must be at most half of cacheSizeBytes");
+  }
+  c.eviction_policy = r.Enum("evictionPolicy", c.eviction_policy, EvictionPolicyNames());
+
+  if (auto s = r.Finish(); !s) return std::unexpected(s.error());
+  return c;
+}
+
+Result<AgentConfig> LoadAgentConfig(const std::string& path) {
+  auto reader = ConfigReader::LoadFile(path);
+  if (!reader) return std::unexpected(reader.error());
+  // LoadFile only checks the file exists and parses; re-read as text for one code path.
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return Fail(Code::kNotFound, "cannot open config file " + path);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return ParseAgentConfig(text, path);
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,55 @@
+// spoke-cache-agent's configuration file (YAML), read and validated once at start-up.
+// The keys are the ones the Helm chart writes (charts/spoke: agent.config); an unknown key
+// or a bad value is an error naming the field ("hub.connections: must be in 1..64, got 0").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/log.h"
+#include "common/status.h"
+
+namespace spoke::agent {
+
+// The WAN client pool towards the hub (one pool per mounted volume).
+struct HubPoolConfig {
+  // TCP connections per volume: each has its own libnfs context and event-loop thread.
+  int connections = 4;
+  // Reads in flight per connection. 64 x 1 MiB over 60 ms is ~1 GB/s per connection.
+  int inflight_per_connection = 64;
+  // Bound on every hub call; a dead hub gives an error after this, never a hang.
+  double request_timeout_seconds = 10;
+  // Retries of a failed idempotent hub call (reads, lookups) before the error reaches the
+  // reader.
+  int retries = 3;
+};
+
+struct AgentConfig {
+  std::string socket = "/run/spoke/agent.sock";    // agent API, root only (0600)
+  std::string cache_dir = "/var/cache/spoke";      // NVMe hostPath in production
+  uint64_t cache_size_bytes = 10ull << 30;         // block data quota
+  uint32_t block_size_bytes = 1u << 20;            // = NFS rsize: one hub request per block
+  std::string metrics_address = "127.0.0.1:9810";  // /metrics and /healthz; "" disables
+  std::string state_dir = "/var/lib/spoke";        // mounts.json survives agent restarts
+  log::Level log_level = log::Level::kInfo;
+  HubPoolConfig hub;
+  // Upper bound of the per-file sequential read-ahead window.
+  uint64_t read_ahead_max_bytes = 64ull << 20;
+  // Name understood by MakeEvictionPolicy (cache-agent/agent/wiring.h).
+  std::string eviction_policy = "lru";
+
+  // Host and port of metrics_address (valid only when it is not empty).
+  std::string MetricsHost() const;
+  int MetricsPort() const;
+};
+
+// Parses and validates. kInvalidArgument naming "<source>: <field>: why"; kNotFound when
+// the file does not exist.
+Result<AgentConfig> LoadAgentConfig(const std::string& path);
+Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& source);
+
+// "host:port" with a port in 1..65535 (IPv6 as [addr]:port). `field` names the setting.
+Status ParseHostPort(std::string_view text, std::string_view field, std::string* host, int* port);
+
+}  // namespace spoke::agent

@@ -1,0 +1,156 @@
+// spoke-cache-agent: owns the node's FUSE mounts, the block cache and the WAN client pools;
+// serves the agent API on a root-only unix socket and /metrics + /healthz over HTTP.
+//
+//   spoke-cache-agent --config /etc/spoke/agent.yaml [--log-level debug|info|warn|error]
+//
+// SIGTERM/SIGINT: stop HTTP, end the FUSE sessions (lazy unmount), close the cache (persist
+// its index). mounts.json is kept, so the next start mounts the same volumes again.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "cache-agent/agent/agent_config.h"
+#include "cache-agent/agent/agent_service.h"
+#include "cache-agent/agent/host_mounts.h"
+#include "cache-agent/agent/http_server.h"
+#include "cache-agent/agent/mount_manager.h"
+#include "cache-agent/agent/wiring.h"
+#include "common/grpc_server.h"
+#include "common/log.h"
+#include "common/version.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: spoke-cache-agent --config FILE [--log-level debug|info|warn|error]\n"
+    "       spoke-cache-agent --version\n";
+
+int Run(int argc, char** argv) {
+  using namespace spoke;
+  using namespace spoke::agent;
+  std::string config_path = "/etc/spoke/agent.yaml";
+  std::string log_level;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string_view flag) -> std::string {
+      if (a.size() > flag.size() && a.starts_with(flag) && a[flag.size()] == '=') {
+        return a.substr(flag.size() + 1);
+      }
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n%s", std::string(flag).c_str(), kUsage);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--config" || a.starts_with("--config=")) {
+      config_path = value("--config");
+    } else if (a == "--log-level" || a.starts_with("--log-level=")) {
+      log_level = value("--log-level");
+    } else if (a == "--version") {
+      std::printf("spoke-cache-agent %s\n", std::string(Version()).c_str());
+      return 0;
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "unknown argument '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  // Before any thread exists, so that all of them inherit the blocked SIGTERM/SIGINT.
+  BlockShutdownSignals();
+
+  auto config = LoadAgentConfig(config_path);
+  if (!config) {
+    std::fprintf(stderr, "spoke-cache-agent: %s\n", config.error().message().c_str());
+    return 2;
+  }
+  if (!log_level.empty()) {
+    auto level = log::ParseLevel(log_level);
+    if (!level) {
+      std::fprintf(stderr, "--log-level: must be debug | info | warn | error, got '%s'\n",
+                   log_level.c_str());
+      return 2;
+    }
+    config->log_level = *level;
+  }
+  log::SetLevel(config->log_level);
+  log::Info("starting spoke-cache-agent", {{"version", std::string(Version())},
+                                           {"config", config_path},
+                                           {"socket", config->socket},
+                                           {"cache_dir", config->cache_dir},
+                                           {"cache_bytes", config->cache_size_bytes}});
+
+  std::error_code ec;
+  for (const std::string& dir : {config->state_dir, config->cache_dir}) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      log::Error("cannot create directory", {{"dir", dir}, {"error", ec.message()}});
+      return 1;
+    }
+  }
+  ::chmod(config->state_dir.c_str(), 0700);
+
+  metrics::Registry registry;
+  auto cache = OpenAgentCache(*config, registry);
+  if (!cache) {
+    log::Error("cannot open the block cache", {{"error", cache.error().message()}});
+    return 1;
+  }
+  auto mounter = MakeAgentMounter(*config, **cache, registry);
+  if (!mounter) {
+    log::Error("cannot create the FUSE mounter", {{"error", mounter.error().message()}});
+    return 1;
+  }
+  LinuxHostMounts host;
+  MountManager::Options mo;
+  mo.state_file = config->state_dir + "/mounts.json";
+  auto manager = std::make_unique<MountManager>(**mounter, host, registry, mo);
+  if (auto s = manager->Start(); !s) {
+    log::Error("cannot restore mounts", {{"error", s.error().message()}});
+  }
+
+  AgentService::Options so;
+  so.cache_capacity_bytes = (*cache)->Stats().capacity_bytes;
+  so.block_size = (*cache)->block_size();
+  AgentService service(*manager, so);
+
+  HttpServer http(registry, *manager);
+  if (!config->metrics_address.empty()) {
+    if (auto s = http.Start(config->MetricsHost(), config->MetricsPort()); !s) {
+      log::Error("cannot serve metrics", {{"error", s.error().message()}});
+      manager->Shutdown();
+      return 1;
+    }
+  }
+
+  GrpcServerOptions go;
+  go.endpoint = "unix://" + config->socket;
+  go.socket_mode = 0600;  // root only: the API mounts file systems
+  auto served = ServeUntilSignal(go, {&service}, [&] {
+    http.Stop();
+    manager->Shutdown();
+  });
+  int rc = 0;
+  if (!served) {
+    log::Error("cannot serve the agent API", {{"error", served.error().message()}});
+    http.Stop();
+    manager->Shutdown();
+    rc = 1;
+  }
+  manager.reset();
+  mounter->reset();
+  if (auto s = (*cache)->Close(); !s) {
+    log::Error("cannot persist the cache index (the next start rebuilds it by scanning)",
+               {{"error", s.error().message()}});
+  }
+  log::Info("stopped");
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }

@@ -1,0 +1,424 @@
+#include "cache-agent/agent/mount_manager.h"
+
+#include <filesystem>
+
+#include "common/log.h"
+
+namespace spoke::agent {
+namespace {
+
+std::string Prefixed(std::string_view field, const Error& e) {
+  return std::string(field) + ": " + e.message();
+}
+
+}  // namespace
+
+Status ValidateVolumeId(const std::string& id) {
+  if (id.empty()) return Fail(Code::kInvalidArgument, "volume_id: required");
+  if (id.size() > 2048) return Fail(Code::kInvalidArgument, "volume_id: longer than 2048 bytes");
+  for (unsigned char ch : id) {
+    if (ch < 0x20 || ch == 0x7f) {
+      return Fail(Code::kInvalidArgument, "volume_id: contains a control character");
+    }
+  }
+  if (!id.starts_with("spoke1|")) return Ok();  // opaque id: the context says everything
+  auto decoded = VolumeId::Decode(id);
+  if (decoded) return Ok();
+  // spokectl mounts a scratch share root, which the controller never creates: the id is
+  // well-formed apart from that rule.
+  if (id.starts_with("spoke1|scratch|")) {
+    std::string as_dataset = "spoke1|dataset|" + id.substr(sizeof("spoke1|scratch|") - 1);
+    if (VolumeId::Decode(as_dataset)) return Ok();
+  }
+  return Fail(Code::kInvalidArgument, Prefixed("volume_id", decoded.error()));
+}
+
+std::string NormalizeTarget(const std::string& path) {
+  if (path.empty()) return path;
+  std::string n = std::filesystem::path(path).lexically_normal().string();
+  while (n.size() > 1 && n.back() == '/') n.pop_back();
+  return n;
+}
+
+Status ValidateTargetPath(const std::string& target) {
+  if (target.empty()) return Fail(Code::kInvalidArgument, "target_path: required");
+  if (target.front() != '/') {
+    return Fail(Code::kInvalidArgument, "target_path: must be absolute, got '" + target + "'");
+  }
+  if (target.size() > 4000) return Fail(Code::kInvalidArgument, "target_path: too long");
+  for (unsigned char ch : target) {
+    if (ch < 0x20 || ch == 0x7f) {
+      return Fail(Code::kInvalidArgument, "target_path: contains a control character");
+    }
+  }
+  if (NormalizeTarget(target) != target) {
+    return Fail(Code::kInvalidArgument,
+                "target_path: must be normalised (no '.', '..', '//' or trailing '/'), got '" +
+                    target + "'");
+  }
+  if (target == "/") return Fail(Code::kInvalidArgument, "target_path: cannot be /");
+  return Ok();
+}
+
+MountManager::MountManager(VolumeMounter& mounter, HostMounts& host, metrics::Registry& registry,
+                           Options options)
+    : mounter_(mounter),
+      host_(host),
+      registry_(registry),
+      options_(std::move(options)),
+      mounts_gauge_(registry.GetGauge("spoke_mounts", "FUSE mounts served by this agent")),
+      pending_gauge_(registry.GetGauge("spoke_mounts_pending",
+                                       "Mounts of the previous run not restored yet (retrying)")),
+      restore_failures_(registry.GetCounter("spoke_mount_restore_failures_total",
+                                            "Failed attempts to restore a mount at start-up")),
+      stale_cleaned_(registry.GetCounter("spoke_stale_mounts_cleaned_total",
+                                         "Stale FUSE mounts of a dead agent detached")) {}
+
+MountManager::~MountManager() { Shutdown(); }
+
+std::shared_ptr<std::mutex> MountManager::TargetLock(const std::string& target) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = target_locks_[target];
+  if (!slot) slot = std::make_shared<std::mutex>();
+  return slot;
+}
+
+Status MountManager::Start() {
+  auto records = ReadMountState(options_.state_file);
+  if (!records) {
+    std::error_code ec;
+    std::filesystem::rename(options_.state_file, options_.state_file + ".bad", ec);
+    log::Error("cannot read the mount state; moved it aside, starting with no mounts",
+               {{"file", options_.state_file}, {"error", records.error().message()}});
+    records = std::vector<MountRecord>{};
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& r : *records) {
+      Entry e;
+      e.record = r;
+      e.backoff = options_.retry_initial;
+      e.next_retry = std::chrono::steady_clock::now();
+      entries_[r.target_path] = std::move(e);
+    }
+  }
+  // Stale mounts first, synchronously: they are local and fast, and a pod reading through
+  // one gets ENOTCONN until it is gone.
+  for (const auto& r : *records) {
+    auto cleaned = CleanStaleMount(host_, r.target_path);
+    if (!cleaned) {
+      log::Error("cannot clean a stale mount",
+                 {{"target", r.target_path}, {"error", cleaned.error().message()}});
+    } else if (*cleaned) {
+      stale_cleaned_.Inc();
+    }
+  }
+  UpdateGauges();
+  if (!records->empty()) {
+    log::Info("restoring mounts of the previous run", {{"count", records->size()}});
+  }
+  bg_ = std::thread([this] { BackgroundLoop(); });
+  return Ok();
+}
+
+Result<std::unique_ptr<MountedVolume>> MountManager::DoMount(const MountRecord& record,
+                                                             const VolumeContext& context) {
+  const std::string& target = record.target_path;
+  auto cleaned = CleanStaleMount(host_, target);
+  if (!cleaned) return std::unexpected(cleaned.error());
+  if (*cleaned) stale_cleaned_.Inc();
+  auto mounts = host_.List();
+  if (const MountEntry* other = FindMount(mounts, target)) {
+    return Fail(Code::kAlreadyExists, "target_path: " + target + " already has a " +
+                                          other->fs_type + " mount (" + other->source + ")");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(target, ec);
+  if (ec) return Fail(Code::kIo, "cannot create target_path " + target + ": " + ec.message());
+  if (!std::filesystem::is_directory(target, ec)) {
+    return Fail(Code::kInvalidArgument, "target_path: " + target + " is not a directory");
+  }
+  return mounter_.Mount(record.volume_id, context, target, record.read_only || context.read_only());
+}
+
+Status MountManager::Mount(const std::string& volume_id, const StringMap& volume_context,
+                           const std::string& target_path, bool read_only) {
+  if (shut_down_) return Fail(Code::kUnavailable, "the agent is shutting down");
+  if (auto s = ValidateVolumeId(volume_id); !s) return s;
+  if (auto s = ValidateTargetPath(target_path); !s) return s;
+  auto context = VolumeContext::FromMap(volume_context);
+  if (!context) {
+    return Fail(Code::kInvalidArgument, Prefixed("volume_context", context.error()));
+  }
+  MountRecord record{volume_id, volume_context, target_path, read_only};
+
+  auto target_lock = TargetLock(target_path);
+  std::lock_guard<std::mutex> tl(*target_lock);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(target_path);
+    if (it != entries_.end()) {
+      if (it->second.record.volume_id != volume_id) {
+        return Fail(Code::kAlreadyExists, "target_path: " + target_path + " already has volume " +
+                                              it->second.record.volume_id + " mounted");
+      }
+      if (it->second.volume) {
+        if (it->second.record.read_only != read_only) {
+          return Fail(Code::kAlreadyExists,
+                      "target_path: volume already mounted there with read_only=" +
+                          std::string(it->second.record.read_only ? "true" : "false"));
+        }
+        return Ok();  // idempotent
+      }
+      // A restore is pending: mount now, with the caller's (newer) parameters.
+    }
+  }
+  auto volume = DoMount(record, *context);
+  if (!volume) {
+    log::Warn(
+        "mount failed",
+        {{"volume", volume_id}, {"target", target_path}, {"error", volume.error().message()}});
+    return std::unexpected(volume.error());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_[target_path];
+    e.record = record;
+    e.volume = std::shared_ptr<MountedVolume>(std::move(*volume));
+    e.attempts = 0;
+    e.last_error.clear();
+    e.hub_reachable = true;
+  }
+  UpdateGauges();
+  log::Info("volume mounted",
+            {{"volume", volume_id}, {"target", target_path}, {"read_only", read_only}});
+  if (auto s = Persist(); !s) {
+    // Unpersisted mounts would be lost on restart without kubelet knowing: undo.
+    log::Error("cannot persist the mount table; undoing the mount",
+               {{"target", target_path}, {"error", s.error().message()}});
+    std::shared_ptr<MountedVolume> v;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      v = entries_[target_path].volume;
+      entries_.erase(target_path);
+    }
+    if (v) (void)v->Unmount();
+    UpdateGauges();
+    return s;
+  }
+  return Ok();
+}
+
+Status MountManager::Unmount(const std::string& target_path) {
+  if (auto s = ValidateTargetPath(target_path); !s) return s;
+  auto target_lock = TargetLock(target_path);
+  std::lock_guard<std::mutex> tl(*target_lock);
+  std::shared_ptr<MountedVolume> volume;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(target_path);
+    if (it != entries_.end()) {
+      known = true;
+      volume = it->second.volume;
+    }
+  }
+  if (volume) {
+    if (auto s = volume->Unmount(); !s) {
+      log::Warn("unmount failed", {{"target", target_path}, {"error", s.error().message()}});
+      return s;
+    }
+  }
+  // Also covers a pending restore and a mount left by a dead agent we never knew about.
+  auto cleaned = CleanStaleMount(host_, target_path);
+  if (!cleaned) return std::unexpected(cleaned.error());
+  if (!known) return Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.erase(target_path);
+  }
+  UpdateGauges();
+  log::Info("volume unmounted", {{"target", target_path}});
+  return Persist();
+}
+
+std::vector<MountStatus> MountManager::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<MountStatus> out;
+  for (const auto& [target, e] : entries_) {
+    out.push_back(
+        MountStatus{e.record, e.volume != nullptr, e.hub_reachable, e.last_error, e.attempts});
+  }
+  return out;
+}
+
+size_t MountManager::mounted_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [target, e] : entries_) n += e.volume != nullptr;
+  return n;
+}
+
+std::shared_ptr<MountedVolume> MountManager::FindByVolume(const std::string& volume_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [target, e] : entries_) {
+    if (e.volume && e.record.volume_id == volume_id) return e.volume;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<MountedVolume> MountManager::FindByTarget(const std::string& target_path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(NormalizeTarget(target_path));
+  return it == entries_.end() ? nullptr : it->second.volume;
+}
+
+Status MountManager::Persist() {
+  std::lock_guard<std::mutex> pl(persist_mu_);
+  std::vector<MountRecord> records;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [target, e] : entries_) records.push_back(e.record);
+  }
+  return WriteMountState(options_.state_file, records);
+}
+
+void MountManager::UpdateGauges() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t mounted = 0, pending = 0;
+  for (const auto& [target, e] : entries_) (e.volume ? mounted : pending)++;
+  mounts_gauge_.Set(mounted);
+  pending_gauge_.Set(pending);
+}
+
+void MountManager::RetryPending(bool force) {
+  std::vector<std::string> due;
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [target, e] : entries_) {
+      if (!e.volume && (force || e.next_retry <= now)) due.push_back(target);
+    }
+  }
+  for (const auto& target : due) {
+    {
+      std::lock_guard<std::mutex> bl(bg_mu_);
+      if (stop_) return;
+    }
+    auto target_lock = TargetLock(target);
+    std::lock_guard<std::mutex> tl(*target_lock);
+    MountRecord record;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.find(target);
+      if (it == entries_.end() || it->second.volume) continue;  // unmounted or mounted meanwhile
+      record = it->second.record;
+    }
+    auto context = VolumeContext::FromMap(record.volume_context);
+    Result<std::unique_ptr<MountedVolume>> volume =
+        context ? DoMount(record, *context)
+                : Result<std::unique_ptr<MountedVolume>>(std::unexpected(context.error()));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(target);
+    if (it == entries_.end()) {
+      if (volume) (void)(*volume)->Unmount();
+      continue;
+    }
+    Entry& e = it->second;
+    if (volume) {
+      e.volume = std::shared_ptr<MountedVolume>(std::move(*volume));
+      e.last_error.clear();
+      log::Info("mount restored",
+                {{"volume", record.volume_id}, {"target", target}, {"attempts", e.attempts + 1}});
+      e.attempts = 0;
+    } else {
+      ++e.attempts;
+      restore_failures_.Inc();
+      e.last_error = volume.error().message();
+      e.next_retry = std::chrono::steady_clock::now() + e.backoff;
+      log::Warn("cannot restore a mount; retrying", {{"volume", record.volume_id},
+                                                     {"target", target},
+                                                     {"attempt", e.attempts},
+                                                     {"retry_in_ms", e.backoff.count()},
+                                                     {"error", e.last_error}});
+      e.backoff = std::min(e.backoff * 2, options_.retry_max);
+    }
+  }
+  UpdateGauges();
+}
+
+void MountManager::RefreshHealth() {
+  std::vector<std::pair<std::string, std::shared_ptr<MountedVolume>>> mounted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [target, e] : entries_) {
+      if (e.volume) mounted.emplace_back(target, e.volume);
+    }
+  }
+  for (const auto& [target, volume] : mounted) {
+    VolumeFigures f = volume->Figures();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(target);
+    if (it == entries_.end() || it->second.volume != volume) continue;
+    if (it->second.hub_reachable != f.hub_reachable) {
+      (f.hub_reachable ? log::Info : log::Warn)(
+          f.hub_reachable ? "hub reachable again" : "hub unreachable",
+          {{"target", target}, {"error", f.last_hub_error}});
+    }
+    it->second.hub_reachable = f.hub_reachable;
+    if (!f.hub_reachable) it->second.last_error = f.last_hub_error;
+  }
+}
+
+void MountManager::RunBackgroundOnce(bool force_retry) {
+  RetryPending(force_retry);
+  RefreshHealth();
+}
+
+void MountManager::BackgroundLoop() {
+  auto next_health = std::chrono::steady_clock::now();
+  while (true) {
+    RetryPending(false);
+    if (std::chrono::steady_clock::now() >= next_health) {
+      RefreshHealth();
+      next_health = std::chrono::steady_clock::now() + options_.health_interval;
+    }
+    // Sleep until the next retry or health check is due.
+    auto wake = next_health;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [target, e] : entries_) {
+        if (!e.volume) wake = std::min(wake, e.next_retry);
+      }
+    }
+    std::unique_lock<std::mutex> bl(bg_mu_);
+    if (bg_cv_.wait_until(bl, wake, [this] { return stop_; })) return;
+  }
+}
+
+void MountManager::Shutdown() {
+  if (shut_down_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> bl(bg_mu_);
+    stop_ = true;
+  }
+  bg_cv_.notify_all();
+  if (bg_.joinable()) bg_.join();
+  std::vector<std::pair<std::string, std::shared_ptr<MountedVolume>>> mounted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [target, e] : entries_) {
+      if (e.volume) mounted.emplace_back(target, std::move(e.volume));
+    }
+  }
+  // mounts.json is kept: the next start mounts these again.
+  for (const auto& [target, volume] : mounted) {
+    if (auto s = volume->Unmount(); !s) {
+      log::Warn("cannot end a FUSE session", {{"target", target}, {"error", s.error().message()}});
+    }
+  }
+  UpdateGauges();
+  if (!mounted.empty()) log::Info("FUSE sessions ended", {{"count", mounted.size()}});
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,38 @@
+// Where the agent's control plane meets the data plane: the block cache, its eviction
+// policy and the FUSE volume mounter. Everything else in cache-agent/agent/ only sees the
+// interfaces (BlockCache, EvictionPolicy, VolumeMounter), so tests give it fakes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache-agent/agent/agent_config.h"
+#include "cache-agent/agent/mounted_volume.h"
+#include "cache-agent/cache/block_cache.h"
+#include "cache-agent/cache/eviction_policy.h"
+#include "common/metrics.h"
+#include "common/status.h"
+
+namespace spoke::agent {
+
+// The eviction policies `evictionPolicy` accepts. Adding a policy = one entry in
+// wiring.cc's table (name + factory); config validation picks it up from here.
+const std::vector<std::string>& EvictionPolicyNames();
+// kInvalidArgument for an unknown name.
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
+                                                           const BlockCache::Config& cache);
+
+// Opens (or creates) the block cache under config.cache_dir with the configured policy.
+// Rebuilds the index by scanning when the last run did not close cleanly.
+Result<std::unique_ptr<BlockCache>> OpenAgentCache(const AgentConfig& config,
+                                                   metrics::Registry& registry);
+
+// The real FUSE mounter, serving volumes from `cache` and the hub. `cache` and `registry`
+// must outlive it.
+Result<std::unique_ptr<VolumeMounter>> MakeAgentMounter(const AgentConfig& config,
+                                                        BlockCache& cache,
+                                                        metrics::Registry& registry);
+
+}  // namespace spoke::agent

@@ -1,0 +1,49 @@
+// spokectl's command line: parsed into a Command before anything talks to the agent, so a
+// typo fails fast with the usage line (exit code 2).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/volume.h"
+
+namespace spoke::cli {
+
+inline constexpr char kDefaultSocket[] = "/run/spoke/agent.sock";
+
+enum class Verb { kHelp, kVersion, kMount, kUnmount, kStatus, kStats, kWarmup, kEvict, kHint };
+
+struct Command {
+  Verb verb = Verb::kHelp;
+  std::string socket = kDefaultSocket;
+  std::string nfs_url;    // mount
+  std::string dir;        // mount, unmount, stats, warmup, evict, hint
+  std::string volume_id;  // stats --volume
+  std::string prefix;     // warmup, evict
+  std::string hint_file;  // hint: a file or "-" (stdin)
+  // mount options, as volume-context keys (only those given).
+  StringMap mount_options;
+  bool read_only = false;
+};
+
+// argv without the program name. kInvalidArgument with a message naming the flag or the
+// missing argument.
+Result<Command> ParseArgs(const std::vector<std::string>& args);
+
+std::string Usage();
+
+// What `spokectl mount URL DIR ...` sends: volume id and volume context. kInvalidArgument
+// naming the URL or the option.
+struct MountPlan {
+  std::string volume_id;
+  StringMap volume_context;
+  bool read_only = false;
+};
+Result<MountPlan> PlanMount(const Command& cmd);
+
+// An absolute, lexically normal path for DIR (relative to the working directory).
+std::string AbsoluteDir(const std::string& dir);
+
+}  // namespace spoke::cli
