@@ -14,6 +14,10 @@
 #include "cache-agent/cache/eviction_policy.h"
 #include "common/status.h"
 
+namespace spoke::metrics {
+class Registry;
+}
+
 namespace spoke::agent {
 
 // Told when a prefetched block is first read, or evicted without being read.
@@ -67,5 +71,14 @@ class BlockCache {
   virtual Status Close() = 0;
   virtual void SetListener(CacheListener* listener) = 0;
 };
+
+// Opens (creating, resuming or recovering) the block cache in config.dir: slot files through
+// io_uring (default_block_cache.h, uring_block_store.h). `metrics` may be null; when given,
+// the cache registers spoke_cache_* series in it (it must outlive the cache).
+// kInvalidArgument: bad config (names the field) or unusable dir; kUnavailable: dir in use by
+// another cache; kIo / kNoSpace: the data files could not be created.
+Result<std::unique_ptr<BlockCache>> OpenBlockCache(const BlockCache::Config& config,
+                                                   std::unique_ptr<EvictionPolicy> policy,
+                                                   metrics::Registry* metrics);
 
 }  // namespace spoke::agent

@@ -3,6 +3,7 @@
 // implementations need no locking of their own.
 #pragma once
 
+#include <memory>
 #include <optional>
 
 #include "cache-agent/cache/block_key.h"
@@ -24,5 +25,9 @@ class EvictionPolicy {
   virtual std::optional<BlockKey> PickVictim(const BlockKey& incoming,
                                              const AdmissionHint& hint) = 0;
 };
+
+// O(1) LRU; a prefetch never evicts an unread prefetched block predicted to be needed sooner
+// (lru_policy.h).
+std::unique_ptr<EvictionPolicy> MakeLruPolicy();
 
 }  // namespace spoke::agent

@@ -1,0 +1,169 @@
+// DefaultBlockCache: BlockCache = index (BlockKey -> slot) + free slot list + EvictionPolicy +
+// BlockStore + stats.
+//
+// Slots: the store holds capacity / block_size slots of kHeaderBytes + block_size bytes; a
+// slot holds one block, its header in the first 4 KiB (block_header.h). Quota is therefore
+// exact: at most slot_count blocks, whatever their length.
+//
+// Concurrency: one mutex guards the index, slot states, policy and stats; device I/O runs
+// outside it. A Get pins its slot while reading, so an eviction never overwrites a slot under
+// a reader (the evicting Put waits for the pin to drop; an Evict() or a dropped block frees
+// its slot when the last reader leaves). A Put reserves its slot in `writing_` before the
+// write and publishes it in the index after, so readers never see a half-written block.
+//
+// Persistence: Close() writes <dir>/index (header, entries coldest-first, XXH3 trailer) via
+// index.tmp + fsync + rename, then <dir>/clean. Open() deletes `clean` before serving; if it
+// was there and the index is valid, the index is loaded; otherwise every slot header is read
+// and verified (rescan), the newest generation winning when two slots hold the same key. Data
+// checksums are always verified lazily, on Get.
+//
+// Disk errors: each failed device I/O is logged, counted (disk_errors) and drops the block it
+// touched; after Options::degrade_after_consecutive_errors failures in a row, or
+// degrade_after_total_errors in all, the cache is degraded until restart: Get misses, Put
+// returns kIo, so readers go to the hub.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "cache-agent/cache/block_cache.h"
+#include "cache-agent/cache/block_store.h"
+#include "cache-agent/cache/uring_block_store.h"
+#include "common/metrics.h"
+
+namespace spoke::agent {
+
+class DefaultBlockCache final : public BlockCache {
+ public:
+  struct Options {
+    unsigned degrade_after_consecutive_errors = 3;  // a dead disk fails every I/O
+    unsigned degrade_after_total_errors = 32;       // a dying one fails some, repeatedly
+    size_t spare_buffers = 32;                      // bounce buffers kept (one slot each)
+  };
+  // Opens the store for (slot_count, slot_size). Tests wrap the real store to inject faults.
+  using StoreFactory = std::function<Result<std::unique_ptr<BlockStore>>(
+      const std::string& dir, uint64_t slot_count, uint32_t slot_size)>;
+  static StoreFactory UringStore(const UringBlockStore::Options& options);
+  static StoreFactory UringStore() { return UringStore(UringBlockStore::Options()); }
+
+  enum class Recovery { kFresh, kIndex, kScan };
+
+  // `config` must be valid (Config::Validate) and config.dir must exist. Takes an exclusive
+  // lock on the directory (kUnavailable if another cache holds it), opens the store, loads or
+  // rebuilds the index. `metrics` may be null.
+  static Result<std::unique_ptr<DefaultBlockCache>> Open(const Config& config,
+                                                         const StoreFactory& store_factory,
+                                                         std::unique_ptr<EvictionPolicy> policy,
+                                                         metrics::Registry* metrics,
+                                                         const Options& options);
+  static Result<std::unique_ptr<DefaultBlockCache>> Open(const Config& config,
+                                                         const StoreFactory& store_factory,
+                                                         std::unique_ptr<EvictionPolicy> policy,
+                                                         metrics::Registry* metrics) {
+    return Open(config, store_factory, std::move(policy), metrics, Options());
+  }
+  ~DefaultBlockCache() override;
+
+  // kNotFound on a miss, on a dropped block (bad checksum, key or generation mismatch, device
+  // error) and when degraded or closed. kInvalidArgument if `capacity` < the block's length.
+  Result<size_t> Get(const BlockKey& key, char* out, size_t capacity) override;
+  // OK (stored, or already cached/being stored), kNoSpace (policy refused admission), kIo
+  // (device error or degraded), kInvalidArgument (length 0 or > block_size), kUnavailable
+  // (closed).
+  Status Put(const BlockKey& key, const char* data, size_t length,
+             const AdmissionHint& hint) override;
+  bool Contains(const BlockKey& key) const override;
+  uint64_t Evict(uint64_t volume, uint64_t file_id) override;
+  uint64_t VolumeBytes(uint64_t volume) const override;
+  BlockCacheStats Stats() const override;
+  uint32_t block_size() const override { return config_.block_size; }
+  // Waits for in-flight Get/Put, syncs the data files, writes the index and the clean marker.
+  // kIo if any of that failed (the next Open then rescans). Idempotent.
+  Status Close() override;
+  void SetListener(CacheListener* listener) override;
+
+  Recovery recovery() const { return recovery_; }
+  uint64_t slot_count() const { return slot_count_; }
+
+ private:
+  struct Entry {
+    uint64_t slot = 0;
+    uint64_t seq = 0;
+    uint64_t last_use = 0;  // recency tick, persisted so a restart keeps LRU order
+    uint32_t length = 0;
+    ExpertId origin = kDemand;
+    bool read = false;
+  };
+  struct Writing {
+    uint64_t slot = 0;
+    bool cancelled = false;  // Evict() ran meanwhile: free the slot instead of publishing
+  };
+  struct SlotState {
+    uint32_t pins = 0;
+    bool free_when_unpinned = false;
+  };
+  struct Event {
+    bool used;
+    BlockKey key;
+    ExpertId expert;
+  };
+  using Index = std::unordered_map<BlockKey, Entry, BlockKeyHash>;
+
+  DefaultBlockCache(const Config& config, const Options& options, metrics::Registry* metrics);
+  Status Recover();
+  bool LoadIndex();
+  void Scan();
+  void Publish(const BlockKey& key, const Entry& e, const AdmissionHint& hint);
+  Status WriteIndex();
+
+  // Helpers below run with mu_ held.
+  // Removes a block from the index and policy (queueing a wasted-prefetch event); frees its
+  // slot (once unpinned) unless the caller takes it over.
+  void DropLocked(Index::iterator it, std::vector<Event>& events, bool release_slot = true);
+  void ReleaseSlotLocked(uint64_t slot);
+  void RecordIoLocked(const Status& s, std::string_view what);
+  void Fire(const std::vector<Event>& events);
+
+  AlignedBuffer TakeBuffer();
+  void GiveBuffer(AlignedBuffer buf);
+
+  const Config config_;
+  const Options options_;
+  uint64_t slot_count_ = 0;
+  std::unique_ptr<BlockStore> store_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  int lock_fd_ = -1;
+  Recovery recovery_ = Recovery::kFresh;
+
+  std::unique_ptr<metrics::Registry> own_metrics_;
+  metrics::Counter* m_evictions_ = nullptr;
+  metrics::Counter* m_checksum_failures_ = nullptr;
+  metrics::Counter* m_disk_errors_ = nullptr;
+  metrics::Gauge* m_bytes_ = nullptr;
+  metrics::Gauge* m_capacity_ = nullptr;
+  metrics::Gauge* m_degraded_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // slot unpinned, in-flight op finished
+  Index index_;                 // guarded by mu_
+  std::unordered_map<BlockKey, Writing, BlockKeyHash> writing_;  // guarded by mu_
+  std::vector<SlotState> slots_;                                 // guarded by mu_
+  std::vector<uint64_t> free_;                                   // guarded by mu_
+  std::unordered_map<uint64_t, uint64_t> volume_bytes_;          // guarded by mu_
+  BlockCacheStats stats_;                                        // guarded by mu_
+  uint64_t next_seq_ = 1;                                        // guarded by mu_
+  uint64_t tick_ = 0;                                            // guarded by mu_
+  unsigned consecutive_errors_ = 0;                              // guarded by mu_
+  unsigned inflight_ = 0;                                        // guarded by mu_
+  bool closed_ = false;                                          // guarded by mu_
+  CacheListener* listener_ = nullptr;                            // guarded by mu_
+
+  std::mutex buffers_mu_;
+  std::vector<AlignedBuffer> buffers_;  // guarded by buffers_mu_
+};
+
+}  // namespace spoke::agent

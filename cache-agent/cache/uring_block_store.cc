@@ -1,0 +1,273 @@
+#include "cache-agent/cache/uring_block_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <thread>
+
+#include "common/log.h"
+
+namespace spoke::agent {
+namespace {
+
+std::string DataPath(const std::string& dir, size_t i) {
+  return dir + "/data." + std::to_string(i);
+}
+
+Error ErrnoError(int err, const std::string& what) {
+  if (err == ENOSPC) return Error(Code::kNoSpace, what + ": " + std::strerror(err));
+  return Error::FromErrno(err, what + ": " + std::strerror(err));
+}
+
+// Sizes an open data file to exactly `bytes`, allocating the blocks when it grows.
+Status SizeFile(int fd, uint64_t bytes, const std::string& path) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return std::unexpected(ErrnoError(errno, "stat " + path));
+  if (static_cast<uint64_t>(st.st_size) == bytes) return Ok();
+  if (static_cast<uint64_t>(st.st_size) > bytes) {
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      return std::unexpected(ErrnoError(errno, "truncate " + path));
+    }
+    return Ok();
+  }
+  if (fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0) return Ok();
+  int err = errno;
+  if (err != EOPNOTSUPP && err != ENOSYS) {
+    return std::unexpected(ErrnoError(err, "preallocate " + path));
+  }
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    return std::unexpected(ErrnoError(errno, "extend " + path));
+  }
+  return Ok();
+}
+
+}  // namespace
+
+// Exclusive use of one ring for the duration of a transfer.
+class UringBlockStore::RingLease {
+ public:
+  explicit RingLease(UringBlockStore& store) {
+    auto& rings = store.rings_;
+    size_t home = std::hash<std::thread::id>{}(std::this_thread::get_id()) % rings.size();
+    for (size_t i = 0; i < rings.size(); ++i) {
+      Ring& r = *rings[(home + i) % rings.size()];
+      if (r.mu.try_lock()) {
+        ring_ = &r;
+        return;
+      }
+    }
+    ring_ = rings[home].get();
+    ring_->mu.lock();
+  }
+  ~RingLease() { ring_->mu.unlock(); }
+  Ring& ring() { return *ring_; }
+
+ private:
+  Ring* ring_ = nullptr;
+};
+
+UringBlockStore::UringBlockStore(uint64_t slot_count, uint32_t slot_size, const Options& options)
+    : BlockStore(slot_count, slot_size), options_(options) {}
+
+UringBlockStore::~UringBlockStore() {
+  for (auto& r : rings_) {
+    std::lock_guard lock(r->mu);
+    if (r->ready) io_uring_queue_exit(&r->ring);
+    r->ready = false;
+  }
+  for (int fd : fds_) close(fd);
+}
+
+Result<std::unique_ptr<UringBlockStore>> UringBlockStore::Open(const std::string& dir,
+                                                               uint64_t slot_count,
+                                                               uint32_t slot_size,
+                                                               const Options& options) {
+  if (slot_count == 0 || slot_size == 0 || slot_size % kIoAlign != 0) {
+    return Fail(Code::kInvalidArgument, "block store: slot_size must be a non-zero multiple of " +
+                                            std::to_string(kIoAlign) + " and slot_count > 0");
+  }
+  if (options.rings == 0 || options.ring_entries == 0 || options.chunk_bytes == 0 ||
+      options.chunk_bytes % kIoAlign != 0) {
+    return Fail(Code::kInvalidArgument, "block store: bad ring options");
+  }
+  std::unique_ptr<UringBlockStore> store(new UringBlockStore(slot_count, slot_size, options));
+  store->slots_per_file_ = std::max<uint64_t>(1, options.max_file_bytes / slot_size);
+  const uint64_t files = (slot_count + store->slots_per_file_ - 1) / store->slots_per_file_;
+
+  bool direct = options.allow_direct;
+  bool any_existed = false;
+  for (uint64_t i = 0; i < files; ++i) {
+    const std::string path = DataPath(dir, i);
+    struct stat st {};
+    any_existed |= stat(path.c_str(), &st) == 0;
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
+    if (fd < 0 && direct && errno == EINVAL) {
+      log::Info("cache filesystem does not support O_DIRECT; using buffered I/O", {{"dir", dir}});
+      direct = false;
+      fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    }
+    if (fd < 0) return std::unexpected(ErrnoError(errno, "open " + path));
+    store->fds_.push_back(fd);
+    const uint64_t slots =
+        std::min(store->slots_per_file_, slot_count - i * store->slots_per_file_);
+    if (Status s = SizeFile(fd, slots * slot_size, path); !s) return std::unexpected(s.error());
+  }
+  // Files of a bigger previous geometry.
+  for (uint64_t i = files;; ++i) {
+    const std::string path = DataPath(dir, i);
+    if (unlink(path.c_str()) != 0) break;
+  }
+  // Some filesystems accept O_DIRECT at open and refuse it at I/O time.
+  if (direct) {
+    AlignedBuffer probe = AllocateAligned(kIoAlign);
+    if (!probe) return Fail(Code::kIo, "block store: out of memory");
+    if (pread(store->fds_[0], probe.get(), kIoAlign, 0) < 0 && errno == EINVAL) {
+      log::Info("cache filesystem refuses O_DIRECT reads; using buffered I/O", {{"dir", dir}});
+      direct = false;
+      for (size_t i = 0; i < store->fds_.size(); ++i) {
+        int fd = open(DataPath(dir, i).c_str(), O_RDWR | O_CLOEXEC);
+        if (fd < 0) return std::unexpected(ErrnoError(errno, "reopen " + DataPath(dir, i)));
+        close(store->fds_[i]);
+        store->fds_[i] = fd;
+      }
+    }
+  }
+  store->direct_io_ = direct;
+  store->fresh_ = !any_existed;
+
+  for (unsigned i = 0; i < options.rings; ++i) store->rings_.push_back(std::make_unique<Ring>());
+  {
+    // Probe io_uring now: a kernel without it fails the open, not the first read.
+    Ring& r = *store->rings_[0];
+    std::lock_guard lock(r.mu);
+    if (Status s = store->InitRing(r); !s) return std::unexpected(s.error());
+  }
+  log::Info("block store open", {{"dir", dir},
+                                 {"files", files},
+                                 {"slots", slot_count},
+                                 {"slot_size", slot_size},
+                                 {"direct_io", direct},
+                                 {"fresh", store->fresh_}});
+  return store;
+}
+
+Status UringBlockStore::InitRing(Ring& r) {
+  if (r.ready) return Ok();
+  int rc = io_uring_queue_init(options_.ring_entries, &r.ring, 0);
+  if (rc < 0) return std::unexpected(ErrnoError(-rc, "io_uring_queue_init"));
+  r.ready = true;
+  return Ok();
+}
+
+Status UringBlockStore::ReadImpl(uint64_t offset_bytes, std::span<const iovec> segments) {
+  return Transfer(false, offset_bytes, segments);
+}
+
+Status UringBlockStore::WriteImpl(uint64_t offset_bytes, std::span<const iovec> segments) {
+  return Transfer(true, offset_bytes, segments);
+}
+
+Status UringBlockStore::SyncImpl() {
+  for (int fd : fds_) {
+    if (fsync(fd) != 0) return std::unexpected(ErrnoError(errno, "fsync cache data"));
+  }
+  return Ok();
+}
+
+Status UringBlockStore::Transfer(bool write, uint64_t offset_bytes,
+                                 std::span<const iovec> segments) {
+  const uint64_t file_bytes = slots_per_file_ * slot_size();
+  const int fd = fds_[offset_bytes / file_bytes];
+  uint64_t file_off = offset_bytes % file_bytes;
+
+  struct Piece {
+    char* data;
+    uint32_t len;
+    uint64_t off;
+  };
+  // A transfer is at most one slot: a handful of chunks (16 MiB / 256 KiB = 64 at most).
+  std::vector<Piece> pieces;
+  for (const iovec& seg : segments) {
+    char* p = static_cast<char*>(seg.iov_base);
+    for (size_t done = 0; done < seg.iov_len;) {
+      uint32_t len =
+          static_cast<uint32_t>(std::min<size_t>(options_.chunk_bytes, seg.iov_len - done));
+      pieces.push_back({p + done, len, file_off});
+      done += len;
+      file_off += len;
+    }
+  }
+
+  RingLease lease(*this);
+  Ring& r = lease.ring();
+  if (Status s = InitRing(r); !s) return s;
+
+  std::optional<Error> failure;
+  for (size_t first = 0; first < pieces.size(); first += options_.ring_entries) {
+    const size_t n = std::min<size_t>(options_.ring_entries, pieces.size() - first);
+    for (size_t i = 0; i < n; ++i) {
+      const Piece& pc = pieces[first + i];
+      io_uring_sqe* sqe = io_uring_get_sqe(&r.ring);
+      if (sqe == nullptr) return Fail(Code::kInternal, "io_uring: no free submission entry");
+      if (write) {
+        io_uring_prep_write(sqe, fd, pc.data, pc.len, pc.off);
+      } else {
+        io_uring_prep_read(sqe, fd, pc.data, pc.len, pc.off);
+      }
+      io_uring_sqe_set_data64(sqe, first + i);
+    }
+    // Submit everything, then reap exactly what the kernel took, so the ring is clean for the
+    // next user whatever happens.
+    size_t submitted = 0;
+    int submit_err = 0;
+    for (int attempt = 0; submitted < n; ++attempt) {
+      int rc = io_uring_submit(&r.ring);
+      if ((rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && attempt < 1000) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (rc <= 0) {
+        submit_err = rc < 0 ? -rc : EIO;
+        break;
+      }
+      submitted += static_cast<size_t>(rc);
+    }
+    for (size_t reaped = 0; reaped < submitted;) {
+      io_uring_cqe* cqe = nullptr;
+      int rc = io_uring_wait_cqe(&r.ring, &cqe);
+      if (rc == -EINTR) continue;
+      if (rc < 0) {
+        // The ring itself is broken; nothing sane left to do with in-flight buffers.
+        log::Error("io_uring_wait_cqe failed", {{"error", std::strerror(-rc)}});
+        std::abort();
+      }
+      const Piece& pc = pieces[io_uring_cqe_get_data64(cqe)];
+      if (!failure) {
+        if (cqe->res < 0) {
+          failure = ErrnoError(-cqe->res, write ? "cache write" : "cache read");
+        } else if (static_cast<uint32_t>(cqe->res) != pc.len) {
+          failure = Error(Code::kIo, std::string(write ? "short cache write" : "short cache read") +
+                                         " at offset " + std::to_string(pc.off));
+        }
+      }
+      io_uring_cqe_seen(&r.ring, cqe);
+      ++reaped;
+    }
+    if (submit_err != 0) {
+      // Unsubmitted entries would leak into the next user's batch: start a fresh ring.
+      io_uring_queue_exit(&r.ring);
+      r.ready = false;
+      if (!failure) failure = ErrnoError(submit_err, "io_uring_submit");
+    }
+    if (failure) return std::unexpected(*failure);
+  }
+  return Ok();
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,645 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "cache-agent/cache/block_cache_factory.h"
+#include "cache-agent/cache/default_block_cache.h"
+#include "cache-agent/cache/lru_policy.h"
+#include "common/metrics.h"
+#include "tests/cache-agent/cache/cache_test_util.h"
+
+namespace spoke::agent {
+namespace {
+
+using testing::CopyDataFiles;
+using testing::FaultyBlockStore;
+using testing::FindSlot;
+using testing::Pattern;
+using testing::ReadRaw;
+using testing::TempDir;
+using testing::WriteRaw;
+
+constexpr uint32_t kBlock = 64 << 10;
+constexpr uint64_t kSlotSize = kHeaderBytes + kBlock;
+
+BlockKey K(uint64_t i, uint64_t volume = 7, uint64_t file = 42) {
+  return BlockKey{volume, file, 3, i};
+}
+
+BlockCache::Config Cfg(const std::string& dir, uint64_t blocks) {
+  BlockCache::Config c;
+  c.dir = dir;
+  c.capacity_bytes = blocks * kBlock;
+  c.block_size = kBlock;
+  c.io_depth = 16;
+  return c;
+}
+
+struct Opened {
+  std::unique_ptr<DefaultBlockCache> cache;
+  FaultyBlockStore* faulty = nullptr;  // owned by cache
+};
+
+Opened Open(const BlockCache::Config& cfg, metrics::Registry* reg = nullptr,
+            DefaultBlockCache::Options opts = DefaultBlockCache::Options()) {
+  Opened o;
+  auto factory = [&o](const std::string& dir, uint64_t n,
+                      uint32_t size) -> Result<std::unique_ptr<BlockStore>> {
+    auto s = UringBlockStore::Open(dir, n, size, {});
+    if (!s) return std::unexpected(s.error());
+    auto f = std::make_unique<FaultyBlockStore>(std::move(*s));
+    o.faulty = f.get();
+    return std::unique_ptr<BlockStore>(std::move(f));
+  };
+  auto c = DefaultBlockCache::Open(cfg, factory, MakeLruPolicy(), reg, opts);
+  EXPECT_TRUE(c) << c.error().ToString();
+  if (c) o.cache = std::move(*c);
+  return o;
+}
+
+Status PutK(BlockCache& c, const BlockKey& k, size_t len = kBlock, AdmissionHint h = {}) {
+  auto d = Pattern(k, len);
+  return c.Put(k, d.data(), len, h);
+}
+
+// Reads `k` into an aligned (zero-copy path) or unaligned (bounce path) buffer and checks it.
+::testing::AssertionResult Serves(BlockCache& c, const BlockKey& k, size_t len = kBlock,
+                                  bool aligned = true) {
+  AlignedBuffer abuf = AllocateAligned(kBlock + kIoAlign);
+  char* out = aligned ? abuf.get() : abuf.get() + 1;
+  auto r = c.Get(k, out, kBlock);
+  if (!r) return ::testing::AssertionFailure() << "Get: " << r.error().ToString();
+  if (*r != len) return ::testing::AssertionFailure() << "length " << *r << " != " << len;
+  if (std::memcmp(out, Pattern(k, len).data(), len) != 0) {
+    return ::testing::AssertionFailure() << "wrong contents";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+bool Misses(BlockCache& c, const BlockKey& k) {
+  AlignedBuffer out = AllocateAligned(kBlock);
+  auto r = c.Get(k, out.get(), kBlock);
+  return !r && r.error().code() == Code::kNotFound;
+}
+
+class Recorder : public CacheListener {
+ public:
+  void OnPrefetchUsed(const BlockKey& k, ExpertId e) override {
+    std::lock_guard l(mu);
+    used.emplace_back(k, e);
+  }
+  void OnPrefetchWasted(const BlockKey& k, ExpertId e) override {
+    std::lock_guard l(mu);
+    wasted.emplace_back(k, e);
+  }
+  std::mutex mu;
+  std::vector<std::pair<BlockKey, ExpertId>> used, wasted;
+};
+
+int64_t GaugeValue(metrics::Registry& r, const std::string& name) {
+  return r.GetGauge(name, "").Value();
+}
+uint64_t CounterValue(metrics::Registry& r, const std::string& name) {
+  return r.GetCounter(name, "").Value();
+}
+
+// ---------------------------------------------------------------------------------------------
+// On every filesystem: /tmp and /var/tmp (O_DIRECT on a real disk), /dev/shm (buffered).
+
+class BlockCacheFsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BlockCacheFsTest, PutGetRoundTripFullAndShortBlocks) {
+  TempDir dir(GetParam());
+  auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(0)));
+  ASSERT_TRUE(PutK(*cache, K(1), 12345));  // a file's short last block
+  ASSERT_TRUE(PutK(*cache, K(2), 3 * kIoAlign));
+  EXPECT_TRUE(Serves(*cache, K(0)));
+  EXPECT_TRUE(Serves(*cache, K(0), kBlock, /*aligned=*/false));
+  EXPECT_TRUE(Serves(*cache, K(1), 12345));
+  EXPECT_TRUE(Serves(*cache, K(1), 12345, /*aligned=*/false));
+  EXPECT_TRUE(Serves(*cache, K(2), 3 * kIoAlign));
+  EXPECT_TRUE(Misses(*cache, K(3)));
+  EXPECT_TRUE(cache->Contains(K(1)));
+  EXPECT_FALSE(cache->Contains(K(3)));
+  // A Put of a cached key is a no-op that keeps the original.
+  std::vector<char> other(kBlock, 'z');
+  EXPECT_TRUE(cache->Put(K(0), other.data(), kBlock, {}));
+  EXPECT_TRUE(Serves(*cache, K(0)));
+  auto s = cache->Stats();
+  EXPECT_EQ(s.blocks, 3u);
+  EXPECT_EQ(s.used_bytes, kBlock + 12345u + 3 * kIoAlign);
+  EXPECT_EQ(s.hits, 6u);
+  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(cache->VolumeBytes(7), s.used_bytes);
+  EXPECT_EQ(cache->VolumeBytes(8), 0u);
+  // A buffer too small for the block is the caller's error, not a miss.
+  std::vector<char> small(100);
+  EXPECT_EQ(cache->Get(K(0), small.data(), small.size()).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(cache->Put(K(9), other.data(), kBlock + 1, {}).error().code(), Code::kInvalidArgument);
+}
+
+TEST_P(BlockCacheFsTest, CorruptDataIsCaughtDroppedAndRefetchable) {
+  TempDir dir(GetParam());
+  metrics::Registry reg;
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4), &reg);
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(0)));
+  ASSERT_TRUE(PutK(*cache, K(1), 5000));
+  auto slot = FindSlot(dir.path(), kBlock, 4, K(1));
+  ASSERT_TRUE(slot);
+  // Flip one data byte on disk.
+  const uint64_t off = *slot * kSlotSize + kHeaderBytes + 4321;
+  auto byte = ReadRaw(dir.path(), off, 1);
+  byte[0] ^= 0x40;
+  WriteRaw(dir.path(), off, byte);
+
+  EXPECT_TRUE(Misses(*cache, K(1)));
+  EXPECT_EQ(cache->Stats().checksum_failures, 1u);
+  EXPECT_EQ(CounterValue(reg, "spoke_checksum_failures_total"), 1u);
+  EXPECT_FALSE(cache->Contains(K(1)));
+  const uint64_t reads = faulty->reads.load();
+  EXPECT_TRUE(Misses(*cache, K(1)));  // dropped: a plain miss, no device read
+  EXPECT_EQ(faulty->reads.load(), reads);
+  EXPECT_EQ(cache->Stats().checksum_failures, 1u);
+  EXPECT_TRUE(Serves(*cache, K(0)));  // the neighbour is fine
+  ASSERT_TRUE(PutK(*cache, K(1), 5000));
+  EXPECT_TRUE(Serves(*cache, K(1), 5000));
+  EXPECT_EQ(cache->Stats().blocks, 2u);
+}
+
+TEST_P(BlockCacheFsTest, ValidBlockOfAnotherKeyInTheSlotIsNotServed) {
+  TempDir dir(GetParam());
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(0)));
+  ASSERT_TRUE(PutK(*cache, K(1)));
+  auto s0 = FindSlot(dir.path(), kBlock, 4, K(0));
+  auto s1 = FindSlot(dir.path(), kBlock, 4, K(1));
+  ASSERT_TRUE(s0 && s1);
+  // Slot of K(0) now holds a perfectly valid block (header + data) of K(1).
+  WriteRaw(dir.path(), *s0 * kSlotSize, ReadRaw(dir.path(), *s1 * kSlotSize, kSlotSize));
+  EXPECT_TRUE(Misses(*cache, K(0)));
+  EXPECT_EQ(cache->Stats().checksum_failures, 1u);
+  EXPECT_TRUE(Serves(*cache, K(1)));
+}
+
+TEST_P(BlockCacheFsTest, CorruptHeaderIsCaught) {
+  TempDir dir(GetParam());
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(0)));
+  auto slot = FindSlot(dir.path(), kBlock, 4, K(0));
+  ASSERT_TRUE(slot);
+  const uint64_t off = *slot * kSlotSize + offsetof(BlockHeader, length);
+  auto b = ReadRaw(dir.path(), off, 1);
+  b[0] ^= 1;  // length 65536 -> 65537: only the header checksum notices
+  WriteRaw(dir.path(), off, b);
+  EXPECT_TRUE(Misses(*cache, K(0)));
+  EXPECT_EQ(cache->Stats().checksum_failures, 1u);
+}
+
+TEST_P(BlockCacheFsTest, RestartAfterCleanCloseLoadsIndexAndServesAll) {
+  TempDir dir(GetParam());
+  {
+    auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+    ASSERT_TRUE(cache);
+    EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kFresh);
+    for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(PutK(*cache, K(i), kBlock - i * 1000));
+    ASSERT_TRUE(cache->Close());
+    EXPECT_TRUE(std::filesystem::exists(dir.sub("index")));
+    EXPECT_TRUE(std::filesystem::exists(dir.sub("clean")));
+  }
+  auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kIndex);
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("clean")));  // a crash from now on rescans
+  EXPECT_EQ(faulty->reads.load(), 0u);                      // no scan
+  EXPECT_EQ(cache->Stats().blocks, 6u);
+  for (uint64_t i = 0; i < 6; ++i) EXPECT_TRUE(Serves(*cache, K(i), kBlock - i * 1000));
+  // New Puts get new generations and fresh slots.
+  ASSERT_TRUE(PutK(*cache, K(6)));
+  ASSERT_TRUE(PutK(*cache, K(7)));
+  for (uint64_t i = 0; i < 8; ++i) EXPECT_TRUE(cache->Contains(K(i)));
+}
+
+TEST_P(BlockCacheFsTest, CrashWithoutCloseRebuildsByScanning) {
+  TempDir dir(GetParam());
+  TempDir crashed(GetParam());
+  auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(PutK(*cache, K(i), 7000 + i));
+  CopyDataFiles(dir.path(), crashed.path());  // the state a crash leaves right now
+
+  auto [after, faulty2] = Open(Cfg(crashed.path(), 8));
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_EQ(after->Stats().blocks, 5u);
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(Serves(*after, K(i), 7000 + i));
+  EXPECT_EQ(after->Stats().checksum_failures, 0u);
+}
+
+TEST_P(BlockCacheFsTest, StaleIndexAfterCrashIsNotTrusted) {
+  // Clean close, reopen (deletes `clean`), more Puts and evictions, crash: the old index
+  // must not be used, or it would miss new blocks and point at reused slots.
+  TempDir dir(GetParam());
+  {
+    auto [cache, faulty] = Open(Cfg(dir.path(), 3));
+    ASSERT_TRUE(cache);
+    for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(PutK(*cache, K(i)));
+    ASSERT_TRUE(cache->Close());
+  }
+  TempDir crashed(GetParam());
+  std::filesystem::copy_file(dir.sub("index"), crashed.sub("index"));  // as if it were kept
+  {
+    auto [cache, faulty] = Open(Cfg(dir.path(), 3));
+    ASSERT_TRUE(cache);
+    ASSERT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kIndex);
+    ASSERT_TRUE(PutK(*cache, K(10)));  // evicts K(0), reuses its slot
+    CopyDataFiles(dir.path(), crashed.path());
+  }
+  auto [after, faulty] = Open(Cfg(crashed.path(), 3));
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_TRUE(Serves(*after, K(10)));
+  EXPECT_TRUE(Misses(*after, K(0)));
+  EXPECT_EQ(after->Stats().checksum_failures, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Filesystems, BlockCacheFsTest, ::testing::ValuesIn(testing::TestBases()),
+                         [](const auto& info) {
+                           std::string n = info.param.substr(1);
+                           std::replace(n.begin(), n.end(), '/', '_');
+                           return n;
+                         });
+
+// ---------------------------------------------------------------------------------------------
+
+enum class IndexDamage { kFlippedByte, kTruncated, kMissing, kGarbage };
+
+class BlockCacheIndexDamageTest : public ::testing::TestWithParam<IndexDamage> {};
+
+TEST_P(BlockCacheIndexDamageTest, DamagedIndexFallsBackToScan) {
+  TempDir dir;
+  {
+    auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+    ASSERT_TRUE(cache);
+    for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(PutK(*cache, K(i), 9000 + i));
+    ASSERT_TRUE(cache->Close());
+  }
+  const std::string index = dir.sub("index");
+  const auto size = std::filesystem::file_size(index);
+  switch (GetParam()) {
+    case IndexDamage::kFlippedByte: {
+      std::FILE* f = std::fopen(index.c_str(), "r+b");
+      std::fseek(f, static_cast<long>(size / 2), SEEK_SET);
+      int c = std::fgetc(f);
+      std::fseek(f, static_cast<long>(size / 2), SEEK_SET);
+      std::fputc(c ^ 0x10, f);
+      std::fclose(f);
+      break;
+    }
+    case IndexDamage::kTruncated:
+      std::filesystem::resize_file(index, size / 3);
+      break;
+    case IndexDamage::kMissing:
+      std::filesystem::remove(index);
+      break;
+    case IndexDamage::kGarbage: {
+      std::FILE* f = std::fopen(index.c_str(), "wb");
+      std::fputs("not an index at all", f);
+      std::fclose(f);
+      break;
+    }
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir.sub("clean")));
+  auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_EQ(cache->Stats().blocks, 6u);
+  for (uint64_t i = 0; i < 6; ++i) EXPECT_TRUE(Serves(*cache, K(i), 9000 + i));
+}
+
+INSTANTIATE_TEST_SUITE_P(Damage, BlockCacheIndexDamageTest,
+                         ::testing::Values(IndexDamage::kFlippedByte, IndexDamage::kTruncated,
+                                           IndexDamage::kMissing, IndexDamage::kGarbage));
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(BlockCacheTest, EvictsInLruOrderAndNeverExceedsQuota) {
+  TempDir dir;
+  metrics::Registry reg;
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4), &reg);
+  ASSERT_TRUE(cache);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(PutK(*cache, K(i)));
+  EXPECT_TRUE(Serves(*cache, K(0)));  // K(1) is now least recently used
+  ASSERT_TRUE(PutK(*cache, K(4)));
+  EXPECT_FALSE(cache->Contains(K(1)));
+  for (uint64_t i : {0, 2, 3, 4}) EXPECT_TRUE(cache->Contains(K(i))) << i;
+  EXPECT_EQ(cache->Stats().evictions, 1u);
+  EXPECT_EQ(CounterValue(reg, "spoke_cache_evictions_total"), 1u);
+  ASSERT_TRUE(PutK(*cache, K(5)));
+  EXPECT_FALSE(cache->Contains(K(2)));
+  for (uint64_t i = 6; i < 40; ++i) {
+    ASSERT_TRUE(PutK(*cache, K(i)));
+    auto s = cache->Stats();
+    ASSERT_LE(s.blocks, 4u);
+    ASSERT_LE(s.used_bytes, s.capacity_bytes);
+    EXPECT_EQ(GaugeValue(reg, "spoke_cache_bytes"), static_cast<int64_t>(s.used_bytes));
+  }
+  for (uint64_t i = 36; i < 40; ++i) EXPECT_TRUE(Serves(*cache, K(i)));
+  EXPECT_EQ(cache->Stats().evictions, 36u);
+  EXPECT_EQ(GaugeValue(reg, "spoke_cache_capacity_bytes"), 4 * kBlock);
+  EXPECT_EQ(std::filesystem::file_size(dir.sub("data.0")), 4 * kSlotSize);
+}
+
+TEST(BlockCacheTest, PrefetchIsRefusedRatherThanEvictAnUnreadPrefetchNeededSooner) {
+  TempDir dir;
+  auto [cache, faulty] = Open(Cfg(dir.path(), 2));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(0), kBlock, AdmissionHint{1, 1.0}));  // prefetched, needed soon
+  ASSERT_TRUE(PutK(*cache, K(1)));
+  auto r = PutK(*cache, K(2), kBlock, AdmissionHint{2, 5.0});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kNoSpace);
+  EXPECT_EQ(cache->Stats().rejected_admissions, 1u);
+  EXPECT_TRUE(cache->Contains(K(0)));
+  EXPECT_FALSE(cache->Contains(K(2)));
+  // Needed sooner than the tail: admitted.
+  ASSERT_TRUE(PutK(*cache, K(3), kBlock, AdmissionHint{2, 0.5}));
+  EXPECT_FALSE(cache->Contains(K(0)));
+  EXPECT_TRUE(cache->Contains(K(3)));
+  // Demand is never refused, even over an unread prefetch needed very soon.
+  ASSERT_TRUE(PutK(*cache, K(4), kBlock, AdmissionHint{1, 0.0}));
+  ASSERT_TRUE(PutK(*cache, K(5)));
+  ASSERT_TRUE(PutK(*cache, K(6)));
+  EXPECT_TRUE(cache->Contains(K(6)));
+  EXPECT_EQ(cache->Stats().rejected_admissions, 1u);
+}
+
+TEST(BlockCacheTest, ListenerHearsPrefetchUsedAndWasted) {
+  TempDir dir;
+  auto [cache, faulty] = Open(Cfg(dir.path(), 3));
+  ASSERT_TRUE(cache);
+  Recorder rec;
+  cache->SetListener(&rec);
+  ASSERT_TRUE(PutK(*cache, K(0), kBlock, AdmissionHint{4, kUnknownUse}));  // will be read
+  ASSERT_TRUE(PutK(*cache, K(1), kBlock, AdmissionHint{5, kUnknownUse}));  // evicted unread
+  ASSERT_TRUE(PutK(*cache, K(2)));                                         // demand: silent
+  EXPECT_TRUE(Serves(*cache, K(0)));
+  EXPECT_TRUE(Serves(*cache, K(0)));  // only the first read counts
+  EXPECT_TRUE(Serves(*cache, K(2)));
+  ASSERT_EQ(rec.used.size(), 1u);
+  EXPECT_EQ(rec.used[0].first, K(0));
+  EXPECT_EQ(rec.used[0].second, 4);
+  EXPECT_TRUE(rec.wasted.empty());
+  ASSERT_TRUE(PutK(*cache, K(3)));  // LRU victim: K(1), never read
+  ASSERT_EQ(rec.wasted.size(), 1u);
+  EXPECT_EQ(rec.wasted[0].first, K(1));
+  EXPECT_EQ(rec.wasted[0].second, 5);
+  // Evicting read or demand blocks is not waste; an explicit Evict of an unread one is.
+  ASSERT_TRUE(PutK(*cache, K(4), kBlock, AdmissionHint{6, kUnknownUse}));  // evicts K(0)
+  EXPECT_EQ(rec.wasted.size(), 1u);
+  EXPECT_EQ(cache->Evict(7, 0), 3u);
+  ASSERT_EQ(rec.wasted.size(), 2u);
+  EXPECT_EQ(rec.wasted[1].first, K(4));
+  EXPECT_EQ(rec.used.size(), 1u);
+}
+
+TEST(BlockCacheTest, EvictDropsAVolumeOrAFileAndStaysEvictedAfterACrash) {
+  TempDir dir;
+  auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(0, 1, 10)));
+  ASSERT_TRUE(PutK(*cache, K(1, 1, 10)));
+  ASSERT_TRUE(PutK(*cache, K(0, 1, 11), 100));
+  ASSERT_TRUE(PutK(*cache, K(0, 2, 10)));
+  EXPECT_EQ(cache->VolumeBytes(1), 2 * kBlock + 100);
+  EXPECT_EQ(cache->Evict(1, 10), 2u);
+  EXPECT_FALSE(cache->Contains(K(0, 1, 10)));
+  EXPECT_TRUE(cache->Contains(K(0, 1, 11)));
+  EXPECT_EQ(cache->VolumeBytes(1), 100u);
+  EXPECT_EQ(cache->Evict(2, 0), 1u);
+  EXPECT_EQ(cache->VolumeBytes(2), 0u);
+  EXPECT_EQ(cache->Stats().blocks, 1u);
+  TempDir crashed;
+  CopyDataFiles(dir.path(), crashed.path());
+  auto [after, f2] = Open(Cfg(crashed.path(), 8));
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->Stats().blocks, 1u);
+  EXPECT_TRUE(after->Contains(K(0, 1, 11)));
+  EXPECT_FALSE(after->Contains(K(0, 1, 10)));
+  EXPECT_FALSE(after->Contains(K(0, 2, 10)));
+}
+
+TEST(BlockCacheTest, RestartKeepsRecencyOrder) {
+  TempDir dir;
+  {
+    auto [cache, faulty] = Open(Cfg(dir.path(), 3));
+    ASSERT_TRUE(cache);
+    for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(PutK(*cache, K(i)));
+    EXPECT_TRUE(Serves(*cache, K(0)));  // LRU order now: 1, 2, 0
+    ASSERT_TRUE(cache->Close());
+  }
+  auto [cache, faulty] = Open(Cfg(dir.path(), 3));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(3)));
+  EXPECT_FALSE(cache->Contains(K(1)));
+  EXPECT_TRUE(cache->Contains(K(0)));
+}
+
+TEST(BlockCacheTest, DiskErrorsDegradeToMissesAndFailedPuts) {
+  TempDir dir;
+  metrics::Registry reg;
+  auto [cache, faulty] = Open(Cfg(dir.path(), 8), &reg);
+  ASSERT_TRUE(cache);
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(PutK(*cache, K(i)));
+
+  faulty->fail_reads = EIO;
+  EXPECT_TRUE(Misses(*cache, K(0)));  // a miss, never a failed read
+  EXPECT_EQ(cache->Stats().disk_errors, 1u);
+  EXPECT_FALSE(cache->Stats().degraded);
+  EXPECT_FALSE(cache->Contains(K(0)));  // the unreadable block is dropped
+
+  faulty->fail_writes = ENOSPC;
+  auto put = PutK(*cache, K(9));
+  ASSERT_FALSE(put);
+  EXPECT_EQ(put.error().code(), Code::kIo);
+  EXPECT_EQ(cache->Stats().disk_errors, 2u);
+  EXPECT_FALSE(cache->Contains(K(9)));
+  EXPECT_EQ(GaugeValue(reg, "spoke_cache_degraded"), 0);
+
+  EXPECT_TRUE(Misses(*cache, K(1)));  // third error in a row
+  auto s = cache->Stats();
+  EXPECT_TRUE(s.degraded);
+  EXPECT_EQ(s.disk_errors, 3u);
+  EXPECT_EQ(CounterValue(reg, "spoke_cache_disk_errors_total"), 3u);
+  EXPECT_EQ(GaugeValue(reg, "spoke_cache_degraded"), 1);
+
+  // Degraded stays degraded even if the disk answers again: no device I/O at all.
+  faulty->fail_reads = 0;
+  faulty->fail_writes = 0;
+  const uint64_t reads = faulty->reads.load();
+  EXPECT_TRUE(Misses(*cache, K(2)));
+  EXPECT_EQ(faulty->reads.load(), reads);
+  EXPECT_FALSE(cache->Contains(K(2)));
+  EXPECT_EQ(PutK(*cache, K(10)).error().code(), Code::kIo);
+  EXPECT_FALSE(cache->Close());  // no clean marker: the next start rescans
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("clean")));
+}
+
+TEST(BlockCacheTest, IntermittentErrorsBelowThresholdDoNotDegrade) {
+  TempDir dir;
+  auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  for (int round = 0; round < 5; ++round) {
+    faulty->fail_writes = EIO;
+    EXPECT_FALSE(PutK(*cache, K(100 + round)));
+    faulty->fail_writes = 0;
+    ASSERT_TRUE(PutK(*cache, K(round)));
+  }
+  EXPECT_EQ(cache->Stats().disk_errors, 5u);
+  EXPECT_FALSE(cache->Stats().degraded);
+  EXPECT_TRUE(Serves(*cache, K(4)));
+}
+
+// 8 threads Get and Put over 3x more keys than slots (constant eviction under readers), on a
+// real disk (O_DIRECT); optionally one thread also Evicts. Every block served is checked.
+void RunConcurrent(bool with_evict) {
+  TempDir dir("/var/tmp");
+  auto [cache, faulty] = Open(Cfg(dir.path(), 16));
+  ASSERT_TRUE(cache);
+  constexpr int kThreads = 8;
+  constexpr uint64_t kKeys = 48;
+  std::atomic<uint64_t> served{0}, wrong{0}, put_errors{0}, refused{0}, over_quota{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<uint64_t>(t) * 7919 + 1);
+      AlignedBuffer abuf = AllocateAligned(kBlock + kIoAlign);
+      for (int op = 0; op < 400; ++op) {
+        const uint64_t i = rng() % kKeys;
+        const BlockKey key = K(i, 7, 42 + i % 2);
+        const size_t len = kBlock - (i % 5) * 3000;
+        char* out = (op % 2) ? abuf.get() : abuf.get() + 8;  // zero-copy and bounce paths
+        auto r = cache->Get(key, out, kBlock);
+        if (r) {
+          ++served;
+          if (*r != len || std::memcmp(out, Pattern(key, len).data(), len) != 0) ++wrong;
+        } else if (auto p = PutK(*cache, key, len); !p) {
+          // With Evict running, every slot can be briefly in flux: nothing evictable.
+          ++(p.error().code() == Code::kNoSpace ? refused : put_errors);
+        }
+        if (with_evict && t == 0 && op % 50 == 49) cache->Evict(7, 43);
+        if (cache->Stats().blocks > 16) ++over_quota;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto s = cache->Stats();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(put_errors.load(), 0u);
+  if (!with_evict) {
+    EXPECT_EQ(refused.load(), 0u);
+  }
+  EXPECT_EQ(over_quota.load(), 0u);
+  EXPECT_GT(served.load(), 100u);
+  EXPECT_GT(s.evictions, 100u);
+  EXPECT_EQ(s.checksum_failures, 0u);
+  EXPECT_EQ(s.disk_errors, 0u);
+  EXPECT_FALSE(s.degraded);
+  ASSERT_TRUE(cache->Close());
+  // Whatever the interleaving, the persisted state is consistent too.
+  auto [again, f2] = Open(Cfg(dir.path(), 16));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->recovery(), DefaultBlockCache::Recovery::kIndex);
+  for (uint64_t i = 0; i < kKeys; ++i) {
+    const BlockKey key = K(i, 7, 42 + i % 2);
+    if (again->Contains(key)) {
+      EXPECT_TRUE(Serves(*again, key, kBlock - (i % 5) * 3000)) << i;
+    }
+  }
+  EXPECT_EQ(again->Stats().checksum_failures, 0u);
+}
+
+TEST(BlockCacheTest, ConcurrentReadersAndWritersStayConsistent) { RunConcurrent(false); }
+TEST(BlockCacheTest, ConcurrentReadersWritersAndEvictStayConsistent) { RunConcurrent(true); }
+
+TEST(BlockCacheTest, ConfigValidationNamesTheField) {
+  auto bad = [](auto mutate) {
+    BlockCache::Config c = Cfg("/tmp/x", 4);
+    mutate(c);
+    return c.Validate();
+  };
+  EXPECT_TRUE(bad([](auto&) {}));
+  auto r = bad([](auto& c) { c.block_size = 3 << 16; });
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("block_size"), std::string::npos);
+  EXPECT_FALSE(bad([](auto& c) { c.block_size = 32 << 10; }));
+  EXPECT_FALSE(bad([](auto& c) { c.block_size = 32 << 20; }));
+  EXPECT_TRUE(bad([](auto& c) {
+    c.block_size = 16 << 20;
+    c.capacity_bytes = 32ull << 20;
+  }));
+  r = bad([](auto& c) { c.capacity_bytes = kBlock + 1; });
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("capacity_bytes"), std::string::npos);
+  EXPECT_FALSE(bad([](auto& c) { c.dir = ""; }));
+}
+
+TEST(BlockCacheTest, FactoryCreatesTheDirRejectsBadOnesAndLocksIt) {
+  TempDir dir;
+  metrics::Registry reg;
+  auto cfg = Cfg(dir.sub("a/b/cache"), 4);
+  auto cache = OpenBlockCache(cfg, MakeLruPolicy(), &reg);
+  ASSERT_TRUE(cache) << cache.error().ToString();
+  ASSERT_TRUE((*cache)->Put(K(0), Pattern(K(0), 10).data(), 10, {}));
+  EXPECT_TRUE(Serves(**cache, K(0), 10));
+  EXPECT_EQ((*cache)->block_size(), kBlock);
+  // A second cache on the same directory is refused while the first is open.
+  auto second = OpenBlockCache(cfg, MakeLruPolicy(), reg);
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code(), Code::kUnavailable);
+  const std::string text = reg.Render();
+  for (const char* name : {"spoke_cache_evictions_total", "spoke_checksum_failures_total",
+                           "spoke_cache_disk_errors_total", "spoke_cache_bytes",
+                           "spoke_cache_capacity_bytes", "spoke_cache_degraded"}) {
+    EXPECT_NE(text.find(name), std::string::npos) << name;
+  }
+  cache->reset();
+  EXPECT_TRUE(OpenBlockCache(cfg, MakeLruPolicy(), nullptr));  // released on close
+
+  // A directory that cannot be created.
+  std::FILE* f = std::fopen(dir.sub("file").c_str(), "w");
+  std::fclose(f);
+  auto under_file = OpenBlockCache(Cfg(dir.sub("file/cache"), 4), MakeLruPolicy(), nullptr);
+  ASSERT_FALSE(under_file);
+  EXPECT_EQ(under_file.error().code(), Code::kInvalidArgument);
+  auto bad_size = OpenBlockCache(Cfg(dir.sub("c"), 1), MakeLruPolicy(), nullptr);
+  ASSERT_FALSE(bad_size);
+  EXPECT_EQ(bad_size.error().code(), Code::kInvalidArgument);
+}
+
+TEST(BlockCacheTest, CapacityChangeRescansAndKeepsWhatFits) {
+  TempDir dir;
+  {
+    auto [cache, faulty] = Open(Cfg(dir.path(), 8));
+    ASSERT_TRUE(cache);
+    for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(PutK(*cache, K(i)));
+    ASSERT_TRUE(cache->Close());
+  }
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4));
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kScan);
+  auto s = cache->Stats();
+  EXPECT_EQ(s.blocks, 4u);
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(Serves(*cache, K(i)));
+}
+
+}  // namespace
+}  // namespace spoke::agent

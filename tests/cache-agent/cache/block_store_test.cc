@@ -1,0 +1,185 @@
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "cache-agent/cache/uring_block_store.h"
+#include "tests/cache-agent/cache/cache_test_util.h"
+
+namespace spoke::agent {
+namespace {
+
+using testing::TempDir;
+
+constexpr uint32_t kSlot = 8 * kIoAlign;
+
+bool IsTmpfs(const std::string& path) {
+  struct statfs s {};
+  return statfs(path.c_str(), &s) == 0 && s.f_type == 0x01021994;  // TMPFS_MAGIC
+}
+
+AlignedBuffer Filled(size_t len, char seed) {
+  AlignedBuffer b = AllocateAligned(len);
+  for (size_t i = 0; i < len; ++i) b.get()[i] = static_cast<char>(seed + i * 7);
+  return b;
+}
+
+void RoundTrip(UringBlockStore& store, uint64_t slot, char seed) {
+  AlignedBuffer w = Filled(kSlot, seed);
+  iovec ws{w.get(), kSlot};
+  ASSERT_TRUE(store.Write(slot, 0, {&ws, 1}));
+  AlignedBuffer r = AllocateAligned(kSlot);
+  iovec rs{r.get(), kSlot};
+  ASSERT_TRUE(store.Read(slot, 0, {&rs, 1}));
+  EXPECT_EQ(std::memcmp(w.get(), r.get(), kSlot), 0);
+}
+
+TEST(UringBlockStoreTest, UsesODirectOnARealDisk) {
+  if (IsTmpfs("/var/tmp")) GTEST_SKIP() << "/var/tmp is tmpfs here";
+  TempDir dir("/var/tmp");
+  auto store = UringBlockStore::Open(dir.path(), 4, kSlot, {});
+  ASSERT_TRUE(store) << store.error().ToString();
+  EXPECT_TRUE((*store)->direct_io());
+  EXPECT_TRUE((*store)->fresh());
+  RoundTrip(**store, 3, 'a');
+}
+
+// ramfs refuses O_DIRECT with EINVAL (tmpfs accepts it since Linux 6.6). The child process
+// mounts one in a private mount namespace, so nothing leaks even if the test dies.
+TEST(UringBlockStoreTest, FallsBackToBufferedWhenTheFilesystemRefusesODirect) {
+  TempDir dir;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("none", dir.path().c_str(), "ramfs", 0, nullptr) != 0) {
+      _exit(77);
+    }
+    auto store = UringBlockStore::Open(dir.path(), 2, kSlot, {});
+    if (!store) _exit(1);
+    if ((*store)->direct_io()) _exit(2);
+    AlignedBuffer w = Filled(kSlot, 'r');
+    AlignedBuffer r = AllocateAligned(kSlot);
+    iovec ws{w.get(), kSlot}, rs{r.get(), kSlot};
+    if (!(*store)->Write(1, 0, {&ws, 1}) || !(*store)->Read(1, 0, {&rs, 1})) _exit(3);
+    _exit(std::memcmp(w.get(), r.get(), kSlot) == 0 ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot mount ramfs (needs root)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: open failed, 2: O_DIRECT kept, 3: I/O, 4: data";
+}
+
+TEST(UringBlockStoreTest, BufferedWhenDirectIsNotAllowed) {
+  TempDir dir;
+  UringBlockStore::Options o;
+  o.allow_direct = false;
+  auto store = UringBlockStore::Open(dir.path(), 2, kSlot, o);
+  ASSERT_TRUE(store);
+  EXPECT_FALSE((*store)->direct_io());
+  RoundTrip(**store, 1, 'q');
+}
+
+TEST(UringBlockStoreTest, ScatterGatherAcrossManyChunksAndBatches) {
+  TempDir dir;
+  UringBlockStore::Options o;
+  o.chunk_bytes = kIoAlign;  // 8 chunks per slot
+  o.ring_entries = 2;        // 4 submissions per slot
+  auto store = UringBlockStore::Open(dir.path(), 2, kSlot, o);
+  ASSERT_TRUE(store) << store.error().ToString();
+  AlignedBuffer a = Filled(3 * kIoAlign, 'x');
+  AlignedBuffer b = Filled(5 * kIoAlign, 'y');
+  iovec w[2] = {{a.get(), 3 * kIoAlign}, {b.get(), 5 * kIoAlign}};
+  ASSERT_TRUE((*store)->Write(1, 0, w));
+  AlignedBuffer r = AllocateAligned(kSlot);
+  iovec rs{r.get(), kSlot};
+  ASSERT_TRUE((*store)->Read(1, 0, {&rs, 1}));
+  EXPECT_EQ(std::memcmp(r.get(), a.get(), 3 * kIoAlign), 0);
+  EXPECT_EQ(std::memcmp(r.get() + 3 * kIoAlign, b.get(), 5 * kIoAlign), 0);
+  // A read at an offset inside the slot.
+  AlignedBuffer part = AllocateAligned(kIoAlign);
+  iovec ps{part.get(), kIoAlign};
+  ASSERT_TRUE((*store)->Read(1, 4 * kIoAlign, {&ps, 1}));
+  EXPECT_EQ(std::memcmp(part.get(), b.get() + kIoAlign, kIoAlign), 0);
+}
+
+TEST(UringBlockStoreTest, SpreadsSlotsOverSeveralFilesAndResizes) {
+  TempDir dir;
+  UringBlockStore::Options o;
+  o.max_file_bytes = 3 * kSlot;
+  {
+    auto store = UringBlockStore::Open(dir.path(), 10, kSlot, o);
+    ASSERT_TRUE(store) << store.error().ToString();
+    EXPECT_EQ((*store)->file_count(), 4u);
+    for (uint64_t s = 0; s < 10; ++s) RoundTrip(**store, s, static_cast<char>(s));
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::filesystem::exists(dir.sub("data." + std::to_string(i))));
+  }
+  EXPECT_EQ(std::filesystem::file_size(dir.sub("data.3")), kSlot);  // preallocated, 1 slot
+  {
+    auto store = UringBlockStore::Open(dir.path(), 5, kSlot, o);  // shrink
+    ASSERT_TRUE(store);
+    EXPECT_FALSE((*store)->fresh());
+    EXPECT_EQ((*store)->file_count(), 2u);
+    // Slot 4 (file 1, second slot) kept its contents.
+    AlignedBuffer r = AllocateAligned(kSlot);
+    iovec rs{r.get(), kSlot};
+    ASSERT_TRUE((*store)->Read(4, 0, {&rs, 1}));
+    AlignedBuffer want = Filled(kSlot, 4);
+    EXPECT_EQ(std::memcmp(r.get(), want.get(), kSlot), 0);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("data.2")));
+  EXPECT_EQ(std::filesystem::file_size(dir.sub("data.1")), 2 * kSlot);
+}
+
+TEST(UringBlockStoreTest, DeviceLayerRejectsBadTransfers) {
+  TempDir dir;
+  auto store = UringBlockStore::Open(dir.path(), 2, kSlot, {});
+  ASSERT_TRUE(store);
+  AlignedBuffer b = AllocateAligned(2 * kSlot);
+  iovec out_of_range{b.get(), kIoAlign};
+  EXPECT_EQ((*store)->Read(2, 0, {&out_of_range, 1}).error().code(), Code::kInternal);
+  iovec past_end{b.get(), 2 * kIoAlign};
+  EXPECT_EQ((*store)->Read(0, kSlot - kIoAlign, {&past_end, 1}).error().code(), Code::kInternal);
+  iovec misaligned_buf{b.get() + 512, kIoAlign};
+  EXPECT_EQ((*store)->Write(0, 0, {&misaligned_buf, 1}).error().code(), Code::kInternal);
+  iovec misaligned_len{b.get(), 1000};
+  EXPECT_EQ((*store)->Write(0, 0, {&misaligned_len, 1}).error().code(), Code::kInternal);
+  EXPECT_EQ((*store)->io_errors(), 0u);  // caller bugs are not device errors
+}
+
+TEST(UringBlockStoreTest, ConcurrentTransfersFromManyThreads) {
+  TempDir dir;
+  UringBlockStore::Options o;
+  o.rings = 3;  // fewer rings than threads: callers share them
+  auto store = UringBlockStore::Open(dir.path(), 16, kSlot, o);
+  ASSERT_TRUE(store);
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      AlignedBuffer r = AllocateAligned(kSlot);
+      for (int round = 0; round < 50; ++round) {
+        for (uint64_t s = static_cast<uint64_t>(t) * 2; s < static_cast<uint64_t>(t) * 2 + 2; ++s) {
+          AlignedBuffer w = Filled(kSlot, static_cast<char>(s + round));
+          iovec ws{w.get(), kSlot};
+          iovec rs{r.get(), kSlot};
+          if (!(*store)->Write(s, 0, {&ws, 1}) || !(*store)->Read(s, 0, {&rs, 1}) ||
+              std::memcmp(w.get(), r.get(), kSlot) != 0) {
+            ++bad;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+}  // namespace
+}  // namespace spoke::agent
