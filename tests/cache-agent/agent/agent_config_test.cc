@@ -1,0 +1,139 @@
+#include "cache-agent/agent/agent_config.h"
+
+#include <gtest/gtest.h>
+
+namespace spoke::agent {
+namespace {
+
+Result<AgentConfig> Parse(const std::string& yaml) { return ParseAgentConfig(yaml, "agent.yaml"); }
+
+// The error for `yaml`, which must fail.
+std::string ErrorOf(const std::string& yaml) {
+  auto c = Parse(yaml);
+  EXPECT_FALSE(c.has_value()) << yaml;
+  return c ? "" : c.error().message();
+}
+
+TEST(AgentConfigTest, DefaultsWhenEmpty) {
+  auto c = Parse("");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->socket, "/run/spoke/agent.sock");
+  EXPECT_EQ(c->cache_dir, "/var/cache/spoke");
+  EXPECT_EQ(c->cache_size_bytes, 10ull << 30);
+  EXPECT_EQ(c->block_size_bytes, 1u << 20);
+  EXPECT_EQ(c->metrics_address, "127.0.0.1:9810");
+  EXPECT_EQ(c->MetricsHost(), "127.0.0.1");
+  EXPECT_EQ(c->MetricsPort(), 9810);
+  EXPECT_EQ(c->state_dir, "/var/lib/spoke");
+  EXPECT_EQ(c->log_level, log::Level::kInfo);
+  EXPECT_EQ(c->hub.connections, 4);
+  EXPECT_EQ(c->hub.inflight_per_connection, 64);
+  EXPECT_EQ(c->hub.request_timeout_seconds, 10);
+  EXPECT_EQ(c->hub.retries, 3);
+  EXPECT_EQ(c->read_ahead_max_bytes, 64ull << 20);
+  EXPECT_EQ(c->eviction_policy, "lru");
+}
+
+TEST(AgentConfigTest, EveryKeyTheChartWrites) {
+  auto c = Parse(R"(
+socket: /csi/agent.sock
+cacheDir: /nvme/spoke
+cacheSizeBytes: 200Gi
+blockSizeBytes: 512Ki
+metricsAddress: 0.0.0.0:9900
+stateDir: /var/lib/spoke-agent
+logLevel: debug
+hub:
+  connections: 8
+  inflightPerConnection: 32
+  requestTimeoutSeconds: 20
+  retries: 5
+readAheadMaxBytes: 128Mi
+evictionPolicy: lru
+)");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->socket, "/csi/agent.sock");
+  EXPECT_EQ(c->cache_dir, "/nvme/spoke");
+  EXPECT_EQ(c->cache_size_bytes, 200ull << 30);
+  EXPECT_EQ(c->block_size_bytes, 512u << 10);
+  EXPECT_EQ(c->MetricsHost(), "0.0.0.0");
+  EXPECT_EQ(c->MetricsPort(), 9900);
+  EXPECT_EQ(c->state_dir, "/var/lib/spoke-agent");
+  EXPECT_EQ(c->log_level, log::Level::kDebug);
+  EXPECT_EQ(c->hub.connections, 8);
+  EXPECT_EQ(c->hub.inflight_per_connection, 32);
+  EXPECT_EQ(c->hub.request_timeout_seconds, 20);
+  EXPECT_EQ(c->hub.retries, 5);
+  EXPECT_EQ(c->read_ahead_max_bytes, 128ull << 20);
+}
+
+TEST(AgentConfigTest, SizesAsPlainBytes) {
+  auto c = Parse("cacheSizeBytes: 1073741824\nblockSizeBytes: 65536\n");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->cache_size_bytes, 1ull << 30);
+  EXPECT_EQ(c->block_size_bytes, 65536u);
+}
+
+TEST(AgentConfigTest, EmptyMetricsAddressDisablesMetrics) {
+  auto c = Parse("metricsAddress: \"\"\n");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->metrics_address, "");
+}
+
+TEST(AgentConfigTest, ErrorsNameTheField) {
+  struct Case {
+    std::string yaml;
+    std::string field;
+  };
+  const Case cases[] = {
+      {"socket: run/agent.sock", "socket: must be an absolute path"},
+      {"cacheDir: cache", "cacheDir: must be an absolute path"},
+      {"stateDir: ''", "stateDir: must be an absolute path"},
+      {"cacheSizeBytes: lots", "cacheSizeBytes:"},
+      {"cacheSizeBytes: 1Mi", "cacheSizeBytes: must hold at least 64 blocks"},
+      {"blockSizeBytes: 3Mi", "blockSizeBytes:"},
+      {"blockSizeBytes: 100000", "blockSizeBytes: must be a power of two"},
+      {"metricsAddress: localhost", "metricsAddress: expected host:port"},
+      {"metricsAddress: 127.0.0.1:99999", "metricsAddress: port"},
+      {"logLevel: chatty", "logLevel: must be one of"},
+      {"hub: {connections: 0}", "hub.connections:"},
+      {"hub: {inflightPerConnection: 5000}", "hub.inflightPerConnection:"},
+      {"hub: {requestTimeoutSeconds: 0}", "hub.requestTimeoutSeconds:"},
+      {"hub: {retries: -1}", "hub.retries:"},
+      {"hub: {conections: 4}", "hub.conections: unknown setting"},
+      {"hub: 4", "hub: expected a map"},
+      {"readAheadMaxBytes: 1Ki", "readAheadMaxBytes: must be 0 (off) or at least one block"},
+      {"cacheSizeBytes: 100Mi\nreadAheadMaxBytes: 64Mi", "readAheadMaxBytes: must be at most half"},
+      {"evictionPolicy: nothrash", "evictionPolicy: must be one of lru"},
+      {"cacheSize: 10Gi", "cacheSize: unknown setting"},
+  };
+  for (const auto& c : cases) {
+    std::string err = ErrorOf(c.yaml);
+    EXPECT_NE(err.find("agent.yaml: " + c.field), std::string::npos)
+        << "yaml: " << c.yaml << "\nerror: " << err;
+  }
+}
+
+TEST(AgentConfigTest, SyntaxErrorNamesTheFile) {
+  EXPECT_NE(ErrorOf("socket: [unclosed").find("agent.yaml"), std::string::npos);
+}
+
+TEST(AgentConfigTest, MissingFileIsNotFound) {
+  auto c = LoadAgentConfig("/nonexistent/agent.yaml");
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code(), Code::kNotFound);
+}
+
+TEST(ParseHostPortTest, Forms) {
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(ParseHostPort("[::1]:9810", "f", &host, &port));
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 9810);
+  EXPECT_FALSE(ParseHostPort("::1:9810", "f", &host, &port));
+  EXPECT_FALSE(ParseHostPort(":9810", "f", &host, &port));
+  EXPECT_FALSE(ParseHostPort("h:0", "f", &host, &port));
+}
+
+}  // namespace
+}  // namespace spoke::agent

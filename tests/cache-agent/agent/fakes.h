@@ -1,0 +1,171 @@
+// Fakes of the agent's seams: VolumeMounter/MountedVolume (no FUSE) and HostMounts (no
+// mount table), shared by the agent and spokectl tests.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache-agent/agent/host_mounts.h"
+#include "cache-agent/agent/mounted_volume.h"
+
+namespace spoke::agent::testing {
+
+struct FakeWorld {
+  std::mutex mu;
+  int mount_calls = 0;
+  int unmount_calls = 0;
+  std::map<std::string, std::string> live;  // target -> volume id
+  // When set, Mount fails with this code until cleared.
+  std::optional<Code> fail_mount;
+  VolumeFigures figures;
+  // Warmup: steps, bytes per step, delay per step.
+  int warmup_steps = 5;
+  uint64_t warmup_step_bytes = 1 << 20;
+  std::chrono::milliseconds warmup_step_delay{1};
+  std::atomic<bool> warmup_was_cancelled{false};
+  std::optional<Error> warmup_error;
+  std::string last_warmup_prefix;
+  std::string last_evict_prefix;
+  std::vector<std::string> hinted;
+  std::set<std::string> known_paths = {"a.jpg", "dir/b.jpg"};
+};
+
+class FakeVolume : public MountedVolume {
+ public:
+  FakeVolume(std::shared_ptr<FakeWorld> w, std::string id, VolumeContext ctx, std::string target,
+             bool ro)
+      : w_(std::move(w)),
+        id_(std::move(id)),
+        ctx_(std::move(ctx)),
+        target_(std::move(target)),
+        ro_(ro) {}
+  const std::string& volume_id() const override { return id_; }
+  const std::string& target_path() const override { return target_; }
+  const VolumeContext& context() const override { return ctx_; }
+  bool read_only() const override { return ro_; }
+  VolumeFigures Figures() override {
+    std::lock_guard<std::mutex> l(w_->mu);
+    return w_->figures;
+  }
+  Status Warmup(const std::string& prefix,
+                const std::function<void(const WarmupFigures&)>& progress,
+                const std::atomic<bool>& cancelled) override {
+    int steps;
+    {
+      std::lock_guard<std::mutex> l(w_->mu);
+      w_->last_warmup_prefix = prefix;
+      steps = w_->warmup_steps;
+    }
+    WarmupFigures f;
+    f.files_total = steps;
+    f.bytes_total = steps * w_->warmup_step_bytes;
+    for (int i = 0; i < steps; ++i) {
+      if (cancelled) {
+        w_->warmup_was_cancelled = true;
+        return Fail(Code::kCancelled, "cancelled");
+      }
+      std::this_thread::sleep_for(w_->warmup_step_delay);
+      f.files_done++;
+      f.bytes_done += w_->warmup_step_bytes;
+      f.bytes_from_hub += w_->warmup_step_bytes / 2;
+      progress(f);
+    }
+    std::lock_guard<std::mutex> l(w_->mu);
+    if (w_->warmup_error) return std::unexpected(*w_->warmup_error);
+    return Ok();
+  }
+  Result<uint64_t> Evict(const std::string& prefix) override {
+    std::lock_guard<std::mutex> l(w_->mu);
+    w_->last_evict_prefix = prefix;
+    return 7;
+  }
+  HintFigures Hint(const std::vector<std::string>& paths) override {
+    std::lock_guard<std::mutex> l(w_->mu);
+    HintFigures h;
+    for (const auto& p : paths) {
+      w_->hinted.push_back(p);
+      (w_->known_paths.contains(p) ? h.accepted : h.rejected)++;
+    }
+    return h;
+  }
+  Status Unmount() override {
+    std::lock_guard<std::mutex> l(w_->mu);
+    if (unmounted_) return Ok();
+    unmounted_ = true;
+    w_->unmount_calls++;
+    w_->live.erase(target_);
+    return Ok();
+  }
+
+ private:
+  std::shared_ptr<FakeWorld> w_;
+  std::string id_;
+  VolumeContext ctx_;
+  std::string target_;
+  bool ro_;
+  bool unmounted_ = false;
+};
+
+class FakeMounter : public VolumeMounter {
+ public:
+  explicit FakeMounter(std::shared_ptr<FakeWorld> w) : w_(std::move(w)) {}
+  Result<std::unique_ptr<MountedVolume>> Mount(const std::string& id, const VolumeContext& ctx,
+                                               const std::string& target, bool ro) override {
+    std::lock_guard<std::mutex> l(w_->mu);
+    w_->mount_calls++;
+    if (w_->fail_mount) return Fail(*w_->fail_mount, "fake mount failure");
+    w_->live[target] = id;
+    return std::unique_ptr<MountedVolume>(std::make_unique<FakeVolume>(w_, id, ctx, target, ro));
+  }
+
+ private:
+  std::shared_ptr<FakeWorld> w_;
+};
+
+class FakeHostMounts : public HostMounts {
+ public:
+  std::vector<MountEntry> List() override {
+    std::lock_guard<std::mutex> l(mu);
+    return table;
+  }
+  bool IsDisconnected(const std::string& path) override {
+    std::lock_guard<std::mutex> l(mu);
+    return disconnected.contains(path);
+  }
+  Status DetachUnmount(const std::string& path) override {
+    std::lock_guard<std::mutex> l(mu);
+    detached.push_back(path);
+    bool was_disconnected = disconnected.erase(path) > 0;
+    for (auto it = table.rbegin(); it != table.rend(); ++it) {
+      if (it->mount_point == path) {
+        table.erase(std::next(it).base());
+        return Ok();
+      }
+    }
+    if (was_disconnected) return Ok();
+    return Fail(Code::kNotFound, "nothing mounted");
+  }
+
+  std::mutex mu;
+  std::vector<MountEntry> table;
+  std::set<std::string> disconnected;
+  std::vector<std::string> detached;
+};
+
+// A valid dataset volume context and its id.
+inline StringMap DatasetContext(const std::string& share = "/srv/data") {
+  return {{"server", "127.0.0.1"}, {"share", share},    {"nfsPort", "20491"},
+          {"mountPort", "20492"},  {"mode", "dataset"}, {"path", ""}};
+}
+inline std::string DatasetId(const std::string& share = "/srv/data") {
+  return "spoke1|dataset|retain|127.0.0.1|20491|20492|" + share + "|";
+}
+
+}  // namespace spoke::agent::testing

@@ -1,0 +1,297 @@
+#include "cache-agent/agent/mount_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/cache-agent/agent/fakes.h"
+#include "tests/support/hub.h"
+
+namespace spoke::agent {
+namespace {
+
+using testing::DatasetContext;
+using testing::DatasetId;
+using testing::FakeHostMounts;
+using testing::FakeMounter;
+using testing::FakeWorld;
+
+class MountManagerTest : public ::testing::Test {
+ protected:
+  MountManagerTest() : world_(std::make_shared<FakeWorld>()), mounter_(world_) {}
+
+  std::unique_ptr<MountManager> NewManager() {
+    MountManager::Options o;
+    o.state_file = state_file();
+    o.retry_initial = std::chrono::milliseconds(20);
+    o.retry_max = std::chrono::milliseconds(40);
+    o.health_interval = std::chrono::milliseconds(3600'000);
+    return std::make_unique<MountManager>(mounter_, host_, registry_, o);
+  }
+  std::string state_file() const { return dir_.path() + "/state/mounts.json"; }
+  std::string Target(const std::string& name) const { return dir_.path() + "/targets/" + name; }
+
+  spoke::testing::TempDir dir_{"spoke-mm"};
+  std::shared_ptr<FakeWorld> world_;
+  FakeMounter mounter_;
+  FakeHostMounts host_;
+  metrics::Registry registry_;
+};
+
+TEST_F(MountManagerTest, MountIsIdempotentAndCreatesTheTarget) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  EXPECT_TRUE(std::filesystem::is_directory(Target("a")));
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  EXPECT_EQ(world_->mount_calls, 1);
+  EXPECT_EQ(m->mounted_count(), 1u);
+  ASSERT_NE(m->FindByVolume(DatasetId()), nullptr);
+  EXPECT_EQ(m->FindByTarget(Target("a") + "/"), m->FindByVolume(DatasetId()));
+  EXPECT_NE(registry_.Render().find("spoke_mounts 1"), std::string::npos);
+}
+
+TEST_F(MountManagerTest, AnotherVolumeAtTheTargetIsAlreadyExists) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  auto s = m->Mount(DatasetId("/srv/other"), DatasetContext("/srv/other"), Target("a"), true);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kAlreadyExists);
+  EXPECT_NE(s.error().message().find("target_path"), std::string::npos);
+  // Same volume, different read_only: also a conflict, not silently ignored.
+  s = m->Mount(DatasetId(), DatasetContext(), Target("a"), false);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kAlreadyExists);
+  // The same volume at a second target is fine.
+  EXPECT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("b"), true));
+}
+
+TEST_F(MountManagerTest, SomethingElseMountedAtTheTargetIsAlreadyExists) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  host_.table.push_back(MountEntry{Target("a"), "tmpfs", "tmpfs"});
+  auto s = m->Mount(DatasetId(), DatasetContext(), Target("a"), true);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kAlreadyExists);
+  EXPECT_NE(s.error().message().find("tmpfs"), std::string::npos);
+  EXPECT_EQ(world_->mount_calls, 0);
+}
+
+TEST_F(MountManagerTest, BadArgumentsNameTheField) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  struct Case {
+    std::string id;
+    StringMap ctx;
+    std::string target;
+    std::string field;
+  };
+  StringMap bad_ctx = DatasetContext();
+  bad_ctx["consistency"] = "sometimes";
+  StringMap escaping = DatasetContext();
+  escaping["path"] = "../etc";
+  const Case cases[] = {
+      {"", DatasetContext(), Target("a"), "volume_id: required"},
+      {"spoke1|dataset|x", DatasetContext(), Target("a"), "volume_id: malformed"},
+      {std::string("id\x01"), DatasetContext(), Target("a"), "volume_id: contains a control"},
+      {DatasetId(), DatasetContext(), "", "target_path: required"},
+      {DatasetId(), DatasetContext(), "relative/dir", "target_path: must be absolute"},
+      {DatasetId(), DatasetContext(), Target("a") + "/../b", "target_path: must be normalised"},
+      {DatasetId(), DatasetContext(), "/", "target_path: cannot be /"},
+      {DatasetId(), bad_ctx, Target("a"), "volume_context: "},
+      {DatasetId(), escaping, Target("a"), "volume_context: "},
+      {DatasetId(), {}, Target("a"), "volume_context: "},
+  };
+  for (const auto& c : cases) {
+    auto s = m->Mount(c.id, c.ctx, c.target, true);
+    ASSERT_FALSE(s) << c.field;
+    EXPECT_EQ(s.error().code(), Code::kInvalidArgument) << c.field;
+    EXPECT_EQ(s.error().message().rfind(c.field, 0), 0u) << s.error().message();
+  }
+  EXPECT_EQ(world_->mount_calls, 0);
+}
+
+TEST_F(MountManagerTest, AcceptsControllerSpokectlAndOpaqueIds) {
+  EXPECT_TRUE(ValidateVolumeId("spoke1|scratch|delete|10.0.0.1|2049|0|/srv/x|team/job-1"));
+  // spokectl: a scratch volume at the share root (the controller never makes one).
+  EXPECT_TRUE(ValidateVolumeId("spoke1|scratch|retain|10.0.0.1|2049|0|/srv/x|"));
+  EXPECT_TRUE(ValidateVolumeId("pvc-1234"));
+  EXPECT_FALSE(ValidateVolumeId("spoke1|scratch|retain|10.0.0.1|2049|0|srv|"));
+}
+
+TEST_F(MountManagerTest, UnmountIsIdempotent) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  EXPECT_TRUE(m->Unmount(Target("never")));
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  ASSERT_TRUE(m->Unmount(Target("a")));
+  EXPECT_TRUE(m->Unmount(Target("a")));
+  EXPECT_EQ(world_->unmount_calls, 1);
+  EXPECT_EQ(m->mounted_count(), 0u);
+  EXPECT_EQ(m->FindByVolume(DatasetId()), nullptr);
+  auto s = m->Unmount("relative");
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kInvalidArgument);
+}
+
+TEST_F(MountManagerTest, EveryChangeIsPersisted) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  ASSERT_TRUE(m->Mount(DatasetId("/srv/b"), DatasetContext("/srv/b"), Target("b"), false));
+  auto records = ReadMountState(state_file());
+  ASSERT_TRUE(records) << records.error().message();
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0], (MountRecord{DatasetId(), DatasetContext(), Target("a"), true}));
+  EXPECT_EQ((*records)[1].volume_id, DatasetId("/srv/b"));
+  EXPECT_FALSE((*records)[1].read_only);
+  ASSERT_TRUE(m->Unmount(Target("a")));
+  records = ReadMountState(state_file());
+  ASSERT_TRUE(records);
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0].target_path, Target("b"));
+}
+
+TEST_F(MountManagerTest, AMountThatCannotBePersistedIsUndone) {
+  std::filesystem::create_directories(dir_.path());
+  std::ofstream(dir_.path() + "/state") << "a file where the state directory should be";
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  auto s = m->Mount(DatasetId(), DatasetContext(), Target("a"), true);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kIo);
+  EXPECT_EQ(m->mounted_count(), 0u);
+  EXPECT_EQ(world_->unmount_calls, 1);
+}
+
+TEST_F(MountManagerTest, ShutdownEndsSessionsAndKeepsTheStateForTheNextStart) {
+  {
+    auto m = NewManager();
+    ASSERT_TRUE(m->Start());
+    ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+    ASSERT_TRUE(m->Mount(DatasetId("/srv/b"), DatasetContext("/srv/b"), Target("b"), false));
+    m->Shutdown();
+    EXPECT_EQ(world_->unmount_calls, 2);
+    EXPECT_TRUE(world_->live.empty());
+    auto s = m->Mount(DatasetId("/srv/c"), DatasetContext("/srv/c"), Target("c"), true);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error().code(), Code::kUnavailable);
+  }
+  auto records = ReadMountState(state_file());
+  ASSERT_TRUE(records);
+  EXPECT_EQ(records->size(), 2u);
+
+  // The next agent: stale FUSE mounts of the dead one first, then the same mounts again.
+  host_.disconnected.insert(Target("a"));
+  host_.table.push_back(MountEntry{Target("b"), "fuse.spoke", "spoke"});
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  EXPECT_EQ(host_.detached, (std::vector<std::string>{Target("a"), Target("b")}));
+  for (int i = 0; i < 200 && m->mounted_count() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(m->mounted_count(), 2u);
+  ASSERT_NE(m->FindByVolume(DatasetId()), nullptr);
+  EXPECT_TRUE(m->FindByVolume(DatasetId())->read_only());
+  EXPECT_EQ(m->FindByTarget(Target("b"))->volume_id(), DatasetId("/srv/b"));
+  EXPECT_EQ(world_->live.size(), 2u);
+}
+
+TEST_F(MountManagerTest, RestoreRetriesInTheBackgroundWhileTheHubIsDown) {
+  ASSERT_TRUE(WriteMountState(state_file(), {{DatasetId(), DatasetContext(), Target("a"), true}}));
+  world_->fail_mount = Code::kUnavailable;
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());  // does not wait for the hub
+  for (int i = 0; i < 200; ++i) {
+    if (m->List()[0].restore_attempts >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto list = m->List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_FALSE(list[0].mounted);
+  EXPECT_GE(list[0].restore_attempts, 3);
+  EXPECT_NE(list[0].last_error.find("fake mount failure"), std::string::npos);
+  EXPECT_EQ(m->FindByVolume(DatasetId()), nullptr);
+  EXPECT_NE(registry_.Render().find("spoke_mounts_pending 1"), std::string::npos);
+
+  // While pending, the target still belongs to that volume.
+  auto s = m->Mount(DatasetId("/srv/x"), DatasetContext("/srv/x"), Target("a"), true);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kAlreadyExists);
+
+  world_->fail_mount.reset();
+  for (int i = 0; i < 200 && m->mounted_count() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(m->mounted_count(), 1u);
+  EXPECT_TRUE(m->List()[0].last_error.empty());
+}
+
+TEST_F(MountManagerTest, MountOfAPendingTargetMountsAtOnce) {
+  ASSERT_TRUE(WriteMountState(state_file(), {{DatasetId(), DatasetContext(), Target("a"), true}}));
+  world_->fail_mount = Code::kUnavailable;
+  MountManager::Options o;
+  o.state_file = state_file();
+  o.retry_initial = std::chrono::hours(1);  // the background never retries in this test
+  MountManager m(mounter_, host_, registry_, o);
+  ASSERT_TRUE(m.Start());
+  for (int i = 0; i < 200 && m.List()[0].restore_attempts == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  world_->fail_mount.reset();
+  ASSERT_TRUE(m.Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  EXPECT_EQ(m.mounted_count(), 1u);
+  // Unmount of a pending target forgets it.
+  ASSERT_TRUE(m.Unmount(Target("a")));
+  EXPECT_TRUE(m.List().empty());
+}
+
+TEST_F(MountManagerTest, AnUnreadableStateFileIsMovedAside) {
+  std::filesystem::create_directories(dir_.path() + "/state");
+  std::ofstream(state_file()) << "{not json";
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  EXPECT_TRUE(m->List().empty());
+  EXPECT_TRUE(std::filesystem::exists(state_file() + ".bad"));
+}
+
+TEST_F(MountManagerTest, HealthRefreshTracksHubReachability) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->figures.hub_reachable = false;
+    world_->figures.last_hub_error = "hub timed out";
+  }
+  m->RunBackgroundOnce(false);
+  EXPECT_FALSE(m->List()[0].hub_reachable);
+  EXPECT_EQ(m->List()[0].last_error, "hub timed out");
+}
+
+TEST(MountStateTest, RoundTripAndErrorsNameTheEntry) {
+  spoke::testing::TempDir dir("spoke-state");
+  std::string f = dir.path() + "/mounts.json";
+  auto empty = ReadMountState(f);
+  ASSERT_TRUE(empty);
+  EXPECT_TRUE(empty->empty());
+  std::vector<MountRecord> recs = {{"id|1", {{"server", "h"}, {"path", "a b"}}, "/t/1", true},
+                                   {"id\"2", {}, "/t/ü", false}};
+  ASSERT_TRUE(WriteMountState(f, recs));
+  auto back = ReadMountState(f);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(*back, recs);
+  EXPECT_FALSE(std::filesystem::exists(f + ".tmp"));
+
+  std::ofstream(f) << R"({"version":1,"mounts":[{"volumeId":"x","targetPath":5}]})";
+  auto bad = ReadMountState(f);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("mounts[0].targetPath"), std::string::npos);
+  std::ofstream(f) << R"({"version":7,"mounts":[]})";
+  EXPECT_FALSE(ReadMountState(f));
+}
+
+}  // namespace
+}  // namespace spoke::agent
