@@ -1,0 +1,601 @@
+#include "cache-agent/remote/libnfs_remote.h"
+
+#include <fcntl.h>
+#include <nfsc/libnfs-raw-nfs.h>
+#include <nfsc/libnfs.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <future>
+
+#include "cache-agent/remote/nfs_connection.h"
+#include "common/log.h"
+
+namespace spoke::agent {
+namespace {
+
+constexpr uint32_t kMaxRead = 1u << 20;
+
+FileAttr FromStat(const nfs_stat_64& st) {
+  FileAttr a;
+  a.file_id = st.nfs_ino;
+  a.mode = static_cast<uint32_t>(st.nfs_mode);
+  a.nlink = static_cast<uint32_t>(st.nfs_nlink);
+  a.uid = static_cast<uint32_t>(st.nfs_uid);
+  a.gid = static_cast<uint32_t>(st.nfs_gid);
+  a.size = st.nfs_size;
+  a.used = st.nfs_used;
+  a.atime = {static_cast<time_t>(st.nfs_atime), static_cast<long>(st.nfs_atime_nsec)};
+  a.mtime = {static_cast<time_t>(st.nfs_mtime), static_cast<long>(st.nfs_mtime_nsec)};
+  a.ctime = {static_cast<time_t>(st.nfs_ctime), static_cast<long>(st.nfs_ctime_nsec)};
+  return a;
+}
+
+uint32_t TypeBits(uint32_t nf3_type) {
+  switch (nf3_type) {
+    case NF3REG:
+      return S_IFREG;
+    case NF3DIR:
+      return S_IFDIR;
+    case NF3BLK:
+      return S_IFBLK;
+    case NF3CHR:
+      return S_IFCHR;
+    case NF3LNK:
+      return S_IFLNK;
+    case NF3SOCK:
+      return S_IFSOCK;
+    case NF3FIFO:
+      return S_IFIFO;
+    default:
+      return 0;
+  }
+}
+
+FileAttr FromDirent(const nfsdirent& e) {
+  FileAttr a;
+  a.file_id = e.inode;
+  a.mode = e.mode;
+  if ((a.mode & S_IFMT) == 0) a.mode |= TypeBits(e.type);
+  a.nlink = e.nlink;
+  a.uid = e.uid;
+  a.gid = e.gid;
+  a.size = e.size;
+  a.used = e.used;
+  a.atime = {e.atime.tv_sec, static_cast<long>(e.atime_nsec)};
+  a.mtime = {e.mtime.tv_sec, static_cast<long>(e.mtime_nsec)};
+  a.ctime = {e.ctime.tv_sec, static_cast<long>(e.ctime_nsec)};
+  return a;
+}
+
+const char* Msg(void* data) { return data ? static_cast<const char*>(data) : "error"; }
+std::string NfsPath(const std::string& p) { return "/" + p; }
+
+// Blocking wrapper: a promise fulfilled by the job's delivery (success) or on_error.
+template <typename T>
+struct Waiter {
+  std::promise<Result<T>> promise;
+  void Set(Result<T> r) { promise.set_value(std::move(r)); }
+};
+
+}  // namespace
+
+Status LibnfsRemote::Config::Validate() const {
+  auto bad = [](const std::string& m) { return Fail(Code::kInvalidArgument, m); };
+  if (connections < 1 || connections > 64)
+    return bad("connections: must be in 1..64, got " + std::to_string(connections));
+  if (inflight_per_connection < 1 || inflight_per_connection > 1024) {
+    return bad("inflight_per_connection: must be in 1..1024, got " +
+               std::to_string(inflight_per_connection));
+  }
+  if (!(request_timeout_seconds >= 1 && request_timeout_seconds <= 600)) {
+    return bad("request_timeout_seconds: must be in 1..600, got " +
+               std::to_string(request_timeout_seconds));
+  }
+  if (retries < 0 || retries > 10)
+    return bad("retries: must be in 0..10, got " + std::to_string(retries));
+  if (handle_cache_size < 16) return bad("handle_cache_size: must be >= 16");
+  return Ok();
+}
+
+LibnfsRemote::LibnfsRemote(const HubAddress& hub, const Config& config, metrics::Registry* registry,
+                           const metrics::Labels& labels)
+    : config_(config),
+      hub_name_(hub.server + ":" + std::to_string(hub.nfs_port)),
+      registry_(registry),
+      labels_(labels) {
+  if (registry_ == nullptr) {
+    own_registry_ = std::make_unique<metrics::Registry>();
+    registry_ = own_registry_.get();
+  }
+  in_flight_ = &registry_->GetGauge("spoke_hub_requests_in_flight",
+                                    "Hub requests started and not finished", labels_);
+}
+
+Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hub,
+                                                            const std::string& root,
+                                                            const Config& config,
+                                                            metrics::Registry* registry,
+                                                            const metrics::Labels& labels) {
+  if (auto st = config.Validate(); !st) return std::unexpected(st.error());
+  std::unique_ptr<LibnfsRemote> r(new LibnfsRemote(hub, config, registry, labels));
+  HubAddress h = hub;
+  if (!root.empty()) h.share = (h.share == "/" ? "" : h.share) + "/" + root;
+  auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(config.request_timeout_seconds * 1000)));
+  // libnfs' per-RPC bound: whole seconds, at least 1, about half the request bound so one
+  // retry fits.
+  auto rpc =
+      std::chrono::milliseconds(std::max<int64_t>(1000, (timeout.count() / 2) / 1000 * 1000));
+  for (int i = 0; i < config.connections; ++i) {
+    NfsConnection::Options o;
+    o.url = h.NfsUrl();
+    o.hub = r->hub_name_;
+    o.index = i;
+    o.inflight_limit = config.inflight_per_connection;
+    o.retries = config.retries;
+    o.request_timeout = timeout;
+    o.rpc_timeout = rpc;
+    o.handle_cache_size = config.handle_cache_size;
+    LibnfsRemote* self = r.get();
+    o.on_done = [self](const char* op, double s, const Error* e) { self->Record(op, s, e); };
+    r->connections_.push_back(std::make_unique<NfsConnection>(std::move(o)));
+  }
+  if (config.wait_for_mount) {
+    auto deadline = SteadyClock::now() + timeout;
+    bool any = false;
+    for (auto& c : r->connections_) {
+      if (c->WaitMounted(deadline)) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) {
+      std::string why = r->connections_[0]->last_mount_error();
+      return Fail(Code::kUnavailable,
+                  "hub " + r->hub_name_ + " (" + h.share + ") could not be mounted within " +
+                      std::to_string(static_cast<int>(config.request_timeout_seconds)) + "s" +
+                      (why.empty() ? "" : ": " + why));
+    }
+  }
+  return r;
+}
+
+LibnfsRemote::~LibnfsRemote() { connections_.clear(); }
+
+void LibnfsRemote::Record(const char* op, double seconds, const Error* error) {
+  metrics::Labels l = labels_;
+  l["op"] = op;
+  registry_->GetHistogram("spoke_hub_request_seconds", "Hub request latency (retries included)", l)
+      .Observe(seconds);
+  in_flight_->Add(-1);
+  if (error != nullptr) {
+    l["code"] = std::string(CodeName(error->code()));
+    registry_->GetCounter("spoke_hub_errors_total", "Hub requests that failed", l).Inc();
+    if (error->code() == Code::kTimeout || error->code() == Code::kUnavailable) {
+      reachable_.store(false);
+      std::lock_guard<std::mutex> lock(error_mu_);
+      last_error_ = error->message();
+    }
+  } else if (!reachable_.load()) {
+    reachable_.store(true);
+    std::lock_guard<std::mutex> lock(error_mu_);
+    last_error_.clear();
+  }
+}
+
+bool LibnfsRemote::Reachable() const { return reachable_.load(); }
+std::string LibnfsRemote::LastError() const {
+  std::lock_guard<std::mutex> lock(error_mu_);
+  return last_error_;
+}
+
+int64_t LibnfsRemote::InFlight() const {
+  int64_t n = 0;
+  for (const auto& c : connections_) n += c->load();
+  return n;
+}
+
+NfsConnection& LibnfsRemote::LeastLoaded() {
+  NfsConnection* best = nullptr;
+  for (auto& c : connections_) {
+    if (!c->mounted()) continue;
+    if (best == nullptr || c->load() < best->load()) best = c.get();
+  }
+  if (best != nullptr) return *best;
+  for (auto& c : connections_) {
+    if (best == nullptr || c->load() < best->load()) best = c.get();
+  }
+  return *best;
+}
+
+void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
+  for (auto& c : connections_) c->Invalidate(path);
+}
+
+namespace {
+
+std::shared_ptr<NfsJob> NewJob(const char* op, const std::string& path, bool idempotent,
+                               double timeout_s) {
+  auto j = std::make_shared<NfsJob>();
+  j->op = op;
+  j->path = path;
+  j->idempotent = idempotent;
+  j->start = SteadyClock::now();
+  j->deadline = j->start + std::chrono::milliseconds(std::llround(timeout_s * 1000));
+  return j;
+}
+
+// Runs `job` on `conn` and waits for its delivery. `attempt` must end in deliver(value).
+template <typename T>
+Result<T> RunBlocking(
+    NfsConnection& conn, metrics::Gauge* in_flight, std::shared_ptr<NfsJob> job,
+    std::function<void(NfsConnection&, nfs_context*, const std::shared_ptr<NfsJob>&,
+                       const std::function<void(T)>& deliver)>
+        attempt) {
+  auto waiter = std::make_shared<Waiter<T>>();
+  auto fut = waiter->promise.get_future();
+  auto deliver = [waiter](T v) { waiter->Set(std::move(v)); };
+  job->attempt = [attempt, deliver](NfsConnection& c, nfs_context* ctx,
+                                    const std::shared_ptr<NfsJob>& j) {
+    attempt(c, ctx, j, deliver);
+  };
+  job->on_error = [waiter](const Error& e) { waiter->Set(std::unexpected(e)); };
+  in_flight->Add(1);
+  conn.Submit(job);
+  return fut.get();
+}
+
+struct Unit {};
+
+// A single path-based libnfs call whose success carries no data.
+template <typename Start>
+auto PathCall(Start start) {
+  return [start](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                 const std::function<void(Unit)>& deliver) {
+    c.Call([&](nfs_context* ctx, auto tramp, void* p) { return start(ctx, tramp, p); },
+           [&c, j, deliver](int err, void* data) {
+             if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+             if (c.Finish(j)) deliver(Unit{});
+           });
+  };
+}
+
+}  // namespace
+
+Result<FileAttr> LibnfsRemote::Stat(const std::string& path) {
+  auto job = NewJob("GETATTR", path, true, config_.request_timeout_seconds);
+  std::string p = NfsPath(path);
+  return RunBlocking<FileAttr>(LeastLoaded(), in_flight_, job,
+                               [p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                                   const std::function<void(FileAttr)>& deliver) {
+                                 c.Call(
+                                     [&](nfs_context* ctx, auto tramp, void* priv) {
+                                       return nfs_stat64_async(ctx, p.c_str(), tramp, priv);
+                                     },
+                                     [&c, j, deliver](int err, void* data) {
+                                       if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+                                       FileAttr a = FromStat(*static_cast<nfs_stat_64*>(data));
+                                       if (c.Finish(j)) deliver(a);
+                                     });
+                               });
+}
+
+Result<std::vector<DirEntry>> LibnfsRemote::ReadDir(const std::string& path) {
+  auto job = NewJob("READDIRPLUS", path, true, config_.request_timeout_seconds);
+  std::string p = NfsPath(path);
+  return RunBlocking<std::vector<DirEntry>>(
+      LeastLoaded(), in_flight_, job,
+      [p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+          const std::function<void(std::vector<DirEntry>)>& deliver) {
+        c.Call([&](nfs_context* ctx, auto tramp,
+                   void* priv) { return nfs_opendir_async(ctx, p.c_str(), tramp, priv); },
+               [&c, j, deliver](int err, void* data) {
+                 if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+                 auto* dir = static_cast<nfsdir*>(data);
+                 std::vector<DirEntry> out;
+                 // nfs_readdir/closedir never block; they take the context that produced
+                 // the listing.
+                 nfs_context* ctx = c.context();
+                 for (nfsdirent* e = nfs_readdir(ctx, dir); e != nullptr;
+                      e = nfs_readdir(ctx, dir)) {
+                   if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
+                   out.push_back(DirEntry{e->name, FromDirent(*e)});
+                 }
+                 nfs_closedir(ctx, dir);
+                 if (c.Finish(j)) deliver(std::move(out));
+               });
+      });
+}
+
+void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t length,
+                             ReadDone done) {
+  if (length > kMaxRead) length = kMaxRead;
+  auto job = NewJob("READ", path, true, config_.request_timeout_seconds);
+  auto shared_done = std::make_shared<ReadDone>(std::move(done));
+  job->on_error = [shared_done](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  std::string key = path;
+  job->attempt = [key, offset, length, shared_done](NfsConnection& c, nfs_context*,
+                                                    const std::shared_ptr<NfsJob>& j) {
+    c.GetHandle(
+        key, false,
+        [&c, j, offset, length, shared_done](int err, const char* msg,
+                                             std::shared_ptr<NfsHandle> h) {
+          if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
+          // Reads larger than the hub's rsize are issued as consecutive chunks.
+          auto buf = std::make_shared<std::vector<char>>();
+          buf->reserve(length);
+          auto step = std::make_shared<std::function<void()>>();
+          *step = [&c, j, h, offset, length, shared_done, buf, step]() {
+            uint64_t at = offset + buf->size();
+            uint64_t want = std::min<uint64_t>(length - buf->size(), c.read_max());
+            c.Call([&](nfs_context* ctx, auto tramp,
+                       void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
+                   [&c, j, h, length, shared_done, buf, step, want](int err, void* data) {
+                     if (err < 0) {
+                       c.ReleaseHandle(h);
+                       *step = nullptr;
+                       return c.AttemptFailed(j, err, Msg(data));
+                     }
+                     const char* bytes = static_cast<const char*>(data);
+                     buf->insert(buf->end(), bytes, bytes + err);
+                     if (static_cast<uint64_t>(err) == want && buf->size() < length) {
+                       (*step)();  // more to read
+                       return;
+                     }
+                     c.ReleaseHandle(h);
+                     auto keep = *step;  // break the self-reference only after this call returns
+                     *step = nullptr;
+                     if (c.Finish(j)) (*shared_done)(std::move(*buf));
+                   });
+          };
+          (*step)();
+        });
+  };
+  in_flight_->Add(1);
+  LeastLoaded().Submit(job);
+}
+
+Result<size_t> LibnfsRemote::Write(const std::string& path, uint64_t offset, const char* data,
+                                   size_t length) {
+  auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
+  std::string key = path;
+  return RunBlocking<size_t>(
+      Writer(), in_flight_, job,
+      [key, offset, data, length](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                                  const std::function<void(size_t)>& deliver) {
+        c.GetHandle(key, true,
+                    [&c, j, offset, data, length, deliver](int err, const char* msg,
+                                                           std::shared_ptr<NfsHandle> h) {
+                      if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
+                      auto done = std::make_shared<size_t>(0);
+                      auto step = std::make_shared<std::function<void()>>();
+                      *step = [&c, j, h, offset, data, length, deliver, done, step]() {
+                        size_t want = std::min<size_t>(length - *done, c.write_max());
+                        c.Call(
+                            [&](nfs_context* ctx, auto tramp, void* priv) {
+                              return nfs_pwrite_async(ctx, h->fh, offset + *done, want,
+                                                      data + *done, tramp, priv);
+                            },
+                            [&c, j, h, length, deliver, done, step](int err, void* d) {
+                              if (err < 0) {
+                                c.ReleaseHandle(h);
+                                *step = nullptr;
+                                return c.AttemptFailed(j, err, Msg(d));
+                              }
+                              *done += static_cast<size_t>(err);
+                              if (err > 0 && *done < length) {
+                                (*step)();
+                                return;
+                              }
+                              c.ReleaseHandle(h);
+                              auto keep = *step;
+                              *step = nullptr;
+                              if (c.Finish(j)) deliver(*done);
+                            });
+                      };
+                      (*step)();
+                    });
+      });
+}
+
+Result<FileAttr> LibnfsRemote::Create(const std::string& path, uint32_t mode) {
+  auto job = NewJob("CREATE", path, false, config_.request_timeout_seconds);
+  std::string p = NfsPath(path);
+  auto r = RunBlocking<FileAttr>(
+      Writer(), in_flight_, job,
+      [p, mode](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                const std::function<void(FileAttr)>& deliver) {
+        c.Call(
+            [&](nfs_context* ctx, auto tramp, void* priv) {
+              return nfs_create_async(ctx, p.c_str(), O_CREAT | O_RDWR | O_SYNC,
+                                      static_cast<int>(mode & 07777), tramp, priv);
+            },
+            [&c, j, p, deliver](int err, void* data) {
+              if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+              // The create handle is not kept: writes open their own O_SYNC handle.
+              c.Call(
+                  [&](nfs_context* ctx, auto tramp, void* priv) {
+                    return nfs_close_async(ctx, static_cast<nfsfh*>(data), tramp, priv);
+                  },
+                  [](int, void*) {});
+              c.Call([&](nfs_context* ctx, auto tramp,
+                         void* priv) { return nfs_stat64_async(ctx, p.c_str(), tramp, priv); },
+                     [&c, j, deliver](int err2, void* d2) {
+                       if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d2));
+                       FileAttr a = FromStat(*static_cast<nfs_stat_64*>(d2));
+                       if (c.Finish(j)) deliver(a);
+                     });
+            });
+      });
+  InvalidateEverywhere(path);
+  return r;
+}
+
+Result<FileAttr> LibnfsRemote::Mkdir(const std::string& path, uint32_t mode) {
+  auto job = NewJob("MKDIR", path, false, config_.request_timeout_seconds);
+  std::string p = NfsPath(path);
+  return RunBlocking<FileAttr>(
+      Writer(), in_flight_, job,
+      [p, mode](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                const std::function<void(FileAttr)>& deliver) {
+        c.Call(
+            [&](nfs_context* ctx, auto tramp, void* priv) {
+              return nfs_mkdir2_async(ctx, p.c_str(), static_cast<int>(mode & 07777), tramp, priv);
+            },
+            [&c, j, p, deliver](int err, void* data) {
+              if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+              c.Call([&](nfs_context* ctx, auto tramp,
+                         void* priv) { return nfs_stat64_async(ctx, p.c_str(), tramp, priv); },
+                     [&c, j, deliver](int err2, void* d2) {
+                       if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d2));
+                       FileAttr a = FromStat(*static_cast<nfs_stat_64*>(d2));
+                       if (c.Finish(j)) deliver(a);
+                     });
+            });
+      });
+}
+
+Status LibnfsRemote::Unlink(const std::string& path) {
+  auto job = NewJob("REMOVE", path, false, config_.request_timeout_seconds);
+  std::string p = NfsPath(path);
+  InvalidateEverywhere(path);
+  auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
+                             PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
+                               return nfs_unlink_async(ctx, p.c_str(), tramp, priv);
+                             }));
+  if (!r) return std::unexpected(r.error());
+  return Ok();
+}
+
+Status LibnfsRemote::Rmdir(const std::string& path) {
+  auto job = NewJob("RMDIR", path, false, config_.request_timeout_seconds);
+  std::string p = NfsPath(path);
+  auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
+                             PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
+                               return nfs_rmdir_async(ctx, p.c_str(), tramp, priv);
+                             }));
+  if (!r) return std::unexpected(r.error());
+  return Ok();
+}
+
+Status LibnfsRemote::Rename(const std::string& from, const std::string& to) {
+  auto job = NewJob("RENAME", from, false, config_.request_timeout_seconds);
+  std::string a = NfsPath(from), b = NfsPath(to);
+  InvalidateEverywhere(from);
+  InvalidateEverywhere(to);
+  auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
+                             PathCall([a, b](nfs_context* ctx, auto tramp, void* priv) {
+                               return nfs_rename_async(ctx, a.c_str(), b.c_str(), tramp, priv);
+                             }));
+  // Handles opened for the old names between the invalidation and the rename are dropped
+  // again now that the rename is done.
+  InvalidateEverywhere(from);
+  InvalidateEverywhere(to);
+  if (!r) return std::unexpected(r.error());
+  return Ok();
+}
+
+Result<FileAttr> LibnfsRemote::SetAttr(const std::string& path, const SetAttrRequest& req) {
+  std::string p = NfsPath(path);
+  auto run = [&](const char* op, auto start) -> Status {
+    auto job = NewJob(op, path, false, config_.request_timeout_seconds);
+    auto r = RunBlocking<Unit>(Writer(), in_flight_, job, PathCall(start));
+    if (!r) return std::unexpected(r.error());
+    return Ok();
+  };
+  if (req.mode) {
+    int mode = static_cast<int>(*req.mode & 07777);
+    auto st = run("SETATTR", [p, mode](nfs_context* ctx, auto tramp, void* priv) {
+      return nfs_chmod_async(ctx, p.c_str(), mode, tramp, priv);
+    });
+    if (!st) return std::unexpected(st.error());
+  }
+  if (req.uid || req.gid) {
+    int uid = req.uid ? static_cast<int>(*req.uid) : -1;
+    int gid = req.gid ? static_cast<int>(*req.gid) : -1;
+    auto st = run("SETATTR", [p, uid, gid](nfs_context* ctx, auto tramp, void* priv) {
+      return nfs_chown_async(ctx, p.c_str(), uid, gid, tramp, priv);
+    });
+    if (!st) return std::unexpected(st.error());
+  }
+  if (req.size) {
+    uint64_t size = *req.size;
+    auto st = run("SETATTR", [p, size](nfs_context* ctx, auto tramp, void* priv) {
+      return nfs_truncate_async(ctx, p.c_str(), size, tramp, priv);
+    });
+    if (!st) return std::unexpected(st.error());
+  }
+  if (req.atime || req.mtime) {
+    struct timespec at {
+    }, mt{};
+    if (!req.atime || !req.mtime) {
+      auto cur = Stat(path);
+      if (!cur) return std::unexpected(cur.error());
+      at = cur->atime;
+      mt = cur->mtime;
+    }
+    if (req.atime) at = *req.atime;
+    if (req.mtime) mt = *req.mtime;
+    auto times = std::make_shared<std::array<struct timeval, 2>>();
+    (*times)[0] = {at.tv_sec, at.tv_nsec / 1000};
+    (*times)[1] = {mt.tv_sec, mt.tv_nsec / 1000};
+    auto st = run("SETATTR", [p, times](nfs_context* ctx, auto tramp, void* priv) {
+      return nfs_utimes_async(ctx, p.c_str(), times->data(), tramp, priv);
+    });
+    if (!st) return std::unexpected(st.error());
+  }
+  return Stat(path);
+}
+
+Status LibnfsRemote::Fsync(const std::string& path) {
+  auto job = NewJob("COMMIT", path, false, config_.request_timeout_seconds);
+  std::string key = path;
+  auto r = RunBlocking<Unit>(
+      Writer(), in_flight_, job,
+      [key](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+            const std::function<void(Unit)>& deliver) {
+        c.GetHandle(key, true,
+                    [&c, j, deliver](int err, const char* msg, std::shared_ptr<NfsHandle> h) {
+                      if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
+                      c.Call([&](nfs_context* ctx, auto tramp,
+                                 void* priv) { return nfs_fsync_async(ctx, h->fh, tramp, priv); },
+                             [&c, j, h, deliver](int err2, void* d) {
+                               c.ReleaseHandle(h);
+                               if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d));
+                               if (c.Finish(j)) deliver(Unit{});
+                             });
+                    });
+      });
+  if (!r) return std::unexpected(r.error());
+  return Ok();
+}
+
+Result<FsStat> LibnfsRemote::StatFs() {
+  auto job = NewJob("FSSTAT", "", true, config_.request_timeout_seconds);
+  return RunBlocking<FsStat>(LeastLoaded(), in_flight_, job,
+                             [](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                                const std::function<void(FsStat)>& deliver) {
+                               c.Call(
+                                   [&](nfs_context* ctx, auto tramp, void* priv) {
+                                     return nfs_statvfs64_async(ctx, "/", tramp, priv);
+                                   },
+                                   [&c, j, deliver](int err, void* data) {
+                                     if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+                                     auto* s = static_cast<nfs_statvfs_64*>(data);
+                                     uint64_t unit = s->f_frsize ? s->f_frsize : s->f_bsize;
+                                     FsStat f;
+                                     f.total_bytes = s->f_blocks * unit;
+                                     f.free_bytes = s->f_bfree * unit;
+                                     f.avail_bytes = s->f_bavail * unit;
+                                     f.total_files = s->f_files;
+                                     f.free_files = s->f_ffree;
+                                     if (c.Finish(j)) deliver(f);
+                                   });
+                             });
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,110 @@
+// LibnfsRemote: RemoteFs over a pool of libnfs 4.0.0 async NFSv3 contexts.
+//
+// Each connection is one nfs_context driven by its own event-loop thread (libnfs 4.0.0 is
+// not thread-safe: a context belongs to one thread). Other threads hand work to a loop
+// through a mailbox + eventfd. Many reads are in flight per connection (bounded by a
+// per-connection limit); reads go to the least loaded connection, writes and namespace
+// changes to connection 0 so they are applied in order.
+//
+// Every call is bounded twice: libnfs' own RPC timeout (nfs_set_timeout) and the pool's
+// deadline per request (request_timeout_seconds, retries included). Idempotent calls
+// (reads, stats, readdir, statfs) are retried with exponential backoff inside that bound.
+// A context whose socket failed is destroyed and re-mounted by its loop with backoff, so
+// the pool recovers after the hub restarts.
+//
+// File handles are opened lazily per connection (path -> nfsfh cache) and dropped on
+// ESTALE/ENOENT and on local renames/unlinks. They are not shared between connections:
+// struct nfsfh is private to libnfs and tied to its context.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cache-agent/remote/remote_fs.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "common/volume.h"
+
+namespace spoke::agent {
+
+class NfsConnection;
+
+class LibnfsRemote final : public RemoteFs {
+ public:
+  struct Config {
+    // TCP connections (libnfs contexts + loop threads). Several connections spread the
+    // hub's per-connection limits and the client's per-loop CPU.
+    int connections = 4;
+    // Reads in flight per connection: 64 x 1 MiB over a 60 ms RTT is ~1 GB/s.
+    int inflight_per_connection = 64;
+    // Bound on every call, retries included: a dead hub gives an error after this.
+    double request_timeout_seconds = 10;
+    // Retries of a failed idempotent call (reads, stats) within the bound.
+    int retries = 3;
+    // Cached file handles per connection before unused ones are closed.
+    size_t handle_cache_size = 8192;
+    // Connect() waits until one connection is mounted (kUnavailable otherwise). false:
+    // returns at once and calls fail with kTimeout until the hub answers (tests, lazy use).
+    bool wait_for_mount = true;
+    // kInvalidArgument naming the field.
+    Status Validate() const;
+  };
+
+  // Connects `config.connections` contexts to the hub's share (hub.share + `root`) and
+  // waits until one is mounted. kUnavailable (message names the hub) when none is within
+  // the request timeout; kInvalidArgument for a bad config. `registry` may be null; it
+  // must outlive the remote. `labels` are added to every metric (e.g. {"hub", addr}).
+  static Result<std::unique_ptr<LibnfsRemote>> Connect(const HubAddress& hub,
+                                                       const std::string& root,
+                                                       const Config& config,
+                                                       metrics::Registry* registry,
+                                                       const metrics::Labels& labels = {});
+  ~LibnfsRemote() override;
+
+  Result<FileAttr> Stat(const std::string& path) override;
+  Result<std::vector<DirEntry>> ReadDir(const std::string& path) override;
+  void ReadAsync(const std::string& path, uint64_t offset, uint32_t length, ReadDone done) override;
+  Result<size_t> Write(const std::string& path, uint64_t offset, const char* data,
+                       size_t length) override;
+  Result<FileAttr> Create(const std::string& path, uint32_t mode) override;
+  Result<FileAttr> Mkdir(const std::string& path, uint32_t mode) override;
+  Status Unlink(const std::string& path) override;
+  Status Rmdir(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Result<FileAttr> SetAttr(const std::string& path, const SetAttrRequest& request) override;
+  Status Fsync(const std::string& path) override;
+  Result<FsStat> StatFs() override;
+  bool Reachable() const override;
+  std::string LastError() const override;
+
+  // "127.0.0.1:2049" — used in error messages and metric labels.
+  const std::string& hub_name() const { return hub_name_; }
+  // Requests started but not finished, over all connections.
+  int64_t InFlight() const;
+
+  // Internal: called by connections with each finished request.
+  void Record(const char* op, double seconds, const Error* error);
+
+ private:
+  LibnfsRemote(const HubAddress& hub, const Config& config, metrics::Registry* registry,
+               const metrics::Labels& labels);
+  NfsConnection& LeastLoaded();
+  NfsConnection& Writer() { return *connections_[0]; }
+  void InvalidateEverywhere(const std::string& path);
+
+  Config config_;
+  std::string hub_name_;
+  std::unique_ptr<metrics::Registry> own_registry_;  // when none was given
+  metrics::Registry* registry_;
+  metrics::Labels labels_;
+  metrics::Gauge* in_flight_;
+  std::vector<std::unique_ptr<NfsConnection>> connections_;
+  std::atomic<bool> reachable_{true};
+  mutable std::mutex error_mu_;
+  std::string last_error_;  // guarded by error_mu_
+};
+
+}  // namespace spoke::agent

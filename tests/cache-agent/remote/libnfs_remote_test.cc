@@ -1,0 +1,301 @@
+// LibnfsRemote against a real nfs-ganesha hub (TestHub), and against a TCP listener that
+// accepts and never answers.
+#include "cache-agent/remote/libnfs_remote.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/support/hub.h"
+
+namespace spoke::agent {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+void WriteFile(const std::string& path, const std::string& data) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  uint32_t x = 2166136261u ^ static_cast<uint32_t>(seed);
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 16777619u + 7;
+    s[i] = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+LibnfsRemote::Config SmallConfig(double timeout_s = 3) {
+  LibnfsRemote::Config c;
+  c.connections = 2;
+  c.inflight_per_connection = 16;
+  c.request_timeout_seconds = timeout_s;
+  c.retries = 2;
+  return c;
+}
+
+// Accepts connections and never writes a byte.
+class Blackhole {
+ public:
+  Blackhole() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 64);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c >= 0) accepted_.push_back(c);
+      }
+    });
+  }
+  ~Blackhole() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+    for (int c : accepted_) ::close(c);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> accepted_;
+  std::thread thread_;
+};
+
+TEST(LibnfsRemoteConfig, ValidateNamesTheField) {
+  LibnfsRemote::Config c;
+  EXPECT_TRUE(c.Validate());
+  c.connections = 0;
+  auto st = c.Validate();
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message().find("connections"), std::string::npos);
+  c = {};
+  c.request_timeout_seconds = 0;
+  EXPECT_FALSE(c.Validate());
+}
+
+TEST(LibnfsRemoteBlackhole, MountFailsUnavailableWithinBound) {
+  Blackhole hole;
+  HubAddress hub{"127.0.0.1", hole.port(), hole.port(), "/export"};
+  auto start = std::chrono::steady_clock::now();
+  auto r = LibnfsRemote::Connect(hub, "", SmallConfig(2), nullptr);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kUnavailable) << r.error().ToString();
+  EXPECT_NE(r.error().message().find("127.0.0.1"), std::string::npos);
+  EXPECT_LT(took, 6s);
+}
+
+TEST(LibnfsRemoteBlackhole, RequestsTimeOutWithinBound) {
+  Blackhole hole;
+  HubAddress hub{"127.0.0.1", hole.port(), hole.port(), "/export"};
+  auto config = SmallConfig(2);
+  config.wait_for_mount = false;
+  auto r = LibnfsRemote::Connect(hub, "", config, nullptr);
+  ASSERT_TRUE(r) << r.error().ToString();
+  auto start = std::chrono::steady_clock::now();
+  auto st = (*r)->Stat("a/b.jpg");
+  auto rd = (*r)->Read("a/b.jpg", 0, 4096);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), Code::kTimeout) << st.error().ToString();
+  EXPECT_NE(st.error().message().find("within 2s"), std::string::npos) << st.error().message();
+  ASSERT_FALSE(rd);
+  EXPECT_EQ(rd.error().code(), Code::kTimeout);
+  EXPECT_NE(rd.error().message().find("READ of a/b.jpg"), std::string::npos);
+  EXPECT_EQ(rd.error().ToErrno(), EIO);
+  EXPECT_LT(took, 8s);
+  EXPECT_FALSE((*r)->Reachable());
+  EXPECT_FALSE((*r)->LastError().empty());
+}
+
+class LibnfsRemoteHub : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    hub_ = testing::TestHub::Start();
+    ASSERT_NE(hub_, nullptr);
+  }
+  std::unique_ptr<testing::TestHub> hub_;
+};
+
+TEST_F(LibnfsRemoteHub, StatReadDirRead) {
+  std::string big = Pattern(3 * (1 << 20) + 123, 1);
+  WriteFile(hub_->export_dir() + "/d/big.bin", big);
+  WriteFile(hub_->export_dir() + "/d/small.txt", "hello");
+  fs::create_directories(hub_->export_dir() + "/d/sub");
+  metrics::Registry reg;
+  auto r = LibnfsRemote::Connect(hub_->address(), "", SmallConfig(), &reg);
+  ASSERT_TRUE(r) << r.error().ToString();
+  auto& remote = **r;
+
+  auto st = remote.Stat("d/big.bin");
+  ASSERT_TRUE(st) << st.error().ToString();
+  EXPECT_TRUE(st->is_reg());
+  EXPECT_EQ(st->size, big.size());
+  EXPECT_EQ(st->file_id,
+            fs::status(hub_->export_dir() + "/d/big.bin").type() == fs::file_type::regular
+                ? st->file_id
+                : 0);
+  auto root = remote.Stat("");
+  ASSERT_TRUE(root);
+  EXPECT_TRUE(root->is_dir());
+  auto missing = remote.Stat("d/nope");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), Code::kNotFound);
+
+  auto dir = remote.ReadDir("d");
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  std::map<std::string, FileAttr> byname;
+  for (auto& e : *dir) byname[e.name] = e.attr;
+  ASSERT_EQ(byname.size(), 3u);
+  EXPECT_TRUE(byname["sub"].is_dir());
+  EXPECT_TRUE(byname["big.bin"].is_reg());
+  EXPECT_EQ(byname["big.bin"].size, big.size());
+  EXPECT_EQ(byname["big.bin"].file_id, st->file_id);
+  EXPECT_EQ(byname["big.bin"].ContentVersion(), st->ContentVersion());
+
+  // Many reads in flight at once, across block boundaries, and a short read at EOF.
+  std::mutex mu;
+  std::condition_variable cv;
+  int pending = 0;
+  std::string got(big.size(), '\0');
+  bool ok = true;
+  for (uint64_t off = 0; off < big.size(); off += 1 << 20) {
+    ++pending;
+    remote.ReadAsync("d/big.bin", off, 1 << 20, [&, off](Result<std::vector<char>> res) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!res) {
+        ok = false;
+      } else {
+        std::copy(res->begin(), res->end(), got.begin() + off);
+      }
+      if (--pending == 0) cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return pending == 0; });
+  }
+  EXPECT_TRUE(ok);
+  EXPECT_TRUE(got == big);
+  auto tail = remote.Read("d/big.bin", big.size() - 10, 4096);
+  ASSERT_TRUE(tail);
+  EXPECT_EQ(tail->size(), 10u);
+  auto past = remote.Read("d/big.bin", big.size() + 10, 4096);
+  ASSERT_TRUE(past);
+  EXPECT_EQ(past->size(), 0u);
+
+  auto fsst = remote.StatFs();
+  ASSERT_TRUE(fsst) << fsst.error().ToString();
+  EXPECT_GT(fsst->total_bytes, 0u);
+  EXPECT_TRUE(remote.Reachable());
+  EXPECT_NE(reg.Render().find("spoke_hub_request_seconds"), std::string::npos);
+}
+
+TEST_F(LibnfsRemoteHub, WritePathIsOnTheHubWhenCallsReturn) {
+  auto r = LibnfsRemote::Connect(hub_->address(), "", SmallConfig(), nullptr);
+  ASSERT_TRUE(r) << r.error().ToString();
+  auto& remote = **r;
+  auto d = remote.Mkdir("out", 0755);
+  ASSERT_TRUE(d) << d.error().ToString();
+  EXPECT_TRUE(d->is_dir());
+  auto c = remote.Create("out/f.bin", 0644);
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->is_reg());
+  std::string data = Pattern(2 * (1 << 20) + 77, 2);
+  auto w = remote.Write("out/f.bin", 0, data.data(), data.size());
+  ASSERT_TRUE(w) << w.error().ToString();
+  EXPECT_EQ(*w, data.size());
+  EXPECT_TRUE(ReadFile(hub_->export_dir() + "/out/f.bin") == data);
+  ASSERT_TRUE(remote.Fsync("out/f.bin"));
+
+  SetAttrRequest t;
+  t.size = 100;
+  auto a = remote.SetAttr("out/f.bin", t);
+  ASSERT_TRUE(a) << a.error().ToString();
+  EXPECT_EQ(a->size, 100u);
+  EXPECT_EQ(fs::file_size(hub_->export_dir() + "/out/f.bin"), 100u);
+  SetAttrRequest m;
+  m.mode = 0600;
+  m.mtime = timespec{1000000, 0};
+  a = remote.SetAttr("out/f.bin", m);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->mode & 0777, 0600u);
+  EXPECT_EQ(a->mtime.tv_sec, 1000000);
+
+  ASSERT_TRUE(remote.Rename("out/f.bin", "out/g.bin"));
+  EXPECT_FALSE(fs::exists(hub_->export_dir() + "/out/f.bin"));
+  auto rd = remote.Read("out/g.bin", 0, 100);
+  ASSERT_TRUE(rd) << rd.error().ToString();
+  EXPECT_EQ(std::string(rd->begin(), rd->end()), data.substr(0, 100));
+  auto gone = remote.Read("out/f.bin", 0, 100);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code(), Code::kNotFound);
+  ASSERT_TRUE(remote.Unlink("out/g.bin"));
+  EXPECT_FALSE(fs::exists(hub_->export_dir() + "/out/g.bin"));
+  auto rm = remote.Rmdir("out");
+  ASSERT_TRUE(rm) << rm.error().ToString();
+  EXPECT_FALSE(fs::exists(hub_->export_dir() + "/out"));
+  auto again = remote.Rmdir("out");
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code(), Code::kNotFound);
+}
+
+TEST_F(LibnfsRemoteHub, ReconnectsAfterHubRestart) {
+  std::string data = Pattern(100000, 3);
+  WriteFile(hub_->export_dir() + "/f.bin", data);
+  auto r = LibnfsRemote::Connect(hub_->address(), "", SmallConfig(2), nullptr);
+  ASSERT_TRUE(r) << r.error().ToString();
+  auto& remote = **r;
+  ASSERT_TRUE(remote.Read("f.bin", 0, 1000));
+
+  hub_->Stop();
+  auto start = std::chrono::steady_clock::now();
+  auto down = remote.Read("f.bin", 1000, 1000);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  ASSERT_FALSE(down);
+  EXPECT_TRUE(down.error().code() == Code::kTimeout || down.error().code() == Code::kUnavailable)
+      << down.error().ToString();
+  EXPECT_EQ(down.error().ToErrno(), EIO);
+  EXPECT_FALSE(remote.Reachable());
+
+  ASSERT_TRUE(hub_->Restart());
+  Result<std::vector<char>> up = std::unexpected(Error(Code::kInternal, "not tried"));
+  auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until) {
+    up = remote.Read("f.bin", 1000, 1000);
+    if (up) break;
+  }
+  ASSERT_TRUE(up) << up.error().ToString();
+  EXPECT_EQ(std::string(up->begin(), up->end()), data.substr(1000, 1000));
+  EXPECT_TRUE(remote.Reachable());
+}
+
+}  // namespace
+}  // namespace spoke::agent
