@@ -1,0 +1,127 @@
+#include "cache-agent/cli/spokectl_args.h"
+
+#include <gtest/gtest.h>
+
+namespace spoke::cli {
+namespace {
+
+Result<Command> P(std::vector<std::string> a) { return ParseArgs(a); }
+
+std::string ErrorOf(std::vector<std::string> a) {
+  auto c = P(a);
+  EXPECT_FALSE(c.has_value());
+  return c ? "" : c.error().message();
+}
+
+TEST(SpokectlArgsTest, Mount) {
+  auto c = P({"--socket", "/tmp/a.sock", "mount", "nfs://h/srv/data?nfsport=20491", "/mnt/d",
+              "--mode=scratch", "--consistency", "ttl", "--ttl", "5", "--prefetch", "off",
+              "--hub-timeout", "3", "--read-only"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->verb, Verb::kMount);
+  EXPECT_EQ(c->socket, "/tmp/a.sock");
+  EXPECT_EQ(c->nfs_url, "nfs://h/srv/data?nfsport=20491");
+  EXPECT_EQ(c->dir, "/mnt/d");
+  EXPECT_TRUE(c->read_only);
+  EXPECT_EQ(c->mount_options, (StringMap{{"mode", "scratch"},
+                                         {"consistency", "ttl"},
+                                         {"ttlSeconds", "5"},
+                                         {"prefetch", "off"},
+                                         {"hubTimeoutSeconds", "3"}}));
+}
+
+TEST(SpokectlArgsTest, OtherCommands) {
+  auto c = P({"status"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kStatus);
+  EXPECT_EQ(c->socket, "/run/spoke/agent.sock");
+  c = P({"stats", "--volume", "v1"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kStats);
+  EXPECT_EQ(c->volume_id, "v1");
+  c = P({"stats"});
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->dir.empty());
+  c = P({"warmup", "/mnt/d", "train"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kWarmup);
+  EXPECT_EQ(c->prefix, "train");
+  c = P({"evict", "/mnt/d"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kEvict);
+  EXPECT_EQ(c->prefix, "");
+  c = P({"hint", "/mnt/d", "-"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kHint);
+  EXPECT_EQ(c->hint_file, "-");
+  c = P({"unmount", "/mnt/d"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kUnmount);
+  c = P({"--help"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kHelp);
+}
+
+TEST(SpokectlArgsTest, UsageErrors) {
+  EXPECT_NE(ErrorOf({}).find("no command"), std::string::npos);
+  EXPECT_NE(ErrorOf({"frobnicate"}).find("unknown command 'frobnicate'"), std::string::npos);
+  EXPECT_NE(ErrorOf({"mount", "nfs://h/x"}).find("mount: expected NFS-URL DIR"), std::string::npos);
+  EXPECT_NE(ErrorOf({"status", "--bogus"}).find("unknown flag '--bogus'"), std::string::npos);
+  EXPECT_NE(ErrorOf({"status", "--socket"}).find("--socket needs a value"), std::string::npos);
+  EXPECT_NE(ErrorOf({"--socket", "rel.sock", "status"}).find("--socket: must be an absolute path"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"warmup", "/d", "--mode", "dataset"}).find("not an option of warmup"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"stats", "/d", "--volume", "v"}).find("not both"), std::string::npos);
+  EXPECT_NE(ErrorOf({"hint", "/d"}).find("hint: expected DIR FILE|-"), std::string::npos);
+  EXPECT_NE(ErrorOf({"unmount", "/d", "--read-only"}).find("--read-only"), std::string::npos);
+}
+
+TEST(SpokectlArgsTest, PlanMountBuildsIdAndContext) {
+  auto c = P({"mount", "nfs://10.0.0.5/srv/data?nfsport=20491&mountport=20492", "/mnt/d"});
+  ASSERT_TRUE(c);
+  auto plan = PlanMount(*c);
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->volume_id, "spoke1|dataset|retain|10.0.0.5|20491|20492|/srv/data|");
+  EXPECT_TRUE(plan->read_only);  // datasets are read-only
+  EXPECT_EQ(plan->volume_context.at("server"), "10.0.0.5");
+  EXPECT_EQ(plan->volume_context.at("share"), "/srv/data");
+  EXPECT_EQ(plan->volume_context.at("mode"), "dataset");
+  auto ctx = VolumeContext::FromMap(plan->volume_context);
+  ASSERT_TRUE(ctx);
+  EXPECT_EQ(ctx->hub.mount_port, 20492);
+
+  c = P({"mount", "nfs://h/srv/s", "/mnt/s", "--mode", "scratch"});
+  ASSERT_TRUE(c);
+  plan = PlanMount(*c);
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_FALSE(plan->read_only);
+  EXPECT_EQ(plan->volume_id, "spoke1|scratch|retain|h|2049|0|/srv/s|");
+}
+
+TEST(SpokectlArgsTest, PlanMountErrorsNameTheFlagOrUrl) {
+  auto c = P({"mount", "http://h/x", "/mnt"});
+  ASSERT_TRUE(c);
+  auto plan = PlanMount(*c);
+  ASSERT_FALSE(plan);
+  EXPECT_NE(plan.error().message().find("bad NFS URL"), std::string::npos);
+  c = P({"mount", "nfs://h/x", "/mnt", "--consistency", "eventual"});
+  ASSERT_TRUE(c);
+  plan = PlanMount(*c);
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().message().rfind("--consistency: ", 0), 0u) << plan.error().message();
+  c = P({"mount", "nfs://h/x", "/mnt", "--mode", "both"});
+  ASSERT_TRUE(c);
+  plan = PlanMount(*c);
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().message().rfind("--mode: ", 0), 0u) << plan.error().message();
+}
+
+TEST(SpokectlArgsTest, AbsoluteDir) {
+  EXPECT_EQ(AbsoluteDir("/a/b/../c/"), "/a/c");
+  EXPECT_EQ(AbsoluteDir("/"), "/");
+  EXPECT_EQ(AbsoluteDir("x").front(), '/');
+}
+
+}  // namespace
+}  // namespace spoke::cli
