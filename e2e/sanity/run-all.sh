@@ -15,7 +15,9 @@ build=$(cd "${1:-$root/build}" && pwd)
 shift || true
 sanity=${CSI_SANITY:-$(command -v csi-sanity || echo /usr/local/bin/csi-sanity)}
 
-agent_bin=$build/cache-agent/agent/spoke-cache-agent
+# SPOKE_AGENT_BIN: another agent binary (tests/csi-node's spoke-bind-agent serves the same
+# API with plain bind mounts, to test the node plugin apart from the FUSE data path).
+agent_bin=${SPOKE_AGENT_BIN:-$build/cache-agent/agent/spoke-cache-agent}
 controller_bin=$build/csi-controller/spoke-csi-controller
 node_bin=$build/csi-node/spoke-csi-node
 for b in "$agent_bin" "$controller_bin" "$node_bin" "$sanity"; do
