@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Spoke cache benchmark: reads through a Spoke mount (cold over a 60 ms RTT, cold at 0 ms,
+# warm from the block cache) against the same files read directly and through libfuse's
+# passthrough_ll example. Drops the kernel page cache before every measured pass.
+#
+#   bench/cache/run.sh [BUILD_DIR]          (root; BUILD_DIR defaults to build-agent)
+#
+# Environment: LARGE_MIB (1024), SMALL_COUNT (4000), SMALL_KB (110), SMALL_READERS (8),
+#              RTT_MS (60), KEEP=1 keeps the work directory.
+# Writes bench/cache/RESULTS.md and prints the same table.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+build=$(cd "${1:-$src/build-agent}" && pwd)
+LARGE_MIB=${LARGE_MIB:-1024}
+SMALL_COUNT=${SMALL_COUNT:-4000}
+SMALL_KB=${SMALL_KB:-110}
+SMALL_READERS=${SMALL_READERS:-8}
+RTT_MS=${RTT_MS:-60}
+
+agent_bin=$build/cache-agent/agent/spoke-cache-agent
+ctl_bin=$build/cache-agent/cli/spokectl
+proxy_bin=$build/e2e/wan-proxy/spoke-wan-proxy
+for b in "$agent_bin" "$ctl_bin" "$proxy_bin"; do
+  [ -x "$b" ] || { echo "missing $b: ninja -C $build spoke-cache-agent spokectl spoke-wan-proxy" >&2; exit 1; }
+done
+[ "$(id -u)" = 0 ] || { echo "run as root (FUSE mounts, drop_caches)" >&2; exit 1; }
+
+work=$(mktemp -d /var/tmp/spoke-bench-cache.XXXXXX)
+pids=()
+mounts=()
+cleanup() {
+  set +e
+  for m in "${mounts[@]}"; do
+    "$ctl_bin" --socket "$work/agent.sock" unmount "$m" >/dev/null 2>&1
+    fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+  done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  "$src/scripts/spoke-hub" stop "$work/hub" >/dev/null 2>&1
+  [ "${KEEP:-0}" = 1 ] && echo "kept $work" || rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+echo "== building the reader and passthrough_ll"
+g++ -O2 -std=c++17 -pthread -o "$work/reader" "$here/reader.cc"
+ex=/usr/share/doc/libfuse3-dev/examples
+pt_src=$ex/passthrough_ll.c
+if [ ! -f "$pt_src" ] && [ -f "$pt_src.gz" ]; then
+  gunzip -c "$pt_src.gz" > "$work/passthrough_ll.c"; pt_src=$work/passthrough_ll.c
+fi
+# shellcheck disable=SC2046
+gcc -O2 -Wall -I"$ex" -o "$work/passthrough_ll" "$pt_src" $(pkg-config --cflags --libs fuse3)
+
+echo "== hub and data (${LARGE_MIB} MiB file, ${SMALL_COUNT} x ${SMALL_KB} KB files)"
+eval "$("$src/scripts/spoke-hub" start "$work/hub" | tail -1)"  # NFS_PORT MOUNT_PORT EXPORT
+mkdir -p "$EXPORT/large" "$EXPORT/small"
+dd if=/dev/urandom of="$EXPORT/large/big.bin" bs=1M count="$LARGE_MIB" status=none
+python3 - "$EXPORT/small" "$SMALL_COUNT" "$SMALL_KB" <<'PY'
+import os, sys
+d, n, kb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+blob = os.urandom(kb * 1000 + 4096)
+for i in range(n):
+    sub = os.path.join(d, "d%03d" % (i // 500))
+    os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, "f%06d.jpg" % i), "wb") as f:
+        f.write(blob[i % 4096:i % 4096 + kb * 1000])
+PY
+sync
+
+echo "== WAN proxy (${RTT_MS} ms RTT), agent"
+wan_nfs=$(free_port); wan_mnt=$(free_port)
+"$proxy_bin" --delay-ms $((RTT_MS / 2)) --route "127.0.0.1:$wan_nfs=127.0.0.1:$NFS_PORT" \
+  --route "127.0.0.1:$wan_mnt=127.0.0.1:$MOUNT_PORT" > "$work/proxy.log" 2>&1 &
+pids+=($!)
+metrics_port=$(free_port)
+cache_gib=$(( (LARGE_MIB + SMALL_COUNT * SMALL_KB / 1000) * 2 / 1024 + 2 ))
+cat > "$work/agent.yaml" <<YAML
+socket: $work/agent.sock
+cacheDir: $work/cache
+cacheSizeBytes: ${cache_gib}Gi
+stateDir: $work/state
+metricsAddress: 127.0.0.1:$metrics_port
+YAML
+"$agent_bin" --config "$work/agent.yaml" > "$work/agent.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
+ctl() { "$ctl_bin" --socket "$work/agent.sock" "$@"; }
+sleep 0.5
+
+mkdir -p "$work/wan" "$work/lan" "$work/pt"
+ctl mount "nfs://127.0.0.1$EXPORT?nfsport=$wan_nfs&mountport=$wan_mnt" "$work/wan" >/dev/null
+mounts+=("$work/wan")
+ctl mount "nfs://127.0.0.1$EXPORT?nfsport=$NFS_PORT&mountport=$MOUNT_PORT" "$work/lan" >/dev/null
+mounts+=("$work/lan")
+"$work/passthrough_ll" -f -o source="$EXPORT" "$work/pt" > "$work/pt.log" 2>&1 &
+pids+=($!)
+mounts+=("$work/pt")
+for _ in $(seq 50); do mountpoint -q "$work/pt" && break; sleep 0.1; done
+
+list() { # ROOT KIND -> list file
+  local out=$work/list-$2-$(basename "$1")
+  if [ "$2" = large ]; then echo "$1/large/big.bin" > "$out"
+  else (cd "$EXPORT" && find small -type f | sort | sed "s|^|$1/|") > "$out"; fi
+  echo "$out"
+}
+declare -A mbps
+measure() { # NAME KIND ROOT
+  local threads=1 buf=$((1 << 20))
+  [ "$2" = small ] && threads=$SMALL_READERS
+  local l; l=$(list "$3" "$2")
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  local out; out=$("$work/reader" "$threads" "$buf" "$l")
+  local v; v=$(sed -n 's/.*mbps=\([0-9.]*\).*/\1/p' <<< "$out")
+  mbps[$1,$2]=$v
+  printf '  %-14s %-6s %10s MB/s   (%s)\n' "$1" "$2" "$v" "$out"
+}
+
+echo "== passes"
+for kind in large small; do
+  measure source "$kind" "$EXPORT"
+  measure passthrough_ll "$kind" "$work/pt"
+  ctl evict "$work/wan" >/dev/null; ctl evict "$work/lan" >/dev/null
+  measure "cold ${RTT_MS}ms" "$kind" "$work/wan"
+  measure warm "$kind" "$work/wan"
+  measure "cold 0ms" "$kind" "$work/lan"
+done
+ctl stats "$work/wan" > "$work/stats.txt" || true
+
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print('%.2f' % (a/b if b else 0))" "$1" "$2"; }
+{
+  echo "# Spoke cache benchmark"
+  echo
+  echo "\`bench/cache/run.sh\` on $(hostname), $(date -u +%Y-%m-%dT%H:%MZ), kernel $(uname -r), $(nproc) cores."
+  echo "Large: one ${LARGE_MIB} MiB file, 1 reader, 1 MiB reads. Small: ${SMALL_COUNT} files of ${SMALL_KB} KB,"
+  echo "${SMALL_READERS} readers. Kernel page cache dropped before every pass. Hub: nfs-ganesha (NFSv3) on"
+  echo "loopback; WAN: spoke-wan-proxy with $((RTT_MS / 2)) ms each way."
+  echo
+  echo "| pass | large MB/s | small MB/s |"
+  echo "|---|---:|---:|"
+  for p in source passthrough_ll "cold ${RTT_MS}ms" "cold 0ms" warm; do
+    echo "| $p | ${mbps[$p,large]} | ${mbps[$p,small]} |"
+  done
+  echo
+  echo "| ratio | large | small | target |"
+  echo "|---|---:|---:|---|"
+  echo "| warm / passthrough_ll | $(ratio "${mbps[warm,large]}" "${mbps[passthrough_ll,large]}") | $(ratio "${mbps[warm,small]}" "${mbps[passthrough_ll,small]}") | >= 0.9 |"
+  echo "| cold ${RTT_MS}ms / cold 0ms | $(ratio "${mbps[cold ${RTT_MS}ms,large]}" "${mbps[cold 0ms,large]}") | $(ratio "${mbps[cold ${RTT_MS}ms,small]}" "${mbps[cold 0ms,small]}") | large >= 0.5 |"
+  echo
+  echo "spokectl stats after the passes (WAN mount):"
+  echo
+  echo '```'
+  cat "$work/stats.txt"
+  echo '```'
+} > "$here/RESULTS.md"
+echo
+cat "$here/RESULTS.md"
