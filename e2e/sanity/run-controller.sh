@@ -80,7 +80,7 @@ PARAMS
 skip=$(sed -e 's/[[:space:]]*#.*$//' -e '/^[[:space:]]*$/d' "$here/skip-controller.txt" | paste -sd'|')
 
 common=(-csi.testvolumeparameters "$work/params.yaml" -csi.testvolumesize 1073741824
-        -csi.mountdir "$work/mnt" -csi.stagingdir "$work/stage")
+        -csi.mountdir "$work/mnt" -csi.stagingdir "$work/stage" -ginkgo.no-color)
 rc=0
 set +e
 echo "=== pass 1: Identity Service on the controller endpoint ==="
@@ -95,7 +95,7 @@ echo "=== pass 2: Controller Service (node endpoint = stub) ==="
 set -e
 
 for pass in identity controller; do
-  line=$(grep -aE "(SUCCESS|FAIL)! -- [0-9]+ Passed" "$work/sanity-$pass.log" | sed 's/\x1b\[[0-9;]*m//g' || true)
+  line=$(sed 's/\x1b\[[0-9;]*m//g' "$work/sanity-$pass.log" | grep -aE "(SUCCESS|FAIL)! -- [0-9]+ Passed" || true)
   echo "csi-sanity $pass: $line"
 done
 # Volumes csi-sanity deleted must be gone from the export: only the .. entries remain.
