@@ -20,7 +20,9 @@ small_files=${SPOKE_E2E_SMALL_FILES:-300}
 large_mb=${SPOKE_E2E_LARGE_MB:-"16 24 40"}
 delay_ms=${SPOKE_E2E_DELAY_MS:-30}
 
-agent_bin=$build/cache-agent/agent/spoke-cache-agent
+# SPOKE_AGENT_BIN: another agent binary with the same API (tests/csi-node's spoke-bind-agent:
+# bind mounts instead of FUSE, to test the CSI side apart from the data path).
+agent_bin=${SPOKE_AGENT_BIN:-$build/cache-agent/agent/spoke-cache-agent}
 controller_bin=$build/csi-controller/spoke-csi-controller
 node_bin=$build/csi-node/spoke-csi-node
 client_bin=$build/e2e/local/spoke-csi-client
@@ -214,9 +216,11 @@ t_read=$(date +%s.%N)
 log "pod-b read (warm, from the cache): $(elapsed "$t_read") s"
 if touch "$ds_a/should-fail" 2>/dev/null; then fail "dataset target is writable"; fi
 # The bind mounts propagated to a peer mount namespace (kubelet / the pod's runtime).
-first=$(head -1 "$work/hub.sha256" | awk '{print $2}')
-nsenter --mount="/proc/$watcher_pid/ns/mnt" cmp -s "$ds_b/$first" "$ds/$first" ||
+first=$(head -1 "$work/hub.sha256" | cut -c67-)
+if ! nsenter --mount="/proc/$watcher_pid/ns/mnt" cmp "$ds_b/$first" "$ds/$first"; then
+  grep -F "$kubelet" "/proc/$watcher_pid/mountinfo" >&2 || true
   fail "the publish mount did not propagate to another mount namespace"
+fi
 
 step "scratch: stage, publish into two pods, write through one, verify on the hub and the other"
 out=$(nd stage --volume-id "$sc_id" --staging "$sc_staging" --context "$work/scratch.json" \
@@ -255,6 +259,28 @@ for pair in "$ds_id@@$ds_a" "$sc_id@@$sc_b"; do
 done
 st=$(nd stats --volume-id "$ds_id" --path "$work/not-mounted") && fail "stats on a missing path succeeded"
 [ "$(jq -r .error.code <<<"$st")" = NOT_FOUND ] || fail "stats on a missing path: $st"
+
+ds_fstype=$(awk -v p="$ds_staging" '$5 == p { for (i = 7; $i != "-"; i++); t = $(i + 1) } END { print t }' /proc/self/mountinfo)
+if [[ "$ds_fstype" == fuse* ]]; then
+  step "agent crash: stale FUSE mounts are reported, detached and re-staged"
+  kill -KILL "${pids[agent]}"; wait "${pids[agent]}" 2>/dev/null || true; unset "pids[agent]"
+  st=$(nd stats --volume-id "$ds_id" --path "$ds_a") || fail "stats with the agent down: $st"
+  [ "$(jq -r '.condition.abnormal' <<<"$st")" = true ] || fail "agent down, condition normal: $st"
+  log "stats with the agent down: $(jq -r '.condition.message' <<<"$st")"
+  "$agent_bin" --config "$work/agent.yaml" >>"$work/agent.log" 2>&1 &
+  pids[agent]=$!
+  for _ in $(seq 100); do [ -S "$work/agent.sock" ] && nd info >/dev/null 2>&1 && break; sleep 0.1; done
+  # The pod restarts: kubelet unpublishes its (stale) target, stages again, publishes again.
+  out=$(nd unpublish --volume-id "$ds_id" --target "$ds_a") || fail "unpublish a stale target: $out"
+  [ ! -e "$ds_a" ] || fail "stale target $ds_a not removed"
+  out=$(nd stage --volume-id "$ds_id" --staging "$ds_staging" --context "$work/ds.json" \
+    --access-mode multi-node-reader-only) || fail "re-stage after the agent restart: $out"
+  out=$(nd publish --volume-id "$ds_id" --staging "$ds_staging" --target "$ds_a" --readonly \
+    --context "$work/ds.json" --access-mode multi-node-reader-only) || fail "re-publish: $out"
+  cmp "$ds_a/$first" "$ds/$first" || fail "reading after the agent restart"
+else
+  log "(agent mounts are $ds_fstype, not FUSE: agent-crash step skipped)"
+fi
 
 step "NodeUnpublishVolume, NodeUnstageVolume"
 for pair in "$ds_id@@$ds_a" "$ds_id@@$ds_b" "$sc_id@@$sc_a" "$sc_id@@$sc_b" \
