@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "cache-agent/cache/block_header.h"
 #include "common/log.h"
@@ -233,7 +234,7 @@ void DefaultBlockCache::Publish(const BlockKey& key, const Entry& e, const Admis
   policy_->OnInsert(key, hint);
   stats_.used_bytes += e.length;
   volume_bytes_[key.volume] += e.length;
-  m_bytes_->Add(e.length);
+  m_bytes_->Set(static_cast<int64_t>(stats_.used_bytes));
 }
 
 bool DefaultBlockCache::LoadIndex() {
@@ -287,30 +288,51 @@ bool DefaultBlockCache::LoadIndex() {
 }
 
 void DefaultBlockCache::Scan() {
+  // Several threads read headers (strided slots) so the ring pool keeps the disk busy: a
+  // header read is latency-bound, and a 1 TiB cache has a million of them.
+  struct Found {
+    uint64_t slot;
+    BlockHeader header;
+  };
+  const unsigned threads = static_cast<unsigned>(std::min<uint64_t>(8, 1 + slot_count_ / 64));
+  std::vector<std::vector<Found>> found(threads);
+  std::atomic<uint64_t> bad{0};
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      AlignedBuffer buf = TakeBuffer();
+      if (!buf) return;
+      for (uint64_t slot = t; slot < slot_count_; slot += threads) {
+        iovec seg{buf.get(), kHeaderBytes};
+        Status io = store_->Read(slot, 0, {&seg, 1});
+        if (!io) {
+          std::lock_guard lock(mu_);
+          RecordIoLocked(io, "scan header");
+          if (stats_.degraded) break;
+          continue;
+        }
+        auto h = DecodeHeader(buf.get(), config_.block_size);
+        if (h) {
+          found[t].push_back({slot, *h});
+        } else if (std::any_of(buf.get(), buf.get() + 8, [](char c) { return c != 0; })) {
+          ++bad;  // torn or foreign; a never-written slot reads as zeros
+        }
+      }
+      GiveBuffer(std::move(buf));
+    });
+  }
+  for (auto& w : workers) w.join();
+
+  std::unique_lock lock(mu_);
   Index best;
   uint64_t max_seq = 0;
-  uint64_t bad = 0;
-  AlignedBuffer buf = TakeBuffer();
-  std::unique_lock lock(mu_);
-  for (uint64_t slot = 0; slot < slot_count_; ++slot) {
-    iovec seg{buf.get(), kHeaderBytes};
-    lock.unlock();
-    Status s = store_->Read(slot, 0, {&seg, 1});
-    lock.lock();
-    if (!s) {
-      RecordIoLocked(s, "scan header");
-      continue;
+  for (const auto& list : found) {
+    for (const Found& f : list) {
+      max_seq = std::max(max_seq, f.header.seq);
+      Entry e{f.slot, f.header.seq, 0, f.header.length, f.header.origin, false};
+      auto [it, inserted] = best.emplace(f.header.key, e);
+      if (!inserted && it->second.seq < e.seq) it->second = e;  // newest generation wins
     }
-    auto h = DecodeHeader(buf.get(), config_.block_size);
-    if (!h) {
-      // Never written, torn, or from another format: just a free slot.
-      bad += std::memcmp(buf.get(), "\0\0\0\0\0\0\0\0", 8) != 0 ? 1 : 0;
-      continue;
-    }
-    max_seq = std::max(max_seq, h->seq);
-    Entry e{slot, h->seq, 0, h->length, h->origin, false};
-    auto [it, inserted] = best.emplace(h->key, e);
-    if (!inserted && it->second.seq < h->seq) it->second = e;  // newest generation wins
   }
   // Oldest writes are the coldest blocks.
   std::vector<std::pair<BlockKey, Entry>> order(best.begin(), best.end());
@@ -327,8 +349,7 @@ void DefaultBlockCache::Scan() {
   }
   next_seq_ = max_seq + 1;
   lock.unlock();
-  GiveBuffer(std::move(buf));
-  log::Info("cache scan done", {{"blocks", order.size()}, {"invalid_headers", bad}});
+  log::Info("cache scan done", {{"blocks", order.size()}, {"invalid_headers", bad.load()}});
 }
 
 Result<size_t> DefaultBlockCache::Get(const BlockKey& key, char* out, size_t capacity) {
@@ -677,7 +698,7 @@ void DefaultBlockCache::DropLocked(Index::iterator it, std::vector<Event>& event
   stats_.used_bytes -= e.length;
   auto vb = volume_bytes_.find(key.volume);
   if (vb != volume_bytes_.end() && (vb->second -= e.length) == 0) volume_bytes_.erase(vb);
-  m_bytes_->Add(-static_cast<int64_t>(e.length));
+  m_bytes_->Set(static_cast<int64_t>(stats_.used_bytes));
   index_.erase(it);
   if (release_slot) ReleaseSlotLocked(e.slot);
 }

@@ -189,6 +189,27 @@ TEST_P(BlockCacheFsTest, ValidBlockOfAnotherKeyInTheSlotIsNotServed) {
   EXPECT_TRUE(Serves(*cache, K(1)));
 }
 
+TEST_P(BlockCacheFsTest, HeaderNamingAnotherKeyIsNotServed) {
+  TempDir dir(GetParam());
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(0)));
+  auto slot = FindSlot(dir.path(), kBlock, 4, K(0));
+  ASSERT_TRUE(slot);
+  // A well-formed header (valid checksums, same generation and length, data intact) that
+  // names another key: only the key comparison can catch it.
+  auto raw = ReadRaw(dir.path(), *slot * kSlotSize, kHeaderBytes);
+  auto h = DecodeHeader(raw.data(), kBlock);
+  ASSERT_TRUE(h);
+  h->key = K(1);
+  std::vector<char> forged(kHeaderBytes);
+  EncodeHeader(*h, forged.data());
+  WriteRaw(dir.path(), *slot * kSlotSize, forged);
+  EXPECT_TRUE(Misses(*cache, K(0)));
+  EXPECT_EQ(cache->Stats().checksum_failures, 1u);
+  EXPECT_TRUE(Misses(*cache, K(1)));
+}
+
 TEST_P(BlockCacheFsTest, CorruptHeaderIsCaught) {
   TempDir dir(GetParam());
   auto [cache, faulty] = Open(Cfg(dir.path(), 4));
@@ -244,6 +265,32 @@ TEST_P(BlockCacheFsTest, CrashWithoutCloseRebuildsByScanning) {
   EXPECT_EQ(after->Stats().checksum_failures, 0u);
 }
 
+TEST_P(BlockCacheFsTest, ScanKeepsTheNewestGenerationOfAKey) {
+  TempDir dir(GetParam());
+  TempDir crashed(GetParam());
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(PutK(*cache, K(5)));  // slot 0
+  ASSERT_TRUE(PutK(*cache, K(0)));  // slot 1, older generation
+  auto s1 = FindSlot(dir.path(), kBlock, 4, K(0));
+  ASSERT_TRUE(s1);
+  const auto old_copy = ReadRaw(dir.path(), *s1 * kSlotSize, kSlotSize);
+  // Drop it (bad byte), then store K(0) again (shorter): a newer generation in some slot.
+  auto b = ReadRaw(dir.path(), *s1 * kSlotSize + kHeaderBytes, 1);
+  b[0] ^= 1;
+  WriteRaw(dir.path(), *s1 * kSlotSize + kHeaderBytes, b);
+  ASSERT_TRUE(Misses(*cache, K(0)));
+  ASSERT_TRUE(PutK(*cache, K(0), 1000));
+  // The older, still valid copy lands in slot 0, scanned first.
+  WriteRaw(dir.path(), 0, old_copy);
+  CopyDataFiles(dir.path(), crashed.path());
+  auto [after, f2] = Open(Cfg(crashed.path(), 4));
+  ASSERT_TRUE(after);
+  ASSERT_EQ(after->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_TRUE(Serves(*after, K(0), 1000));
+  EXPECT_EQ(after->Stats().blocks, 1u);
+}
+
 TEST_P(BlockCacheFsTest, StaleIndexAfterCrashIsNotTrusted) {
   // Clean close, reopen (deletes `clean`), more Puts and evictions, crash: the old index
   // must not be used, or it would miss new blocks and point at reused slots.
@@ -262,6 +309,9 @@ TEST_P(BlockCacheFsTest, StaleIndexAfterCrashIsNotTrusted) {
     ASSERT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kIndex);
     ASSERT_TRUE(PutK(*cache, K(10)));  // evicts K(0), reuses its slot
     CopyDataFiles(dir.path(), crashed.path());
+    if (std::filesystem::exists(dir.sub("clean"))) {
+      std::filesystem::copy_file(dir.sub("clean"), crashed.sub("clean"));
+    }
   }
   auto [after, faulty] = Open(Cfg(crashed.path(), 3));
   ASSERT_TRUE(after);
@@ -327,7 +377,20 @@ TEST_P(BlockCacheIndexDamageTest, DamagedIndexFallsBackToScan) {
 
 INSTANTIATE_TEST_SUITE_P(Damage, BlockCacheIndexDamageTest,
                          ::testing::Values(IndexDamage::kFlippedByte, IndexDamage::kTruncated,
-                                           IndexDamage::kMissing, IndexDamage::kGarbage));
+                                           IndexDamage::kMissing, IndexDamage::kGarbage),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case IndexDamage::kFlippedByte:
+                               return "FlippedByte";
+                             case IndexDamage::kTruncated:
+                               return "Truncated";
+                             case IndexDamage::kMissing:
+                               return "Missing";
+                             case IndexDamage::kGarbage:
+                               return "Garbage";
+                           }
+                           return "Unknown";
+                         });
 
 // ---------------------------------------------------------------------------------------------
 
