@@ -1,0 +1,244 @@
+// common/volume.h: StorageClass parameters, subDir templates, volume id and context.
+#include "common/volume.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace spoke {
+namespace {
+
+StringMap Base() { return {{"server", "10.0.0.1"}, {"share", "/srv/export"}, {"mode", "scratch"}}; }
+
+// Expects ParseVolumeParams to reject `params` with a message naming `param`.
+void ExpectRejected(const StringMap& params, const std::string& param) {
+  auto p = ParseVolumeParams(params);
+  ASSERT_FALSE(p) << "accepted a bad " << param;
+  EXPECT_EQ(p.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(p.error().message().find(param), std::string::npos) << p.error().message();
+}
+
+TEST(VolumeParamsTest, DefaultsPerMode) {
+  auto s = ParseVolumeParams(Base());
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_EQ(s->mode, VolumeMode::kScratch);
+  EXPECT_EQ(s->on_delete, OnDelete::kDelete);
+  EXPECT_EQ(s->sub_dir, "${pv.metadata.name}");
+  EXPECT_EQ(s->cache.consistency, Consistency::kStrict);
+  EXPECT_EQ(s->hub.nfs_port, 2049);
+  EXPECT_EQ(s->hub.mount_port, 0);
+  auto d = ParseVolumeParams(
+      {{"server", "hub"}, {"share", "/d"}, {"mode", "dataset"}, {"subDir", "imagenet/train"}});
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->on_delete, OnDelete::kRetain);
+  EXPECT_EQ(d->cache.consistency, Consistency::kImmutable);
+  EXPECT_EQ(d->sub_dir, "imagenet/train");
+}
+
+TEST(VolumeParamsTest, EachBadParameterNamesItself) {
+  auto with = [](std::string k, std::string v) {
+    StringMap m = Base();
+    m[k] = v;
+    return m;
+  };
+  ExpectRejected(with("server", ""), "server");
+  ExpectRejected(with("server", "a/b"), "server");
+  ExpectRejected(with("server", "a|b"), "server");
+  ExpectRejected(with("share", ""), "share");
+  ExpectRejected(with("share", "srv/export"), "share");
+  ExpectRejected(with("share", "/srv/../etc"), "share");
+  ExpectRejected(with("share", "/srv//export"), "share");
+  ExpectRejected(with("share", "/srv/export/"), "share");
+  ExpectRejected(with("nfsPort", "0"), "nfsPort");
+  ExpectRejected(with("nfsPort", "65536"), "nfsPort");
+  ExpectRejected(with("nfsPort", "20x"), "nfsPort");
+  ExpectRejected(with("mountPort", "-1"), "mountPort");
+  ExpectRejected(with("mode", "rw"), "mode");
+  ExpectRejected(with("onDelete", "shred"), "onDelete");
+  ExpectRejected(with("consistency", "eventual"), "consistency");
+  ExpectRejected(with("consistency", "immutable"), "consistency");  // scratch is written
+  ExpectRejected(with("ttlSeconds", "0"), "ttlSeconds");
+  ExpectRejected(with("prefetch", "always"), "prefetch");
+  ExpectRejected(with("hubTimeoutSeconds", "0"), "hubTimeoutSeconds");
+  ExpectRejected(with("hubTimeoutSeconds", "601"), "hubTimeoutSeconds");
+  ExpectRejected(with("subDir", "../x"), "subDir");
+  ExpectRejected(with("subDir", "/abs"), "subDir");
+  ExpectRejected(with("subDir", "${unknown}"), "subDir");
+  ExpectRejected(with("subDir", "${pv.metadata.name"), "subDir");
+  ExpectRejected(with("subDir", "a/./b"), "subDir");
+  ExpectRejected(with("subDir", "a\\b"), "subDir");
+  ExpectRejected(with("subDir", "a|b/${pv.metadata.name}"), "subDir");
+  ExpectRejected(with("serverr", "typo"), "serverr");
+  StringMap ds = {{"server", "h"}, {"share", "/d"}, {"mode", "dataset"}};
+  ds["onDelete"] = "delete";
+  ExpectRejected(ds, "onDelete");
+  ds.erase("onDelete");
+  ds["subDir"] = "${pvc.metadata.name}";
+  ExpectRejected(ds, "subDir");
+  ds["subDir"] = "../../etc";
+  ExpectRejected(ds, "subDir");
+}
+
+TEST(VolumeParamsTest, ProvisionerMetadataIsNotAnUnknownParameter) {
+  StringMap m = Base();
+  m["csi.storage.k8s.io/pvc/name"] = "data";
+  m["csi.storage.k8s.io/pv/name"] = "pv-1";
+  EXPECT_TRUE(ParseVolumeParams(m));
+}
+
+TEST(ExpandSubDirTest, ExpandsKnownVariables) {
+  StringMap meta = {{"csi.storage.k8s.io/pvc/name", "data"},
+                    {"csi.storage.k8s.io/pvc/namespace", "ml"},
+                    {"csi.storage.k8s.io/pv/name", "pvc-123"}};
+  auto e = ExpandSubDir("teams/${pvc.metadata.namespace}/${pvc.metadata.name}-${pv.metadata.name}",
+                        meta, "ignored");
+  ASSERT_TRUE(e) << e.error().message();
+  EXPECT_EQ(*e, "teams/ml/data-pvc-123");
+  // pv name falls back to the CSI volume name.
+  auto f = ExpandSubDir("${pv.metadata.name}", {}, "vol-7");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(*f, "vol-7");
+}
+
+TEST(ExpandSubDirTest, TraversalAttemptsAreRejected) {
+  auto expect_bad = [](std::string_view tmpl, const StringMap& meta, std::string_view name) {
+    auto e = ExpandSubDir(tmpl, meta, name);
+    ASSERT_FALSE(e) << tmpl << " -> " << *e;
+    EXPECT_EQ(e.error().code(), Code::kInvalidArgument);
+    EXPECT_NE(e.error().message().find("subDir"), std::string::npos) << e.error().message();
+  };
+  expect_bad("../x", {}, "v");
+  expect_bad("${pv.metadata.name}/../..", {}, "v");
+  expect_bad("${pvc.metadata.name}", {{"csi.storage.k8s.io/pvc/name", "../../etc"}}, "v");
+  expect_bad("${pvc.metadata.name}", {{"csi.storage.k8s.io/pvc/name", "a/b"}}, "v");
+  expect_bad("${pvc.metadata.name}", {{"csi.storage.k8s.io/pvc/name", ".."}}, "v");
+  expect_bad("x/${pv.metadata.name}", {}, "..");
+  expect_bad("${pv.metadata.name}", {}, "a/../../b");
+  expect_bad("${pvc.metadata.name}", {}, "v");  // metadata missing
+  expect_bad("${pvc.metadata.uid}", {}, "v");   // unknown variable
+  expect_bad("${pv.metadata.name}", {}, "");    // expands to the share root
+  expect_bad("/${pv.metadata.name}", {}, "v");
+}
+
+TEST(NormalizeRelativePathTest, Rules) {
+  EXPECT_EQ(*NormalizeRelativePath("", "p"), "");
+  EXPECT_EQ(*NormalizeRelativePath("a/b/", "p"), "a/b");
+  for (std::string bad :
+       std::vector<std::string>{"/a", "a//b", "./a", "a/..", "..", "a\nb", std::string(1025, 'a'),
+                                std::string(256, 'a'), std::string("a\0b", 3)}) {
+    auto r = NormalizeRelativePath(bad, "thing");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message().find("thing"), std::string::npos);
+  }
+}
+
+TEST(VolumeIdTest, RoundTrip) {
+  VolumeId id{HubAddress{"hub.example.com", 20491, 20492, "/srv/export"}, VolumeMode::kScratch,
+              OnDelete::kArchive, "teams/ml/pvc-1"};
+  std::string text = id.Encode();
+  EXPECT_EQ(text, "spoke1|scratch|archive|hub.example.com|20491|20492|/srv/export|teams/ml/pvc-1");
+  auto back = VolumeId::Decode(text);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(*back, id);
+  VolumeId ds{HubAddress{"10.0.0.1", 2049, 0, "/"}, VolumeMode::kDataset, OnDelete::kRetain, ""};
+  auto ds_back = VolumeId::Decode(ds.Encode());
+  ASSERT_TRUE(ds_back) << ds_back.error().message();
+  EXPECT_EQ(*ds_back, ds);
+}
+
+TEST(VolumeIdTest, MalformedIdsAreRejected) {
+  for (std::string bad : std::vector<std::string>{
+           "",
+           "fake-vol-id",
+           "spoke1|scratch|delete|h|2049|0|/s",            // 7 fields
+           "spoke1|scratch|delete|h|2049|0|/s|p|extra",    // 9 fields
+           "spoke2|scratch|delete|h|2049|0|/s|p",          // version
+           "spoke1|other|delete|h|2049|0|/s|p",            // mode
+           "spoke1|scratch|shred|h|2049|0|/s|p",           // onDelete
+           "spoke1|scratch|delete|h|0|0|/s|p",             // nfs port 0
+           "spoke1|scratch|delete|h|70000|0|/s|p",         // nfs port range
+           "spoke1|scratch|delete|h|x|0|/s|p",             // nfs port text
+           "spoke1|scratch|delete|h||0|/s|p",              // nfs port empty
+           "spoke1|scratch|delete|h|2049||/s|p",           // mount port empty
+           "spoke1|scratch|delete|h|2049|-1|/s|p",         // mount port negative
+           "spoke1|scratch|delete|h|2049|0|s|p",           // share not absolute
+           "spoke1|scratch|delete|h|2049|0|/s/../x|p",     // share escapes
+           "spoke1|scratch|delete|h|2049|0|/s|../p",       // path escapes
+           "spoke1|scratch|delete|h|2049|0|/s|a/../../p",  // path escapes
+           "spoke1|scratch|delete|h|2049|0|/s|/etc",       // absolute path
+           "spoke1|scratch|delete|h|2049|0|/s|",           // scratch = share root
+           "spoke1|scratch|delete|h/x|2049|0|/s|p",        // server
+           "spoke1|scratch|delete||2049|0|/s|p",           // no server
+           std::string("spoke1|scratch|delete|h|2049|0|/s|a\0b", 36),
+           "spoke1|scratch|delete|h|2049|0|/s|" + std::string(3000, 'a'),
+       }) {
+    auto r = VolumeId::Decode(bad);
+    EXPECT_FALSE(r) << "accepted '" << bad << "'";
+    if (!r) {
+      EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+    }
+  }
+}
+
+TEST(VolumeIdTest, EveryAcceptedParameterSetGivesADecodableId) {
+  // Whatever ParseVolumeParams accepts must encode to an id Decode accepts, or DeleteVolume
+  // could not find the volume again.
+  for (std::string share : {"/srv/export", "/", "/a b", "/a|b"}) {
+    for (std::string sub : {"x", "a/b", "c|d", "a b"}) {
+      StringMap m = {{"server", "h"}, {"share", share}, {"mode", "dataset"}, {"subDir", sub}};
+      auto p = ParseVolumeParams(m);
+      if (!p) continue;
+      VolumeId id{p->hub, p->mode, p->on_delete, p->sub_dir};
+      auto back = VolumeId::Decode(id.Encode());
+      ASSERT_TRUE(back) << share << " " << sub << ": " << back.error().message();
+      EXPECT_EQ(*back, id);
+    }
+  }
+}
+
+TEST(VolumeContextTest, RoundTripAndInlineSubDir) {
+  auto p = ParseVolumeParams({{"server", "h"},
+                              {"share", "/s"},
+                              {"mode", "scratch"},
+                              {"nfsPort", "20491"},
+                              {"mountPort", "20492"},
+                              {"consistency", "ttl"},
+                              {"ttlSeconds", "5"},
+                              {"hubTimeoutSeconds", "4"}});
+  ASSERT_TRUE(p) << p.error().message();
+  VolumeContext c = MakeVolumeContext(*p, "teams/pv-1");
+  auto back = VolumeContext::FromMap(c.ToMap());
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->hub, c.hub);
+  EXPECT_EQ(back->mode, VolumeMode::kScratch);
+  EXPECT_EQ(back->path, "teams/pv-1");
+  EXPECT_EQ(back->cache, c.cache);
+  EXPECT_EQ(back->hub_timeout_seconds, 4);
+  EXPECT_FALSE(back->read_only());
+  // Inline volume attributes give subDir; kubelet's pod info is ignored.
+  auto inline_ctx = VolumeContext::FromMap({{"server", "h"},
+                                            {"share", "/s"},
+                                            {"subDir", "imagenet"},
+                                            {"csi.storage.k8s.io/pod.name", "p"}});
+  ASSERT_TRUE(inline_ctx) << inline_ctx.error().message();
+  EXPECT_EQ(inline_ctx->path, "imagenet");
+  EXPECT_TRUE(inline_ctx->read_only());
+  auto escape = VolumeContext::FromMap({{"server", "h"}, {"share", "/s"}, {"path", "../x"}});
+  ASSERT_FALSE(escape);
+  EXPECT_NE(escape.error().message().find("path"), std::string::npos);
+}
+
+TEST(NfsUrlTest, ParseAndFormat) {
+  HubAddress h{"127.0.0.1", 20491, 20492, "/srv/export"};
+  EXPECT_EQ(h.NfsUrl(), "nfs://127.0.0.1/srv/export?version=3&nfsport=20491&mountport=20492");
+  auto back = ParseNfsUrl(h.NfsUrl());
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(*back, h);
+  EXPECT_FALSE(ParseNfsUrl("http://h/s"));
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/s?version=4"));
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/s/../x"));
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/s?bogus=1"));
+}
+
+}  // namespace
+}  // namespace spoke
