@@ -173,6 +173,9 @@ Result<std::string> NormalizeRelativePath(std::string_view path, std::string_vie
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\') {
       return std::unexpected(Invalid(what, "contains a control character or backslash"));
     }
+    // '|' separates the volume id's fields: a path holding one would give an id that no
+    // longer decodes, and DeleteVolume could never find the volume again.
+    if (c == '|') return std::unexpected(Invalid(what, "contains '|', which volume ids reserve"));
   }
   std::string_view trimmed = path;
   if (trimmed.back() == '/') trimmed.remove_suffix(1);
@@ -413,6 +416,9 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
                  {std::string(kParamShare), std::string(parts[6])},
                  {std::string(kParamNfsPort), std::string(parts[4])},
                  {std::string(kParamMountPort), std::string(parts[5])}};
+  // Ports are always written: an empty field would decode to a default and re-encode to
+  // a different id.
+  if (parts[4].empty() || parts[5].empty()) return bad("empty port field");
   if (auto s = CheckServer(parts[3]); !s) return bad(s.error().message());
   if (auto s = CheckShare(parts[6]); !s) return bad(s.error().message());
   auto nfs = ParsePort(m, kParamNfsPort, 2049, false);
