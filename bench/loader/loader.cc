@@ -24,6 +24,7 @@ namespace {
 // What a worker hands over for one batch (the data itself stays in the worker's buffer: the
 // emulator measures delivery, not what a model does with the bytes).
 struct BatchOutcome {
+  uint32_t index = 0;  // the plan batch this is (delivery must hand them out in index order)
   uint64_t bytes = 0;
   uint32_t samples = 0;
   uint32_t read_errors = 0;
@@ -242,6 +243,7 @@ RunResult Loader::Run() {
         }
         if (hooks_.on_batch_start) hooks_.on_batch_start(epoch, idx, consumed);
         BatchOutcome out;
+        out.index = idx;
         for (const ReadItem& item : plan.batches[idx].items) {
           if (manifest_.sharded()) {
             stream.Next(item, out);
@@ -299,8 +301,8 @@ RunResult Loader::Run() {
       BatchRecord r;
       r.seq = seq++;
       r.epoch = epoch;
-      r.batch = b;
-      r.worker = plan.batches[b].worker;
+      r.batch = out.index;
+      r.worker = plan.batches[out.index].worker;
       r.accelerator = acc;
       r.samples = out.samples;
       r.bytes = out.bytes;
