@@ -60,7 +60,11 @@ grpc::Status ToGrpc(const AgentError& e) {
   return grpc::Status(e.code, e.message);
 }
 
+// A reader-only access mode, or "ro" among the PV's mountOptions.
 bool ReadOnlyAccessMode(const VolumeCapability& cap) {
+  for (const auto& flag : cap.mount().mount_flags()) {
+    if (flag == "ro") return true;
+  }
   switch (cap.access_mode().mode()) {
     case VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY:
     case VolumeCapability::AccessMode::MULTI_NODE_READER_ONLY:
@@ -214,8 +218,10 @@ grpc::Status NodeServer::AgentUnmount(const std::string& staging) {
     auto mounted = mounter_.IsMountPoint(staging);
     if (!mounted) return ToGrpc(mounted.error());
     if (*mounted && !mounter_.IsStale(staging)) return ToGrpc(r.error());
-    log::Warn("cache agent unreachable: detaching its mount here",
-              {{"path", staging}, {"error", r.error().message}});
+    if (*mounted) {
+      log::Warn("cache agent unreachable: detaching its stale mount here",
+                {{"path", staging}, {"error", r.error().message}});
+    }
   }
   // Whatever the agent did not know about (a stale mount from before its restart) goes too.
   for (int i = 0; i < 8; ++i) {
@@ -296,7 +302,9 @@ grpc::Status NodeServer::BindIntoTarget(const std::string& volume_id, const std:
 
   std::error_code ec;
   bool created = false;
-  if (!std::filesystem::exists(std::filesystem::symlink_status(target, ec))) {
+  struct stat st;
+  // Only ENOENT means "create it": a stale mount point fails lstat with ENOTCONN.
+  if (::lstat(target.c_str(), &st) != 0 && errno == ENOENT) {
     std::filesystem::path parent = std::filesystem::path(target).parent_path();
     if (!std::filesystem::is_directory(parent, ec)) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,

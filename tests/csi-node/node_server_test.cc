@@ -268,6 +268,16 @@ TEST_F(NodeServerTest, ReadOnlyAccessModeStagesReadOnly) {
   EXPECT_TRUE(agent_->mount_calls().at(0).read_only);
 }
 
+TEST_F(NodeServerTest, RoMountOptionStagesAndPublishesReadOnly) {
+  std::string id = MakeId(VolumeMode::kScratch, "s/1");
+  VolumeCapability cap = MountCap(VolumeCapability::AccessMode::MULTI_NODE_MULTI_WRITER);
+  cap.mutable_mount()->add_mount_flags("ro");
+  ASSERT_TRUE(Stage(id, {}, cap).ok());
+  EXPECT_TRUE(agent_->mount_calls().at(0).read_only);
+  ASSERT_TRUE(Publish(id, {}, target_a_, false, cap).ok());
+  EXPECT_TRUE(mounter_.Top(target_a_)->read_only());
+}
+
 TEST_F(NodeServerTest, AgentErrorsPassThroughWithTheirCode) {
   agent_->mount_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "hub 10.0.0.5:2049: timeout");
   auto s = Stage(MakeId(VolumeMode::kScratch, "s/1"), {});
