@@ -1,0 +1,383 @@
+#include "cache-agent/fs/metadata_cache.h"
+
+#include <functional>
+
+#include "common/log.h"
+
+namespace spoke::agent {
+
+Status MetadataCache::Config::Validate() const {
+  if (consistency == Consistency::kTtl && ttl_seconds == 0)
+    return Fail(Code::kInvalidArgument, "ttl_seconds: must be > 0 for consistency ttl");
+  if (walk_concurrency < 1 || walk_concurrency > 256)
+    return Fail(Code::kInvalidArgument, "walk_concurrency: must be in 1..256");
+  return Ok();
+}
+
+MetadataCache::MetadataCache(RemoteFs& remote, const Config& config, Clock& clock)
+    : remote_(remote), config_(config), clock_(clock) {
+  Node root;
+  root.ino = kRootIno;
+  root.parent = kRootIno;
+  nodes_[kRootIno] = std::move(root);
+}
+
+MetadataCache::~MetadataCache() {
+  stop_.store(true);
+  walk_cv_.notify_all();
+  for (auto& t : walkers_) t.join();
+}
+
+bool MetadataCache::Fresh(std::chrono::steady_clock::time_point t) const {
+  switch (config_.consistency) {
+    case Consistency::kImmutable:
+      return true;
+    case Consistency::kTtl:
+      return clock_.Now() - t < std::chrono::seconds(config_.ttl_seconds);
+    case Consistency::kStrict:
+      return clock_.Now() - t < config_.strict_validity;
+  }
+  return false;
+}
+
+Status MetadataCache::Init() {
+  stats_made_++;
+  auto st = remote_.Stat("");
+  if (!st) return std::unexpected(st.error());
+  if (!st->is_dir()) return Fail(Code::kInvalidArgument, "volume root is not a directory");
+  std::lock_guard<std::mutex> lock(mu_);
+  Node& root = nodes_[kRootIno];
+  root.attr = *st;
+  root.attr_valid = true;
+  root.attr_time = clock_.Now();
+  by_file_id_[st->file_id] = kRootIno;
+  return Ok();
+}
+
+std::string MetadataCache::PathLocked(uint64_t ino) const {
+  std::vector<const std::string*> parts;
+  while (ino != kRootIno) {
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end()) break;
+    parts.push_back(&it->second.name);
+    ino = it->second.parent;
+  }
+  std::string path;
+  for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
+    if (!path.empty()) path += '/';
+    path += **p;
+  }
+  return path;
+}
+
+Result<std::string> MetadataCache::PathOf(uint64_t ino) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!nodes_.contains(ino)) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+  return PathLocked(ino);
+}
+
+uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr) {
+  uint64_t ino;
+  auto it = by_file_id_.find(attr.file_id);
+  if (it != by_file_id_.end() && nodes_.contains(it->second) && it->second != kRootIno) {
+    ino = it->second;
+  } else {
+    ino = next_ino_++;
+    by_file_id_[attr.file_id] = ino;
+  }
+  Node& n = nodes_[ino];
+  n.ino = ino;
+  // A file seen under a new name (renamed by another client, or a hard link) follows the
+  // most recent name.
+  n.parent = parent;
+  n.name = name;
+  if (n.attr_valid && n.attr.ContentVersion() != attr.ContentVersion()) {
+    n.listed = n.listed && attr.is_dir();
+  }
+  n.attr = attr;
+  n.attr_valid = true;
+  n.attr_time = clock_.Now();
+  return ino;
+}
+
+void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return;
+  std::vector<std::string> order;
+  std::unordered_map<std::string, uint64_t> children;
+  order.reserve(entries.size());
+  for (const auto& e : entries) {
+    uint64_t child = InodeFor(ino, e.name, e.attr);
+    order.push_back(e.name);
+    children[e.name] = child;
+  }
+  Node& n = nodes_[ino];
+  n.order = std::move(order);
+  n.children = std::move(children);
+  n.listed = true;
+  n.list_time = clock_.Now();
+}
+
+Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+    if (it->second.attr_valid && !it->second.attr.is_dir())
+      return Fail(Code::kInvalidArgument, "not a directory");
+    if (!force && it->second.listed && Fresh(it->second.list_time)) return Ok();
+    path = PathLocked(ino);
+  }
+  listings_made_++;
+  auto entries = remote_.ReadDir(path);
+  if (!entries) return std::unexpected(entries.error());
+  ApplyListing(ino, *entries);
+  return Ok();
+}
+
+Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name) {
+  if (auto st = EnsureListed(parent, false); !st) return std::unexpected(st.error());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& p = nodes_[parent];
+  auto it = p.children.find(name);
+  if (it == p.children.end()) return Fail(Code::kNotFound, "no entry " + name);
+  return InodeAttr{it->second, nodes_[it->second].attr};
+}
+
+Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+    if (it->second.attr_valid && Fresh(it->second.attr_time)) return it->second.attr;
+  }
+  return Revalidate(ino);
+}
+
+Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!nodes_.contains(ino)) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+    path = PathLocked(ino);
+  }
+  stats_made_++;
+  auto st = remote_.Stat(path);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+  Node& n = it->second;
+  if (!st) {
+    if (st.error().code() == Code::kNotFound && ino != kRootIno) {
+      auto p = nodes_.find(n.parent);
+      if (p != nodes_.end() && p->second.children.erase(n.name) > 0) {
+        std::erase(p->second.order, n.name);
+      }
+      n.attr_valid = false;
+    }
+    return std::unexpected(st.error());
+  }
+  if (n.attr_valid && n.attr.file_id != st->file_id && ino != kRootIno) {
+    // Same path, different file (replaced on the hub): this inode is gone; a fresh lookup
+    // will find the new file under a new inode.
+    n.attr_valid = false;
+    auto p = nodes_.find(n.parent);
+    if (p != nodes_.end()) p->second.listed = false;
+    return Fail(Code::kNotFound, path + " was replaced on the hub");
+  }
+  n.attr = *st;
+  n.attr_valid = true;
+  n.attr_time = clock_.Now();
+  by_file_id_[st->file_id] = ino;
+  return n.attr;
+}
+
+Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
+  if (auto st = EnsureListed(ino, false); !st) return std::unexpected(st.error());
+  std::lock_guard<std::mutex> lock(mu_);
+  const Node& n = nodes_[ino];
+  std::vector<NamedInode> out;
+  out.reserve(n.order.size());
+  for (const auto& name : n.order) {
+    auto c = n.children.find(name);
+    if (c == n.children.end()) continue;
+    out.push_back(NamedInode{name, c->second, nodes_[c->second].attr});
+  }
+  return out;
+}
+
+Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
+  InodeAttr cur{kRootIno, {}};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cur.attr = nodes_[kRootIno].attr;
+  }
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    std::string part = path.substr(start, slash - start);
+    start = slash + 1;
+    if (part.empty()) continue;
+    auto next = Lookup(cur.ino, part);
+    if (!next) return std::unexpected(next.error().Wrap(path));
+    cur = *next;
+  }
+  return cur;
+}
+
+InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const FileAttr& attr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t ino = InodeFor(parent, name, attr);
+  Node& p = nodes_[parent];
+  if (!p.children.contains(name)) p.order.push_back(name);
+  p.children[name] = ino;
+  return InodeAttr{ino, attr};
+}
+
+void MetadataCache::Removed(uint64_t parent, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Node& p = nodes_[parent];
+  auto it = p.children.find(name);
+  if (it == p.children.end()) return;
+  auto n = nodes_.find(it->second);
+  if (n != nodes_.end()) n->second.attr_valid = false;
+  p.children.erase(it);
+  std::erase(p.order, name);
+  p.attr_valid = false;  // mtime/nlink changed
+}
+
+void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t new_parent,
+                            const std::string& new_name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Node& p = nodes_[parent];
+  auto it = p.children.find(name);
+  if (it == p.children.end()) {
+    // Not known here: make both directories list again.
+    p.listed = false;
+    nodes_[new_parent].listed = false;
+    return;
+  }
+  uint64_t ino = it->second;
+  p.children.erase(it);
+  std::erase(p.order, name);
+  Node& np = nodes_[new_parent];
+  auto old = np.children.find(new_name);
+  if (old != np.children.end()) {
+    nodes_[old->second].attr_valid = false;
+  } else {
+    np.order.push_back(new_name);
+  }
+  np.children[new_name] = ino;
+  Node& n = nodes_[ino];
+  n.parent = new_parent;
+  n.name = new_name;
+  n.attr_valid = false;  // ctime changed
+  p.attr_valid = false;
+  np.attr_valid = false;
+}
+
+void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return;
+  it->second.attr = attr;
+  it->second.attr_valid = true;
+  it->second.attr_time = clock_.Now();
+}
+
+void MetadataCache::Invalidate(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it != nodes_.end()) it->second.attr_valid = false;
+}
+
+// ---- walk -----------------------------------------------------------------------------
+
+void MetadataCache::StartWalk() {
+  std::lock_guard<std::mutex> lock(walk_mu_);
+  if (walk_started_) return;
+  walk_started_ = true;
+  walk_queue_.push_back(kRootIno);
+  for (int i = 0; i < config_.walk_concurrency; ++i) {
+    walkers_.emplace_back([this] { WalkWorker(); });
+  }
+}
+
+void MetadataCache::WalkWorker() {
+  while (true) {
+    uint64_t ino;
+    {
+      std::unique_lock<std::mutex> lock(walk_mu_);
+      walk_cv_.wait(lock,
+                    [&] { return stop_.load() || !walk_queue_.empty() || walk_active_ == 0; });
+      if (stop_.load()) return;
+      if (walk_queue_.empty()) {
+        // Nothing queued and nobody listing: the walk is over.
+        walk_done_.store(true);
+        walk_cv_.notify_all();
+        return;
+      }
+      ino = walk_queue_.front();
+      walk_queue_.pop_front();
+      walk_active_++;
+    }
+    auto st = EnsureListed(ino, true);
+    std::vector<uint64_t> subdirs;
+    if (!st) {
+      log::Warn("metadata walk: listing failed", {{"error", st.error().ToString()}});
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Node& n = nodes_[ino];
+      for (const auto& name : n.order) {
+        auto c = n.children.find(name);
+        if (c != n.children.end() && nodes_[c->second].attr.is_dir()) subdirs.push_back(c->second);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(walk_mu_);
+      for (uint64_t d : subdirs) walk_queue_.push_back(d);
+      walk_active_--;
+    }
+    walk_cv_.notify_all();
+  }
+}
+
+bool MetadataCache::WaitWalk(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(walk_mu_);
+  return walk_cv_.wait_for(lock, timeout, [&] { return walk_done_.load() || stop_.load(); }) &&
+         walk_done_.load();
+}
+
+std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<WalkedFile> out;
+  std::function<void(uint64_t, const std::string&)> visit = [&](uint64_t ino,
+                                                                const std::string& path) {
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end()) return;
+    const Node& n = it->second;
+    for (const auto& name : n.order) {
+      auto c = n.children.find(name);
+      if (c == n.children.end()) continue;
+      std::string child_path = path.empty() ? name : path + "/" + name;
+      const Node& cn = nodes_.at(c->second);
+      if (cn.attr.is_dir()) {
+        if (c->second != ino) visit(c->second, child_path);
+      } else if (cn.attr.is_reg()) {
+        bool match = prefix.empty() || child_path == prefix ||
+                     child_path.starts_with(prefix.back() == '/' ? prefix : prefix + "/");
+        if (match) {
+          out.push_back(
+              WalkedFile{child_path, cn.attr.file_id, cn.attr.ContentVersion(), cn.attr.size});
+        }
+      }
+    }
+  };
+  visit(kRootIno, "");
+  return out;
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,147 @@
+// MetadataCache: the volume's namespace as the agent serves it, so that lookups, getattr
+// and readdir do not wait on the WAN.
+//
+// Consistency (VolumeContext.cache): kImmutable keeps what it learnt until it is told
+// otherwise (our own writes, Invalidate); kTtl re-asks the hub after ttl_seconds; kStrict
+// re-asks after a short time and always on open (close-to-open: Revalidate).
+//
+// Inode numbers are the agent's own (root = 1), mapped 1:1 to hub fileids and stable for
+// the cache's lifetime. Each inode keeps its parent and name, so its path (for RemoteFs
+// calls) follows renames of its ancestors.
+//
+// At mount StartWalk() lists the whole tree in the background (READDIRPLUS, several
+// directories at a time); Files() exposes the walked files in directory order.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cache-agent/fs/clock.h"
+#include "cache-agent/remote/remote_fs.h"
+#include "common/status.h"
+#include "common/volume.h"
+
+namespace spoke::agent {
+
+inline constexpr uint64_t kRootIno = 1;
+
+struct InodeAttr {
+  uint64_t ino = 0;
+  FileAttr attr;
+};
+
+struct NamedInode {
+  std::string name;
+  uint64_t ino = 0;
+  FileAttr attr;
+};
+
+struct WalkedFile {
+  std::string path;
+  uint64_t file_id = 0;
+  uint64_t version = 0;
+  uint64_t size = 0;
+};
+
+class MetadataCache {
+ public:
+  struct Config {
+    Consistency consistency = Consistency::kImmutable;
+    uint32_t ttl_seconds = 30;
+    // Validity of attributes in strict mode between opens (opens always re-ask).
+    std::chrono::milliseconds strict_validity{1000};
+    // Directories listed at once by the mount-time walk.
+    int walk_concurrency = 8;
+    Status Validate() const;
+  };
+
+  MetadataCache(RemoteFs& remote, const Config& config, Clock& clock);
+  ~MetadataCache();  // stops the walk
+  MetadataCache(const MetadataCache&) = delete;
+  MetadataCache& operator=(const MetadataCache&) = delete;
+
+  // Stats the root. kUnavailable/kTimeout when the hub does not answer.
+  Status Init();
+  // Starts the background walk of the whole tree (idempotent).
+  void StartWalk();
+  // Waits for the walk; false at the deadline.
+  bool WaitWalk(std::chrono::milliseconds timeout);
+  bool walk_done() const { return walk_done_.load(); }
+  // Files found by the walk (and since), in directory order, depth first.
+  std::vector<WalkedFile> Files(const std::string& prefix = "") const;
+
+  // kNotFound, kInvalidArgument (not a directory), hub errors.
+  Result<InodeAttr> Lookup(uint64_t parent, const std::string& name);
+  Result<FileAttr> GetAttr(uint64_t ino);
+  Result<std::vector<NamedInode>> ReadDir(uint64_t ino);
+  // Re-stats now whatever the mode (strict open, after writes).
+  Result<FileAttr> Revalidate(uint64_t ino);
+  // The inode's path relative to the volume root. kNotFound for an unknown inode.
+  Result<std::string> PathOf(uint64_t ino) const;
+  // Resolves a relative path ("" = root) through the cache (may list directories).
+  Result<InodeAttr> Resolve(const std::string& path);
+
+  // Updates after our own namespace changes (already applied on the hub).
+  InodeAttr Added(uint64_t parent, const std::string& name, const FileAttr& attr);
+  void Removed(uint64_t parent, const std::string& name);
+  void Renamed(uint64_t parent, const std::string& name, uint64_t new_parent,
+               const std::string& new_name);
+  void SetAttr(uint64_t ino, const FileAttr& attr);
+  // Forgets the inode's attributes: the next GetAttr asks the hub.
+  void Invalidate(uint64_t ino);
+
+  // Hub calls made (for figures and tests).
+  uint64_t stats_made() const { return stats_made_.load(); }
+  uint64_t listings_made() const { return listings_made_.load(); }
+  Consistency consistency() const { return config_.consistency; }
+
+ private:
+  struct Node {
+    uint64_t ino = 0;
+    uint64_t parent = 0;
+    std::string name;
+    FileAttr attr;
+    bool attr_valid = false;
+    std::chrono::steady_clock::time_point attr_time{};
+    bool listed = false;
+    std::chrono::steady_clock::time_point list_time{};
+    std::vector<std::string> order;                      // hub listing order
+    std::unordered_map<std::string, uint64_t> children;  // name -> ino
+  };
+  bool Fresh(std::chrono::steady_clock::time_point t) const;
+  std::string PathLocked(uint64_t ino) const;
+  uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr);
+  void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
+  Status EnsureListed(uint64_t ino, bool force);
+  void WalkWorker();
+
+  RemoteFs& remote_;
+  Config config_;
+  Clock& clock_;
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Node> nodes_;           // guarded by mu_
+  std::unordered_map<uint64_t, uint64_t> by_file_id_;  // guarded by mu_
+  uint64_t next_ino_ = kRootIno + 1;                   // guarded by mu_
+  std::atomic<uint64_t> stats_made_{0};
+  std::atomic<uint64_t> listings_made_{0};
+
+  // Walk state.
+  std::mutex walk_mu_;
+  std::condition_variable walk_cv_;
+  std::deque<uint64_t> walk_queue_;  // guarded by walk_mu_
+  int walk_active_ = 0;              // guarded by walk_mu_
+  bool walk_started_ = false;        // guarded by walk_mu_
+  std::atomic<bool> walk_done_{false};
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> walkers_;
+};
+
+}  // namespace spoke::agent

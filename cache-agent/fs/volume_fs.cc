@@ -1,0 +1,332 @@
+#include "cache-agent/fs/volume_fs.h"
+
+#include <fcntl.h>
+
+#include <cstring>
+
+#include "common/log.h"
+
+namespace spoke::agent {
+namespace {
+
+// Versions for files written through this mount: never equal to a hub content version, so
+// blocks read through a handle that wrote are never taken from (or left for) other readers.
+constexpr uint64_t kDirtyVersionBit = 1ull << 63;
+
+Status ValidName(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    return Fail(Code::kInvalidArgument, "bad name '" + name + "'");
+  if (name.size() > 255) return std::unexpected(Error::FromErrno(ENAMETOOLONG, "name too long"));
+  return Ok();
+}
+
+}  // namespace
+
+VolumeFs::VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metadata,
+                   BlockFetcher& fetcher, PrefetchDriver* prefetch, Clock& clock)
+    : config_(config),
+      remote_(remote),
+      metadata_(metadata),
+      fetcher_(fetcher),
+      prefetch_(prefetch),
+      clock_(clock) {}
+
+std::shared_ptr<VolumeFs::Handle> VolumeFs::Get(uint64_t handle) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = handles_.find(handle);
+  return it == handles_.end() ? nullptr : it->second;
+}
+
+size_t VolumeFs::open_handles() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return handles_.size();
+}
+
+uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id = next_handle_++;
+  handles_[id] = std::move(h);
+  return id;
+}
+
+Status VolumeFs::CheckWritable() const {
+  if (config_.read_only) {
+    return Fail(Code::kReadOnly, "volume " + config_.volume_id + " is read-only");
+  }
+  return Ok();
+}
+
+Result<std::string> VolumeFs::ChildPath(uint64_t parent, const std::string& name) const {
+  if (auto st = ValidName(name); !st) return std::unexpected(st.error());
+  auto p = metadata_.PathOf(parent);
+  if (!p) return std::unexpected(p.error());
+  return p->empty() ? name : *p + "/" + name;
+}
+
+void VolumeFs::DropBlocks(uint64_t file_id) {
+  if (fetcher_.cache() != nullptr) fetcher_.cache()->Evict(fetcher_.volume_key(), file_id);
+}
+
+void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
+  metadata_.Invalidate(ino);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, h] : handles_) {
+    if (h->ino != ino) continue;
+    h->file.version = kDirtyVersionBit | dirty_versions_.fetch_add(1);
+    if (size) h->file.size = *size;
+    std::lock_guard<std::mutex> hl(h->mu);
+    h->last_block.reset();
+    h->last_index = UINT64_MAX;
+  }
+}
+
+Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
+  if (auto st = ValidName(name); !st) return std::unexpected(st.error());
+  return metadata_.Lookup(parent, name);
+}
+
+Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) { return metadata_.GetAttr(ino); }
+
+Result<std::vector<NamedInode>> VolumeFs::ReadDir(uint64_t ino) { return metadata_.ReadDir(ino); }
+
+Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags) {
+  bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+  if (write) {
+    if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  }
+  // Close-to-open: a strict volume asks the hub on every open.
+  auto attr = config_.consistency == Consistency::kStrict ? metadata_.Revalidate(ino)
+                                                          : metadata_.GetAttr(ino);
+  if (!attr) return std::unexpected(attr.error());
+  if (attr->is_dir()) return Fail(Code::kInvalidArgument, "is a directory");
+  auto path = metadata_.PathOf(ino);
+  if (!path) return std::unexpected(path.error());
+  auto h = std::make_shared<Handle>();
+  h->ino = ino;
+  h->file = FileRef{*path, attr->file_id, attr->ContentVersion(), attr->size};
+  h->writable = write;
+  OpenFile out;
+  out.handle = NewHandle(h);
+  out.keep_cache = config_.consistency == Consistency::kImmutable;
+  out.direct_io = config_.consistency == Consistency::kStrict;
+  if (prefetch_ != nullptr) {
+    prefetch_->OnOpen(OpenEvent{out.handle, h->file.path, h->file.file_id, h->file.version,
+                                h->file.size, clock_.Now()});
+  }
+  return out;
+}
+
+Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, char* out) {
+  auto h = Get(handle);
+  if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
+  FileRef file;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    file = h->file;
+  }
+  if (offset >= file.size || size == 0) return size_t{0};
+  uint64_t end = std::min<uint64_t>(offset + size, file.size);
+  uint32_t bs = fetcher_.block_size();
+  uint64_t first = offset / bs, last = (end - 1) / bs;
+  uint64_t count = last - first + 1;
+
+  std::vector<Result<BlockData>> blocks;
+  uint64_t hits = 0;
+  {
+    // Small reads inside the block the handle read last need no cache lookup.
+    std::lock_guard<std::mutex> lock(h->mu);
+    if (count == 1 && h->last_index == first && h->last_block) {
+      blocks.emplace_back(h->last_block);
+      hits = 1;
+    }
+  }
+  if (blocks.empty()) blocks = fetcher_.GetBlocks(file, first, count, &hits);
+
+  size_t copied = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (!blocks[i]) return std::unexpected(blocks[i].error());
+    const auto& data = **blocks[i];
+    uint64_t block_start = (first + i) * bs;
+    uint64_t from = std::max(offset, block_start);
+    uint64_t to = std::min(end, block_start + bs);
+    if (from - block_start >= data.size()) break;  // the hub's file is shorter now
+    uint64_t avail = std::min<uint64_t>(to - from, data.size() - (from - block_start));
+    std::memcpy(out + copied, data.data() + (from - block_start), avail);
+    copied += avail;
+    if (avail < to - from) break;
+  }
+  {
+    std::lock_guard<std::mutex> lock(h->mu);
+    if (blocks.back()) {
+      h->last_block = *blocks.back();
+      h->last_index = last;
+    }
+  }
+  if (prefetch_ != nullptr) {
+    prefetch_->OnRead(ReadEvent{handle, file.path, file.file_id, file.version, file.size, offset,
+                                copied, hits == count, clock_.Now()});
+  }
+  return copied;
+}
+
+Status VolumeFs::Release(uint64_t handle) {
+  std::shared_ptr<Handle> h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = handles_.find(handle);
+    if (it == handles_.end()) return Fail(Code::kInvalidArgument, "unknown file handle");
+    h = std::move(it->second);
+    handles_.erase(it);
+  }
+  if (prefetch_ != nullptr) prefetch_->OnClose(CloseEvent{handle, clock_.Now()});
+  if (h->written) metadata_.Invalidate(h->ino);
+  return Ok();
+}
+
+Result<FsStat> VolumeFs::StatFs() {
+  std::lock_guard<std::mutex> lock(statfs_mu_);
+  auto now = clock_.Now();
+  if (statfs_ && now - statfs_time_ < config_.statfs_cache) return *statfs_;
+  auto st = remote_.StatFs();
+  if (!st) {
+    if (statfs_) return *statfs_;  // stale figures beat a failed df
+    return std::unexpected(st.error());
+  }
+  statfs_ = *st;
+  statfs_time_ = now;
+  return *st;
+}
+
+Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t parent,
+                                                                  const std::string& name,
+                                                                  uint32_t mode, int flags) {
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto path = ChildPath(parent, name);
+  if (!path) return std::unexpected(path.error());
+  auto attr = remote_.Create(*path, mode);
+  if (!attr) return std::unexpected(attr.error());
+  InodeAttr ia = metadata_.Added(parent, name, *attr);
+  metadata_.Invalidate(parent);
+  auto h = std::make_shared<Handle>();
+  h->ino = ia.ino;
+  h->file =
+      FileRef{*path, attr->file_id, kDirtyVersionBit | dirty_versions_.fetch_add(1), attr->size};
+  h->writable = true;
+  OpenFile out;
+  out.handle = NewHandle(h);
+  out.direct_io = config_.consistency == Consistency::kStrict;
+  return std::make_pair(ia, out);
+}
+
+Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* data, size_t size) {
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto h = Get(handle);
+  if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
+  if (!h->writable) {
+    return std::unexpected(Error::FromErrno(EBADF, "file handle not open for writing"));
+  }
+  std::string path;
+  uint64_t file_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    path = h->file.path;
+    file_id = h->file.file_id;
+  }
+  auto n = remote_.Write(path, offset, data, size);
+  if (!n) return std::unexpected(n.error());
+  bool first_write;
+  uint64_t new_size;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first_write = !h->written;
+    h->written = true;
+    new_size = std::max<uint64_t>(h->file.size, offset + *n);
+  }
+  if (first_write) DropBlocks(file_id);
+  MarkChanged(h->ino, new_size);
+  return *n;
+}
+
+Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint32_t mode) {
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto path = ChildPath(parent, name);
+  if (!path) return std::unexpected(path.error());
+  auto attr = remote_.Mkdir(*path, mode);
+  if (!attr) return std::unexpected(attr.error());
+  metadata_.Invalidate(parent);
+  return metadata_.Added(parent, name, *attr);
+}
+
+Status VolumeFs::Unlink(uint64_t parent, const std::string& name) {
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto path = ChildPath(parent, name);
+  if (!path) return std::unexpected(path.error());
+  auto child = metadata_.Lookup(parent, name);
+  auto st = remote_.Unlink(*path);
+  if (!st) return st;
+  metadata_.Removed(parent, name);
+  if (child) DropBlocks(child->attr.file_id);
+  return Ok();
+}
+
+Status VolumeFs::Rmdir(uint64_t parent, const std::string& name) {
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto path = ChildPath(parent, name);
+  if (!path) return std::unexpected(path.error());
+  auto st = remote_.Rmdir(*path);
+  if (!st) return st;
+  metadata_.Removed(parent, name);
+  return Ok();
+}
+
+Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                        const std::string& new_name, unsigned flags) {
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  if (flags != 0) return Fail(Code::kInvalidArgument, "rename flags are not supported");
+  auto from = ChildPath(parent, name);
+  if (!from) return std::unexpected(from.error());
+  auto to = ChildPath(new_parent, new_name);
+  if (!to) return std::unexpected(to.error());
+  auto replaced = metadata_.Lookup(new_parent, new_name);
+  auto st = remote_.Rename(*from, *to);
+  if (!st) return st;
+  metadata_.Renamed(parent, name, new_parent, new_name);
+  if (replaced) DropBlocks(replaced->attr.file_id);
+  // Open handles keep their path: RemoteFs calls of a renamed open file use the new one.
+  auto moved = metadata_.Lookup(new_parent, new_name);
+  if (moved) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, h] : handles_) {
+      if (h->ino == moved->ino) h->file.path = *to;
+    }
+  }
+  return Ok();
+}
+
+Result<FileAttr> VolumeFs::SetAttr(uint64_t ino, const SetAttrRequest& request) {
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto path = metadata_.PathOf(ino);
+  if (!path) return std::unexpected(path.error());
+  auto attr = remote_.SetAttr(*path, request);
+  if (!attr) return std::unexpected(attr.error());
+  if (request.size) {
+    DropBlocks(attr->file_id);
+    MarkChanged(ino, attr->size);
+  }
+  metadata_.SetAttr(ino, *attr);
+  return *attr;
+}
+
+Status VolumeFs::Fsync(uint64_t handle) {
+  auto h = Get(handle);
+  if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
+  if (!h->writable || config_.read_only) return Ok();  // nothing of ours to flush
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    path = h->file.path;
+  }
+  return remote_.Fsync(path);
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,145 @@
+#include "cache-agent/fs/block_fetcher.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/cache-agent/fs/fakes.h"
+
+namespace spoke::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeBlockCache;
+using testing::FakeRemoteFs;
+
+constexpr uint32_t kBlock = 4096;
+
+struct FetchRig {
+  explicit FetchRig(int max_inflight = 64, uint64_t prefetch_max = 64 * kBlock) : cache(kBlock) {
+    remote.PutFile("big", std::string(64 * kBlock, 'b'));
+    remote.PutFile("other", std::string(8 * kBlock, 'o'));
+    BlockFetcher::Config c;
+    c.block_size = kBlock;
+    c.max_hub_inflight = max_inflight;
+    c.prefetch_bytes_max = prefetch_max;
+    fetcher = std::make_unique<BlockFetcher>(remote, &cache, 7, c, registry, metrics::Labels{});
+  }
+  ~FetchRig() {
+    remote.HoldReads(false);
+    fetcher.reset();
+    remote.WaitIdle();
+  }
+  FileRef File(const std::string& path) {
+    auto a = remote.Stat(path);
+    return FileRef{path, a->file_id, a->ContentVersion(), a->size};
+  }
+  FakeRemoteFs remote;
+  FakeBlockCache cache;
+  metrics::Registry registry;
+  std::unique_ptr<BlockFetcher> fetcher;
+};
+
+TEST(BlockFetcher, ConcurrentReadersOfOneBlockShareOneFetch) {
+  FetchRig rig;
+  auto f = rig.File("big");
+  rig.remote.SetReadLatency(50ms);
+  std::vector<std::thread> readers;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&] {
+      auto r = rig.fetcher->GetBlocks(f, 3, 1);
+      if (r[0] && (*r[0])->size() == kBlock) ok++;
+    });
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(ok, 8);
+  EXPECT_EQ(rig.remote.reads, 1);
+  EXPECT_EQ(rig.fetcher->hub_read_bytes(), kBlock);
+}
+
+TEST(BlockFetcher, PrefetchJoinsAndIsNotRepeated) {
+  FetchRig rig;
+  auto f = rig.File("big");
+  rig.remote.HoldReads(true);
+  PrefetchRequest req{"big", f.file_id, f.version, f.size, 0, 4, 0, 1};
+  EXPECT_TRUE(rig.fetcher->Prefetch(req));
+  EXPECT_TRUE(rig.fetcher->Prefetch(req));  // already in flight: nothing new
+  EXPECT_EQ(rig.fetcher->PrefetchBytesInFlight(), 4u * kBlock);
+  std::thread reader([&] {
+    auto r = rig.fetcher->GetBlocks(f, 1, 1);  // joins the prefetch of block 1
+    EXPECT_TRUE(r[0]);
+  });
+  std::this_thread::sleep_for(50ms);
+  rig.remote.HoldReads(false);
+  reader.join();
+  rig.remote.WaitIdle();
+  EXPECT_EQ(rig.remote.reads, 4);
+  // Block 1 was promoted to demand; the others were stored as the expert's.
+  EXPECT_EQ(rig.cache.Origin(BlockKey{7, f.file_id, f.version, 0}), 1);
+  EXPECT_EQ(rig.cache.Origin(BlockKey{7, f.file_id, f.version, 1}), kDemand);
+  EXPECT_TRUE(rig.fetcher->Prefetch(req));
+  rig.remote.WaitIdle();
+  EXPECT_EQ(rig.remote.reads, 4);  // all cached: nothing fetched again
+}
+
+TEST(BlockFetcher, DemandGoesBeforeQueuedPrefetch) {
+  FetchRig rig(/*max_inflight=*/1);
+  auto big = rig.File("big");
+  auto other = rig.File("other");
+  rig.remote.HoldReads(true);
+  // One prefetch occupies the only slot; 9 more wait in the queue.
+  ASSERT_TRUE(rig.fetcher->Prefetch({"big", big.file_id, big.version, big.size, 0, 10, 0, 1}));
+  std::thread reader([&] {
+    auto r = rig.fetcher->GetBlocks(other, 5, 1);
+    EXPECT_TRUE(r[0]);
+  });
+  std::this_thread::sleep_for(50ms);
+  rig.remote.HoldReads(false);
+  reader.join();
+  rig.remote.WaitIdle();
+  auto log = rig.remote.ReadLog();
+  ASSERT_GE(log.size(), 2u);
+  EXPECT_EQ(log[0], "big@0");
+  EXPECT_EQ(log[1], "other@" + std::to_string(5 * kBlock)) << "demand waited behind prefetch";
+}
+
+TEST(BlockFetcher, PrefetchBudgetRefusesBeyondTheCap) {
+  FetchRig rig(64, /*prefetch_max=*/4 * kBlock);
+  auto big = rig.File("big");
+  rig.remote.HoldReads(true);
+  EXPECT_FALSE(rig.fetcher->Prefetch({"big", big.file_id, big.version, big.size, 0, 10, 0, 1}));
+  EXPECT_EQ(rig.fetcher->PrefetchBytesInFlight(), 4u * kBlock);
+  EXPECT_FALSE(rig.fetcher->Prefetch({"big", big.file_id, big.version, big.size, 20, 1, 0, 1}));
+  rig.remote.HoldReads(false);
+  rig.remote.WaitIdle();
+  // Demand is never limited by the prefetch budget.
+  auto r = rig.fetcher->GetBlocks(big, 30, 8);
+  for (auto& b : r) EXPECT_TRUE(b);
+}
+
+TEST(BlockFetcher, ErrorsReachEveryWaiterAndAreNotCached) {
+  FetchRig rig;
+  auto f = rig.File("big");
+  rig.remote.SetDown(true);
+  auto r = rig.fetcher->GetBlocks(f, 0, 2);
+  ASSERT_FALSE(r[0]);
+  EXPECT_EQ(r[0].error().code(), Code::kUnavailable);
+  rig.remote.SetDown(false);
+  r = rig.fetcher->GetBlocks(f, 0, 2);
+  EXPECT_TRUE(r[0]);
+  EXPECT_TRUE(r[1]);
+}
+
+TEST(BlockFetcher, WarmFetchesMissingBlocksOnly) {
+  FetchRig rig;
+  auto f = rig.File("other");
+  ASSERT_TRUE(rig.fetcher->GetBlocks(f, 0, 1)[0]);
+  auto w = rig.fetcher->Warm(f, 0, 100);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(*w, 7u * kBlock);
+  EXPECT_EQ(rig.cache.blocks(), 8u);
+}
+
+}  // namespace
+}  // namespace spoke::agent

@@ -1,0 +1,329 @@
+// Fakes for the fs layer's unit tests: an in-memory hub (FakeRemoteFs) with injectable
+// failures and latency, and an in-memory BlockCache.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cache-agent/cache/block_cache.h"
+#include "cache-agent/remote/remote_fs.h"
+
+namespace spoke::agent::testing {
+
+class FakeRemoteFs : public RemoteFs {
+ public:
+  FakeRemoteFs() { Mkdirs(""); }
+  ~FakeRemoteFs() override { WaitIdle(); }
+
+  // Test set-up (no failure injection, no counting).
+  void PutFile(const std::string& path, const std::string& data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MkdirsLocked(Parent(path));
+    Node& n = nodes_[path];
+    if (n.attr.file_id == 0) n.attr.file_id = next_id_++;
+    n.attr.mode = S_IFREG | 0644;
+    n.data = data;
+    Touch(n);
+  }
+  void Mkdirs(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MkdirsLocked(path);
+  }
+  std::string Data(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(path);
+    return it == nodes_.end() ? "<missing>" : it->second.data;
+  }
+  bool Exists(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return nodes_.contains(path);
+  }
+
+  // Injection.
+  void SetDown(bool down) { down_ = down; }  // every call fails with kUnavailable
+  void SetReadLatency(std::chrono::milliseconds ms) { latency_ms_ = ms.count(); }
+  // Holds reads until Release() (to observe queues).
+  void HoldReads(bool hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = hold;
+    cv_.notify_all();
+  }
+
+  // Counters.
+  std::atomic<int> stats{0}, readdirs{0}, reads{0}, writes{0};
+  std::atomic<uint64_t> read_bytes{0};
+  std::vector<std::string> ReadLog() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return read_log_;
+  }
+  void WaitIdle() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return active_ == 0; });
+  }
+
+  Result<FileAttr> Stat(const std::string& path) override {
+    stats++;
+    if (down_) return Down("GETATTR");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(path);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, "no such file " + path);
+    return it->second.attr;
+  }
+  Result<std::vector<DirEntry>> ReadDir(const std::string& path) override {
+    readdirs++;
+    if (down_) return Down("READDIRPLUS");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(path);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, "no such dir " + path);
+    std::vector<DirEntry> out;
+    for (const auto& [p, n] : nodes_) {
+      if (p.empty() || Parent(p) != path) continue;
+      out.push_back(DirEntry{Base(p), n.attr});
+    }
+    return out;
+  }
+  void ReadAsync(const std::string& path, uint64_t offset, uint32_t length,
+                 ReadDone done) override {
+    reads++;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_++;
+      read_log_.push_back(path + "@" + std::to_string(offset));
+    }
+    std::thread([this, path, offset, length, done = std::move(done)] {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !hold_; });
+      }
+      if (latency_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(latency_ms_));
+      Result<std::vector<char>> r = std::unexpected(Error(Code::kInternal, ""));
+      if (down_) {
+        r = Down("READ");
+      } else {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = nodes_.find(path);
+        if (it == nodes_.end()) {
+          r = Fail(Code::kNotFound, "no such file " + path);
+        } else {
+          const std::string& d = it->second.data;
+          uint64_t from = std::min<uint64_t>(offset, d.size());
+          uint64_t n = std::min<uint64_t>(length, d.size() - from);
+          r = std::vector<char>(d.begin() + from, d.begin() + from + n);
+          read_bytes += n;
+        }
+      }
+      done(std::move(r));
+      std::lock_guard<std::mutex> lock(mu_);
+      active_--;
+      cv_.notify_all();
+    }).detach();
+  }
+  Result<size_t> Write(const std::string& path, uint64_t offset, const char* data,
+                       size_t length) override {
+    writes++;
+    if (down_) return Down("WRITE");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(path);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, "no such file " + path);
+    auto& d = it->second.data;
+    if (d.size() < offset + length) d.resize(offset + length);
+    std::memcpy(d.data() + offset, data, length);
+    Touch(it->second);
+    return length;
+  }
+  Result<FileAttr> Create(const std::string& path, uint32_t mode) override {
+    if (down_) return Down("CREATE");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!nodes_.contains(Parent(path))) return Fail(Code::kNotFound, "no parent");
+    Node& n = nodes_[path];
+    if (n.attr.file_id == 0) n.attr.file_id = next_id_++;
+    n.attr.mode = S_IFREG | (mode & 07777);
+    Touch(n);
+    return n.attr;
+  }
+  Result<FileAttr> Mkdir(const std::string& path, uint32_t mode) override {
+    if (down_) return Down("MKDIR");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (nodes_.contains(path)) return Fail(Code::kAlreadyExists, path);
+    MkdirsLocked(path);
+    return nodes_[path].attr;
+  }
+  Status Unlink(const std::string& path) override {
+    if (down_) return std::unexpected(Down("REMOVE").error());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (nodes_.erase(path) == 0) return Fail(Code::kNotFound, path);
+    return Ok();
+  }
+  Status Rmdir(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [p, n] : nodes_) {
+      if (!p.empty() && Parent(p) == path) return Fail(Code::kNotEmpty, path);
+    }
+    if (nodes_.erase(path) == 0) return Fail(Code::kNotFound, path);
+    return Ok();
+  }
+  Status Rename(const std::string& from, const std::string& to) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(from);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, from);
+    Node n = it->second;
+    nodes_.erase(it);
+    nodes_[to] = n;
+    return Ok();
+  }
+  Result<FileAttr> SetAttr(const std::string& path, const SetAttrRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(path);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, path);
+    if (r.size) it->second.data.resize(*r.size);
+    if (r.mode) it->second.attr.mode = (it->second.attr.mode & S_IFMT) | (*r.mode & 07777);
+    Touch(it->second);
+    return it->second.attr;
+  }
+  Status Fsync(const std::string&) override { return Ok(); }
+  Result<FsStat> StatFs() override {
+    if (down_) return Down("FSSTAT");
+    return FsStat{1 << 30, 1 << 29, 1 << 29, 1000, 500};
+  }
+  bool Reachable() const override { return !down_; }
+  std::string LastError() const override { return down_ ? "hub down" : ""; }
+
+ private:
+  struct Node {
+    FileAttr attr;
+    std::string data;
+  };
+  static std::string Parent(const std::string& p) {
+    auto s = p.rfind('/');
+    return s == std::string::npos ? "" : p.substr(0, s);
+  }
+  static std::string Base(const std::string& p) {
+    auto s = p.rfind('/');
+    return s == std::string::npos ? p : p.substr(s + 1);
+  }
+  std::unexpected<Error> Down(const char* op) {
+    return std::unexpected(Error(Code::kUnavailable, std::string("hub down: ") + op));
+  }
+  void MkdirsLocked(const std::string& path) {
+    if (!path.empty()) MkdirsLocked(Parent(path));
+    Node& n = nodes_[path];
+    if (n.attr.file_id == 0) {
+      n.attr.file_id = next_id_++;
+      n.attr.mode = S_IFDIR | 0755;
+      Touch(n);
+    }
+  }
+  void Touch(Node& n) {
+    n.attr.size = n.data.size();
+    ++tick_;
+    n.attr.mtime = {static_cast<time_t>(1000 + tick_), 0};
+    n.attr.ctime = n.attr.mtime;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Node> nodes_;
+  uint64_t next_id_ = 100;
+  uint64_t tick_ = 0;
+  int active_ = 0;
+  bool hold_ = false;
+  std::vector<std::string> read_log_;
+  std::atomic<bool> down_{false};
+  std::atomic<int64_t> latency_ms_{0};
+};
+
+class FakeBlockCache : public BlockCache {
+ public:
+  explicit FakeBlockCache(uint32_t block_size = 1 << 20) : block_size_(block_size) {}
+
+  Result<size_t> Get(const BlockKey& key, char* out, size_t capacity) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(key);
+    if (it == blocks_.end()) {
+      misses_++;
+      return Fail(Code::kNotFound, "not cached");
+    }
+    hits_++;
+    std::memcpy(out, it->second.data(), it->second.size());
+    return it->second.size();
+  }
+  Status Put(const BlockKey& key, const char* data, size_t length,
+             const AdmissionHint& hint) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    puts_++;
+    if (fail_puts_) return Fail(Code::kIo, "cache disk failed");
+    blocks_[key] = std::vector<char>(data, data + length);
+    origins_[key] = hint.origin;
+    return Ok();
+  }
+  bool Contains(const BlockKey& key) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return blocks_.contains(key);
+  }
+  uint64_t Evict(uint64_t volume, uint64_t file_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t n = 0;
+    for (auto it = blocks_.begin(); it != blocks_.end();) {
+      if (it->first.volume == volume && (file_id == 0 || it->first.file_id == file_id)) {
+        it = blocks_.erase(it);
+        ++n;
+      } else {
+        ++it;
+      }
+    }
+    return n;
+  }
+  uint64_t VolumeBytes(uint64_t volume) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t n = 0;
+    for (const auto& [k, v] : blocks_) {
+      if (k.volume == volume) n += v.size();
+    }
+    return n;
+  }
+  BlockCacheStats Stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    BlockCacheStats s;
+    s.blocks = blocks_.size();
+    s.hits = hits_;
+    s.misses = misses_;
+    return s;
+  }
+  uint32_t block_size() const override { return block_size_; }
+  Status Close() override { return Ok(); }
+  void SetListener(CacheListener*) override {}
+
+  void FailPuts(bool f) { fail_puts_ = f; }
+  size_t blocks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return blocks_.size();
+  }
+  int puts() const { return puts_; }
+  ExpertId Origin(const BlockKey& k) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = origins_.find(k);
+    return it == origins_.end() ? 255 : it->second;
+  }
+
+ private:
+  uint32_t block_size_;
+  mutable std::mutex mu_;
+  std::unordered_map<BlockKey, std::vector<char>, BlockKeyHash> blocks_;
+  std::unordered_map<BlockKey, ExpertId, BlockKeyHash> origins_;
+  uint64_t hits_ = 0, misses_ = 0;
+  std::atomic<int> puts_{0};
+  std::atomic<bool> fail_puts_{false};
+};
+
+}  // namespace spoke::agent::testing

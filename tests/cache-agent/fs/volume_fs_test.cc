@@ -1,0 +1,387 @@
+// VolumeFs over a fake hub and a fake block cache: no mount, no network.
+#include "cache-agent/fs/volume_fs.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "cache-agent/cache/block_key.h"
+#include "tests/cache-agent/fs/fakes.h"
+
+namespace spoke::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeBlockCache;
+using testing::FakeRemoteFs;
+
+constexpr uint32_t kBlock = 4096;
+
+std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  uint32_t x = 2166136261u ^ static_cast<uint32_t>(seed);
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 16777619u + 7;
+    s[i] = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+struct Rig {
+  explicit Rig(Consistency c = Consistency::kImmutable, bool read_only = true,
+               bool with_cache = true, PrefetchMode prefetch = PrefetchMode::kOff)
+      : cache(kBlock) {
+    MetadataCache::Config mc;
+    mc.consistency = c;
+    mc.ttl_seconds = 30;
+    meta = std::make_unique<MetadataCache>(remote, mc, clock);
+    BlockFetcher::Config fc;
+    fc.block_size = kBlock;
+    fc.prefetch_bytes_max = 16 * kBlock;
+    fetcher =
+        std::make_unique<BlockFetcher>(remote, with_cache ? &cache : nullptr, VolumeKey("vol"), fc,
+                                       registry, metrics::Labels{{"volume", "vol"}});
+    driver = PrefetchDriver::ForMode(prefetch, *fetcher, 8 * kBlock);
+    VolumeFs::Config vc;
+    vc.volume_id = "vol";
+    vc.read_only = read_only;
+    vc.consistency = c;
+    fs = std::make_unique<VolumeFs>(vc, remote, *meta, *fetcher, driver.get(), clock);
+  }
+  ~Rig() {
+    fs.reset();
+    driver.reset();
+    fetcher.reset();
+    remote.WaitIdle();
+  }
+  void Init() { ASSERT_TRUE(meta->Init()); }
+
+  uint64_t Ino(const std::string& path) {
+    auto r = meta->Resolve(path);
+    EXPECT_TRUE(r) << path << ": " << r.error().ToString();
+    return r ? r->ino : 0;
+  }
+  Result<std::string> ReadAll(const std::string& path, size_t chunk = 1000) {
+    auto ino = Ino(path);
+    auto f = fs->Open(ino, O_RDONLY);
+    if (!f) return std::unexpected(f.error());
+    std::string out;
+    std::vector<char> buf(chunk);
+    for (uint64_t off = 0;; off += chunk) {
+      auto n = fs->Read(f->handle, off, chunk, buf.data());
+      if (!n) {
+        (void)fs->Release(f->handle);
+        return std::unexpected(n.error());
+      }
+      out.append(buf.data(), *n);
+      if (*n < chunk) break;
+    }
+    EXPECT_TRUE(fs->Release(f->handle));
+    return out;
+  }
+
+  FakeRemoteFs remote;
+  FakeBlockCache cache;
+  ManualClock clock;
+  metrics::Registry registry;
+  std::unique_ptr<MetadataCache> meta;
+  std::unique_ptr<BlockFetcher> fetcher;
+  std::unique_ptr<PrefetchDriver> driver;
+  std::unique_ptr<VolumeFs> fs;
+};
+
+TEST(VolumeFs, ReadsAcrossBlockBoundariesAndEof) {
+  Rig rig;
+  std::string data = Pattern(5 * kBlock + 123, 1);
+  rig.remote.PutFile("d/f.bin", data);
+  rig.Init();
+  for (size_t chunk : {1u, 1000u, 4096u, 5000u, 3u * 4096u + 7u, 1u << 20}) {
+    auto got = rig.ReadAll("d/f.bin", chunk);
+    ASSERT_TRUE(got) << got.error().ToString();
+    EXPECT_TRUE(*got == data) << "chunk " << chunk;
+  }
+  // Arbitrary windows, including ones crossing EOF and past it.
+  auto f = rig.fs->Open(rig.Ino("d/f.bin"), O_RDONLY);
+  ASSERT_TRUE(f);
+  std::vector<char> buf(3 * kBlock);
+  for (uint64_t off : {0ul, 4095ul, 4096ul, 8191ul, 5ul * kBlock, 5ul * kBlock + 100}) {
+    auto n = rig.fs->Read(f->handle, off, buf.size(), buf.data());
+    ASSERT_TRUE(n);
+    size_t want = std::min<size_t>(buf.size(), data.size() - off);
+    ASSERT_EQ(*n, want) << off;
+    EXPECT_EQ(std::string(buf.data(), *n), data.substr(off, want));
+  }
+  auto past = rig.fs->Read(f->handle, data.size() + 10, 100, buf.data());
+  ASSERT_TRUE(past);
+  EXPECT_EQ(*past, 0u);
+  EXPECT_TRUE(rig.fs->Release(f->handle));
+}
+
+TEST(VolumeFs, SecondReadIsACacheHitWithNoHubBytes) {
+  Rig rig;
+  std::string data = Pattern(3 * kBlock + 5, 2);
+  rig.remote.PutFile("f", data);
+  rig.Init();
+  ASSERT_TRUE(rig.ReadAll("f", kBlock));
+  uint64_t hub = rig.fetcher->hub_read_bytes();
+  EXPECT_EQ(hub, data.size());
+  EXPECT_EQ(rig.fetcher->misses(), 4u);
+  int reads = rig.remote.reads;
+  auto again = rig.ReadAll("f", kBlock);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(*again == data);
+  EXPECT_EQ(rig.remote.reads, reads);
+  EXPECT_EQ(rig.fetcher->hub_read_bytes(), hub);
+  EXPECT_EQ(rig.fetcher->hits(), 4u);
+  EXPECT_EQ(rig.fetcher->cache_read_bytes(), data.size());
+  auto text = rig.registry.Render();
+  EXPECT_NE(text.find("spoke_cache_hits_total{volume=\"vol\"} 4"), std::string::npos) << text;
+}
+
+TEST(VolumeFs, CacheDisabledPassesThrough) {
+  Rig rig(Consistency::kImmutable, true, /*with_cache=*/false);
+  std::string data = Pattern(2 * kBlock, 3);
+  rig.remote.PutFile("f", data);
+  rig.Init();
+  ASSERT_TRUE(rig.ReadAll("f", kBlock));
+  auto again = rig.ReadAll("f", kBlock);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(*again == data);
+  EXPECT_EQ(rig.fetcher->hub_read_bytes(), 2 * data.size());
+}
+
+TEST(VolumeFs, CachePutFailureStillServesTheRead) {
+  Rig rig;
+  std::string data = Pattern(2 * kBlock + 9, 4);
+  rig.remote.PutFile("f", data);
+  rig.Init();
+  rig.cache.FailPuts(true);
+  auto got = rig.ReadAll("f", kBlock);
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_TRUE(*got == data);
+  EXPECT_EQ(rig.cache.blocks(), 0u);
+}
+
+TEST(VolumeFs, ImmutableNeverReStats) {
+  Rig rig(Consistency::kImmutable);
+  rig.remote.PutFile("d/f", "hello");
+  rig.Init();
+  uint64_t ino = rig.Ino("d/f");
+  int stats = rig.remote.stats, lists = rig.remote.readdirs;
+  rig.clock.Advance(24h);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(rig.fs->GetAttr(ino));
+    ASSERT_TRUE(rig.fs->Lookup(rig.Ino("d"), "f"));
+    auto f = rig.fs->Open(ino, O_RDONLY);
+    ASSERT_TRUE(f);
+    EXPECT_TRUE(f->keep_cache);
+    ASSERT_TRUE(rig.fs->Release(f->handle));
+  }
+  EXPECT_EQ(rig.remote.stats, stats);
+  EXPECT_EQ(rig.remote.readdirs, lists);
+  auto missing = rig.fs->Lookup(rig.Ino("d"), "nope");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().ToErrno(), ENOENT);
+  EXPECT_EQ(rig.remote.readdirs, lists);  // negative answers come from the listing too
+}
+
+TEST(VolumeFs, TtlReStatsAfterExpiry) {
+  Rig rig(Consistency::kTtl);
+  rig.remote.PutFile("f", "hello");
+  rig.Init();
+  uint64_t ino = rig.Ino("f");
+  int stats = rig.remote.stats;
+  ASSERT_TRUE(rig.fs->GetAttr(ino));
+  EXPECT_EQ(rig.remote.stats, stats);  // fresh from the listing
+  rig.remote.PutFile("f", "hello, longer");
+  rig.clock.Advance(29s);
+  auto a = rig.fs->GetAttr(ino);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->size, 5u);
+  EXPECT_EQ(rig.remote.stats, stats);
+  rig.clock.Advance(2s);
+  a = rig.fs->GetAttr(ino);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->size, 13u);
+  EXPECT_EQ(rig.remote.stats, stats + 1);
+  auto got = rig.ReadAll("f");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, "hello, longer");
+}
+
+TEST(VolumeFs, StrictReStatsOnOpenAndNeverServesOldBlocks) {
+  Rig rig(Consistency::kStrict);
+  std::string v1 = Pattern(2 * kBlock, 5);
+  rig.remote.PutFile("f", v1);
+  rig.Init();
+  auto got = rig.ReadAll("f", kBlock);
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(*got == v1);
+  ASSERT_TRUE(rig.ReadAll("f", kBlock));  // cached now
+  int stats = rig.remote.stats;
+  std::string v2 = Pattern(2 * kBlock, 6);  // same size, new content
+  rig.remote.PutFile("f", v2);
+  auto f = rig.fs->Open(rig.Ino("f"), O_RDONLY);
+  ASSERT_TRUE(f);
+  EXPECT_TRUE(f->direct_io);
+  EXPECT_FALSE(f->keep_cache);
+  EXPECT_EQ(rig.remote.stats, stats + 1);  // close-to-open
+  std::vector<char> buf(2 * kBlock);
+  auto n = rig.fs->Read(f->handle, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n);
+  EXPECT_TRUE(std::string(buf.data(), *n) == v2);
+  ASSERT_TRUE(rig.fs->Release(f->handle));
+}
+
+TEST(VolumeFs, DatasetIsReadOnly) {
+  Rig rig(Consistency::kImmutable, /*read_only=*/true);
+  rig.remote.PutFile("f", "x");
+  rig.Init();
+  uint64_t ino = rig.Ino("f");
+  auto w = rig.fs->Open(ino, O_RDWR);
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().ToErrno(), EROFS);
+  auto c = rig.fs->Create(kRootIno, "new", 0644, O_WRONLY);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().ToErrno(), EROFS);
+  EXPECT_EQ(rig.fs->Mkdir(kRootIno, "d", 0755).error().ToErrno(), EROFS);
+  EXPECT_EQ(rig.fs->Unlink(kRootIno, "f").error().ToErrno(), EROFS);
+  EXPECT_EQ(rig.fs->Rename(kRootIno, "f", kRootIno, "g", 0).error().ToErrno(), EROFS);
+  SetAttrRequest t;
+  t.size = 0;
+  EXPECT_EQ(rig.fs->SetAttr(ino, t).error().ToErrno(), EROFS);
+  EXPECT_TRUE(rig.remote.Exists("f"));
+  EXPECT_EQ(rig.remote.Data("f"), "x");
+}
+
+TEST(VolumeFs, ScratchWritesReachTheHubBeforeReturning) {
+  Rig rig(Consistency::kImmutable, /*read_only=*/false);
+  rig.Init();
+  auto d = rig.fs->Mkdir(kRootIno, "out", 0755);
+  ASSERT_TRUE(d) << d.error().ToString();
+  auto c = rig.fs->Create(d->ino, "f.bin", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(c) << c.error().ToString();
+  auto [entry, file] = *c;
+  std::string data = Pattern(3 * kBlock + 11, 7);
+  auto n = rig.fs->Write(file.handle, 0, data.data(), 5000);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(rig.remote.Data("out/f.bin"), data.substr(0, 5000));  // already on the hub
+  n = rig.fs->Write(file.handle, 5000, data.data() + 5000, data.size() - 5000);
+  ASSERT_TRUE(n);
+  EXPECT_TRUE(rig.remote.Data("out/f.bin") == data);
+  ASSERT_TRUE(rig.fs->Fsync(file.handle));
+  ASSERT_TRUE(rig.fs->Release(file.handle));
+  auto a = rig.fs->GetAttr(entry.ino);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->size, data.size());
+  auto got = rig.ReadAll("out/f.bin", kBlock);
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(*got == data);
+
+  // Overwrite through a new handle: readers after close see the new bytes, not cached ones.
+  auto w = rig.fs->Open(entry.ino, O_WRONLY);
+  ASSERT_TRUE(w);
+  ASSERT_TRUE(rig.fs->Write(w->handle, 0, "XYZ", 3));
+  ASSERT_TRUE(rig.fs->Release(w->handle));
+  got = rig.ReadAll("out/f.bin", kBlock);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->substr(0, 3), "XYZ");
+  EXPECT_EQ(got->substr(3), data.substr(3));
+
+  SetAttrRequest t;
+  t.size = 10;
+  auto ta = rig.fs->SetAttr(entry.ino, t);
+  ASSERT_TRUE(ta);
+  EXPECT_EQ(ta->size, 10u);
+  got = rig.ReadAll("out/f.bin");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, "XYZ" + data.substr(3, 7));
+
+  ASSERT_TRUE(rig.fs->Rename(d->ino, "f.bin", kRootIno, "g.bin", 0));
+  EXPECT_FALSE(rig.remote.Exists("out/f.bin"));
+  EXPECT_TRUE(rig.remote.Exists("g.bin"));
+  EXPECT_FALSE(rig.fs->Lookup(d->ino, "f.bin"));
+  ASSERT_TRUE(rig.fs->Lookup(kRootIno, "g.bin"));
+  got = rig.ReadAll("g.bin");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->size(), 10u);
+  ASSERT_TRUE(rig.fs->Rmdir(kRootIno, "out"));
+  EXPECT_FALSE(rig.remote.Exists("out"));
+  ASSERT_TRUE(rig.fs->Unlink(kRootIno, "g.bin"));
+  EXPECT_FALSE(rig.remote.Exists("g.bin"));
+  EXPECT_FALSE(rig.fs->Lookup(kRootIno, "g.bin"));
+}
+
+TEST(VolumeFs, HubDownFailsUncachedWithEioAndServesCached) {
+  Rig rig;
+  std::string a = Pattern(2 * kBlock, 8), b = Pattern(2 * kBlock, 9);
+  rig.remote.PutFile("a", a);
+  rig.remote.PutFile("b", b);
+  rig.Init();
+  ASSERT_TRUE(rig.ReadAll("a", kBlock));
+  uint64_t ino_b = rig.Ino("b");
+  rig.remote.SetDown(true);
+  auto cached = rig.ReadAll("a", kBlock);
+  ASSERT_TRUE(cached) << cached.error().ToString();
+  EXPECT_TRUE(*cached == a);
+  auto f = rig.fs->Open(ino_b, O_RDONLY);
+  ASSERT_TRUE(f);  // metadata is cached too
+  std::vector<char> buf(kBlock);
+  auto n = rig.fs->Read(f->handle, 0, kBlock, buf.data());
+  ASSERT_FALSE(n);
+  EXPECT_EQ(n.error().ToErrno(), EIO);
+  ASSERT_TRUE(rig.fs->Release(f->handle));
+  rig.remote.SetDown(false);
+  auto back = rig.ReadAll("b", kBlock);
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(*back == b);
+}
+
+TEST(VolumeFs, ReadDirListsInHubOrderWithStableInodes) {
+  Rig rig;
+  rig.remote.PutFile("d/a", "1");
+  rig.remote.PutFile("d/b", "22");
+  rig.remote.Mkdirs("d/sub");
+  rig.Init();
+  uint64_t d = rig.Ino("d");
+  auto list = rig.fs->ReadDir(d);
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].name, "a");
+  EXPECT_EQ((*list)[1].attr.size, 2u);
+  EXPECT_TRUE((*list)[2].attr.is_dir());
+  auto again = rig.fs->Lookup(d, "b");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->ino, (*list)[1].ino);
+  auto st = rig.fs->StatFs();
+  ASSERT_TRUE(st);
+  EXPECT_GT(st->total_bytes, 0u);
+}
+
+TEST(MetadataCache, WalkLoadsTheTreeInDirectoryOrder) {
+  FakeRemoteFs remote;
+  for (int i = 0; i < 20; ++i) {
+    remote.PutFile("d" + std::to_string(i % 4) + "/f" + std::to_string(i), std::string(i, 'x'));
+  }
+  remote.PutFile("top", "t");
+  ManualClock clock;
+  MetadataCache meta(remote, {}, clock);
+  ASSERT_TRUE(meta.Init());
+  meta.StartWalk();
+  ASSERT_TRUE(meta.WaitWalk(10s));
+  auto files = meta.Files();
+  ASSERT_EQ(files.size(), 21u);
+  EXPECT_EQ(files[0].path, "d0/f0");
+  EXPECT_EQ(files[1].path, "d0/f12");  // hub order (the fake lists by name)
+  EXPECT_EQ(files.back().path, "top");
+  EXPECT_EQ(meta.Files("d1").size(), 5u);
+  int lists = remote.readdirs;
+  auto r = meta.Resolve("d3/f7");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->attr.size, 7u);
+  EXPECT_EQ(remote.readdirs, lists);  // no WAN after the walk
+}
+
+}  // namespace
+}  // namespace spoke::agent
