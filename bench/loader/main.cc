@@ -23,6 +23,23 @@
 namespace spoke::bench {
 namespace {
 
+// Testing aid (--open-delay-ms): sleeps before every open, standing in for an uncached remote
+// filesystem when no mount is at hand. Not a WAN model: Spoke's scenarios use the real proxy.
+class DelayedStorage final : public Storage {
+ public:
+  DelayedStorage(Storage& inner, Clock& clock, Nanos delay)
+      : inner_(inner), clock_(clock), delay_(delay) {}
+  Result<std::unique_ptr<ReadFile>> Open(std::string_view rel_path) override {
+    clock_.SleepUntil(clock_.Now() + delay_);
+    return inner_.Open(rel_path);
+  }
+
+ private:
+  Storage& inner_;
+  Clock& clock_;
+  Nanos delay_;
+};
+
 constexpr char kUsage[] = R"(usage:
   spoke-loader gen --dir D --workload report|resnet50|unet3d|shards [--samples N] [--seed S]
                    [--shard-mib M]
@@ -30,7 +47,7 @@ constexpr char kUsage[] = R"(usage:
                    [--prefetch-factor P] [--accelerators A] [--compute-ms C] [--seed S]
                    [--csv out.csv] [--json out.json|-] [--label NAME] [--hints-file PATH]
                    [--verify] [--drop-cache] [--chunk-kib K] [--window N]
-                   [--log-level debug|info|warn|error]
+                   [--log-level debug|info|warn|error] [--open-delay-ms D]
 run's workload defaults to the one in the dataset's MANIFEST; its preset gives every loader
 flag's default, and flags override it.
 )";
@@ -131,7 +148,7 @@ int Run(int argc, char** argv) {
   if (int rc = CheckUnknown(
           args, {"dir", "workload", "epochs", "batch", "workers", "prefetch-factor", "accelerators",
                  "compute-ms", "seed", "csv", "json", "label", "hints-file", "verify", "drop-cache",
-                 "chunk-kib", "window", "log-level"})) {
+                 "chunk-kib", "window", "log-level", "open-delay-ms"})) {
     return rc;
   }
   if (auto level = args.Get("log-level")) {
@@ -182,8 +199,13 @@ int Run(int argc, char** argv) {
   if (auto st = config.Validate(); !st) return Usage({st.error().message()});
   if (summary_options.window == 0) return Usage({"--window must be >= 1"});
 
-  PosixStorage storage(dir);
+  double open_delay_ms = 0;
+  args.Number("open-delay-ms", open_delay_ms);
+  if (!args.errors.empty()) return Usage(args.errors);
+  PosixStorage posix(dir);
   SteadyClock clock;
+  DelayedStorage delayed(posix, clock, FromSeconds(open_delay_ms / 1e3));
+  Storage& storage = open_delay_ms > 0 ? static_cast<Storage&>(delayed) : posix;
   Loader loader(config, *manifest, storage, clock);
   const RunResult result = loader.Run();
   const Summary summary = Summarize(result.records, config.accelerators, summary_options);
