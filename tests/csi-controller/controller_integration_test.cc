@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <nfsc/libnfs.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -108,6 +109,34 @@ TEST_F(ControllerIntegrationTest, ScratchDeleteRemovesNestedTree) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(fs::exists(Export() + "/pv-del"));
   EXPECT_TRUE(Delete(resp.volume().volume_id()).ok());  // idempotent
+}
+
+// rm -r unlinks symlinks and never follows them out of the volume.
+TEST_F(ControllerIntegrationTest, ScratchDeleteDoesNotFollowSymlinks) {
+  {
+    LibnfsExportAdmin admin;
+    auto session = admin.Open(hub_->address(), std::chrono::seconds(5));
+    ASSERT_TRUE(session);
+    ASSERT_TRUE((*session)->MakeDirs("outside/keep", 0755));
+    ASSERT_TRUE((*session)->WriteFile("outside/keep/file", "precious"));
+  }
+  csi::v1::CreateVolumeResponse resp;
+  ASSERT_TRUE(Create(Req(hub_->address(), "pv-sym", "scratch", "delete"), &resp).ok());
+  nfs_context* nfs = nfs_init_context();
+  nfs_set_timeout(nfs, 5000);
+  nfs_url* url = nfs_parse_url_dir(nfs, hub_->address().NfsUrl().c_str());
+  ASSERT_NE(url, nullptr);
+  ASSERT_EQ(nfs_mount(nfs, url->server, url->path), 0) << nfs_get_error(nfs);
+  nfs_destroy_url(url);
+  EXPECT_EQ(nfs_symlink(nfs, "../outside", "/pv-sym/rel-link"), 0) << nfs_get_error(nfs);
+  EXPECT_EQ(nfs_symlink(nfs, (Export() + "/outside").c_str(), "/pv-sym/abs-link"), 0);
+  nfs_destroy_context(nfs);
+  ASSERT_TRUE(fs::is_symlink(Export() + "/pv-sym/rel-link"));
+
+  auto s = Delete(resp.volume().volume_id());
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(fs::exists(Export() + "/pv-sym"));
+  EXPECT_TRUE(fs::exists(Export() + "/outside/keep/file"));
 }
 
 TEST_F(ControllerIntegrationTest, ScratchRetainKeepsTree) {
