@@ -9,6 +9,10 @@ Status NoThrashPolicy::Config::Validate() const {
   if (!(transient_fraction > 0 && transient_fraction < 1)) {
     return Fail(Code::kInvalidArgument, "nothrash: transient_fraction must be in (0, 1)");
   }
+  if (!(max_transient_fraction >= transient_fraction && max_transient_fraction < 1)) {
+    return Fail(Code::kInvalidArgument,
+                "nothrash: max_transient_fraction must be in [transient_fraction, 1)");
+  }
   if (!(stale_factor >= 1)) {
     return Fail(Code::kInvalidArgument, "nothrash: stale_factor must be >= 1");
   }
@@ -93,9 +97,13 @@ std::optional<BlockKey> NoThrashPolicy::PickVictim(const BlockKey&, const Admiss
   if (!full_) {
     full_ = true;
     capacity_ = nodes_.size();
-    const size_t transient = std::max<size_t>(
-        1, static_cast<size_t>(static_cast<double>(capacity_) * config_.transient_fraction));
-    stable_cap_ = capacity_ > transient ? capacity_ - transient : 0;
+    const auto share = [this](double f) {
+      return std::min(capacity_,
+                      std::max<size_t>(1, static_cast<size_t>(static_cast<double>(capacity_) * f)));
+    };
+    min_transient_ = share(config_.transient_fraction);
+    max_transient_ = std::max(min_transient_, share(config_.max_transient_fraction));
+    stable_cap_ = capacity_ - min_transient_;
   }
   if (nodes_.empty()) return std::nullopt;
   const bool prefetch = hint.origin != kDemand;
@@ -110,21 +118,31 @@ std::optional<BlockKey> NoThrashPolicy::PickVictim(const BlockKey&, const Admiss
   if (stable_.size() > stable_cap_) return stable_.back();
   // 3. Transient: a block with no use left (or overdue) first, else the one due last.
   if (!by_deadline_.empty() && by_deadline_.begin()->first.first < clock_) {
-    return by_deadline_.begin()->second;
-  }
-  if (!by_due_.empty()) {
-    const auto& [due_seq, key] = *by_due_.rbegin();
-    if (prefetch && hint.predicted_use < kNever / 2) {
-      const double incoming_due = static_cast<double>(clock_) + std::max(0.0, hint.predicted_use);
-      if (due_seq.first <= incoming_due) return std::nullopt;  // victim is needed sooner
-    } else if (prefetch) {
-      return std::nullopt;  // a prefetch without a prediction never evicts a predicted block
-    }
+    const auto& [deadline_seq, key] = *by_deadline_.begin();
+    // An overdue prediction (not a block whose use is over): give the slot back to stable.
+    if (deadline_seq.first != 0 && stable_cap_ + min_transient_ < capacity_) ++stable_cap_;
     return key;
   }
-  // 4. Nothing transient: demand takes the stable LRU block, a prefetch is refused.
-  if (prefetch || stable_.empty()) return std::nullopt;
-  return stable_.back();
+  const bool predicted = prefetch && hint.predicted_use < kNever / 2;
+  const bool timely =
+      predicted && hint.predicted_use < static_cast<double>(std::max<size_t>(capacity_, 1));
+  if (!by_due_.empty()) {
+    const auto& [due_seq, key] = *by_due_.rbegin();
+    if (!prefetch) return key;
+    if (predicted) {
+      const double incoming_due = static_cast<double>(clock_) + std::max(0.0, hint.predicted_use);
+      if (due_seq.first > incoming_due) return key;  // the victim is needed later
+    }
+  } else if (!prefetch) {
+    // 4. Nothing transient: demand takes the stable LRU block.
+    return stable_.empty() ? std::nullopt : std::optional<BlockKey>(stable_.back());
+  }
+  // A prefetch that would be refused: a timely one grows the transient share.
+  if (timely && !stable_.empty() && capacity_ - stable_cap_ < max_transient_) {
+    --stable_cap_;
+    return stable_.back();
+  }
+  return std::nullopt;
 }
 
 }  // namespace spoke::agent

@@ -12,8 +12,8 @@
 //    PickVictim), LRU-ordered. After that it only loses blocks that went stale (not read
 //    for `stale_factor` x capacity block accesses — the working set moved on, e.g. a new
 //    job) and, once, the blocks needed to give the transient segment its share.
-//  - transient (`transient_fraction` of the cache): blocks admitted once the cache is
-//    full. A demand block or a prefetched block that was read has no further predicted use
+//  - transient (`transient_fraction` of the cache to start with): blocks admitted once the
+//    cache is full. A demand block or a prefetched block that was read has no further predicted use
 //    and goes first (oldest first). A prefetched block not yet read is due at
 //    clock + predicted_use; it goes when its due point passed by more than
 //    predicted_use + `grace_blocks` (a wrong prediction), or when an incoming block is due
@@ -24,7 +24,13 @@
 //
 // Admission: a demand block always gets a victim while anything is cached. A prefetch is
 // refused (nullopt) when the only candidates are stable blocks, or transient blocks due
-// no later than it.
+// no later than it — except that a *timely* prefetch (predicted_use below one cache-full of
+// block reads: hints, epoch replay, read-ahead) that would be refused grows the transient
+// share by one block (up to `max_transient_fraction`), taking the stable LRU block: exact
+// predictions turn a transient slot over many times per epoch, a stable block gives one
+// hit per epoch. Each transient block that expires unread (a wrong prediction) gives one
+// block back to the stable share (down to `transient_fraction`). A random-order working-set
+// prediction (rank ~ half an epoch) is never timely, so it cannot erode the stable set.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +54,11 @@ class NoThrashPolicy final : public EvictionPolicy {
     // Stable blocks unread for 8 cache-fulls of accesses are released: working sets up to
     // 8x the cache keep their subset; a moved-on workload frees the cache in bounded time.
     double stale_factor = 8;
-    uint64_t grace_blocks = 64;  // slack before a prefetched block counts as overdue
+    // Upper bound of the transient share when prefetches prove timely: a quarter keeps at
+    // least 3/4 of the cache stable even when every prefetch is exact.
+    double max_transient_fraction = 0.25;
+    uint64_t grace_blocks = 256;  // slack before a prefetched block counts as overdue (as the
+                                  // scheduler's min_horizon_blocks)
     Status Validate() const;
   };
 
@@ -63,6 +73,7 @@ class NoThrashPolicy final : public EvictionPolicy {
   // Introspection (tests, stats).
   size_t stable_blocks() const { return stable_.size(); }
   size_t transient_blocks() const { return by_due_.size(); }
+  size_t transient_share() const { return capacity_ - stable_cap_; }
   bool full() const { return full_; }
 
  private:
@@ -91,6 +102,7 @@ class NoThrashPolicy final : public EvictionPolicy {
   bool full_ = false;
   size_t capacity_ = 0;
   size_t stable_cap_ = 0;
+  size_t min_transient_ = 1, max_transient_ = 1;
 };
 
 }  // namespace spoke::agent

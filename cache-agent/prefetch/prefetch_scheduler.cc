@@ -219,18 +219,21 @@ void PrefetchScheduler::ApplyVerdictLocked(const BlockKey& key, Verdict v) {
   auto it = pending_.find(key);
   if (it == pending_.end()) return;
   Expert* x = ExpertById(it->second.expert);
+  const uint64_t bytes = it->second.bytes;
   pending_.erase(it);
   --outstanding_blocks_;
+  outstanding_bytes_ -= bytes;
   if (x == nullptr) return;
   --x->outstanding;
+  x->outstanding_bytes -= bytes;
   const double hit = v == Verdict::kUsed ? 1.0 : 0.0;
   x->precision += config_.precision_decay * (hit - x->precision);
   if (v == Verdict::kUsed) {
     ++x->used;
-    used_bytes_ += config_.block_size;
+    used_bytes_ += bytes;
   } else {
     ++x->wasted;
-    wasted_bytes_ += config_.block_size;
+    wasted_bytes_ += bytes;
     if (v == Verdict::kExpired) ++x->expired;
   }
 }
@@ -285,17 +288,17 @@ void PrefetchScheduler::ScheduleLocked() {
 
   const uint64_t now = tracker_.blocks_read();
   for (Expert* x : order) {
-    const uint64_t space_used = outstanding_blocks_ * bs;
-    if (space_used + bs > config_.space_budget_bytes) return;
-    if (x->outstanding * bs + bs > x->allowance) continue;
-    const uint64_t budget =
-        std::min({x->allowance - x->outstanding * bs, config_.space_budget_bytes - space_used,
-                  config_.max_inflight_bytes - inflight});
+    if (outstanding_bytes_ + bs > config_.space_budget_bytes) return;
+    if (x->outstanding_bytes + bs > x->allowance) continue;
+    const uint64_t budget = std::min({x->allowance - x->outstanding_bytes,
+                                      config_.space_budget_bytes - outstanding_bytes_,
+                                      config_.max_inflight_bytes - inflight});
     proposals_.clear();
     x->predictor->Predict(budget, static_cast<uint32_t>(bs), &proposals_);
     for (const PrefetchRequest& p : proposals_) {
       const uint64_t file_blocks = (p.file_size + bs - 1) / bs;
       const uint64_t end = std::min(p.first_block + p.block_count, file_blocks);
+      const auto length = [&](uint64_t b) { return std::min(bs, p.file_size - b * bs); };
       uint64_t b = p.first_block;
       while (b < end) {
         // Skip what is outstanding, cached or being fetched (de-dup across experts).
@@ -303,14 +306,19 @@ void PrefetchScheduler::ScheduleLocked() {
           ++b;
           continue;
         }
-        uint64_t n = 0;
-        while (b + n < end && n < config_.max_request_blocks &&
-               !PresentLocked(Key(p.file_id, p.version, b + n))) {
+        // The longest run of absent blocks that fits every budget.
+        uint64_t n = 0, bytes = 0;
+        while (b + n < end && n < config_.max_request_blocks) {
+          const uint64_t len = length(b + n);
+          if (inflight + bytes + len > config_.max_inflight_bytes ||
+              outstanding_bytes_ + bytes + len > config_.space_budget_bytes ||
+              x->outstanding_bytes + bytes + len > x->allowance ||
+              PresentLocked(Key(p.file_id, p.version, b + n))) {
+            break;
+          }
+          bytes += len;
           ++n;
         }
-        n = std::min({n, (config_.max_inflight_bytes - inflight) / bs,
-                      (config_.space_budget_bytes - outstanding_blocks_ * bs) / bs,
-                      (x->allowance - std::min(x->allowance, x->outstanding * bs)) / bs});
         if (n == 0) break;
         PrefetchRequest r = p;
         r.first_block = b;
@@ -326,20 +334,20 @@ void PrefetchScheduler::ScheduleLocked() {
           const BlockKey key = Key(p.file_id, p.version, b + i);
           const double rank = std::max(0.0, r.predicted_use + static_cast<double>(i));
           const uint64_t deadline =
-              now + config_.min_horizon_blocks +
-              std::max<uint64_t>(config_.min_horizon_blocks, static_cast<uint64_t>(2 * rank));
-          pending_[key] = Pending{x->id, deadline};
+              now + config_.min_horizon_blocks + static_cast<uint64_t>(2 * rank);
+          pending_[key] = Pending{x->id, deadline, length(b + i)};
           deadlines_.push(Deadline{deadline, key});
         }
         outstanding_blocks_ += n;
+        outstanding_bytes_ += bytes;
         x->outstanding += n;
+        x->outstanding_bytes += bytes;
         x->predicted += n;
         b += n;
-        if (inflight + bs > config_.max_inflight_bytes) return;
       }
       if (inflight + bs > config_.max_inflight_bytes) return;
-      if ((outstanding_blocks_ + 1) * bs > config_.space_budget_bytes) return;
-      if (x->outstanding * bs + bs > x->allowance) break;
+      if (outstanding_bytes_ + bs > config_.space_budget_bytes) return;
+      if (x->outstanding_bytes + bs > x->allowance) break;
     }
   }
 }
@@ -366,7 +374,7 @@ PrefetchStats PrefetchScheduler::Stats() const {
     s.prefetched_bytes_used = used_bytes_;
     s.prefetched_bytes_wasted = wasted_bytes_;
     s.demand_miss_blocks = demand_miss_blocks_;
-    s.outstanding_bytes = outstanding_blocks_ * config_.block_size;
+    s.outstanding_bytes = outstanding_bytes_;
     s.sink_refusals = sink_refusals_;
     if (hints_ != nullptr) {
       s.hints_accepted = hints_->total_accepted();

@@ -8,8 +8,9 @@
 // Scoring. Every block the scheduler submits is "outstanding" for the expert that proposed
 // it until a verdict: used (the volume read it: seen in OnRead, or the cache's
 // OnPrefetchUsed), wasted (the cache evicted it unread: OnPrefetchWasted) or expired (not
-// read within max(min_horizon, 2 x its predicted rank) + min_horizon block reads — also
-// what happens to a block the cache refused to admit). Each verdict moves the expert's
+// read within min_horizon + 2 x its predicted rank block reads: a prediction that comes true
+// much later than predicted was not timely either; also what happens to a block the cache
+// refused to admit). Each verdict moves the expert's
 // precision p (an exponentially decayed average, weight `precision_decay` per verdict,
 // starting at `prior_precision`). Coverage is the decayed share of the volume's
 // non-cached block reads (demand misses + prefetched blocks read) that the expert served.
@@ -23,7 +24,7 @@
 // A wrong expert cannot lose much: it has at most its allowance outstanding, and from
 // p = 1 it falls below `cutoff` after ceil(log(cutoff) / log(1 - decay)) wasted verdicts
 // (15 with the defaults), after which it keeps only `exploration_blocks`. So after it turns
-// wrong it issues at most allowance + 15 blocks before its budget is gone.
+// wrong it issues at most its allowance (bytes) + 15 blocks before its budget is gone.
 //
 // De-duplication: a block that is outstanding, cached or being fetched is never submitted
 // again; the first (most precise) expert to propose a block owns it.
@@ -133,7 +134,7 @@ class PrefetchScheduler final : public CacheListener {
     double prior_precision = 0.5;       // an unproven expert: half right
     double cutoff = 0.4;                // below: exploration budget only
     uint32_t exploration_blocks = 4;    // a failed expert keeps probing with this many
-    uint64_t min_horizon_blocks = 512;  // expiry slack (block reads)
+    uint64_t min_horizon_blocks = 256;  // expiry slack (block reads)
     double coverage_decay = 1.0 / 256;  // weight of one non-cached block read
     // A volume nobody read for this long releases its outstanding predictions (expired):
     // the job stopped; its space budget should not stay claimed.
@@ -197,12 +198,14 @@ class PrefetchScheduler final : public CacheListener {
     double precision = 0;
     double coverage = 0;
     uint64_t predicted = 0, used = 0, wasted = 0, expired = 0;
-    uint64_t outstanding = 0;  // blocks
-    uint64_t allowance = 0;    // bytes
+    uint64_t outstanding = 0;        // blocks
+    uint64_t outstanding_bytes = 0;  // their bytes (short last blocks count what they hold)
+    uint64_t allowance = 0;          // bytes
   };
   struct Pending {
     ExpertId expert = kDemand;
     uint64_t deadline = 0;  // block clock
+    uint64_t bytes = 0;
   };
   struct Deadline {
     uint64_t at;
@@ -243,6 +246,7 @@ class PrefetchScheduler final : public CacheListener {
   std::unordered_map<BlockKey, Pending, BlockKeyHash> pending_;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
   uint64_t outstanding_blocks_ = 0;
+  uint64_t outstanding_bytes_ = 0;
   uint64_t used_bytes_ = 0, wasted_bytes_ = 0;
   uint64_t demand_miss_blocks_ = 0;
   uint64_t sink_refusals_ = 0;

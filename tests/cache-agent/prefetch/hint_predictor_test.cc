@@ -1,0 +1,93 @@
+#include "cache-agent/prefetch/hint_predictor.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace spoke::agent {
+namespace {
+
+class NothingPresent final : public BlockPresence {
+ public:
+  bool Present(const TrackedFile&, uint64_t) const override { return false; }
+};
+
+TEST(HintParser, AcceptsAndNormalises) {
+  EXPECT_EQ(*NormalizeHintPath("train/a.jpg"), "train/a.jpg");
+  EXPECT_EQ(*NormalizeHintPath("train//a.jpg\r"), "train/a.jpg");
+  EXPECT_EQ(*NormalizeHintPath("a/b/"), "a/b");
+}
+
+TEST(HintParser, RejectsEscapesAndJunk) {
+  EXPECT_FALSE(NormalizeHintPath("../etc/passwd"));
+  EXPECT_FALSE(NormalizeHintPath("a/../../b"));
+  EXPECT_FALSE(NormalizeHintPath("a/.."));
+  EXPECT_FALSE(NormalizeHintPath("./a"));
+  EXPECT_FALSE(NormalizeHintPath("/etc/passwd"));
+  EXPECT_FALSE(NormalizeHintPath(""));
+  EXPECT_FALSE(NormalizeHintPath("\r"));
+  EXPECT_FALSE(NormalizeHintPath("//"));
+  EXPECT_FALSE(NormalizeHintPath(std::string("a\0b", 3)));
+  EXPECT_FALSE(NormalizeHintPath(std::string(kMaxHintPath + 1, 'a')));
+  EXPECT_FALSE(NormalizeHintPath("d/" + std::string(kMaxHintComponent + 1, 'a')));
+  EXPECT_EQ(NormalizeHintPath("..").error().code(), Code::kInvalidArgument);
+}
+
+TEST(HintPredictor, CountsAcceptedAndRejectedLines) {
+  AccessTracker tracker(AccessTracker::Config{});
+  NothingPresent none;
+  HintPredictor hints(tracker, none);
+  const std::string text = "a/1\n../x\n/abs\n\n" + std::string(5000, 'b') + "\na/2\n";
+  const HintCounts c = hints.AddHints(text);
+  EXPECT_EQ(c.accepted, 2u);
+  EXPECT_EQ(c.rejected, 4u);
+  EXPECT_EQ(hints.pending(), 2u);
+}
+
+TEST(HintPredictor, JoinsLinesSplitAcrossWrites) {
+  AccessTracker tracker(AccessTracker::Config{});
+  NothingPresent none;
+  HintPredictor hints(tracker, none);
+  EXPECT_EQ(hints.AddHints("train/ab").accepted, 0u);
+  EXPECT_EQ(hints.AddHints("c.jpg\ntrain/d").accepted, 1u);
+  EXPECT_EQ(hints.FlushHints().accepted, 1u);
+  EXPECT_EQ(hints.pending(), 2u);
+}
+
+TEST(HintPredictor, ProposesHintedFilesInOrderAndConsumesThem) {
+  AccessTracker::Config tc;
+  tc.block_size = 1 << 20;
+  AccessTracker tracker(tc);
+  for (int i = 0; i < 4; ++i) {
+    tracker.AddTreeFile("f" + std::to_string(i), 10 + i, 1, 2 << 20);
+  }
+  NothingPresent none;
+  HintPredictor hints(tracker, none);
+  hints.AddHints("f3\nf1\nnot-there\nf2\n");
+  std::vector<PrefetchRequest> out;
+  hints.Predict(3 << 20, 1 << 20, &out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].path, "f3");
+  EXPECT_EQ(out[0].block_count, 2u);
+  EXPECT_EQ(out[1].path, "f1");
+  EXPECT_EQ(out[1].block_count, 1u);
+  EXPECT_LT(out[0].predicted_use, out[1].predicted_use);
+
+  OpenEvent e;
+  e.handle = 1;
+  e.path = "f3";
+  e.file_id = 13;
+  e.version = 1;
+  e.size = 2 << 20;
+  tracker.OnOpen(e);
+  hints.OnOpen(e);
+  out.clear();
+  hints.Predict(8 << 20, 1 << 20, &out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].path, "f1");
+  EXPECT_EQ(out[1].path, "f2");
+  EXPECT_GT(hints.unresolved(), 0u);
+}
+
+}  // namespace
+}  // namespace spoke::agent
