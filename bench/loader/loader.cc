@@ -109,7 +109,7 @@ class ShardStream {
   // Makes n bytes available at pos_, reading further chunks. False = error (counted).
   bool Ensure(uint64_t n, BatchOutcome& out) {
     if (len_ - pos_ >= n) return true;
-    std::memmove(buf_.data(), buf_.data() + pos_, len_ - pos_);
+    if (len_ > pos_) std::memmove(buf_.data(), buf_.data() + pos_, len_ - pos_);
     len_ -= pos_;
     pos_ = 0;
     const uint64_t want = std::max<uint64_t>(n, config_.chunk_bytes);
