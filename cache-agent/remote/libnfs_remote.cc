@@ -72,7 +72,6 @@ FileAttr FromDirent(const nfsdirent& e) {
 }
 
 const char* Msg(void* data) { return data ? static_cast<const char*>(data) : "error"; }
-std::string NfsPath(const std::string& p) { return "/" + p; }
 
 // Blocking wrapper: a promise fulfilled by the job's delivery (success) or on_error.
 template <typename T>
@@ -123,7 +122,7 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
   if (auto st = config.Validate(); !st) return std::unexpected(st.error());
   std::unique_ptr<LibnfsRemote> r(new LibnfsRemote(hub, config, registry, labels));
   HubAddress h = hub;
-  if (!root.empty()) h.share = (h.share == "/" ? "" : h.share) + "/" + root;
+  r->root_ = root.empty() ? "" : "/" + root;
   auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(config.request_timeout_seconds * 1000)));
   // libnfs' per-RPC bound: whole seconds, at least 1, about half the request bound so one
@@ -133,6 +132,7 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
   for (int i = 0; i < config.connections; ++i) {
     NfsConnection::Options o;
     o.url = h.NfsUrl();
+    o.root = r->root_;
     o.hub = r->hub_name_;
     o.index = i;
     o.inflight_limit = config.inflight_per_connection;
@@ -156,7 +156,8 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
     if (!any) {
       std::string why = r->connections_[0]->last_mount_error();
       return Fail(Code::kUnavailable,
-                  "hub " + r->hub_name_ + " (" + h.share + ") could not be mounted within " +
+                  "hub " + r->hub_name_ + " (" + h.share + r->root_ +
+                      ") could not be mounted within " +
                       std::to_string(static_cast<int>(config.request_timeout_seconds)) + "s" +
                       (why.empty() ? "" : ": " + why));
     }
@@ -165,6 +166,11 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
 }
 
 LibnfsRemote::~LibnfsRemote() { connections_.clear(); }
+
+std::string LibnfsRemote::Full(const std::string& path) const {
+  if (path.empty()) return root_.empty() ? "/" : root_;
+  return root_ + "/" + path;
+}
 
 void LibnfsRemote::Record(const char* op, double seconds, const Error* error) {
   metrics::Labels l = labels_;
@@ -268,7 +274,7 @@ auto PathCall(Start start) {
 
 Result<FileAttr> LibnfsRemote::Stat(const std::string& path) {
   auto job = NewJob("GETATTR", path, true, config_.request_timeout_seconds);
-  std::string p = NfsPath(path);
+  std::string p = Full(path);
   return RunBlocking<FileAttr>(LeastLoaded(), in_flight_, job,
                                [p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
                                    const std::function<void(FileAttr)>& deliver) {
@@ -286,7 +292,7 @@ Result<FileAttr> LibnfsRemote::Stat(const std::string& path) {
 
 Result<std::vector<DirEntry>> LibnfsRemote::ReadDir(const std::string& path) {
   auto job = NewJob("READDIRPLUS", path, true, config_.request_timeout_seconds);
-  std::string p = NfsPath(path);
+  std::string p = Full(path);
   return RunBlocking<std::vector<DirEntry>>(
       LeastLoaded(), in_flight_, job,
       [p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
@@ -404,7 +410,7 @@ Result<size_t> LibnfsRemote::Write(const std::string& path, uint64_t offset, con
 
 Result<FileAttr> LibnfsRemote::Create(const std::string& path, uint32_t mode) {
   auto job = NewJob("CREATE", path, false, config_.request_timeout_seconds);
-  std::string p = NfsPath(path);
+  std::string p = Full(path);
   auto r = RunBlocking<FileAttr>(
       Writer(), in_flight_, job,
       [p, mode](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
@@ -437,7 +443,7 @@ Result<FileAttr> LibnfsRemote::Create(const std::string& path, uint32_t mode) {
 
 Result<FileAttr> LibnfsRemote::Mkdir(const std::string& path, uint32_t mode) {
   auto job = NewJob("MKDIR", path, false, config_.request_timeout_seconds);
-  std::string p = NfsPath(path);
+  std::string p = Full(path);
   return RunBlocking<FileAttr>(
       Writer(), in_flight_, job,
       [p, mode](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
@@ -461,7 +467,7 @@ Result<FileAttr> LibnfsRemote::Mkdir(const std::string& path, uint32_t mode) {
 
 Status LibnfsRemote::Unlink(const std::string& path) {
   auto job = NewJob("REMOVE", path, false, config_.request_timeout_seconds);
-  std::string p = NfsPath(path);
+  std::string p = Full(path);
   InvalidateEverywhere(path);
   auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
                              PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
@@ -473,7 +479,7 @@ Status LibnfsRemote::Unlink(const std::string& path) {
 
 Status LibnfsRemote::Rmdir(const std::string& path) {
   auto job = NewJob("RMDIR", path, false, config_.request_timeout_seconds);
-  std::string p = NfsPath(path);
+  std::string p = Full(path);
   auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
                              PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
                                return nfs_rmdir_async(ctx, p.c_str(), tramp, priv);
@@ -484,7 +490,7 @@ Status LibnfsRemote::Rmdir(const std::string& path) {
 
 Status LibnfsRemote::Rename(const std::string& from, const std::string& to) {
   auto job = NewJob("RENAME", from, false, config_.request_timeout_seconds);
-  std::string a = NfsPath(from), b = NfsPath(to);
+  std::string a = Full(from), b = Full(to);
   InvalidateEverywhere(from);
   InvalidateEverywhere(to);
   auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
@@ -500,7 +506,7 @@ Status LibnfsRemote::Rename(const std::string& from, const std::string& to) {
 }
 
 Result<FileAttr> LibnfsRemote::SetAttr(const std::string& path, const SetAttrRequest& req) {
-  std::string p = NfsPath(path);
+  std::string p = Full(path);
   auto run = [&](const char* op, auto start) -> Status {
     auto job = NewJob(op, path, false, config_.request_timeout_seconds);
     auto r = RunBlocking<Unit>(Writer(), in_flight_, job, PathCall(start));

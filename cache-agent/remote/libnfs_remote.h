@@ -53,7 +53,8 @@ class LibnfsRemote final : public RemoteFs {
     Status Validate() const;
   };
 
-  // Connects `config.connections` contexts to the hub's share (hub.share + `root`) and
+  // Connects `config.connections` contexts to the hub's share; every path is taken
+  // relative to `root` (the volume's directory inside the share, "" = the share). Then
   // waits until one is mounted. kUnavailable (message names the hub) when none is within
   // the request timeout; kInvalidArgument for a bad config. `registry` may be null; it
   // must outlive the remote. `labels` are added to every metric (e.g. {"hub", addr}).
@@ -94,9 +95,12 @@ class LibnfsRemote final : public RemoteFs {
   NfsConnection& LeastLoaded();
   NfsConnection& Writer() { return *connections_[0]; }
   void InvalidateEverywhere(const std::string& path);
+  // The libnfs path of a volume-relative path ("/root/path").
+  std::string Full(const std::string& path) const;
 
   Config config_;
   std::string hub_name_;
+  std::string root_;  // "" or "/sub/dir": the volume's directory inside the share
   std::unique_ptr<metrics::Registry> own_registry_;  // when none was given
   metrics::Registry* registry_;
   metrics::Labels labels_;

@@ -133,7 +133,7 @@ void NfsConnection::GetHandle(
   opening->waiters.push_back(std::move(cb));
   opening_[key] = opening;
   uint64_t gen = generation_;
-  std::string nfs_path = "/" + path;
+  std::string nfs_path = options_.root + "/" + path;
   int flags = write ? (O_RDWR | O_SYNC) : O_RDONLY;
   Call([&](nfs_context* ctx, auto tramp,
            void* p) { return nfs_open_async(ctx, nfs_path.c_str(), flags, tramp, p); },

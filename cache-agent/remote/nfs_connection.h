@@ -66,8 +66,9 @@ struct NfsHandle {
 class NfsConnection {
  public:
   struct Options {
-    std::string url;  // nfs://server/share?version=3&nfsport=..&mountport=..
-    std::string hub;  // "server:port" for messages
+    std::string url;   // nfs://server/share?version=3&nfsport=..&mountport=..
+    std::string hub;   // "server:port" for messages
+    std::string root;  // prefix of handle paths: "" or "/volume/dir"
     int index = 0;
     int inflight_limit = 64;
     int retries = 3;

@@ -216,6 +216,16 @@ TEST_F(LibnfsRemoteHub, StatReadDirRead) {
   EXPECT_GT(fsst->total_bytes, 0u);
   EXPECT_TRUE(remote.Reachable());
   EXPECT_NE(reg.Render().find("spoke_hub_request_seconds"), std::string::npos);
+
+  // A volume rooted in a sub-directory of the share sees paths relative to it.
+  auto sub = LibnfsRemote::Connect(hub_->address(), "d", SmallConfig(), nullptr);
+  ASSERT_TRUE(sub) << sub.error().ToString();
+  auto small = (*sub)->Read("small.txt", 0, 100);
+  ASSERT_TRUE(small) << small.error().ToString();
+  EXPECT_EQ(std::string(small->begin(), small->end()), "hello");
+  auto subroot = (*sub)->ReadDir("");
+  ASSERT_TRUE(subroot);
+  EXPECT_EQ(subroot->size(), 3u);
 }
 
 TEST_F(LibnfsRemoteHub, WritePathIsOnTheHubWhenCallsReturn) {

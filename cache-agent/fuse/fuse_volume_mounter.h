@@ -1,0 +1,61 @@
+// FuseVolumeMounter: the real VolumeMounter. One Mount() builds, for one volume:
+// LibnfsRemote (connection pool to the hub) -> MetadataCache (+ background walk) ->
+// BlockFetcher (over the agent's shared BlockCache) -> PrefetchDriver (predictors from the
+// volume's prefetch mode) -> VolumeFs -> FuseAdapter (FUSE session at the target path).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cache-agent/agent/agent_config.h"
+#include "cache-agent/agent/mounted_volume.h"
+#include "cache-agent/cache/block_cache.h"
+#include "cache-agent/remote/libnfs_remote.h"
+#include "common/metrics.h"
+#include "common/status.h"
+
+namespace spoke::agent {
+
+class FuseVolumeMounter final : public VolumeMounter {
+ public:
+  struct Config {
+    // The hub pool of each volume. request_timeout_seconds is the agent's default; a
+    // volume's own hubTimeoutSeconds (VolumeContext::hub_timeout_seconds) takes precedence.
+    LibnfsRemote::Config hub;
+    // Upper bound of the per-file sequential read-ahead window.
+    uint64_t read_ahead_max_bytes = 64ull << 20;
+    // Prefetch bytes queued or in flight per volume (the rest of the pipe is for demand).
+    uint64_t prefetch_bytes_max = 256ull << 20;
+    // Directories listed at once by the mount-time metadata walk.
+    int walk_concurrency = 8;
+    // FUSE allow_other: pods run as other users than the agent.
+    bool allow_other = true;
+    // Block size when no cache is given (cache disabled); otherwise the cache's.
+    uint32_t block_size = 1 << 20;
+    Status Validate() const;
+  };
+
+  // `cache` may be null (every read passes through to the hub). `cache` and `registry`
+  // must outlive the mounter and every volume it mounted.
+  FuseVolumeMounter(const Config& config, BlockCache* cache, metrics::Registry* registry);
+
+  // kInvalidArgument (bad context or target), kUnavailable (hub not reachable within the
+  // volume's hub timeout), kIo (FUSE mount failed).
+  Result<std::unique_ptr<MountedVolume>> Mount(const std::string& volume_id,
+                                               const VolumeContext& context,
+                                               const std::string& target_path,
+                                               bool read_only) override;
+
+ private:
+  Config config_;
+  BlockCache* cache_;
+  metrics::Registry* registry_;
+};
+
+// The agent's mounter from its configuration (hub pool, read-ahead); called by
+// agent/wiring.cc. kInvalidArgument when the derived Config does not validate.
+Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& config,
+                                                             BlockCache& cache,
+                                                             metrics::Registry& registry);
+
+}  // namespace spoke::agent
