@@ -2,7 +2,10 @@
 // emulate a WAN link where `tc netem` is not available.
 //
 //   spoke-wan-proxy --delay-ms 30 --route 127.0.0.1:3049=127.0.0.1:2049 [--route ...]
-//                   [--rate-mbytes 0]
+//                   [--rate-mbytes 0] [--stats-file PATH]
+//
+// --stats-file: every 200 ms the proxy rewrites PATH with "<bytes to target> <bytes from
+// target>" summed over all routes, so benchmarks can report bytes over the WAN.
 //
 // Each chunk is stamped when it arrives and written at arrival + delay; sleeps are never
 // serialised per chunk, so the delay adds latency without capping throughput (the link
@@ -14,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -29,6 +33,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<uint64_t> g_bytes_up{0};    // client -> target (requests)
+std::atomic<uint64_t> g_bytes_down{0};  // target -> client (data)
 
 struct Endpoint {
   std::string host;
@@ -66,8 +73,9 @@ struct Chunk {
 // One direction of one connection: a reader stamps chunks, a writer sends them when due.
 class Pipe {
  public:
-  Pipe(int from, int to, std::chrono::microseconds delay, double rate_bytes_per_s)
-      : from_(from), to_(to), delay_(delay), rate_(rate_bytes_per_s) {}
+  Pipe(int from, int to, std::chrono::microseconds delay, double rate_bytes_per_s,
+       std::atomic<uint64_t>* counter)
+      : from_(from), to_(to), delay_(delay), rate_(rate_bytes_per_s), counter_(counter) {}
 
   void Run() {
     std::thread writer([this] { WriteLoop(); });
@@ -82,6 +90,7 @@ class Pipe {
       ssize_t n = ::read(from_, buf.data(), buf.size());
       if (n <= 0) break;
       buf.resize(static_cast<size_t>(n));
+      counter_->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(Chunk{Clock::now() + delay_, std::move(buf)});
       cv_.notify_one();
@@ -126,6 +135,7 @@ class Pipe {
   int from_, to_;
   std::chrono::microseconds delay_;
   double rate_;
+  std::atomic<uint64_t>* counter_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Chunk> queue_;
@@ -156,7 +166,7 @@ void Serve(Route route, std::chrono::microseconds delay, double rate) {
       int one = 1;
       ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       ::setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      Pipe up(cfd, sfd, delay, rate), down(sfd, cfd, delay, rate);
+      Pipe up(cfd, sfd, delay, rate, &g_bytes_up), down(sfd, cfd, delay, rate, &g_bytes_down);
       std::thread t([&] { down.Run(); });
       up.Run();
       t.join();
@@ -169,7 +179,7 @@ void Serve(Route route, std::chrono::microseconds delay, double rate) {
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: spoke-wan-proxy --delay-ms N --route LISTEN_HOST:PORT=TARGET_HOST:PORT "
-               "[--route ...] [--rate-mbytes MB_PER_S]\n");
+               "[--route ...] [--rate-mbytes MB_PER_S] [--stats-file PATH]\n");
   std::exit(2);
 }
 
@@ -178,6 +188,7 @@ void Serve(Route route, std::chrono::microseconds delay, double rate) {
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   double delay_ms = -1, rate_mb = 0;
+  std::string stats_file;
   std::vector<Route> routes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -187,6 +198,8 @@ int main(int argc, char** argv) {
       delay_ms = std::atof(v.c_str());
     } else if (a == "--rate-mbytes") {
       rate_mb = std::atof(v.c_str());
+    } else if (a == "--stats-file") {
+      stats_file = v;
     } else if (a == "--route") {
       size_t eq = v.find('=');
       Route r;
@@ -204,5 +217,19 @@ int main(int argc, char** argv) {
   auto delay = std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000));
   std::vector<std::thread> servers;
   for (const Route& r : routes) servers.emplace_back(Serve, r, delay, rate_mb * 1e6);
+  if (!stats_file.empty()) {
+    std::thread([stats_file] {
+      for (;;) {
+        std::string tmp = stats_file + ".tmp";
+        if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+          std::fprintf(f, "%llu %llu\n", static_cast<unsigned long long>(g_bytes_up.load()),
+                       static_cast<unsigned long long>(g_bytes_down.load()));
+          std::fclose(f);
+          std::rename(tmp.c_str(), stats_file.c_str());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }).detach();
+  }
   for (auto& t : servers) t.join();
 }
