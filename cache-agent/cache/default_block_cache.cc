@@ -470,6 +470,11 @@ Status DefaultBlockCache::Put(const BlockKey& key, const char* data, size_t leng
         std::optional<BlockKey> victim = policy_->PickVictim(key, hint);
         if (!victim) {
           ++stats_.rejected_admissions;
+          // A refused prefetch is wasted work for its expert: tell the scorer now rather
+          // than letting the verdict wait for expiry.
+          if (hint.origin != kDemand) events.push_back(Event{false, key, hint.origin});
+          lock.unlock();
+          Fire(events);
           return Fail(Code::kNoSpace, "cache full: admission refused by eviction policy");
         }
         auto it = index_.find(*victim);

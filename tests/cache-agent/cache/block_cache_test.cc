@@ -425,12 +425,21 @@ TEST(BlockCacheTest, PrefetchIsRefusedRatherThanEvictAnUnreadPrefetchNeededSoone
   TempDir dir;
   auto [cache, faulty] = Open(Cfg(dir.path(), 2));
   ASSERT_TRUE(cache);
+  Recorder rec;
+  cache->SetListener(&rec);
   ASSERT_TRUE(PutK(*cache, K(0), kBlock, AdmissionHint{1, 1.0}));  // prefetched, needed soon
   ASSERT_TRUE(PutK(*cache, K(1)));
   auto r = PutK(*cache, K(2), kBlock, AdmissionHint{2, 5.0});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), Code::kNoSpace);
   EXPECT_EQ(cache->Stats().rejected_admissions, 1u);
+  // The refused prefetch counts against its expert at once.
+  {
+    std::lock_guard l(rec.mu);
+    ASSERT_EQ(rec.wasted.size(), 1u);
+    EXPECT_EQ(rec.wasted[0].first, K(2));
+    EXPECT_EQ(rec.wasted[0].second, 2);
+  }
   EXPECT_TRUE(cache->Contains(K(0)));
   EXPECT_FALSE(cache->Contains(K(2)));
   // Needed sooner than the tail: admitted.
