@@ -77,7 +77,8 @@ wan_nfs=$(free_port); wan_mnt=$(free_port)
   --route "127.0.0.1:$wan_mnt=127.0.0.1:$MOUNT_PORT" > "$work/proxy.log" 2>&1 &
 pids+=($!)
 metrics_port=$(free_port)
-cache_gib=$(( (LARGE_MIB + SMALL_COUNT * SMALL_KB / 1000) * 2 / 1024 + 2 ))
+# The block cache stores whole 1 MiB slots: each small file takes one. Two mounts (WAN, LAN).
+cache_gib=$(( (LARGE_MIB + SMALL_COUNT) * 2 / 1024 + 2 ))
 cat > "$work/agent.yaml" <<YAML
 socket: $work/agent.sock
 cacheDir: $work/cache

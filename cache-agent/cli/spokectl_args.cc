@@ -196,7 +196,8 @@ Result<MountPlan> PlanMount(const Command& cmd) {
   id.on_delete = OnDelete::kRetain;  // spokectl never deletes data on the hub
   id.path = "";
   plan.volume_id = id.Encode();
-  plan.volume_context = std::move(ctx);
+  // The full context (defaults made explicit), so status shows what the volume runs with.
+  plan.volume_context = parsed->ToMap();
   plan.read_only = cmd.read_only || parsed->read_only();
   return plan;
 }

@@ -87,6 +87,8 @@ TEST(SpokectlArgsTest, PlanMountBuildsIdAndContext) {
   EXPECT_EQ(plan->volume_context.at("server"), "10.0.0.5");
   EXPECT_EQ(plan->volume_context.at("share"), "/srv/data");
   EXPECT_EQ(plan->volume_context.at("mode"), "dataset");
+  EXPECT_EQ(plan->volume_context.at("consistency"), "immutable");  // defaults made explicit
+  EXPECT_EQ(plan->volume_context.at("prefetch"), "auto");
   auto ctx = VolumeContext::FromMap(plan->volume_context);
   ASSERT_TRUE(ctx);
   EXPECT_EQ(ctx->hub.mount_port, 20492);
@@ -97,6 +99,7 @@ TEST(SpokectlArgsTest, PlanMountBuildsIdAndContext) {
   ASSERT_TRUE(plan) << plan.error().message();
   EXPECT_FALSE(plan->read_only);
   EXPECT_EQ(plan->volume_id, "spoke1|scratch|retain|h|2049|0|/srv/s|");
+  EXPECT_EQ(plan->volume_context.at("consistency"), "strict");
 }
 
 TEST(SpokectlArgsTest, PlanMountErrorsNameTheFlagOrUrl) {
