@@ -272,14 +272,22 @@ if [[ "$ds_fstype" == fuse* ]]; then
   st=$(nd stats --volume-id "$ds_id" --path "$ds_a") || fail "stats with the agent down: $st"
   [ "$(jq -r '.condition.abnormal' <<<"$st")" = true ] || fail "agent down, condition normal: $st"
   log "stats with the agent down: $(jq -r '.condition.message' <<<"$st")"
+  rm -f "$work/agent.sock"  # left by the killed agent
   "$agent_bin" --config "$work/agent.yaml" >>"$work/agent.log" 2>&1 &
   pids[agent]=$!
-  for _ in $(seq 100); do [ -S "$work/agent.sock" ] && nd info >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 300); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
+  [ -S "$work/agent.sock" ] || fail "the agent did not come back"
   # The pod restarts: kubelet unpublishes its (stale) target, stages again, publishes again.
   out=$(nd unpublish --volume-id "$ds_id" --target "$ds_a") || fail "unpublish a stale target: $out"
   [ ! -e "$ds_a" ] || fail "stale target $ds_a not removed"
-  out=$(nd stage --volume-id "$ds_id" --staging "$ds_staging" --context "$work/ds.json" \
-    --access-mode multi-node-reader-only) || fail "re-stage after the agent restart: $out"
+  # kubelet retries UNAVAILABLE with backoff; so do we (the agent may still be restoring).
+  for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    out=$(nd stage --volume-id "$ds_id" --staging "$ds_staging" --context "$work/ds.json" \
+      --access-mode multi-node-reader-only) && break
+    [ "$(jq -r .error.code <<<"$out")" = UNAVAILABLE ] && [ $attempt -lt 10 ] ||
+      fail "re-stage after the agent restart: $out"
+    sleep 1
+  done
   out=$(nd publish --volume-id "$ds_id" --staging "$ds_staging" --target "$ds_a" --readonly \
     --context "$work/ds.json" --access-mode multi-node-reader-only) || fail "re-publish: $out"
   cmp "$ds_a/$first" "$ds/$first" || fail "reading after the agent restart"
