@@ -1,0 +1,360 @@
+// The read path end to end: nfs-ganesha hub -> 30 ms each way WAN proxy -> LibnfsRemote ->
+// BlockCache (the real one, in a temp dir) -> VolumeFs -> a real FUSE mount read with
+// plain POSIX calls.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "cache-agent/cache/block_cache.h"
+#include "cache-agent/cache/eviction_policy.h"
+#include "cache-agent/fuse/fuse_volume_mounter.h"
+#include "tests/support/hub.h"
+
+namespace spoke::agent {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr int kDirs = 20;
+constexpr int kFilesPerDir = 100;  // 2000 small files
+constexpr size_t kLargeSize = 64ull << 20;
+
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(&s[i], &x, 8);
+  }
+  for (size_t i = n & ~size_t{7}; i < n; ++i) s[i] = static_cast<char>(seed + i);
+  return s;
+}
+
+void WriteFile(const std::string& path, const std::string& data) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Reads a whole file with read(2) in 1 MiB calls; errno on failure.
+Result<std::string> ReadThrough(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return std::unexpected(Error::FromErrno(errno, "open " + path));
+  std::string out;
+  std::vector<char> buf(1 << 20);
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      return std::unexpected(Error::FromErrno(e, "read " + path));
+    }
+    if (n == 0) break;
+    out.append(buf.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+bool Mounted(const std::string& target) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(" " + target + " ") != std::string::npos) return true;
+  }
+  return false;
+}
+
+class FuseMount : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    hub_ = testing::TestHub::Start().release();
+    ASSERT_NE(hub_, nullptr);
+    proxy_ = testing::WanProxy::Start(*hub_, 30).release();
+    ASSERT_NE(proxy_, nullptr);
+    std::string root = hub_->export_dir() + "/data";
+    for (int d = 0; d < kDirs; ++d) {
+      for (int f = 0; f < kFilesPerDir; ++f) {
+        uint32_t seed = static_cast<uint32_t>(d * kFilesPerDir + f);
+        size_t size = 10 * 1024 + (seed * 7919) % (100 * 1024);  // 10-110 KB
+        std::string rel = "d" + std::to_string(d) + "/f" + std::to_string(f) + ".jpg";
+        WriteFile(root + "/" + rel, Pattern(size, seed));
+        small_files_.push_back(rel);
+      }
+    }
+    for (int i = 0; i < 3; ++i) {
+      std::string rel = "shards/shard-" + std::to_string(i) + ".tar";
+      WriteFile(root + "/" + rel, Pattern(kLargeSize - i * 12345, 100000 + i));
+      large_files_.push_back(rel);
+    }
+    WriteFile(root + "/cold/uncached.bin", Pattern(3 * (1 << 20) + 17, 4242));
+    fs::create_directories(hub_->export_dir() + "/scratch");
+  }
+  static void TearDownTestSuite() {
+    delete proxy_;
+    delete hub_;
+  }
+
+  void SetUp() override {
+    cache_dir_ = std::make_unique<testing::TempDir>("spoke-fuse-cache");
+    BlockCache::Config cc;
+    cc.dir = cache_dir_->path();
+    cc.capacity_bytes = 1ull << 30;
+    auto cache = OpenBlockCache(cc, MakeLruPolicy(), &registry_);
+    ASSERT_TRUE(cache) << cache.error().ToString();
+    cache_ = std::move(*cache);
+    FuseVolumeMounter::Config mc;
+    mc.hub.request_timeout_seconds = 3;
+    mounter_ = std::make_unique<FuseVolumeMounter>(mc, cache_.get(), &registry_);
+  }
+  void TearDown() override {
+    mounter_.reset();
+    cache_.reset();
+  }
+
+  VolumeContext Context(VolumeMode mode, const std::string& path) {
+    VolumeContext c;
+    c.hub = proxy_->address();
+    c.mode = mode;
+    c.path = path;
+    c.cache.consistency = Consistency::kImmutable;
+    c.cache.prefetch = PrefetchMode::kAuto;
+    c.hub_timeout_seconds = 3;
+    return c;
+  }
+
+  std::unique_ptr<MountedVolume> MountAt(const std::string& id, const VolumeContext& ctx,
+                                         const std::string& target) {
+    auto v = mounter_->Mount(id, ctx, target, false);
+    EXPECT_TRUE(v) << v.error().ToString();
+    return v ? std::move(*v) : nullptr;
+  }
+
+  // Reads every file through the mount with 16 threads; counts mismatches.
+  int ReadAllAndCompare(const std::string& mnt) {
+    std::vector<std::string> all = small_files_;
+    all.insert(all.end(), large_files_.begin(), large_files_.end());
+    std::atomic<size_t> next{0};
+    std::atomic<int> bad{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 16; ++t) {
+      readers.emplace_back([&] {
+        for (size_t i = next++; i < all.size(); i = next++) {
+          auto got = ReadThrough(mnt + "/" + all[i]);
+          std::string want = Slurp(hub_->export_dir() + "/data/" + all[i]);
+          if (!got || *got != want) {
+            if (bad++ < 5) {
+              ADD_FAILURE() << all[i] << ": " << (got ? "content differs" : got.error().ToString());
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : readers) t.join();
+    return bad.load();
+  }
+
+  static testing::TestHub* hub_;
+  static testing::WanProxy* proxy_;
+  static std::vector<std::string> small_files_;
+  static std::vector<std::string> large_files_;
+  metrics::Registry registry_;
+  std::unique_ptr<testing::TempDir> cache_dir_;
+  std::unique_ptr<BlockCache> cache_;
+  std::unique_ptr<FuseVolumeMounter> mounter_;
+};
+
+testing::TestHub* FuseMount::hub_ = nullptr;
+testing::WanProxy* FuseMount::proxy_ = nullptr;
+std::vector<std::string> FuseMount::small_files_;
+std::vector<std::string> FuseMount::large_files_;
+
+TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
+  testing::TempDir mnt1("spoke-mnt"), mnt2("spoke-mnt");
+  auto ctx = Context(VolumeMode::kDataset, "data");
+
+  // Pass 1: cold, through the WAN.
+  auto vol = MountAt("vol-data", ctx, mnt1.path());
+  ASSERT_NE(vol, nullptr);
+  ASSERT_TRUE(Mounted(mnt1.path()));
+  EXPECT_EQ(ReadAllAndCompare(mnt1.path()), 0);
+
+  // Random windows of the large files, from 16 threads.
+  {
+    std::atomic<int> bad{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 16; ++t) {
+      readers.emplace_back([&, t] {
+        std::mt19937_64 rng(t);
+        for (int i = 0; i < 20; ++i) {
+          const auto& rel = large_files_[rng() % large_files_.size()];
+          std::string want = Slurp(hub_->export_dir() + "/data/" + rel);
+          uint64_t off = rng() % want.size();
+          size_t len = 1 + rng() % (3 << 20);
+          std::vector<char> buf(len);
+          int fd = ::open((mnt1.path() + "/" + rel).c_str(), O_RDONLY);
+          ssize_t n = ::pread(fd, buf.data(), len, static_cast<off_t>(off));
+          ::close(fd);
+          size_t expect = std::min<uint64_t>(len, want.size() - off);
+          if (n != static_cast<ssize_t>(expect) ||
+              std::memcmp(buf.data(), want.data() + off, expect) != 0) {
+            bad++;
+          }
+        }
+      });
+    }
+    for (auto& t : readers) t.join();
+    EXPECT_EQ(bad.load(), 0);
+  }
+  auto f1 = vol->Figures();
+  EXPECT_GT(f1.hub_read_bytes, 0u);
+  EXPECT_GT(f1.cache_bytes, 0u);
+  EXPECT_TRUE(f1.hub_reachable) << f1.last_hub_error;
+  EXPECT_GT(f1.hub_total_bytes, 0u);
+  ASSERT_TRUE(vol->Unmount());
+  EXPECT_FALSE(Mounted(mnt1.path()));
+  ASSERT_TRUE(vol->Unmount());  // idempotent
+  vol.reset();
+
+  // Pass 2: a fresh mount (cold kernel page cache) over the same block cache reads nothing
+  // from the hub.
+  vol = MountAt("vol-data", ctx, mnt2.path());
+  ASSERT_NE(vol, nullptr);
+  EXPECT_EQ(ReadAllAndCompare(mnt2.path()), 0);
+  auto f2 = vol->Figures();
+  EXPECT_EQ(f2.hub_read_bytes, 0u);
+  EXPECT_EQ(f2.cache_misses, 0u);
+  EXPECT_GT(f2.cache_hits, 0u);
+  EXPECT_GT(f2.cache_read_bytes, 0u);
+
+  // Hub outage: cached files still read; an uncached one fails with EIO within the bound.
+  hub_->Stop();
+  {
+    auto cached = ReadThrough(mnt2.path() + "/" + small_files_[7]);
+    ASSERT_TRUE(cached) << cached.error().ToString();
+    EXPECT_EQ(*cached, Slurp(hub_->export_dir() + "/data/" + small_files_[7]));
+    auto start = std::chrono::steady_clock::now();
+    int fd = ::open((mnt2.path() + "/cold/uncached.bin").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << "open must not need the hub (metadata was walked)";
+    std::vector<char> buf(1 << 20);
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    int err = errno;
+    ::close(fd);
+    auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(n, -1);
+    EXPECT_EQ(err, EIO);
+    EXPECT_LT(took, 30s) << "an unreachable hub must not hang readers";
+    EXPECT_FALSE(vol->Figures().hub_reachable);
+  }
+  ASSERT_TRUE(hub_->Restart());
+  Result<std::string> back = std::unexpected(Error(Code::kInternal, "not tried"));
+  for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until;) {
+    back = ReadThrough(mnt2.path() + "/cold/uncached.bin");
+    if (back) break;
+    std::this_thread::sleep_for(500ms);
+  }
+  ASSERT_TRUE(back) << back.error().ToString();
+  EXPECT_EQ(*back, Slurp(hub_->export_dir() + "/data/cold/uncached.bin"));
+
+  // Warm-up and evict through the MountedVolume API.
+  std::atomic<bool> cancelled{false};
+  WarmupFigures last;
+  ASSERT_TRUE(vol->Warmup("cold", [&](const WarmupFigures& w) { last = w; }, cancelled));
+  EXPECT_EQ(last.files_total, 1u);
+  EXPECT_EQ(last.files_done, 1u);
+  auto evicted = vol->Evict("cold");
+  ASSERT_TRUE(evicted);
+  EXPECT_EQ(*evicted, 4u);
+  auto hint = vol->Hint({"cold/uncached.bin", "no/such", "../escape"});
+  EXPECT_EQ(hint.accepted, 1u);
+  EXPECT_EQ(hint.rejected, 2u);
+
+  // Read-only: writes fail with EROFS.
+  int wfd = ::open((mnt2.path() + "/new.txt").c_str(), O_CREAT | O_WRONLY, 0644);
+  EXPECT_EQ(wfd, -1);
+  EXPECT_EQ(errno, EROFS);
+
+  ASSERT_TRUE(vol->Unmount());
+  EXPECT_FALSE(Mounted(mnt2.path()));
+}
+
+TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
+  testing::TempDir mnt("spoke-mnt");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  auto vol = MountAt("vol-scratch", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  std::string hub_dir = hub_->export_dir() + "/scratch";
+  ASSERT_EQ(::mkdir((mnt.path() + "/out").c_str(), 0755), 0) << strerror(errno);
+  EXPECT_TRUE(fs::is_directory(hub_dir + "/out"));
+
+  std::string data = Pattern(3 * (1 << 20) + 4321, 77);
+  int fd = ::open((mnt.path() + "/out/ckpt.bin").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(::write(fd, data.data(), 1 << 20), 1 << 20);
+  EXPECT_EQ(Slurp(hub_dir + "/out/ckpt.bin"), data.substr(0, 1 << 20)) << "after write()";
+  ASSERT_EQ(::write(fd, data.data() + (1 << 20), data.size() - (1 << 20)),
+            static_cast<ssize_t>(data.size() - (1 << 20)));
+  ASSERT_EQ(::fsync(fd), 0);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_TRUE(Slurp(hub_dir + "/out/ckpt.bin") == data);
+  auto back = ReadThrough(mnt.path() + "/out/ckpt.bin");
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(*back == data);
+
+  ASSERT_EQ(::rename((mnt.path() + "/out/ckpt.bin").c_str(), (mnt.path() + "/out/final.bin").c_str()), 0);
+  EXPECT_FALSE(fs::exists(hub_dir + "/out/ckpt.bin"));
+  EXPECT_TRUE(fs::exists(hub_dir + "/out/final.bin"));
+  ASSERT_EQ(::truncate((mnt.path() + "/out/final.bin").c_str(), 10), 0);
+  EXPECT_EQ(fs::file_size(hub_dir + "/out/final.bin"), 10u);
+  ASSERT_EQ(::unlink((mnt.path() + "/out/final.bin").c_str()), 0);
+  EXPECT_FALSE(fs::exists(hub_dir + "/out/final.bin"));
+  ASSERT_EQ(::rmdir((mnt.path() + "/out").c_str()), 0);
+  EXPECT_FALSE(fs::exists(hub_dir + "/out"));
+  ASSERT_TRUE(vol->Unmount());
+  EXPECT_FALSE(Mounted(mnt.path()));
+}
+
+TEST_F(FuseMount, UnreachableHubFailsTheMountWithinTheTimeout) {
+  testing::TempDir mnt("spoke-mnt");
+  VolumeContext ctx;
+  ctx.hub = HubAddress{"127.0.0.1", testing::FreePort(), testing::FreePort(), "/nowhere"};
+  ctx.hub_timeout_seconds = 2;
+  auto start = std::chrono::steady_clock::now();
+  auto v = mounter_->Mount("vol-dead", ctx, mnt.path(), true);
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().code(), Code::kUnavailable) << v.error().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_FALSE(Mounted(mnt.path()));
+}
+
+TEST_F(FuseMount, BusyMountIsDetachedOnUnmount) {
+  testing::TempDir mnt("spoke-mnt");
+  auto vol = MountAt("vol-busy", Context(VolumeMode::kDataset, "data"), mnt.path());
+  ASSERT_NE(vol, nullptr);
+  int fd = ::open((mnt.path() + "/" + small_files_[0]).c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(vol->Unmount());
+  EXPECT_FALSE(Mounted(mnt.path()));
+  ::close(fd);
+  vol.reset();
+}
+
+}  // namespace
+}  // namespace spoke::agent
