@@ -33,8 +33,8 @@ class Mounter {
   // kIo when the mount table cannot be read.
   virtual Result<bool> IsMountPoint(const std::string& path) = 0;
 
-  // stat(path) fails with ENOTCONN (or ECONNABORTED): a FUSE mount whose daemon died. Such a
-  // mount answers nothing until it is detached.
+  // statfs(path) or stat(path) fails with ENOTCONN (or ECONNABORTED): a FUSE mount whose
+  // daemon died. Such a mount answers nothing until it is detached.
   virtual bool IsStale(const std::string& path) = 0;
 
   // The whole mount table, top-most mounts last. kIo when it cannot be read.

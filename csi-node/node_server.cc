@@ -437,6 +437,9 @@ grpc::Status NodeServer::UnmountAndRemoveTarget(const std::string& target) {
     if (!mounted) return ToGrpc(mounted.error());
     if (!*mounted) break;
     bool stale = mounter_.IsStale(target);
+    if (stale)
+      log::Warn("stale mount (transport endpoint is not connected): detaching it",
+                {{"path", target}});
     auto s = mounter_.Unmount(target, /*lazy=*/stale);
     if (!s) {
       // Busy (a process still has its cwd there): detach it; it goes when they let go.
@@ -520,6 +523,13 @@ grpc::Status NodeServer::NodeGetVolumeStats(grpc::ServerContext*,
   if (!here) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         "volume " + volume_id + " is not mounted at " + path);
+  }
+  if (mounter_.IsStale(path)) {
+    cond->set_abnormal(true);
+    cond->set_message("mount at " + path +
+                      " is stale (transport endpoint is not connected): the cache agent that "
+                      "served it is gone; restart the pod to remount");
+    return grpc::Status::OK;
   }
 
   // Which agent mount backs this path: the path itself (staging) or the mount it binds.

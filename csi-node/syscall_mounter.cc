@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 
 #include <cerrno>
 #include <cstring>
@@ -79,9 +80,14 @@ Result<bool> SyscallMounter::IsMountPoint(const std::string& path) {
 }
 
 bool SyscallMounter::IsStale(const std::string& path) {
+  auto dead = [](int err) { return err == ENOTCONN || err == ECONNABORTED; };
+  // statfs first: the kernel caches FUSE attributes (for an hour on immutable datasets), so
+  // stat() on a mount whose daemon died can still succeed; statfs always asks the daemon
+  // (the agent answers it from its own cache, so this costs no WAN round trip).
+  struct statfs sfs;
+  if (::statfs(path.c_str(), &sfs) != 0 && dead(errno)) return true;
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0) return false;
-  return errno == ENOTCONN || errno == ECONNABORTED;
+  return ::stat(path.c_str(), &st) != 0 && dead(errno);
 }
 
 Result<std::vector<MountEntry>> SyscallMounter::ListMounts() {

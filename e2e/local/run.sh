@@ -271,6 +271,7 @@ if [[ "$ds_fstype" == fuse* ]]; then
   kill -KILL "${pids[agent]}"; wait "${pids[agent]}" 2>/dev/null || true; unset "pids[agent]"
   st=$(nd stats --volume-id "$ds_id" --path "$ds_a") || fail "stats with the agent down: $st"
   [ "$(jq -r '.condition.abnormal' <<<"$st")" = true ] || fail "agent down, condition normal: $st"
+  jq -r '.condition.message' <<<"$st" | grep -q "is stale" || fail "stale mount not detected: $st"
   log "stats with the agent down: $(jq -r '.condition.message' <<<"$st")"
   rm -f "$work/agent.sock"  # left by the killed agent
   "$agent_bin" --config "$work/agent.yaml" >>"$work/agent.log" 2>&1 &

@@ -549,9 +549,16 @@ TEST_F(NodeServerTest, StatsReportHubCapacityAndCacheFigures) {
             std::string::npos)
       << resp.volume_condition().message();
 
-  MakeServer(dir_ + "/no-agent.sock", std::chrono::milliseconds(1000));
+  mounter_.MarkStale(target_a_);
   resp.Clear();
   ASSERT_TRUE(Stats(id, target_a_, &resp).ok());
+  EXPECT_TRUE(resp.volume_condition().abnormal());
+  EXPECT_NE(resp.volume_condition().message().find("is stale"), std::string::npos)
+      << resp.volume_condition().message();
+
+  MakeServer(dir_ + "/no-agent.sock", std::chrono::milliseconds(1000));
+  resp.Clear();
+  ASSERT_TRUE(Stats(id, staging_, &resp).ok());
   EXPECT_TRUE(resp.volume_condition().abnormal());
   EXPECT_NE(resp.volume_condition().message().find("cache agent not reachable at"),
             std::string::npos)
