@@ -24,6 +24,7 @@ for b in "$agent_bin" "$controller_bin" "$node_bin" "$sanity"; do
   [ -x "$b" ] || { echo "run-all.sh: SKIP: $b is not built/installed" >&2; exit 77; }
 done
 [ "$(id -u)" = 0 ] || { echo "run-all.sh: SKIP: needs root" >&2; exit 77; }
+echo "agent: $agent_bin"
 
 work=$(mktemp -d /tmp/spoke-sanity-all-XXXXXX)
 declare -A pids=()
