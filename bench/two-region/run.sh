@@ -89,7 +89,7 @@ case "$WORKLOAD" in report|resnet50|unet3d|shards) ;; *) die "unknown workload $
 # about a quarter, so that the whole --short run (six scenarios) takes ~5 minutes.
 if [ -z "$SAMPLES" ]; then
   case "$WORKLOAD:$SHORT" in
-    report:1) SAMPLES=1280 ;;   resnet50:1) SAMPLES=2400 ;;  unet3d:1) SAMPLES=168 ;;
+    report:1) SAMPLES=960 ;;    resnet50:1) SAMPLES=2400 ;;  unet3d:1) SAMPLES=168 ;;
     shards:1) SAMPLES=3200 ;;
     report:0) SAMPLES=6400 ;;   resnet50:0) SAMPLES=8000 ;;  unet3d:0) SAMPLES=504 ;;
     shards:0) SAMPLES=12800 ;;
