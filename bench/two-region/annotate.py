@@ -20,6 +20,8 @@ Adds to the JSON:
                             own last batch (the last epoch: to the end of the trace)
   hub_bytes_per_epoch       the same from the agent's counter
   epoch_end_s               loader time of each epoch's end
+  warmup_sustained_batches  batches before the window rate reaches 95 % of steady for good
+                            (the first batch from which every window rate is >= 95 %)
   au_after_warmup           compute time of the batches from the warm-up on / (accelerators x
                             time from the completion of the last warm-up batch to the end)
 plus every --set key=value (numbers are stored as numbers).
@@ -91,7 +93,8 @@ def main(argv):
             e = int(rec["epoch"])
             c = float(rec["completion_s"])
             epoch_end[e] = max(epoch_end.get(e, 0.0), c)
-            batches.append((int(rec["seq"]), float(rec["compute_ms"]), c))
+            batches.append((int(rec["seq"]), float(rec["compute_ms"]), c,
+                            float(rec["window_samples_per_s"])))
     epochs = sorted(epoch_end)
 
     if rows:
@@ -114,6 +117,14 @@ def main(argv):
             summary["hub_bytes"] = sum(hub)
             summary["hub_bytes_per_epoch"] = hub
     summary["epoch_end_s"] = [epoch_end[e] for e in epochs]
+
+    # Sustained warm-up: batches before the window rate reaches 95 % of steady and stays there
+    # to the end of the run (the loader's warm-up counts the batches before the *start* of the
+    # first window that reaches 95 %, and one lucky burst is enough).
+    steady = float(summary.get("steady_samples_per_s", 0))
+    ordered = sorted(batches, key=lambda r: r[0])
+    bad = [i for i, r in enumerate(ordered) if r[3] < 0.95 * steady]
+    summary["warmup_sustained_batches"] = (bad[-1] + 1) if bad else 0
 
     # AU after the warm-up: compute time of the batches from the warm-up on, over the time
     # from when the accelerators finished the last warm-up batch to the end of the run.
