@@ -3,6 +3,7 @@
 // SyscallMounter (mount(2)/umount2(2), no shelling out).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,9 @@ class Mounter {
   // kIo when the mount table cannot be read.
   virtual Result<bool> IsMountPoint(const std::string& path) = 0;
 
-  // statfs(path) or stat(path) fails with ENOTCONN (or ECONNABORTED): a FUSE mount whose
-  // daemon died. Such a mount answers nothing until it is detached.
+  // The mount at `path` answers nothing and must be detached: statfs(path) or stat(path)
+  // fails with ENOTCONN (or ECONNABORTED: a FUSE mount whose daemon died), or does not answer
+  // within a bound (a hung daemon: the caller must not hang with it).
   virtual bool IsStale(const std::string& path) = 0;
 
   // The whole mount table, top-most mounts last. kIo when it cannot be read.
@@ -48,8 +50,10 @@ class Mounter {
 // mount(2) / umount2(2) and /proc/self/mountinfo. Needs CAP_SYS_ADMIN.
 class SyscallMounter final : public Mounter {
  public:
-  explicit SyscallMounter(std::string mountinfo_path = "/proc/self/mountinfo")
-      : mountinfo_path_(std::move(mountinfo_path)) {}
+  // `probe_timeout` bounds IsStale's statfs/stat on a mount whose daemon may hang.
+  explicit SyscallMounter(std::chrono::milliseconds probe_timeout = std::chrono::seconds(5),
+                          std::string mountinfo_path = "/proc/self/mountinfo")
+      : probe_timeout_(probe_timeout), mountinfo_path_(std::move(mountinfo_path)) {}
 
   Status BindMount(const std::string& source, const std::string& target) override;
   Status RemountReadOnly(const std::string& target) override;
@@ -60,6 +64,7 @@ class SyscallMounter final : public Mounter {
   std::string CanonicalPath(const std::string& path) override;
 
  private:
+  std::chrono::milliseconds probe_timeout_;
   std::string mountinfo_path_;
 };
 

@@ -303,8 +303,10 @@ grpc::Status NodeServer::BindIntoTarget(const std::string& volume_id, const std:
   std::error_code ec;
   bool created = false;
   struct stat st;
-  // Only ENOENT means "create it": a stale mount point fails lstat with ENOTCONN.
-  if (::lstat(target.c_str(), &st) != 0 && errno == ENOENT) {
+  auto current = FindMount(*mounts, mounter_.CanonicalPath(target));
+  // Only a target that is no mount point is looked at (a hung FUSE mount would block lstat),
+  // and only ENOENT means "create it".
+  if (!current && ::lstat(target.c_str(), &st) != 0 && errno == ENOENT) {
     std::filesystem::path parent = std::filesystem::path(target).parent_path();
     if (!std::filesystem::is_directory(parent, ec)) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -317,7 +319,6 @@ grpc::Status NodeServer::BindIntoTarget(const std::string& volume_id, const std:
     created = true;
   }
 
-  auto current = FindMount(*mounts, mounter_.CanonicalPath(target));
   if (current) {
     bool recovered = false;
     if (auto s = RecoverStale(target, &recovered); !s.ok()) return s;
@@ -483,7 +484,9 @@ grpc::Status NodeServer::NodeUnpublishVolume(grpc::ServerContext*,
   // An ephemeral volume's private agent mount goes with its only publication.
   std::string dir = EphemeralDir(req->volume_id());
   int err = 0;
-  if (PathExists(dir, &err) || err != ENOENT) {
+  auto eph_mounted = mounter_.IsMountPoint(dir);
+  if (!eph_mounted) return ToGrpc(eph_mounted.error());
+  if (*eph_mounted || PathExists(dir, &err) || err != ENOENT) {
     if (auto s = AgentUnmount(dir); !s.ok()) return s;
     if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
       return grpc::Status(grpc::StatusCode::INTERNAL,
@@ -504,25 +507,15 @@ grpc::Status NodeServer::NodeGetVolumeStats(grpc::ServerContext*,
   const std::string& volume_id = req->volume_id();
   auto* cond = resp->mutable_volume_condition();
 
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    int err = errno;
-    if (err == ENOTCONN || err == ECONNABORTED) {
-      cond->set_abnormal(true);
-      cond->set_message("mount at " + path +
-                        " is stale (transport endpoint is not connected): the cache agent that "
-                        "served it is gone; restart the pod to remount");
-      return grpc::Status::OK;
-    }
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "volume " + volume_id + ": volume_path " +
-                                                         path + ": " + std::strerror(err));
-  }
+  // The mount table first: touching a mount whose daemon hangs would hang this call.
   auto mounts = mounter_.ListMounts();
   if (!mounts) return ToGrpc(mounts.error());
   auto here = FindMount(*mounts, mounter_.CanonicalPath(path));
   if (!here) {
+    struct stat st;
+    std::string why = ::lstat(path.c_str(), &st) != 0 ? std::strerror(errno) : "not a mount point";
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "volume " + volume_id + " is not mounted at " + path);
+                        "volume " + volume_id + " is not mounted at " + path + " (" + why + ")");
   }
   if (mounter_.IsStale(path)) {
     cond->set_abnormal(true);

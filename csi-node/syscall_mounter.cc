@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
+#include <memory>
+#include <thread>
 
 #include "common/log.h"
 #include "csi-node/mounter.h"
@@ -80,14 +83,31 @@ Result<bool> SyscallMounter::IsMountPoint(const std::string& path) {
 }
 
 bool SyscallMounter::IsStale(const std::string& path) {
-  auto dead = [](int err) { return err == ENOTCONN || err == ECONNABORTED; };
   // statfs first: the kernel caches FUSE attributes (for an hour on immutable datasets), so
   // stat() on a mount whose daemon died can still succeed; statfs always asks the daemon
   // (the agent answers it from its own cache, so this costs no WAN round trip).
-  struct statfs sfs;
-  if (::statfs(path.c_str(), &sfs) != 0 && dead(errno)) return true;
-  struct stat st;
-  return ::stat(path.c_str(), &st) != 0 && dead(errno);
+  // The probe runs on its own thread: a hung daemon blocks it, not the CSI call. A probe
+  // stuck that way is left behind (it ends when the mount is detached or the daemon dies).
+  auto result = std::make_shared<std::promise<int>>();
+  std::future<int> done = result->get_future();
+  std::thread([path, result] {
+    int err = 0;
+    struct statfs sfs;
+    struct stat st;
+    if (::statfs(path.c_str(), &sfs) != 0) {
+      err = errno;
+    } else if (::stat(path.c_str(), &st) != 0) {
+      err = errno;
+    }
+    result->set_value(err);
+  }).detach();
+  if (done.wait_for(probe_timeout_) == std::future_status::timeout) {
+    log::Warn("mount does not answer; treating it as stale",
+              {{"path", path}, {"timeout_ms", static_cast<int64_t>(probe_timeout_.count())}});
+    return true;
+  }
+  int err = done.get();
+  return err == ENOTCONN || err == ECONNABORTED;
 }
 
 Result<std::vector<MountEntry>> SyscallMounter::ListMounts() {

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -116,6 +118,44 @@ TEST_F(SyscallMounterTest, StaleFuseMountIsDetectedAndDetached) {
   ASSERT_TRUE(mounter_.Unmount(mnt, /*lazy=*/true));
   EXPECT_FALSE(*mounter_.IsMountPoint(mnt));
   EXPECT_FALSE(mounter_.IsStale(mnt));
+}
+
+TEST_F(SyscallMounterTest, HungFuseMountDoesNotHangTheProbe) {
+  if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/fuse";
+  std::string mnt = dir_ + "/hung";
+  fs::create_directories(mnt);
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Mounts, then never answers a request (not even INIT): a deadlocked daemon.
+    char arg0[] = "spoke-hung-test";
+    char* argv[] = {arg0, nullptr};
+    fuse_args args = FUSE_ARGS_INIT(1, argv);
+    fuse_lowlevel_ops ops{};
+    fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, nullptr);
+    char ok = (se && fuse_session_mount(se, mnt.c_str()) == 0) ? 1 : 0;
+    (void)!::write(pipefd[1], &ok, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(pipefd[1]);
+  char ok = 0;
+  ASSERT_EQ(::read(pipefd[0], &ok, 1), 1);
+  ::close(pipefd[0]);
+  ASSERT_EQ(ok, 1);
+
+  SyscallMounter mounter(std::chrono::milliseconds(300));
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(mounter.IsStale(mnt));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(*mounter.IsMountPoint(mnt));  // answered from mountinfo, never blocks
+  ASSERT_TRUE(mounter.Unmount(mnt, /*lazy=*/true));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_FALSE(*mounter.IsMountPoint(mnt));
 }
 
 }  // namespace
