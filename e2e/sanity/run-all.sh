@@ -75,6 +75,9 @@ hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 5}
 CONF
 "$agent_bin" --config "$work/agent.yaml" >"$work/agent.log" 2>&1 &
 pids[agent]=$!
+# The node plugin starts after the agent listens (it works either way: calls fail with
+# UNAVAILABLE until the agent answers, as on a node where the agent restarts).
+for _ in $(seq 100); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
 cat > "$work/controller.yaml" <<CONF
 hubTimeoutSeconds: 5
 CONF
