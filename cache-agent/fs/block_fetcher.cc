@@ -46,6 +46,10 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
                                        "Fetched blocks the cache did not store", labels);
   miss_latency_ = &registry.GetHistogram("spoke_demand_miss_seconds",
                                          "Latency of reads that waited for the hub", labels);
+  base_hits_ = hits_->Value();
+  base_misses_ = misses_->Value();
+  base_hub_bytes_ = hub_bytes_->Value();
+  base_cache_bytes_ = cache_bytes_->Value();
   for (int i = 0; i < config_.store_threads; ++i) storers_.emplace_back([this] { StoreLoop(); });
 }
 

@@ -81,10 +81,11 @@ class BlockFetcher {
   uint64_t volume_key() const { return volume_; }
   BlockCache* cache() const { return cache_; }
 
-  uint64_t hits() const { return hits_->Value(); }
-  uint64_t misses() const { return misses_->Value(); }
-  uint64_t hub_read_bytes() const { return hub_bytes_->Value(); }
-  uint64_t cache_read_bytes() const { return cache_bytes_->Value(); }
+  // Since this fetcher was made (the registry's series live on across remounts).
+  uint64_t hits() const { return hits_->Value() - base_hits_; }
+  uint64_t misses() const { return misses_->Value() - base_misses_; }
+  uint64_t hub_read_bytes() const { return hub_bytes_->Value() - base_hub_bytes_; }
+  uint64_t cache_read_bytes() const { return cache_bytes_->Value() - base_cache_bytes_; }
   uint64_t prefetch_issued_blocks() const { return prefetch_blocks_.load(); }
   // Mean latency of demand fetches that went to the hub.
   double demand_miss_latency_ms_avg() const;
@@ -133,6 +134,7 @@ class BlockFetcher {
   metrics::Counter* cache_bytes_;
   metrics::Counter* put_failures_;
   metrics::Histogram* miss_latency_;
+  uint64_t base_hits_, base_misses_, base_hub_bytes_, base_cache_bytes_;
 };
 
 }  // namespace spoke::agent

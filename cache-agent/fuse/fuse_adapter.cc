@@ -376,7 +376,7 @@ Status FuseAdapter::Unmount() {
       ::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr);
     }
     std::ofstream(abort_path) << "1";
-    log::Warn("mount was busy; FUSE connection aborted",
+    log::Warn("FUSE session still running after unmount (busy?); connection aborted",
               {{"target", options_.mountpoint}, {"connection", abort_path}});
   }
   deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

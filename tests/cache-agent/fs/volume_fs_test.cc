@@ -127,6 +127,8 @@ TEST(VolumeFs, SecondReadIsACacheHitWithNoHubBytes) {
   uint64_t hub = rig.fetcher->hub_read_bytes();
   EXPECT_EQ(hub, data.size());
   EXPECT_EQ(rig.fetcher->misses(), 4u);
+  // Blocks are stored off the reader's path; wait until all four are in.
+  for (int i = 0; i < 1000 && rig.cache.blocks() < 4; ++i) std::this_thread::sleep_for(1ms);
   int reads = rig.remote.reads;
   auto again = rig.ReadAll("f", kBlock);
   ASSERT_TRUE(again);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "cache-agent/cache/block_cache.h"
@@ -45,7 +46,8 @@ std::string Pattern(size_t n, uint32_t seed) {
 
 void WriteFile(const std::string& path, const std::string& data) {
   fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(data.data(), static_cast<std::streamsize>(data.size()));
 }
 
 std::string Slurp(const std::string& path) {
@@ -116,7 +118,8 @@ class FuseMount : public ::testing::Test {
     cache_dir_ = std::make_unique<testing::TempDir>("spoke-fuse-cache");
     BlockCache::Config cc;
     cc.dir = cache_dir_->path();
-    cc.capacity_bytes = 1ull << 30;
+    // Slots are whole blocks: 2000 small files + 3 x 64 blocks need ~2200 of them.
+    cc.capacity_bytes = 3ull << 30;
     auto cache = OpenBlockCache(cc, MakeLruPolicy(), &registry_);
     ASSERT_TRUE(cache) << cache.error().ToString();
     cache_ = std::move(*cache);
@@ -169,6 +172,15 @@ class FuseMount : public ::testing::Test {
     }
     for (auto& t : readers) t.join();
     return bad.load();
+  }
+
+  std::string CacheMetrics() {
+    std::string out, line;
+    std::istringstream in(registry_.Render());
+    while (std::getline(in, line)) {
+      if (line.starts_with("spoke_cache") || line.starts_with("spoke_hub_read")) out += line + "\n";
+    }
+    return out;
   }
 
   static testing::TestHub* hub_;
@@ -225,6 +237,9 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   }
   auto f1 = vol->Figures();
   EXPECT_GT(f1.hub_read_bytes, 0u);
+  EXPECT_EQ(CacheMetrics().find("put_failures_total{volume=\"vol-data\"} 0") == std::string::npos,
+            false)
+      << CacheMetrics();
   EXPECT_GT(f1.cache_bytes, 0u);
   EXPECT_TRUE(f1.hub_reachable) << f1.last_hub_error;
   EXPECT_GT(f1.hub_total_bytes, 0u);
@@ -239,13 +254,20 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   ASSERT_NE(vol, nullptr);
   EXPECT_EQ(ReadAllAndCompare(mnt2.path()), 0);
   auto f2 = vol->Figures();
-  EXPECT_EQ(f2.hub_read_bytes, 0u);
+  EXPECT_EQ(f2.hub_read_bytes, 0u) << CacheMetrics();
   EXPECT_EQ(f2.cache_misses, 0u);
   EXPECT_GT(f2.cache_hits, 0u);
   EXPECT_GT(f2.cache_read_bytes, 0u);
 
   // Hub outage: cached files still read; an uncached one fails with EIO within the bound.
   hub_->Stop();
+  struct RestartOnExit {
+    testing::TestHub* hub;
+    bool restarted = false;
+    ~RestartOnExit() {
+      if (!restarted) hub->Restart();
+    }
+  } guard{hub_};
   {
     auto cached = ReadThrough(mnt2.path() + "/" + small_files_[7]);
     ASSERT_TRUE(cached) << cached.error().ToString();
@@ -263,9 +285,11 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
     EXPECT_LT(took, 30s) << "an unreachable hub must not hang readers";
     EXPECT_FALSE(vol->Figures().hub_reachable);
   }
+  guard.restarted = true;
   ASSERT_TRUE(hub_->Restart());
   Result<std::string> back = std::unexpected(Error(Code::kInternal, "not tried"));
-  for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until;) {
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       std::chrono::steady_clock::now() < until;) {
     back = ReadThrough(mnt2.path() + "/cold/uncached.bin");
     if (back) break;
     std::this_thread::sleep_for(500ms);
@@ -276,7 +300,8 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   // Warm-up and evict through the MountedVolume API.
   std::atomic<bool> cancelled{false};
   WarmupFigures last;
-  ASSERT_TRUE(vol->Warmup("cold", [&](const WarmupFigures& w) { last = w; }, cancelled));
+  ASSERT_TRUE(vol->Warmup(
+      "cold", [&](const WarmupFigures& w) { last = w; }, cancelled));
   EXPECT_EQ(last.files_total, 1u);
   EXPECT_EQ(last.files_done, 1u);
   auto evicted = vol->Evict("cold");
@@ -318,7 +343,8 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   ASSERT_TRUE(back);
   EXPECT_TRUE(*back == data);
 
-  ASSERT_EQ(::rename((mnt.path() + "/out/ckpt.bin").c_str(), (mnt.path() + "/out/final.bin").c_str()), 0);
+  ASSERT_EQ(
+      ::rename((mnt.path() + "/out/ckpt.bin").c_str(), (mnt.path() + "/out/final.bin").c_str()), 0);
   EXPECT_FALSE(fs::exists(hub_dir + "/out/ckpt.bin"));
   EXPECT_TRUE(fs::exists(hub_dir + "/out/final.bin"));
   ASSERT_EQ(::truncate((mnt.path() + "/out/final.bin").c_str(), 10), 0);

@@ -307,5 +307,18 @@ TEST_F(LibnfsRemoteHub, ReconnectsAfterHubRestart) {
   EXPECT_TRUE(remote.Reachable());
 }
 
+TEST_F(LibnfsRemoteHub, HubDownBehindAProxyFailsWithinBound) {
+  auto proxy = testing::WanProxy::Start(*hub_, 30);
+  ASSERT_NE(proxy, nullptr);
+  hub_->Stop();
+  auto start = std::chrono::steady_clock::now();
+  {
+    auto r = LibnfsRemote::Connect(proxy->address(), "", SmallConfig(2), nullptr);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code(), Code::kUnavailable) << r.error().ToString();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
+}
+
 }  // namespace
 }  // namespace spoke::agent
