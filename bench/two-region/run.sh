@@ -122,10 +122,13 @@ declare -A AGENT_PID=()   # name -> pid
 MOUNTS=()                 # every FUSE target we asked for
 BG_PIDS=()                # proxy, samplers, hint feeders
 HUB_STARTED=0
+LOADER_PID="" COPY_PID=""
 cleanup() {
   local rc=$?
   set +e
   trap - EXIT INT TERM
+  [ -n "$LOADER_PID" ] && { kill "$LOADER_PID" 2>/dev/null; wait "$LOADER_PID" 2>/dev/null; }
+  [ -n "$COPY_PID" ] && { kill -- -"$COPY_PID" 2>/dev/null; wait "$COPY_PID" 2>/dev/null; }
   for m in "${MOUNTS[@]}"; do
     if mountpoint -q "$m" 2>/dev/null; then
       for n in "${!AGENT_PID[@]}"; do
@@ -244,12 +247,15 @@ run_loader() {
   drop_caches
   local t0; t0=$(date +%s.%N)
   echo "$t0" > "$OUT/$label.t0"
-  set +e
+  # In the background + wait, so that a signal reaches the trap at once (bash defers traps
+  # while a foreground child runs) and cleanup can end the loader by pid.
   "$LOADER_BIN" run --dir "$dir" --epochs "$epochs" --seed "$SEED" --drop-cache \
     --label "$label" --json "$OUT/$label.json" --csv "$OUT/$label.csv" "$@" \
-    > "$OUT/$label.log" 2>&1
-  local rc=$?
-  set -e
+    > "$OUT/$label.log" 2>&1 &
+  LOADER_PID=$!
+  local rc=0
+  wait "$LOADER_PID" || rc=$?
+  LOADER_PID=
   [ $rc -eq 0 ] || { log "loader $label exited $rc (read errors?) -- see $OUT/$label.log"; LOADER_RC=1; }
   [ -f "$OUT/$label.json" ] || die "loader $label wrote no summary; log: $(tail -5 "$OUT/$label.log")"
   tail -n 12 "$OUT/$label.log" | sed "s/^/    [$label] /" >&2
@@ -396,9 +402,13 @@ if want stage-in; then
   # Directories first (parallel `cp --parents` races on mkdir), then the files.
   ( cd "$WORK/mnt-stage" && awk '!/^#/ && NF >= 2 {print $1}' MANIFEST | sed -n 's|/[^/]*$||p' |
       sort -u | (cd "$LOCAL" && xargs -r mkdir -p) ) || die "stage-in mkdir failed"
-  ( cd "$WORK/mnt-stage" && { echo MANIFEST; awk '!/^#/ && NF >= 2 {print $1}' MANIFEST; } |
-      xargs -d '\n' -P "$STAGE_STREAMS" -n 64 cp --parents -t "$LOCAL" ) ||
-    die "stage-in copy failed"
+  # Its own process group (setsid), so that cleanup can end xargs and every cp at once.
+  setsid bash -c 'cd "$1" && { echo MANIFEST; awk '"'"'!/^#/ && NF >= 2 {print $1}'"'"' MANIFEST; } |
+      xargs -d "\n" -P "$2" -n 64 cp --parents -t "$3"' copy "$WORK/mnt-stage" "$STAGE_STREAMS" "$LOCAL" &
+  COPY_PID=$!
+  rc=0; wait "$COPY_PID" || rc=$?
+  COPY_PID=
+  [ $rc -eq 0 ] || die "stage-in copy failed (exit $rc)"
   STAGE_S=$(echo "$(date +%s.%N) - $t" | bc)
   log "stage-in copy: $STAGE_S s"
   # The agent's counters stop with it: keep sampling the proxy only while training.
