@@ -29,8 +29,13 @@ class CacheListener {
 };
 
 struct BlockCacheStats {
-  uint64_t capacity_bytes = 0;
-  uint64_t used_bytes = 0;
+  uint64_t capacity_bytes = 0;  // quota for block data
+  uint64_t used_bytes = 0;      // block data held (sum of block lengths)
+  // What the quota is enforced on: disk space charged to cached and in-flight blocks (a 4 KiB
+  // header + the length rounded up to 4 KiB each; a whole slot each when the filesystem cannot
+  // punch holes), kept <= disk_quota_bytes = capacity plus one header per block_size of it.
+  uint64_t disk_bytes = 0;
+  uint64_t disk_quota_bytes = 0;
   uint64_t blocks = 0;
   uint64_t hits = 0;
   uint64_t misses = 0;

@@ -1,5 +1,6 @@
 #include "cache-agent/cache/block_store.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -41,6 +42,20 @@ Status BlockStore::Read(uint64_t slot, uint32_t offset, std::span<const iovec> s
 Status BlockStore::Write(uint64_t slot, uint32_t offset, std::span<const iovec> segments) {
   if (Status c = Check(slot, offset, segments); !c) return c;
   return Count(WriteImpl(slot * slot_size_ + offset, segments));
+}
+
+Status BlockStore::Punch(uint64_t slot, uint32_t offset, uint32_t length) {
+  if (slot >= slot_count_) {
+    return Fail(Code::kInternal, "block store: slot " + std::to_string(slot) + " out of range");
+  }
+  if (offset % kIoAlign != 0 || length % kIoAlign != 0 || length == 0 ||
+      uint64_t{offset} + length > slot_size_) {
+    return Fail(Code::kInternal, "block store: bad punch range in slot " + std::to_string(slot));
+  }
+  Status s = PunchImpl(slot * slot_size_ + offset, length);
+  // A filesystem without hole punching is a capability, not a failing disk.
+  if (!s && s.error().ToErrno() == EOPNOTSUPP) return s;
+  return Count(std::move(s));
 }
 
 Status BlockStore::Sync() { return Count(SyncImpl()); }

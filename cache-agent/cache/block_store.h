@@ -6,6 +6,8 @@
 // override. A slot is `slot_size()` bytes (a multiple of kIoAlign); every transfer starts at a
 // kIoAlign-aligned offset inside one slot, and every buffer and length is kIoAlign-aligned so
 // that O_DIRECT works. The store knows nothing about what a slot holds (see block_header.h).
+// Punch releases the disk space under part of a slot (it then reads as zeros), so a store
+// whose slots are mostly short blocks occupies only what they hold.
 #pragma once
 
 #include <sys/uio.h>
@@ -14,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -41,11 +44,17 @@ class BlockStore {
   Status Read(uint64_t slot, uint32_t offset, std::span<const iovec> segments);
   // Writes `segments` (gather) to slot `slot` at `offset`. Same codes as Read (ENOSPC -> kNoSpace).
   Status Write(uint64_t slot, uint32_t offset, std::span<const iovec> segments);
+  // Deallocates `length` bytes of slot `slot` from `offset` (both kIoAlign-aligned); they
+  // read as zeros afterwards. kIo on a device error (errno EOPNOTSUPP when the filesystem
+  // cannot punch holes: not counted as a device error), kInternal on a caller bug.
+  Status Punch(uint64_t slot, uint32_t offset, uint32_t length);
   // Makes every completed write durable (fsync). kIo on failure.
   Status Sync();
 
   // True when the data files were just created (nothing to recover).
   virtual bool fresh() const = 0;
+  // Disk space the store occupies now (allocated blocks), or nullopt when it cannot tell.
+  virtual std::optional<uint64_t> allocated_bytes() const { return std::nullopt; }
   // Device errors seen so far (every failed Read/Write/Sync).
   uint64_t io_errors() const { return io_errors_.load(std::memory_order_relaxed); }
 
@@ -54,6 +63,7 @@ class BlockStore {
   // offset); arguments are already checked.
   virtual Status ReadImpl(uint64_t offset_bytes, std::span<const iovec> segments) = 0;
   virtual Status WriteImpl(uint64_t offset_bytes, std::span<const iovec> segments) = 0;
+  virtual Status PunchImpl(uint64_t offset_bytes, uint64_t length) = 0;
   virtual Status SyncImpl() = 0;
 
  private:

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -20,7 +21,12 @@ namespace spoke::agent {
 namespace {
 
 constexpr uint64_t kIndexMagic = 0x3158444e494b5053ull;  // "SPKINDX1"
-constexpr uint32_t kIndexVersion = 1;
+// 2: flags (holes punched) in the header. A version-1 index (preallocated files, whole-slot
+// quota) is rejected: the rescan punches what the old files hold.
+constexpr uint32_t kIndexVersion = 2;
+constexpr uint32_t kIndexPunched = 1;  // free slots and block tails were punched at Close
+// Smallest block the slot count is sized for (default_block_cache.h).
+constexpr uint64_t kDenseBlockBytes = 64 << 10;
 constexpr const char* kIndexFile = "index";
 constexpr const char* kIndexTmpFile = "index.tmp";
 constexpr const char* kCleanFile = "clean";
@@ -35,8 +41,10 @@ struct IndexHeader {
   uint64_t slot_count;
   uint64_t next_seq;
   uint64_t entry_count;
+  uint32_t flags;
+  uint32_t reserved;
 };
-static_assert(sizeof(IndexHeader) == 40);
+static_assert(sizeof(IndexHeader) == 48);
 struct IndexEntry {
   uint64_t volume, file_id, version, index;
   uint64_t slot;
@@ -152,6 +160,11 @@ DefaultBlockCache::DefaultBlockCache(const Config& config, const Options& option
       &metrics->GetCounter("spoke_cache_disk_errors_total", "Failed I/O on the cache disk");
   m_bytes_ = &metrics->GetGauge("spoke_cache_bytes", "Bytes of block data held in the cache");
   m_capacity_ = &metrics->GetGauge("spoke_cache_capacity_bytes", "Block data quota of the cache");
+  m_disk_bytes_ =
+      &metrics->GetGauge("spoke_cache_disk_bytes",
+                         "Disk space charged to cached blocks (header + data rounded up to 4 KiB)");
+  m_disk_quota_ = &metrics->GetGauge("spoke_cache_disk_quota_bytes",
+                                     "Limit on spoke_cache_disk_bytes (capacity + block headers)");
   m_degraded_ = &metrics->GetGauge("spoke_cache_degraded",
                                    "1 when the cache disk failed and every read goes to the hub");
 }
@@ -173,8 +186,21 @@ Result<std::unique_ptr<DefaultBlockCache>> DefaultBlockCache::Open(
     return Fail(Code::kUnavailable, "cache dir: " + config.dir + " is in use by another cache");
   }
 
-  cache->slot_count_ = config.capacity_bytes / config.block_size;
+  // Geometry (default_block_cache.h): the quota is the disk one slot per block of capacity
+  // took; with hole punching, many more slots share it.
+  const uint64_t block_slots = config.capacity_bytes / config.block_size;
   const uint32_t slot_size = static_cast<uint32_t>(kHeaderBytes + config.block_size);
+  cache->slot_size_ = slot_size;
+  cache->disk_quota_ = block_slots * slot_size;
+  cache->punch_ = options.punch_holes && UringBlockStore::CanPunchHoles(config.dir);
+  if (options.punch_holes && !cache->punch_) {
+    log::Warn("cache filesystem cannot punch holes: one slot per block, each charged whole",
+              {{"dir", config.dir}});
+  }
+  cache->slot_count_ = cache->punch_
+                           ? std::clamp(cache->disk_quota_ / (kDenseBlockBytes + kHeaderBytes),
+                                        block_slots, std::max(block_slots, kMaxSlots))
+                           : block_slots;
   auto store = store_factory(config.dir, cache->slot_count_, slot_size);
   if (!store) return std::unexpected(store.error().Wrap("cache store"));
   if ((*store)->slot_count() != cache->slot_count_ || (*store)->slot_size() != slot_size) {
@@ -183,8 +209,11 @@ Result<std::unique_ptr<DefaultBlockCache>> DefaultBlockCache::Open(
   cache->store_ = std::move(*store);
   cache->policy_ = std::move(policy);
   cache->slots_.resize(cache->slot_count_);
-  cache->stats_.capacity_bytes = cache->slot_count_ * config.block_size;
+  cache->stats_.capacity_bytes = block_slots * config.block_size;
+  cache->stats_.disk_quota_bytes = cache->disk_quota_;
   cache->m_capacity_->Set(static_cast<int64_t>(cache->stats_.capacity_bytes));
+  cache->m_disk_quota_->Set(static_cast<int64_t>(cache->disk_quota_));
+  cache->m_disk_bytes_->Set(0);
   cache->m_degraded_->Set(0);
   if (Status s = cache->Recover(); !s) return std::unexpected(s.error());
   return cache;
@@ -218,23 +247,87 @@ Status DefaultBlockCache::Recover() {
     Scan();
   }
   unlink(Path(config_.dir, kIndexFile).c_str());
+  std::vector<uint64_t> clear;
+  {
+    // A smaller quota than the blocks found (capacity changed), or duplicates left by a crash.
+    std::vector<Event> events;  // no listener yet
+    std::lock_guard lock(mu_);
+    TrimToQuotaLocked(events);
+    clear.swap(to_clear_);
+  }
+  ClearSlots(clear);
   std::lock_guard lock(mu_);
+  // Sparse files reserve nothing: say so now if the filesystem cannot hold the quota.
+  struct statvfs vfs {};
+  if (statvfs(config_.dir.c_str(), &vfs) == 0 &&
+      uint64_t{vfs.f_bavail} * vfs.f_frsize < disk_quota_ - stats_.disk_bytes) {
+    log::Warn("cache filesystem has less free space than the cache quota; writes may fail",
+              {{"dir", config_.dir},
+               {"free_bytes", uint64_t{vfs.f_bavail} * vfs.f_frsize},
+               {"quota_left_bytes", disk_quota_ - stats_.disk_bytes}});
+  }
   log::Info("block cache open", {{"dir", config_.dir},
                                  {"recovery", recovery_ == Recovery::kFresh   ? "fresh"
                                               : recovery_ == Recovery::kIndex ? "index"
                                                                               : "scan"},
                                  {"blocks", index_.size()},
                                  {"slots", slot_count_},
-                                 {"block_size", config_.block_size}});
+                                 {"block_size", config_.block_size},
+                                 {"punch_holes", punch_},
+                                 {"disk_bytes", stats_.disk_bytes},
+                                 {"disk_quota_bytes", disk_quota_}});
   return Ok();
 }
 
-void DefaultBlockCache::Publish(const BlockKey& key, const Entry& e, const AdmissionHint& hint) {
+bool DefaultBlockCache::punching() const {
+  std::lock_guard lock(mu_);
+  return punch_;
+}
+
+void DefaultBlockCache::Publish(const BlockKey& key, Entry e, const AdmissionHint& hint) {
+  e.charge = ChargeLocked(e.length);
+  // What this block occupies on disk, at least (the rest of its slot is a hole).
+  uint32_t& extent = slots_[e.slot].extent;
+  extent = std::max(extent, static_cast<uint32_t>(kHeaderBytes + AlignUp(e.length, kIoAlign)));
   index_[key] = e;
   policy_->OnInsert(key, hint);
   stats_.used_bytes += e.length;
   volume_bytes_[key.volume] += e.length;
   m_bytes_->Set(static_cast<int64_t>(stats_.used_bytes));
+  SetDiskBytesLocked(stats_.disk_bytes + e.charge);
+}
+
+uint32_t DefaultBlockCache::ChargeLocked(uint32_t length) const {
+  return punch_ ? static_cast<uint32_t>(kHeaderBytes + AlignUp(length, kIoAlign)) : slot_size_;
+}
+
+void DefaultBlockCache::SetDiskBytesLocked(uint64_t bytes) {
+  stats_.disk_bytes = bytes;
+  m_disk_bytes_->Set(static_cast<int64_t>(bytes));
+}
+
+void DefaultBlockCache::StopPunchingLocked() {
+  if (!punch_) return;
+  punch_ = false;
+  log::Warn("cache filesystem refused to punch a hole: charging whole slots until restart",
+            {{"dir", config_.dir}});
+  uint64_t bytes = stats_.disk_bytes;
+  for (auto& [key, e] : index_) {
+    bytes += slot_size_ - e.charge;
+    e.charge = slot_size_;
+  }
+  SetDiskBytesLocked(bytes);  // may exceed the quota: the next Puts evict down to it
+}
+
+void DefaultBlockCache::TrimToQuotaLocked(std::vector<Event>& events) {
+  while (stats_.disk_bytes > disk_quota_) {
+    std::optional<BlockKey> victim = policy_->PickVictim(BlockKey{}, AdmissionHint{});
+    auto it = victim ? index_.find(*victim) : index_.end();
+    if (it == index_.end()) break;
+    DropLocked(it, events);
+    ++stats_.evictions;
+    m_evictions_->Inc();
+  }
 }
 
 bool DefaultBlockCache::LoadIndex() {
@@ -255,6 +348,7 @@ bool DefaultBlockCache::LoadIndex() {
   if (h.block_size != config_.block_size || h.slot_count != slot_count_) {
     return reject("geometry changed");
   }
+  if (((h.flags & kIndexPunched) != 0) != punch_) return reject("hole punching changed");
   if (bytes.size() != sizeof(IndexHeader) + h.entry_count * sizeof(IndexEntry) + 8) {
     return reject("size");
   }
@@ -275,7 +369,7 @@ bool DefaultBlockCache::LoadIndex() {
   std::lock_guard lock(mu_);
   for (const IndexEntry& ie : entries) {
     BlockKey key{ie.volume, ie.file_id, ie.version, ie.index};
-    Entry e{ie.slot, ie.seq, ++tick_, ie.length, ie.origin, ie.read != 0};
+    Entry e{ie.slot, ie.seq, ++tick_, ie.length, ie.origin, ie.read != 0, 0};
     // Entries are coldest first: inserting in order rebuilds the recency order. Predictions
     // do not survive a restart; a read prefetch counts as demand for admission.
     Publish(key, e, AdmissionHint{e.read ? kDemand : e.origin, kUnknownUse});
@@ -329,7 +423,7 @@ void DefaultBlockCache::Scan() {
   for (const auto& list : found) {
     for (const Found& f : list) {
       max_seq = std::max(max_seq, f.header.seq);
-      Entry e{f.slot, f.header.seq, 0, f.header.length, f.header.origin, false};
+      Entry e{f.slot, f.header.seq, 0, f.header.length, f.header.origin, false, 0};
       auto [it, inserted] = best.emplace(f.header.key, e);
       if (!inserted && it->second.seq < e.seq) it->second = e;  // newest generation wins
     }
@@ -344,12 +438,72 @@ void DefaultBlockCache::Scan() {
     used[e.slot] = true;
     Publish(key, e, AdmissionHint{e.origin, kUnknownUse});
   }
+  // Older generations still carry a valid header: clear them, or a crash after the newest is
+  // evicted would bring them back.
+  uint64_t stale = 0;
+  for (const auto& list : found) {
+    for (const Found& f : list) {
+      if (used[f.slot]) continue;
+      used[f.slot] = true;
+      slots_[f.slot].extent = slot_size_;
+      FreeSlotLocked(f.slot);
+      ++stale;
+    }
+  }
   for (uint64_t s = slot_count_; s > 0; --s) {
     if (!used[s - 1]) free_.push_back(s - 1);
   }
   next_seq_ = max_seq + 1;
   lock.unlock();
-  log::Info("cache scan done", {{"blocks", order.size()}, {"invalid_headers", bad.load()}});
+  log::Info("cache scan done",
+            {{"blocks", order.size()}, {"invalid_headers", bad.load()}, {"stale_copies", stale}});
+  PunchUnaccounted();
+}
+
+void DefaultBlockCache::PunchUnaccounted() {
+  // Free slots are assumed empty and blocks to end at their data. What a crash between a
+  // write and its punch left, or an older version's preallocated files, breaks that: when the
+  // files hold clearly more than that (a few interrupted operations and the filesystem's
+  // extent maps are tolerated), punch every slot beyond its block. A punch per slot costs ~3x
+  // a header read, so an ordinary crash does not pay for it.
+  std::vector<uint32_t> keep(slot_count_);
+  uint64_t expected = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!punch_) return;
+    for (uint64_t s = 0; s < slot_count_; ++s) {
+      keep[s] = slots_[s].extent;
+      expected += keep[s];
+    }
+  }
+  const std::optional<uint64_t> allocated = store_->allocated_bytes();
+  const uint64_t tolerated = 16ull * slot_size_ + disk_quota_ / 1024;
+  if (allocated && *allocated <= expected + tolerated) return;
+  log::Info("cache files hold more than their blocks; punching every slot",
+            {{"dir", config_.dir},
+             {"allocated_bytes", allocated.value_or(0)},
+             {"expected_bytes", expected}});
+  const unsigned threads = static_cast<unsigned>(std::min<uint64_t>(8, 1 + slot_count_ / 64));
+  std::atomic<bool> refused{false};
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (uint64_t slot = t; slot < slot_count_ && !refused; slot += threads) {
+        if (keep[slot] >= slot_size_) continue;
+        Status p = store_->Punch(slot, keep[slot], slot_size_ - keep[slot]);
+        if (!p && p.error().ToErrno() == EOPNOTSUPP) {
+          refused = true;
+        } else if (!p) {
+          std::lock_guard lock(mu_);
+          RecordIoLocked(p, "punch unaccounted space");
+          if (stats_.degraded) break;
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  std::lock_guard lock(mu_);
+  if (refused) StopPunchingLocked();
 }
 
 Result<size_t> DefaultBlockCache::Get(const BlockKey& key, char* out, size_t capacity) {
@@ -405,6 +559,7 @@ Result<size_t> DefaultBlockCache::Get(const BlockKey& key, char* out, size_t cap
 
   std::vector<Event> events;
   Result<size_t> result = e.length;
+  bool clear = false;
   {
     std::lock_guard lock(mu_);
     SlotState& st = slots_[e.slot];
@@ -440,12 +595,14 @@ Result<size_t> DefaultBlockCache::Get(const BlockKey& key, char* out, size_t cap
     }
     if (st.pins == 0 && st.free_when_unpinned) {
       st.free_when_unpinned = false;
-      free_.push_back(e.slot);
+      FreeSlotLocked(e.slot);
     }
+    clear = !to_clear_.empty();
     --inflight_;
   }
   cv_.notify_all();
   Fire(events);
+  if (clear) ClearReleased();
   return result;
 }
 
@@ -455,51 +612,72 @@ Status DefaultBlockCache::Put(const BlockKey& key, const char* data, size_t leng
     return Fail(Code::kInvalidArgument, "Put: length must be in 1..block_size");
   }
   std::vector<Event> events;
-  uint64_t slot = 0;
+  std::optional<uint64_t> slot;
   uint64_t seq = 0;
+  uint32_t charge = 0;
+  uint32_t old_extent = 0;
+  bool clear_victims = false;
   {
     std::unique_lock lock(mu_);
     if (closed_) return Fail(Code::kUnavailable, "cache closed");
     if (stats_.degraded) return Fail(Code::kIo, "cache degraded: disk failed");
     if (index_.contains(key) || writing_.contains(key)) return Ok();
+    charge = ChargeLocked(static_cast<uint32_t>(length));
     if (!free_.empty()) {
       slot = free_.back();
       free_.pop_back();
-    } else {
-      for (int attempt = 0;; ++attempt) {
-        std::optional<BlockKey> victim = policy_->PickVictim(key, hint);
-        if (!victim) {
+    }
+    // Evict until the block fits the quota and has a slot: the first victim's slot goes to
+    // this Put when no slot was free, later victims' slots are freed (and punched).
+    for (int strays = 0; !slot || stats_.disk_bytes + charge > disk_quota_;) {
+      std::optional<BlockKey> victim = policy_->PickVictim(key, hint);
+      auto it = victim ? index_.find(*victim) : index_.end();
+      if (victim && it == index_.end()) {
+        // A policy naming a block the cache does not hold is a bug; recover, bounded.
+        log::Error("eviction policy named an uncached block", {{"attempt", strays}});
+        policy_->OnRemove(*victim);
+        if (++strays < 8) continue;
+        victim.reset();
+      }
+      if (!victim) {
+        if (slot) ReleaseSlotLocked(*slot);
+        const bool clear = !to_clear_.empty();
+        Status refused =
+            strays >= 8 ? Fail(Code::kInternal, "eviction policy out of sync")
+                        : Fail(Code::kNoSpace, "cache full: admission refused by eviction policy");
+        if (strays < 8) {
           ++stats_.rejected_admissions;
           // A refused prefetch is wasted work for its expert: tell the scorer now rather
           // than letting the verdict wait for expiry.
           if (hint.origin != kDemand) events.push_back(Event{false, key, hint.origin});
-          lock.unlock();
-          Fire(events);
-          return Fail(Code::kNoSpace, "cache full: admission refused by eviction policy");
         }
-        auto it = index_.find(*victim);
-        if (it == index_.end()) {
-          // A policy naming a block the cache does not hold is a bug; recover, bounded.
-          log::Error("eviction policy named an uncached block", {{"attempt", attempt}});
-          policy_->OnRemove(*victim);
-          if (attempt >= 8) return Fail(Code::kInternal, "eviction policy out of sync");
-          continue;
-        }
+        lock.unlock();
+        Fire(events);
+        if (clear) ClearReleased();
+        return refused;
+      }
+      if (!slot) {
         slot = it->second.slot;
         DropLocked(it, events, /*release_slot=*/false);  // the slot goes to this Put
-        ++stats_.evictions;
-        m_evictions_->Inc();
-        break;
+      } else {
+        DropLocked(it, events);
       }
+      ++stats_.evictions;
+      m_evictions_->Inc();
     }
-    writing_[key] = Writing{slot, false};
+    writing_[key] = Writing{*slot, charge, false};
+    SetDiskBytesLocked(stats_.disk_bytes + charge);  // reserved: concurrent Puts see it
     seq = next_seq_++;
     ++inflight_;
     // A reader still on the victim's old contents finishes first.
-    cv_.wait(lock, [&] { return slots_[slot].pins == 0; });
+    cv_.wait(lock, [&] { return slots_[*slot].pins == 0; });
+    old_extent = slots_[*slot].extent;
+    clear_victims = !to_clear_.empty();
   }
   Fire(events);
   events.clear();
+  // Space of the other victims back first, so the disk stays within the quota.
+  if (clear_victims) ClearReleased();
 
   BlockHeader h;
   h.block_size = config_.block_size;
@@ -508,13 +686,14 @@ Status DefaultBlockCache::Put(const BlockKey& key, const char* data, size_t leng
   h.length = static_cast<uint32_t>(length);
   h.origin = hint.origin;
   h.data_checksum = DataChecksum(data, length);
+  const size_t padded = AlignUp(length, kIoAlign);
+  const auto extent = static_cast<uint32_t>(kHeaderBytes + padded);
   AlignedBuffer buf = TakeBuffer();
   Status io = Ok();
   if (!buf) {
     io = Fail(Code::kIo, "out of memory for a bounce buffer");
   } else {
     EncodeHeader(h, buf.get());
-    const size_t padded = AlignUp(length, kIoAlign);
     iovec segs[2];
     size_t nsegs;
     if (reinterpret_cast<uintptr_t>(data) % kIoAlign == 0 && length == padded) {
@@ -527,31 +706,48 @@ Status DefaultBlockCache::Put(const BlockKey& key, const char* data, size_t leng
       segs[0] = {buf.get(), kHeaderBytes + padded};
       nsegs = 1;
     }
-    io = store_->Write(slot, 0, {segs, nsegs});
+    io = store_->Write(*slot, 0, {segs, nsegs});
   }
   GiveBuffer(std::move(buf));
+  // A longer block held this slot before: give its tail back (never with whole-slot charges:
+  // no holes, or a full block).
+  Status tail = Ok();
+  if (io && charge < slot_size_ && old_extent > extent) {
+    tail = store_->Punch(*slot, extent, old_extent - extent);
+  }
 
   Status result = Ok();
+  bool clear = false;
   {
     std::lock_guard lock(mu_);
     auto w = writing_.find(key);
     const bool cancelled = w->second.cancelled;
+    SetDiskBytesLocked(stats_.disk_bytes - w->second.charge);
     writing_.erase(w);
+    // A failed write may have allocated anything; a failed punch kept the old tail.
+    slots_[*slot].extent = !io ? slot_size_ : tail ? extent : std::max(extent, old_extent);
+    if (!tail && tail.error().ToErrno() == EOPNOTSUPP) {
+      StopPunchingLocked();
+    } else if (!tail) {
+      RecordIoLocked(tail, "punch block tail");
+    }
     if (!io) {
       RecordIoLocked(io, "write block");
-      free_.push_back(slot);
+      FreeSlotLocked(*slot);
       result = Fail(Code::kIo, "cache write failed: " + io.error().message());
     } else if (cancelled || closed_) {
-      consecutive_errors_ = 0;
-      free_.push_back(slot);
+      if (tail) consecutive_errors_ = 0;
+      FreeSlotLocked(*slot);
     } else {
-      consecutive_errors_ = 0;
-      Publish(key, Entry{slot, seq, ++tick_, static_cast<uint32_t>(length), hint.origin, false},
+      if (tail) consecutive_errors_ = 0;
+      Publish(key, Entry{*slot, seq, ++tick_, static_cast<uint32_t>(length), hint.origin, false, 0},
               hint);
     }
+    clear = !to_clear_.empty();
     --inflight_;
   }
   cv_.notify_all();
+  if (clear) ClearReleased();
   return result;
 }
 
@@ -590,19 +786,11 @@ uint64_t DefaultBlockCache::Evict(uint64_t volume, uint64_t file_id) {
     });
   }
   Fire(events);
-  // Overwrite the headers so a crash before the next Close does not resurrect the blocks.
-  AlignedBuffer zero = AllocateAligned(kHeaderBytes);
-  std::vector<Status> results;
-  for (uint64_t s : slots) {
-    iovec seg{zero.get(), kHeaderBytes};
-    results.push_back(zero ? store_->Write(s, 0, {&seg, 1}) : Status(Ok()));
-  }
+  // Punch the slots (or overwrite their headers) so a crash before the next Close does not
+  // resurrect the blocks, and the space goes back at once.
+  ClearSlots(slots);
   {
     std::lock_guard lock(mu_);
-    for (const Status& r : results) {
-      if (!r) RecordIoLocked(r, "invalidate block");
-    }
-    for (uint64_t s : slots) free_.push_back(s);
     --inflight_;
   }
   cv_.notify_all();
@@ -633,6 +821,14 @@ Status DefaultBlockCache::Close() {
   if (closed_) return Ok();
   closed_ = true;
   cv_.wait(lock, [&] { return inflight_ == 0; });
+  if (!to_clear_.empty()) {
+    // Freed slots get their space back before the index records them as free.
+    std::vector<uint64_t> clear;
+    clear.swap(to_clear_);
+    lock.unlock();
+    ClearSlots(clear);
+    lock.lock();
+  }
   if (stats_.degraded) {
     close(lock_fd_);
     lock_fd_ = -1;
@@ -671,8 +867,8 @@ Status DefaultBlockCache::WriteIndex() {
     for (const auto& [k, e] : index_) order.emplace_back(&k, &e);
     std::sort(order.begin(), order.end(),
               [](const auto& a, const auto& b) { return a.second->last_use < b.second->last_use; });
-    IndexHeader h{kIndexMagic, kIndexVersion, config_.block_size,
-                  slot_count_, next_seq_,     order.size()};
+    IndexHeader h{kIndexMagic, kIndexVersion, config_.block_size,          slot_count_,
+                  next_seq_,   order.size(),  punch_ ? kIndexPunched : 0u, 0};
     bytes.reserve(sizeof(h) + order.size() * sizeof(IndexEntry) + 8);
     bytes.append(reinterpret_cast<const char*>(&h), sizeof(h));
     for (const auto& [k, e] : order) {
@@ -701,6 +897,7 @@ void DefaultBlockCache::DropLocked(Index::iterator it, std::vector<Event>& event
   policy_->OnRemove(key);
   if (e.origin != kDemand && !e.read) events.push_back({false, key, e.origin});
   stats_.used_bytes -= e.length;
+  SetDiskBytesLocked(stats_.disk_bytes - e.charge);
   auto vb = volume_bytes_.find(key.volume);
   if (vb != volume_bytes_.end() && (vb->second -= e.length) == 0) volume_bytes_.erase(vb);
   m_bytes_->Set(static_cast<int64_t>(stats_.used_bytes));
@@ -712,7 +909,75 @@ void DefaultBlockCache::ReleaseSlotLocked(uint64_t slot) {
   if (slots_[slot].pins > 0) {
     slots_[slot].free_when_unpinned = true;
   } else {
+    FreeSlotLocked(slot);
+  }
+}
+
+void DefaultBlockCache::FreeSlotLocked(uint64_t slot) {
+  // Without holes there is no space to give back: the slot is simply reused (Evict() still
+  // invalidates its headers itself).
+  if (punch_ && slots_[slot].extent > 0) {
+    to_clear_.push_back(slot);
+  } else {
     free_.push_back(slot);
+  }
+}
+
+void DefaultBlockCache::ClearReleased() {
+  std::vector<uint64_t> slots;
+  {
+    std::lock_guard lock(mu_);
+    // After Close started, Close clears what is left.
+    if (to_clear_.empty() || closed_) return;
+    slots.swap(to_clear_);
+    ++inflight_;
+  }
+  ClearSlots(slots);
+  {
+    std::lock_guard lock(mu_);
+    --inflight_;
+  }
+  cv_.notify_all();
+}
+
+void DefaultBlockCache::ClearSlots(const std::vector<uint64_t>& slots) {
+  if (slots.empty()) return;
+  bool punch, degraded;
+  {
+    std::lock_guard lock(mu_);
+    punch = punch_;
+    degraded = stats_.degraded;
+  }
+  bool refused = false;
+  AlignedBuffer zero;
+  std::vector<Status> results;
+  std::vector<bool> punched;
+  for (uint64_t s : slots) {
+    Status r = Ok();
+    bool p = false;
+    if (!degraded && punch) {
+      r = store_->Punch(s, 0, slot_size_);
+      p = r.has_value();
+      if (!r && r.error().ToErrno() == EOPNOTSUPP) {
+        refused = true;
+        punch = false;
+      }
+    }
+    if (!degraded && !punch) {
+      // No holes: overwrite the header, so the block cannot come back after a crash.
+      if (!zero) zero = AllocateAligned(kHeaderBytes);
+      iovec seg{zero.get(), kHeaderBytes};
+      r = zero ? store_->Write(s, 0, {&seg, 1}) : Status(Ok());
+    }
+    results.push_back(std::move(r));
+    punched.push_back(p);
+  }
+  std::lock_guard lock(mu_);
+  if (refused) StopPunchingLocked();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!results[i]) RecordIoLocked(results[i], "clear freed slot");
+    if (punched[i]) slots_[slots[i]].extent = 0;
+    free_.push_back(slots[i]);
   }
 }
 

@@ -1,9 +1,24 @@
 // DefaultBlockCache: BlockCache = index (BlockKey -> slot) + free slot list + EvictionPolicy +
 // BlockStore + stats.
 //
-// Slots: the store holds capacity / block_size slots of kHeaderBytes + block_size bytes; a
-// slot holds one block, its header in the first 4 KiB (block_header.h). Quota is therefore
-// exact: at most slot_count blocks, whatever their length.
+// Quota: each block is charged the disk space it occupies, a 4 KiB header + its length rounded
+// up to 4 KiB (a 110 KB image: 112 KiB, not a 1 MiB slot), and Put evicts (EvictionPolicy)
+// until charged bytes + the incoming block fit disk_quota = capacity_bytes / block_size slots
+// of kHeaderBytes + block_size, i.e. the disk the one-slot-per-block geometry used, so a cache
+// of full blocks holds exactly as many as before.
+//
+// Slots: the store holds slot_count slots of kHeaderBytes + block_size bytes in sparse files; a
+// slot holds one block, its header in the first 4 KiB (block_header.h), and occupies disk only
+// up to the end of that block's data. slot_count = disk_quota / (64 KiB + kHeaderBytes): blocks
+// of 64 KiB or more fill the quota by bytes before slots run out; smaller ones (rare among
+// training samples) are bounded by slots. Capped at kMaxSlots (~20 B of RAM and a header read
+// at scan per slot), never below one slot per block_size of capacity. When a slot is freed (an
+// evicted, dropped or Evict()ed block), or rewritten with a shorter block, its unused part is
+// punched (fallocate PUNCH_HOLE), so the data files' allocated size follows the charged bytes.
+// A filesystem that cannot punch holes (probed at open) gets the old geometry: capacity /
+// block_size slots, each block charged a whole slot. EOPNOTSUPP later (not seen in practice:
+// same filesystem) is logged once and switches to whole-slot charges until restart; the space
+// already spread over the many slots is then not given back until the next open.
 //
 // Concurrency: one mutex guards the index, slot states, policy and stats; device I/O runs
 // outside it. A Get pins its slot while reading, so an eviction never overwrites a slot under
@@ -14,8 +29,11 @@
 // Persistence: Close() writes <dir>/index (header, entries coldest-first, XXH3 trailer) via
 // index.tmp + fsync + rename, then <dir>/clean. Open() deletes `clean` before serving; if it
 // was there and the index is valid, the index is loaded; otherwise every slot header is read
-// and verified (rescan), the newest generation winning when two slots hold the same key. Data
-// checksums are always verified lazily, on Get.
+// and verified (rescan), the newest generation winning when two slots hold the same key (older
+// copies are cleared), and when the data files hold clearly more than the blocks found (an
+// older version's preallocated files; many operations cut by crashes), every slot's unused part
+// is punched. Recovery then evicts down to the quota if the geometry shrank. Data checksums are
+// always verified lazily, on Get.
 //
 // Disk errors: each failed device I/O is logged, counted (disk_errors) and drops the block it
 // touched; after Options::degrade_after_consecutive_errors failures in a row, or
@@ -43,7 +61,12 @@ class DefaultBlockCache final : public BlockCache {
     unsigned degrade_after_consecutive_errors = 3;  // a dead disk fails every I/O
     unsigned degrade_after_total_errors = 32;       // a dying one fails some, repeatedly
     size_t spare_buffers = 32;                      // bounce buffers kept (one slot each)
+    // Charge blocks by bytes in many sparse slots when the filesystem can punch holes; false
+    // forces the one-slot-per-block geometry (what a filesystem without punch-hole gets).
+    bool punch_holes = true;
   };
+  // Most slots a cache has (see above): ~80 MiB of slot state, ~270 GiB of quota at 64 KiB.
+  static constexpr uint64_t kMaxSlots = 4ull << 20;
   // Opens the store for (slot_count, slot_size). Tests wrap the real store to inject faults.
   using StoreFactory = std::function<Result<std::unique_ptr<BlockStore>>(
       const std::string& dir, uint64_t slot_count, uint32_t slot_size)>;
@@ -88,6 +111,8 @@ class DefaultBlockCache final : public BlockCache {
 
   Recovery recovery() const { return recovery_; }
   uint64_t slot_count() const { return slot_count_; }
+  // True while blocks are charged by bytes (holes punched); false in the old geometry.
+  bool punching() const;
 
  private:
   struct Entry {
@@ -97,14 +122,17 @@ class DefaultBlockCache final : public BlockCache {
     uint32_t length = 0;
     ExpertId origin = kDemand;
     bool read = false;
+    uint32_t charge = 0;  // counted in stats_.disk_bytes
   };
   struct Writing {
     uint64_t slot = 0;
+    uint32_t charge = 0;     // reserved in stats_.disk_bytes until published or abandoned
     bool cancelled = false;  // Evict() ran meanwhile: free the slot instead of publishing
   };
   struct SlotState {
     uint32_t pins = 0;
     bool free_when_unpinned = false;
+    uint32_t extent = 0;  // bytes from the slot's start that may be allocated on disk
   };
   struct Event {
     bool used;
@@ -117,14 +145,31 @@ class DefaultBlockCache final : public BlockCache {
   Status Recover();
   bool LoadIndex();
   void Scan();
-  void Publish(const BlockKey& key, const Entry& e, const AdmissionHint& hint);
+  // After a scan: punches slots beyond their blocks when the files hold more than those.
+  void PunchUnaccounted();
+  void Publish(const BlockKey& key, Entry e, const AdmissionHint& hint);
   Status WriteIndex();
+  // Gives back the disk space of freed slots (punch; or invalidates their header when holes
+  // cannot be punched) and puts them on the free list. Runs without mu_; the caller keeps
+  // Close() waiting (inflight_) and owns `slots` (in no list).
+  void ClearSlots(const std::vector<uint64_t>& slots);
+  // ClearSlots on the slots freed by any operation so far (to_clear_).
+  void ClearReleased();
 
   // Helpers below run with mu_ held.
+  // Disk space a block of `length` bytes is charged.
+  uint32_t ChargeLocked(uint32_t length) const;
   // Removes a block from the index and policy (queueing a wasted-prefetch event); frees its
   // slot (once unpinned) unless the caller takes it over.
   void DropLocked(Index::iterator it, std::vector<Event>& events, bool release_slot = true);
   void ReleaseSlotLocked(uint64_t slot);
+  // An unpinned slot nobody uses: to to_clear_ when it may hold space to punch, else to free_.
+  void FreeSlotLocked(uint64_t slot);
+  // Evicts (policy's choice) until the charged bytes fit the quota; after recovery.
+  void TrimToQuotaLocked(std::vector<Event>& events);
+  // The filesystem refused a punch: charge whole slots from now on (logged once).
+  void StopPunchingLocked();
+  void SetDiskBytesLocked(uint64_t bytes);
   void RecordIoLocked(const Status& s, std::string_view what);
   void Fire(const std::vector<Event>& events);
 
@@ -134,6 +179,8 @@ class DefaultBlockCache final : public BlockCache {
   const Config config_;
   const Options options_;
   uint64_t slot_count_ = 0;
+  uint32_t slot_size_ = 0;
+  uint64_t disk_quota_ = 0;
   std::unique_ptr<BlockStore> store_;
   std::unique_ptr<EvictionPolicy> policy_;
   int lock_fd_ = -1;
@@ -145,6 +192,8 @@ class DefaultBlockCache final : public BlockCache {
   metrics::Counter* m_disk_errors_ = nullptr;
   metrics::Gauge* m_bytes_ = nullptr;
   metrics::Gauge* m_capacity_ = nullptr;
+  metrics::Gauge* m_disk_bytes_ = nullptr;
+  metrics::Gauge* m_disk_quota_ = nullptr;
   metrics::Gauge* m_degraded_ = nullptr;
 
   mutable std::mutex mu_;
@@ -153,14 +202,16 @@ class DefaultBlockCache final : public BlockCache {
   std::unordered_map<BlockKey, Writing, BlockKeyHash> writing_;  // guarded by mu_
   std::vector<SlotState> slots_;                                 // guarded by mu_
   std::vector<uint64_t> free_;                                   // guarded by mu_
-  std::unordered_map<uint64_t, uint64_t> volume_bytes_;          // guarded by mu_
-  BlockCacheStats stats_;                                        // guarded by mu_
-  uint64_t next_seq_ = 1;                                        // guarded by mu_
-  uint64_t tick_ = 0;                                            // guarded by mu_
-  unsigned consecutive_errors_ = 0;                              // guarded by mu_
-  unsigned inflight_ = 0;                                        // guarded by mu_
-  bool closed_ = false;                                          // guarded by mu_
-  CacheListener* listener_ = nullptr;                            // guarded by mu_
+  std::vector<uint64_t> to_clear_;  // freed, may hold data: ClearReleased; guarded by mu_
+  bool punch_ = false;              // guarded by mu_ (set before serving)
+  std::unordered_map<uint64_t, uint64_t> volume_bytes_;  // guarded by mu_
+  BlockCacheStats stats_;                                // guarded by mu_
+  uint64_t next_seq_ = 1;                                // guarded by mu_
+  uint64_t tick_ = 0;                                    // guarded by mu_
+  unsigned consecutive_errors_ = 0;                      // guarded by mu_
+  unsigned inflight_ = 0;                                // guarded by mu_
+  bool closed_ = false;                                  // guarded by mu_
+  CacheListener* listener_ = nullptr;                    // guarded by mu_
 
   std::mutex buffers_mu_;
   std::vector<AlignedBuffer> buffers_;  // guarded by buffers_mu_

@@ -25,24 +25,14 @@ Error ErrnoError(int err, const std::string& what) {
   return Error::FromErrno(err, what + ": " + std::strerror(err));
 }
 
-// Sizes an open data file to exactly `bytes`, allocating the blocks when it grows.
+// Sizes an open data file to exactly `bytes`. Growing leaves a hole: slots take disk space
+// only when written.
 Status SizeFile(int fd, uint64_t bytes, const std::string& path) {
   struct stat st {};
   if (fstat(fd, &st) != 0) return std::unexpected(ErrnoError(errno, "stat " + path));
   if (static_cast<uint64_t>(st.st_size) == bytes) return Ok();
-  if (static_cast<uint64_t>(st.st_size) > bytes) {
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      return std::unexpected(ErrnoError(errno, "truncate " + path));
-    }
-    return Ok();
-  }
-  if (fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0) return Ok();
-  int err = errno;
-  if (err != EOPNOTSUPP && err != ENOSYS) {
-    return std::unexpected(ErrnoError(err, "preallocate " + path));
-  }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    return std::unexpected(ErrnoError(errno, "extend " + path));
+    return std::unexpected(ErrnoError(errno, "size " + path));
   }
   return Ok();
 }
@@ -157,6 +147,24 @@ Result<std::unique_ptr<UringBlockStore>> UringBlockStore::Open(const std::string
   return store;
 }
 
+bool UringBlockStore::CanPunchHoles(const std::string& dir) {
+  const std::string path = dir + "/punch-probe";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  constexpr size_t kProbe = 16 * kIoAlign;
+  std::string bytes(kProbe, 'p');
+  bool ok = pwrite(fd, bytes.data(), kProbe, 0) == static_cast<ssize_t>(kProbe) && fsync(fd) == 0;
+  struct stat before {
+  }, after{};
+  ok = ok && fstat(fd, &before) == 0 &&
+       fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kProbe) == 0 &&
+       fstat(fd, &after) == 0 && after.st_blocks < before.st_blocks &&
+       static_cast<uint64_t>(after.st_size) == kProbe;
+  close(fd);
+  unlink(path.c_str());
+  return ok;
+}
+
 Status UringBlockStore::InitRing(Ring& r) {
   if (r.ready) return Ok();
   int rc = io_uring_queue_init(options_.ring_entries, &r.ring, 0);
@@ -171,6 +179,32 @@ Status UringBlockStore::ReadImpl(uint64_t offset_bytes, std::span<const iovec> s
 
 Status UringBlockStore::WriteImpl(uint64_t offset_bytes, std::span<const iovec> segments) {
   return Transfer(true, offset_bytes, segments);
+}
+
+std::optional<uint64_t> UringBlockStore::allocated_bytes() const {
+  uint64_t total = 0;
+  for (int fd : fds_) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) return std::nullopt;
+    total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
+Status UringBlockStore::PunchImpl(uint64_t offset_bytes, uint64_t length) {
+  // A slot never spans two files (slots_per_file_ whole slots per file).
+  const uint64_t file_bytes = slots_per_file_ * slot_size();
+  const int fd = fds_[offset_bytes / file_bytes];
+  const auto off = static_cast<off_t>(offset_bytes % file_bytes);
+  for (;;) {
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+                  static_cast<off_t>(length)) == 0) {
+      return Ok();
+    }
+    if (errno != EINTR) break;
+  }
+  const int err = errno == ENOSYS ? EOPNOTSUPP : errno;
+  return std::unexpected(ErrnoError(err, "punch cache slot"));
 }
 
 Status UringBlockStore::SyncImpl() {

@@ -1,10 +1,13 @@
-// UringBlockStore: BlockStore on one or a few preallocated data files, I/O through io_uring.
+// UringBlockStore: BlockStore on one or a few sparse data files, I/O through io_uring.
 //
 // Files: <dir>/data.0, data.1, ... each holding at most Options::max_file_bytes of whole slots,
-// preallocated with fallocate at open (so the cache never hits ENOSPC mid-run on a sparse
-// file). Opened with O_DIRECT when the filesystem supports it (probed at open: open + one
-// aligned read); tmpfs and some others refuse it (EINVAL) and get buffered I/O with an info
-// log.
+// sized with ftruncate, so they are sparse: a slot occupies disk only where it was written, and
+// Punch (fallocate PUNCH_HOLE | KEEP_SIZE) gives space back. The cache keeps the allocated
+// bytes under its quota (default_block_cache.h); not preallocating means a disk shared with
+// others can fill up under us (ENOSPC -> kNoSpace on a write, which the cache counts as a disk
+// error), so the cache warns at open when the filesystem cannot hold its quota. Opened with
+// O_DIRECT when the filesystem supports it (probed at open: open + one aligned read); tmpfs
+// and some others refuse it (EINVAL) and get buffered I/O with an info log.
 //
 // Threading: a pool of rings, each used by one thread at a time (its own mutex). A caller
 // takes an idle ring (try_lock sweep from a per-thread home ring) or waits on its home ring.
@@ -44,13 +47,20 @@ class UringBlockStore final : public BlockStore {
                                                        uint32_t slot_size, const Options& options);
   ~UringBlockStore() override;
 
+  // True when files in `dir` can have holes punched in them and that gives the space back
+  // (probed on a scratch file, removed again). False on ramfs, some network filesystems, and
+  // when the probe cannot tell (st_blocks not maintained).
+  static bool CanPunchHoles(const std::string& dir);
+
   bool fresh() const override { return fresh_; }
+  std::optional<uint64_t> allocated_bytes() const override;
   bool direct_io() const { return direct_io_; }
   size_t file_count() const { return fds_.size(); }
 
  protected:
   Status ReadImpl(uint64_t offset_bytes, std::span<const iovec> segments) override;
   Status WriteImpl(uint64_t offset_bytes, std::span<const iovec> segments) override;
+  Status PunchImpl(uint64_t offset_bytes, uint64_t length) override;
   Status SyncImpl() override;
 
  private:

@@ -1,5 +1,7 @@
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <filesystem>
 #include <mutex>
@@ -711,6 +713,305 @@ TEST(BlockCacheTest, CapacityChangeRescansAndKeepsWhatFits) {
   auto s = cache->Stats();
   EXPECT_EQ(s.blocks, 4u);
   for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(Serves(*cache, K(i)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quota by bytes: blocks are charged header + length rounded up to 4 KiB, in sparse slots whose
+// unused parts are punched. 1 MiB blocks (the production size) and 110 KB training samples.
+
+constexpr uint32_t kBig = 1 << 20;
+constexpr size_t kSample = 110000;
+constexpr uint64_t kSampleCharge = kHeaderBytes + 27 * kIoAlign;  // 112 KiB
+// Filesystem metadata (extent tree blocks) st_blocks may count beyond the data.
+constexpr uint64_t kDiskSlack = 256 << 10;
+
+BlockCache::Config BigCfg(const std::string& dir, uint64_t mib) {
+  BlockCache::Config c;
+  c.dir = dir;
+  c.capacity_bytes = mib << 20;
+  c.block_size = kBig;
+  c.io_depth = 16;
+  return c;
+}
+
+::testing::AssertionResult ServesBig(BlockCache& c, const BlockKey& k, size_t len) {
+  AlignedBuffer out = AllocateAligned(kBig);
+  auto r = c.Get(k, out.get(), kBig);
+  if (!r) return ::testing::AssertionFailure() << "Get: " << r.error().ToString();
+  if (*r != len) return ::testing::AssertionFailure() << "length " << *r << " != " << len;
+  if (std::memcmp(out.get(), Pattern(k, len).data(), len) != 0) {
+    return ::testing::AssertionFailure() << "wrong contents";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Disk space the data files occupy (st_blocks), what the quota must bound.
+uint64_t AllocatedBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("data.", 0) != 0) continue;
+    struct stat st {};
+    EXPECT_EQ(stat(e.path().c_str(), &st), 0);
+    total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
+class BlockCacheBytesFsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BlockCacheBytesFsTest, HoldsCapacityOverSampleSizeNotOverBlockSize) {
+  TempDir dir(GetParam());
+  metrics::Registry reg;
+  auto [cache, faulty] = Open(BigCfg(dir.path(), 16), &reg);
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(cache->punching()) << "filesystem cannot punch holes";
+  for (uint64_t i = 0; i < 400; ++i) ASSERT_TRUE(PutK(*cache, K(i), kSample));
+  auto s = cache->Stats();
+  // 16 MiB + one header per MiB, in 112 KiB charges: 146 samples (one slot per MiB held 16).
+  EXPECT_EQ(s.disk_quota_bytes, 16 * (kHeaderBytes + kBig));
+  EXPECT_EQ(s.blocks, s.disk_quota_bytes / kSampleCharge);
+  EXPECT_GE(s.blocks, (16ull << 20) / kSampleCharge);
+  EXPECT_EQ(s.disk_bytes, s.blocks * kSampleCharge);
+  EXPECT_EQ(s.used_bytes, s.blocks * kSample);
+  EXPECT_LE(s.used_bytes, s.capacity_bytes);
+  EXPECT_EQ(GaugeValue(reg, "spoke_cache_disk_bytes"), static_cast<int64_t>(s.disk_bytes));
+  EXPECT_EQ(GaugeValue(reg, "spoke_cache_bytes"), static_cast<int64_t>(s.used_bytes));
+  for (uint64_t i = 400 - s.blocks; i < 400; ++i) EXPECT_TRUE(ServesBig(*cache, K(i), kSample));
+  EXPECT_FALSE(cache->Contains(K(400 - s.blocks - 1)));
+  EXPECT_LE(AllocatedBytes(dir.path()), s.disk_bytes + kDiskSlack);
+}
+
+TEST_P(BlockCacheBytesFsTest, RestartAndScanRecoverMixedSizes) {
+  TempDir dir(GetParam());
+  TempDir crashed(GetParam());
+  std::vector<size_t> lengths;
+  for (uint64_t i = 0; i < 40; ++i) lengths.push_back(i % 4 == 0 ? kBig : 3000 + i * 20011);
+  uint64_t disk_bytes = 0;
+  {
+    auto [cache, faulty] = Open(BigCfg(dir.path(), 24));
+    ASSERT_TRUE(cache);
+    for (uint64_t i = 0; i < 40; ++i) ASSERT_TRUE(PutK(*cache, K(i), lengths[i]));
+    ASSERT_EQ(cache->Stats().blocks, 40u);  // ~22 MiB; one slot per MiB held 24 blocks
+    disk_bytes = cache->Stats().disk_bytes;
+    CopyDataFiles(dir.path(), crashed.path());  // a crash now (the copy may fill the holes)
+    ASSERT_TRUE(cache->Close());
+  }
+  for (bool crash : {false, true}) {
+    SCOPED_TRACE(crash ? "scan" : "index");
+    auto [cache, faulty] = Open(BigCfg(crash ? crashed.path() : dir.path(), 24));
+    ASSERT_TRUE(cache);
+    EXPECT_EQ(cache->recovery(),
+              crash ? DefaultBlockCache::Recovery::kScan : DefaultBlockCache::Recovery::kIndex);
+    auto s = cache->Stats();
+    EXPECT_EQ(s.blocks, 40u);
+    EXPECT_EQ(s.disk_bytes, disk_bytes);
+    for (uint64_t i = 0; i < 40; ++i) EXPECT_TRUE(ServesBig(*cache, K(i), lengths[i])) << i;
+    EXPECT_EQ(cache->Stats().checksum_failures, 0u);
+    // The scan punched whatever the copy allocated beyond the blocks.
+    EXPECT_LE(AllocatedBytes(crash ? crashed.path() : dir.path()), disk_bytes + kDiskSlack);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Filesystems, BlockCacheBytesFsTest,
+                         ::testing::ValuesIn(testing::TestBases()), [](const auto& info) {
+                           std::string n = info.param.substr(1);
+                           std::replace(n.begin(), n.end(), '/', '_');
+                           return n;
+                         });
+
+TEST(BlockCacheBytesTest, DiskUsageFollowsTheQuotaUnderMixedSizesAndEvictions) {
+  TempDir dir("/var/tmp");
+  auto [cache, faulty] = Open(BigCfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(cache->punching());
+  std::mt19937_64 rng(7);
+  uint64_t max_blocks = 0;
+  for (uint64_t op = 0; op < 1500; ++op) {
+    const uint64_t i = rng() % 400;
+    const BlockKey key = K(i, 7, 42 + i % 3);
+    // Mostly samples, some full blocks and last blocks of any length.
+    const size_t len = i % 7 == 0 ? kBig : i % 5 == 0 ? 1 + (i * 7919) % kBig : 50000 + i * 211;
+    if (!cache->Contains(key)) {
+      ASSERT_TRUE(PutK(*cache, key, len)) << op;
+    } else {
+      ASSERT_TRUE(ServesBig(*cache, key, len)) << op;
+    }
+    if (op % 300 == 299) cache->Evict(7, 42 + op % 3);
+    auto s = cache->Stats();
+    ASSERT_LE(s.disk_bytes, s.disk_quota_bytes) << op;
+    ASSERT_LE(s.used_bytes, s.capacity_bytes) << op;
+    max_blocks = std::max(max_blocks, s.blocks);
+    if (op % 50 == 0) {
+      ASSERT_LE(AllocatedBytes(dir.path()), s.disk_bytes + kDiskSlack) << op;
+    }
+  }
+  EXPECT_GT(max_blocks, 3 * 8u);  // many more than one per MiB of quota
+  EXPECT_EQ(cache->Stats().checksum_failures, 0u);
+  EXPECT_LE(AllocatedBytes(dir.path()), cache->Stats().disk_bytes + kDiskSlack);
+  EXPECT_GT(cache->Evict(7, 0), 0u);
+  EXPECT_EQ(cache->Stats().disk_bytes, 0u);
+  EXPECT_LE(AllocatedBytes(dir.path()), kDiskSlack);
+}
+
+TEST(BlockCacheBytesTest, RewriteWithAShorterBlockPunchesTheTail) {
+  TempDir dir;
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4));  // 64 KiB blocks: 4 slots, all needed
+  ASSERT_TRUE(cache);
+  ASSERT_EQ(cache->slot_count(), 4u);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(PutK(*cache, K(i)));
+  EXPECT_GE(AllocatedBytes(dir.path()), 4 * kSlotSize);
+  auto slot = FindSlot(dir.path(), kBlock, 4, K(0));
+  ASSERT_TRUE(slot);
+  const uint64_t punches = faulty->punches.load();
+  ASSERT_TRUE(PutK(*cache, K(9), 5000));  // takes over K(0)'s slot: 12 KiB of 68
+  EXPECT_EQ(FindSlot(dir.path(), kBlock, 4, K(9)), slot);
+  EXPECT_EQ(faulty->punches.load(), punches + 1);
+  int fd = open(dir.sub("data.0").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  const off_t tail = static_cast<off_t>(*slot * kSlotSize + kHeaderBytes + 2 * kIoAlign);
+  EXPECT_EQ(lseek(fd, tail, SEEK_HOLE), tail);  // the tail is a hole
+  close(fd);
+  EXPECT_LE(AllocatedBytes(dir.path()), 3 * kSlotSize + kHeaderBytes + 2 * kIoAlign + kDiskSlack);
+  EXPECT_EQ(cache->Stats().disk_bytes, 3 * kSlotSize + kHeaderBytes + 2 * kIoAlign);
+  EXPECT_TRUE(Serves(*cache, K(9), 5000));
+  for (uint64_t i = 1; i < 4; ++i) EXPECT_TRUE(Serves(*cache, K(i)));
+  // Freed slots (a dropped block, an Evict) are punched whole.
+  EXPECT_EQ(cache->Evict(7, 0), 4u);
+  EXPECT_EQ(cache->Stats().disk_bytes, 0u);
+  EXPECT_LE(AllocatedBytes(dir.path()), kDiskSlack);
+}
+
+TEST(BlockCacheBytesTest, OldIndexAndPreallocatedFilesAreRescannedAndPunched) {
+  TempDir dir;
+  uint64_t disk_bytes = 0;
+  {
+    auto [cache, faulty] = Open(BigCfg(dir.path(), 8));
+    ASSERT_TRUE(cache);
+    for (uint64_t i = 0; i < 20; ++i) ASSERT_TRUE(PutK(*cache, K(i), kSample));
+    disk_bytes = cache->Stats().disk_bytes;
+    ASSERT_TRUE(cache->Close());
+  }
+  // What an older version left: fully preallocated data files and a version-1 index.
+  const auto size = std::filesystem::file_size(dir.sub("data.0"));
+  int fd = open(dir.sub("data.0").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fallocate(fd, 0, 0, static_cast<off_t>(size)), 0);
+  close(fd);
+  ASSERT_GE(AllocatedBytes(dir.path()), size);
+  std::FILE* f = std::fopen(dir.sub("index").c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  std::string bytes(std::filesystem::file_size(dir.sub("index")), '\0');
+  ASSERT_EQ(std::fread(bytes.data(), 1, bytes.size(), f), bytes.size());
+  const uint32_t v1 = 1;
+  std::memcpy(bytes.data() + 8, &v1, sizeof(v1));
+  const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size() - 8);
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, sizeof(sum));
+  std::fseek(f, 0, SEEK_SET);
+  ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+  std::fclose(f);
+
+  auto [cache, faulty] = Open(BigCfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_EQ(cache->Stats().blocks, 20u);
+  EXPECT_EQ(cache->Stats().disk_bytes, disk_bytes);
+  for (uint64_t i = 0; i < 20; ++i) EXPECT_TRUE(ServesBig(*cache, K(i), kSample));
+  EXPECT_LE(AllocatedBytes(dir.path()), disk_bytes + kDiskSlack);
+}
+
+TEST(BlockCacheBytesTest, ASmallerQuotaEvictsDownToItOnOpen) {
+  TempDir dir;
+  {
+    auto [cache, faulty] = Open(BigCfg(dir.path(), 8));
+    ASSERT_TRUE(cache);
+    for (uint64_t i = 0; i < 60; ++i) ASSERT_TRUE(PutK(*cache, K(i), kSample));
+    ASSERT_TRUE(cache->Close());
+  }
+  auto [cache, faulty] = Open(BigCfg(dir.path(), 4));
+  ASSERT_TRUE(cache);
+  auto s = cache->Stats();
+  EXPECT_LE(s.disk_bytes, s.disk_quota_bytes);
+  EXPECT_EQ(s.blocks, s.disk_quota_bytes / kSampleCharge);
+  EXPECT_TRUE(ServesBig(*cache, K(59), kSample));  // the newest are kept
+  EXPECT_LE(AllocatedBytes(dir.path()), s.disk_bytes + kDiskSlack);
+}
+
+TEST(BlockCacheBytesTest, WithoutHolePunchingEveryBlockIsChargedAWholeSlot) {
+  TempDir dir;
+  DefaultBlockCache::Options opts;
+  opts.punch_holes = false;  // what a filesystem without punch-hole gets
+  auto [cache, faulty] = Open(BigCfg(dir.path(), 8), nullptr, opts);
+  ASSERT_TRUE(cache);
+  EXPECT_FALSE(cache->punching());
+  EXPECT_EQ(cache->slot_count(), 8u);
+  for (uint64_t i = 0; i < 30; ++i) ASSERT_TRUE(PutK(*cache, K(i), kSample));
+  auto s = cache->Stats();
+  EXPECT_EQ(s.blocks, 8u);
+  EXPECT_EQ(s.disk_bytes, 8 * (kHeaderBytes + kBig));
+  EXPECT_EQ(faulty->punches.load(), 0u);
+  for (uint64_t i = 22; i < 30; ++i) EXPECT_TRUE(ServesBig(*cache, K(i), kSample));
+  // Evicted blocks still do not come back after a crash (their headers are zeroed).
+  EXPECT_EQ(cache->Evict(7, 0), 8u);
+  TempDir crashed;
+  CopyDataFiles(dir.path(), crashed.path());
+  auto [after, f2] = Open(BigCfg(crashed.path(), 8), nullptr, opts);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->Stats().blocks, 0u);
+}
+
+TEST(BlockCacheBytesTest, PunchRefusedAtRunTimeFallsBackToWholeSlots) {
+  TempDir dir;
+  auto [cache, faulty] = Open(BigCfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE(cache->punching());
+  for (uint64_t i = 0; i < 20; ++i) ASSERT_TRUE(PutK(*cache, K(i), kSample));
+  faulty->fail_punches = EOPNOTSUPP;
+  EXPECT_EQ(cache->Evict(7, 42), 20u);  // the first punch is refused
+  EXPECT_FALSE(cache->punching());
+  EXPECT_EQ(cache->Stats().disk_errors, 0u);  // a missing capability, not a failing disk
+  for (uint64_t i = 100; i < 130; ++i) ASSERT_TRUE(PutK(*cache, K(i), kSample));
+  auto s = cache->Stats();
+  EXPECT_EQ(s.blocks, 8u);  // the old geometry's count
+  EXPECT_EQ(s.disk_bytes, 8 * (kHeaderBytes + kBig));
+  for (uint64_t i = 122; i < 130; ++i) EXPECT_TRUE(ServesBig(*cache, K(i), kSample));
+  ASSERT_TRUE(cache->Close());
+}
+
+// 8 threads, mixed lengths over 1 MiB blocks: the byte quota holds at every moment.
+TEST(BlockCacheBytesTest, ConcurrentMixedSizesNeverExceedTheQuota) {
+  TempDir dir("/var/tmp");
+  auto [cache, faulty] = Open(BigCfg(dir.path(), 8));
+  ASSERT_TRUE(cache);
+  std::atomic<uint64_t> wrong{0}, failed{0}, over{0}, max_blocks{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<uint64_t>(t) + 11);
+      AlignedBuffer out = AllocateAligned(kBig);
+      for (int op = 0; op < 300; ++op) {
+        const uint64_t i = rng() % 200;
+        const size_t len = i % 9 == 0 ? kBig : 20000 + i * 557;
+        auto r = cache->Get(K(i), out.get(), kBig);
+        if (r) {
+          if (*r != len || std::memcmp(out.get(), Pattern(K(i), len).data(), len) != 0) ++wrong;
+        } else if (!PutK(*cache, K(i), len)) {
+          ++failed;
+        }
+        auto s = cache->Stats();
+        if (s.disk_bytes > s.disk_quota_bytes) ++over;
+        uint64_t m = max_blocks.load();
+        while (s.blocks > m && !max_blocks.compare_exchange_weak(m, s.blocks)) {
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(over.load(), 0u);
+  EXPECT_GT(max_blocks.load(), 3 * 8u);
+  EXPECT_EQ(cache->Stats().checksum_failures, 0u);
+  EXPECT_LE(AllocatedBytes(dir.path()), cache->Stats().disk_bytes + kDiskSlack);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -120,7 +122,7 @@ TEST(UringBlockStoreTest, SpreadsSlotsOverSeveralFilesAndResizes) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_TRUE(std::filesystem::exists(dir.sub("data." + std::to_string(i))));
   }
-  EXPECT_EQ(std::filesystem::file_size(dir.sub("data.3")), kSlot);  // preallocated, 1 slot
+  EXPECT_EQ(std::filesystem::file_size(dir.sub("data.3")), kSlot);  // sized for 1 slot
   {
     auto store = UringBlockStore::Open(dir.path(), 5, kSlot, o);  // shrink
     ASSERT_TRUE(store);
@@ -151,6 +153,59 @@ TEST(UringBlockStoreTest, DeviceLayerRejectsBadTransfers) {
   iovec misaligned_len{b.get(), 1000};
   EXPECT_EQ((*store)->Write(0, 0, {&misaligned_len, 1}).error().code(), Code::kInternal);
   EXPECT_EQ((*store)->io_errors(), 0u);  // caller bugs are not device errors
+}
+
+uint64_t Allocated(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(stat(path.c_str(), &st), 0);
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+TEST(UringBlockStoreTest, FilesAreSparseAndPunchGivesSpaceBack) {
+  TempDir dir;
+  ASSERT_TRUE(UringBlockStore::CanPunchHoles(dir.path()));
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("punch-probe")));  // the probe cleans up
+  auto store = UringBlockStore::Open(dir.path(), 64, kSlot, {});
+  ASSERT_TRUE(store);
+  const std::string data0 = dir.sub("data.0");
+  EXPECT_EQ(std::filesystem::file_size(data0), 64 * kSlot);
+  EXPECT_LT(Allocated(data0), 2 * kSlot);  // nothing preallocated
+  RoundTrip(**store, 5, 'p');
+  EXPECT_GE(Allocated(data0), kSlot);
+  // Punch all but the first page of slot 5: it reads zeros there, keeps the first page.
+  ASSERT_TRUE((*store)->Punch(5, kIoAlign, kSlot - kIoAlign));
+  AlignedBuffer r = AllocateAligned(kSlot);
+  iovec rs{r.get(), kSlot};
+  ASSERT_TRUE((*store)->Read(5, 0, {&rs, 1}));
+  AlignedBuffer want = Filled(kIoAlign, 'p');
+  EXPECT_EQ(std::memcmp(r.get(), want.get(), kIoAlign), 0);
+  EXPECT_TRUE(std::all_of(r.get() + kIoAlign, r.get() + kSlot, [](char c) { return c == 0; }));
+  EXPECT_LT(Allocated(data0), kSlot);
+  // Caller bugs: out of range, misaligned, past the slot's end.
+  EXPECT_EQ((*store)->Punch(64, 0, kIoAlign).error().code(), Code::kInternal);
+  EXPECT_EQ((*store)->Punch(0, 100, kIoAlign).error().code(), Code::kInternal);
+  EXPECT_EQ((*store)->Punch(0, kIoAlign, kSlot).error().code(), Code::kInternal);
+  EXPECT_EQ((*store)->io_errors(), 0u);
+}
+
+// ramfs has no fallocate at all: the probe says no (the cache then keeps one slot per block).
+TEST(UringBlockStoreTest, ProbeSaysNoWhereHolesCannotBePunched) {
+  TempDir dir;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("none", dir.path().c_str(), "ramfs", 0, nullptr) != 0) {
+      _exit(77);
+    }
+    if (UringBlockStore::CanPunchHoles(dir.path())) _exit(1);
+    _exit(std::filesystem::exists(dir.sub("punch-probe")) ? 2 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot mount ramfs (needs root)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: probe said yes, 2: probe file left behind";
 }
 
 TEST(UringBlockStoreTest, ConcurrentTransfersFromManyThreads) {

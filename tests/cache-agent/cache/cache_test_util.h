@@ -60,9 +60,12 @@ class FaultyBlockStore final : public BlockStore {
 
   std::atomic<int> fail_reads{0};
   std::atomic<int> fail_writes{0};
+  std::atomic<int> fail_punches{0};
   std::atomic<uint64_t> reads{0};
+  std::atomic<uint64_t> punches{0};
 
   bool fresh() const override { return inner_->fresh(); }
+  std::optional<uint64_t> allocated_bytes() const override { return inner_->allocated_bytes(); }
 
  protected:
   Status ReadImpl(uint64_t off, std::span<const iovec> segs) override {
@@ -73,6 +76,12 @@ class FaultyBlockStore final : public BlockStore {
   Status WriteImpl(uint64_t off, std::span<const iovec> segs) override {
     if (int e = fail_writes.load()) return std::unexpected(Error::FromErrno(e, "injected"));
     return inner_->Write(off / slot_size(), static_cast<uint32_t>(off % slot_size()), segs);
+  }
+  Status PunchImpl(uint64_t off, uint64_t len) override {
+    ++punches;
+    if (int e = fail_punches.load()) return std::unexpected(Error::FromErrno(e, "injected"));
+    return inner_->Punch(off / slot_size(), static_cast<uint32_t>(off % slot_size()),
+                         static_cast<uint32_t>(len));
   }
   Status SyncImpl() override { return inner_->Sync(); }
 
