@@ -94,6 +94,12 @@ bool BlockFetcher::Cached(const FileRef& file, uint64_t index) const {
   return cache_ != nullptr && cache_->Contains(Key(file, index));
 }
 
+bool BlockFetcher::Has(const BlockKey& key) const {
+  if (cache_ != nullptr && cache_->Contains(key)) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return inflight_.contains(key);
+}
+
 double BlockFetcher::demand_miss_latency_ms_avg() const {
   uint64_t n = demand_miss_count_.load();
   return n == 0 ? 0 : demand_miss_micros_.load() / 1000.0 / static_cast<double>(n);
@@ -303,7 +309,8 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
       break;
     }
     bool created;
-    Join(file, index, false, req.expert, req.predicted_use, &created);
+    Join(file, index, false, req.expert,
+         req.predicted_use + static_cast<double>(index - req.first_block), &created);
     queued = true;
   }
   if (queued) Dispatch();

@@ -68,8 +68,9 @@ class BlockFetcher {
   std::vector<Result<BlockData>> GetBlocks(const FileRef& file, uint64_t first, uint64_t count,
                                            uint64_t* hits = nullptr);
 
-  // Queues a prefetch of the request's blocks that are neither cached nor in flight.
-  // false (nothing queued) when the prefetch budget is used up.
+  // Queues a prefetch of the request's blocks that are neither cached nor in flight; block
+  // i of the request is stored with AdmissionHint{request.expert, request.predicted_use + i}.
+  // false when the prefetch budget is used up (the blocks before it stay queued).
   bool Prefetch(const PrefetchRequest& request);
   uint64_t PrefetchBytesInFlight() const { return prefetch_bytes_.load(); }
   // Fetches (cache miss) blocks into the cache, waiting for them: warm-up and hints.
@@ -77,6 +78,8 @@ class BlockFetcher {
   Result<uint64_t> Warm(const FileRef& file, uint64_t first, uint64_t count);
 
   bool Cached(const FileRef& file, uint64_t index) const;
+  // True when the block is cached or being fetched (PrefetchSink::Has).
+  bool Has(const BlockKey& key) const;
   uint32_t block_size() const { return config_.block_size; }
   uint64_t volume_key() const { return volume_; }
   BlockCache* cache() const { return cache_; }

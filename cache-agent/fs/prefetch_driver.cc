@@ -1,53 +1,175 @@
 #include "cache-agent/fs/prefetch_driver.h"
 
+#include <algorithm>
+
 #include "cache-agent/prefetch/sequential_predictor.h"
+#include "common/log.h"
 
 namespace spoke::agent {
 
-PrefetchDriver::PrefetchDriver(BlockFetcher& fetcher, uint64_t prefetch_budget_bytes)
-    : fetcher_(fetcher), budget_(prefetch_budget_bytes) {}
+void CacheListenerFanout::Add(uint64_t volume_key, CacheListener* listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listeners_[volume_key] = listener;
+}
+
+void CacheListenerFanout::Remove(uint64_t volume_key, CacheListener* listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = listeners_.find(volume_key);
+  if (it != listeners_.end() && it->second == listener) listeners_.erase(it);
+}
+
+void CacheListenerFanout::OnPrefetchUsed(const BlockKey& key, ExpertId expert) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = listeners_.find(key.volume);
+  if (it != listeners_.end()) it->second->OnPrefetchUsed(key, expert);
+}
+
+void CacheListenerFanout::OnPrefetchWasted(const BlockKey& key, ExpertId expert) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = listeners_.find(key.volume);
+  if (it != listeners_.end()) it->second->OnPrefetchWasted(key, expert);
+}
+
+PrefetchDriver::PrefetchDriver(const Config& config, BlockFetcher& fetcher, const Clock& clock,
+                               MetadataCache* metadata, metrics::Registry* registry)
+    : config_(config), fetcher_(fetcher), metadata_(metadata), sink_(fetcher) {
+  if (config_.mode == PrefetchMode::kOff) return;
+  const uint32_t bs = fetcher.block_size();
+  PrefetchScheduler::Config sc;
+  sc.volume_key = fetcher.volume_key();
+  sc.block_size = bs;
+  uint64_t space = config_.space_budget_bytes != 0 ? config_.space_budget_bytes
+                                                   : 4 * config_.read_ahead_max_bytes;
+  sc.space_budget_bytes = std::max<uint64_t>(space, bs);
+  sc.max_inflight_bytes = std::max<uint64_t>(config_.max_inflight_bytes, bs);
+  auto valid = sc.Validate();
+  if (!valid) {
+    // Only a bug gets here: every field above is clamped to a valid range.
+    log::Error("prefetch: invalid scheduler config", {{"error", valid.error().ToString()}});
+    std::abort();
+  }
+  scheduler_ = std::make_unique<PrefetchScheduler>(sc, clock, sink_);
+
+  SequentialPredictor::Config seq;
+  seq.max_blocks = static_cast<uint32_t>(
+      std::max<uint64_t>(seq.initial_blocks, config_.read_ahead_max_bytes / bs));
+  scheduler_->AddExpert(std::make_unique<SequentialPredictor>(seq));
+  if (config_.mode == PrefetchMode::kAuto) scheduler_->AddTrackerExperts({});
+
+  if (registry != nullptr) {
+    metrics_ = std::make_unique<PrefetchMetrics>(*registry, config_.volume_id);
+    metrics_->Update(scheduler_->Stats());
+  }
+  if (config_.tick_interval.count() > 0) ticker_ = std::thread([this] { TickLoop(); });
+}
+
+PrefetchDriver::~PrefetchDriver() {
+  {
+    std::lock_guard<std::mutex> lock(tick_mu_);
+    stop_ = true;
+  }
+  tick_cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
+}
 
 std::unique_ptr<PrefetchDriver> PrefetchDriver::ForMode(PrefetchMode mode, BlockFetcher& fetcher,
                                                         uint64_t read_ahead_max_bytes) {
-  auto d = std::make_unique<PrefetchDriver>(fetcher, 4 * read_ahead_max_bytes);
-  if (mode == PrefetchMode::kOff) return d;
-  SequentialPredictor::Config sc;
-  sc.max_blocks = static_cast<uint32_t>(
-      std::max<uint64_t>(sc.initial_blocks, read_ahead_max_bytes / fetcher.block_size()));
-  d->Add(std::make_unique<SequentialPredictor>(sc));
-  return d;
-}
-
-void PrefetchDriver::Add(std::unique_ptr<Predictor> predictor) {
-  std::lock_guard<std::mutex> lock(mu_);
-  predictors_.push_back(std::move(predictor));
+  Config c;
+  c.mode = mode;
+  c.read_ahead_max_bytes = read_ahead_max_bytes;
+  c.tick_interval = std::chrono::milliseconds(0);
+  return std::make_unique<PrefetchDriver>(c, fetcher, SystemClock::Get(), nullptr, nullptr);
 }
 
 void PrefetchDriver::OnOpen(const OpenEvent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& p : predictors_) p->OnOpen(e);
-}
-
-void PrefetchDriver::OnClose(const CloseEvent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& p : predictors_) p->OnClose(e);
+  FeedTreeIfReady();
+  if (scheduler_) scheduler_->OnOpen(e);
 }
 
 void PrefetchDriver::OnRead(const ReadEvent& e) {
-  std::vector<PrefetchRequest> proposals;
+  if (scheduler_) scheduler_->OnRead(e);
+}
+
+void PrefetchDriver::OnClose(const CloseEvent& e) {
+  if (scheduler_) scheduler_->OnClose(e);
+}
+
+void PrefetchDriver::RecordDemandMiss(std::chrono::nanoseconds latency) {
+  if (scheduler_) scheduler_->RecordDemandMiss(latency);
+}
+
+void PrefetchDriver::FeedTreeIfReady() {
+  if (!scheduler_ || tree_fed_.load() || metadata_ == nullptr ||
+      config_.mode != PrefetchMode::kAuto)
+    return;
+  if (!metadata_->walk_done()) return;
+  std::lock_guard<std::mutex> lock(feed_mu_);
+  if (tree_fed_.load()) return;
+  auto files = metadata_->Files();
+  for (const WalkedFile& f : files) scheduler_->AddTreeFile(f.path, f.file_id, f.version, f.size);
+  tree_fed_.store(true);
+  log::Debug("prefetch: metadata walk fed to the tracker",
+             {{"volume", config_.volume_id}, {"files", files.size()}});
+}
+
+void PrefetchDriver::Tick() {
+  if (!scheduler_) return;
+  FeedTreeIfReady();
+  scheduler_->Tick();
+  bool update = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (predictors_.empty()) return;
-    for (auto& p : predictors_) p->OnRead(e);
-    uint64_t in_flight = fetcher_.PrefetchBytesInFlight();
-    uint64_t budget = in_flight >= budget_ ? 0 : budget_ - in_flight;
-    for (auto& p : predictors_) {
-      p->Predict(budget, fetcher_.block_size(), &proposals);
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    if (metrics_ && ++ticks_ >= config_.metrics_every_ticks) {
+      ticks_ = 0;
+      update = true;
     }
   }
-  for (const auto& r : proposals) {
-    if (!fetcher_.Prefetch(r)) break;  // over budget: the next read asks again
+  if (update) UpdateMetrics();
+}
+
+void PrefetchDriver::TickLoop() {
+  std::unique_lock<std::mutex> lock(tick_mu_);
+  while (!stop_) {
+    tick_cv_.wait_for(lock, config_.tick_interval, [&] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    Tick();
+    lock.lock();
   }
+}
+
+HintCounts PrefetchDriver::AddHints(std::string_view text) {
+  // Hints name walked files: the tracker must know them before the hints come up.
+  FeedTreeIfReady();
+  if (scheduler_) return scheduler_->AddHints(text);
+  HintCounts c;
+  c.rejected = static_cast<uint32_t>(std::count(text.begin(), text.end(), '\n'));
+  return c;
+}
+
+HintCounts PrefetchDriver::FlushHints() {
+  if (scheduler_) return scheduler_->FlushHints();
+  return {};
+}
+
+HintCounts PrefetchDriver::AddHintPaths(std::span<const std::string> paths) {
+  FeedTreeIfReady();
+  if (scheduler_) return scheduler_->AddHintPaths(paths);
+  HintCounts c;
+  c.rejected = static_cast<uint32_t>(paths.size());
+  return c;
+}
+
+PrefetchStats PrefetchDriver::Stats() const {
+  if (scheduler_) return scheduler_->Stats();
+  return {};
+}
+
+void PrefetchDriver::UpdateMetrics() {
+  if (!scheduler_) return;
+  PrefetchStats s = scheduler_->Stats();
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  if (metrics_) metrics_->Update(s);
 }
 
 }  // namespace spoke::agent

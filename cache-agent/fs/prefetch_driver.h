@@ -1,39 +1,148 @@
-// PrefetchDriver: the one place where VolumeFs meets the prefetcher. It tells the
-// predictors about opens/reads/closes and hands their proposals to BlockFetcher::Prefetch
-// within the fetcher's prefetch budget. The prefetcher's scheduler replaces this class.
+// PrefetchDriver: the one place where a volume's data path meets the prefetcher. It runs the
+// volume's PrefetchScheduler according to the volume's prefetch mode:
+//   off       = no scheduler (nothing is fetched ahead; hints are rejected),
+//   readahead = SequentialPredictor only,
+//   auto      = SequentialPredictor + directory-order, epoch-replay, epoch-working-set and
+//               hint experts (fed the metadata walk's files once the walk is done).
+// VolumeFs reports opens/reads/closes and demand-miss latencies; the scheduler's decisions
+// go to the BlockFetcher (FetcherPrefetchSink). A small thread per volume calls Tick()
+// every `tick_interval`, so background (working-set, hint) prefetch proceeds without reads;
+// tests set tick_interval = 0 and call Tick() themselves.
+//
+// Threading: every method is thread-safe. No method may be called while holding the
+// fetcher's or the cache's locks (the scheduler calls into the fetcher and the cache).
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "cache-agent/fs/block_fetcher.h"
-#include "cache-agent/prefetch/predictor.h"
+#include "cache-agent/fs/clock.h"
+#include "cache-agent/fs/metadata_cache.h"
+#include "cache-agent/prefetch/hint_predictor.h"
+#include "cache-agent/prefetch/prefetch_metrics.h"
+#include "cache-agent/prefetch/prefetch_scheduler.h"
+#include "common/metrics.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
 
-class PrefetchDriver {
+// PrefetchSink over a BlockFetcher: Submit = BlockFetcher::Prefetch (prefetch queue, behind
+// demand reads), InFlightBytes = its prefetch bytes queued or in flight, Has = cached or
+// being fetched.
+class FetcherPrefetchSink final : public PrefetchSink {
  public:
-  PrefetchDriver(BlockFetcher& fetcher, uint64_t prefetch_budget_bytes);
-
-  // The predictors a volume's prefetch mode asks for: off = none, readahead = sequential,
-  // auto = every available expert (for now the sequential one too).
-  static std::unique_ptr<PrefetchDriver> ForMode(PrefetchMode mode, BlockFetcher& fetcher,
-                                                 uint64_t read_ahead_max_bytes);
-
-  void Add(std::unique_ptr<Predictor> predictor);
-  bool empty() const { return predictors_.empty(); }
-
-  void OnOpen(const OpenEvent& e);
-  void OnRead(const ReadEvent& e);  // also asks for and issues prefetches
-  void OnClose(const CloseEvent& e);
+  explicit FetcherPrefetchSink(BlockFetcher& fetcher) : fetcher_(fetcher) {}
+  bool Submit(const PrefetchRequest& request) override { return fetcher_.Prefetch(request); }
+  uint64_t InFlightBytes() const override { return fetcher_.PrefetchBytesInFlight(); }
+  bool Has(const BlockKey& key) const override { return fetcher_.Has(key); }
 
  private:
   BlockFetcher& fetcher_;
-  uint64_t budget_;
-  std::mutex mu_;  // predictors are not thread-safe by contract
-  std::vector<std::unique_ptr<Predictor>> predictors_;
+};
+
+// The block cache has one listener for all volumes: this one routes each verdict to the
+// listener of the block's volume (key.volume). Remove() returns only when no callback into
+// the removed listener is running, so the listener may be destroyed right after.
+class CacheListenerFanout final : public CacheListener {
+ public:
+  void Add(uint64_t volume_key, CacheListener* listener);
+  void Remove(uint64_t volume_key, CacheListener* listener);
+  void OnPrefetchUsed(const BlockKey& key, ExpertId expert) override;
+  void OnPrefetchWasted(const BlockKey& key, ExpertId expert) override;
+
+ private:
+  std::mutex mu_;  // taken under the cache's lock; never take the cache's lock under it
+  std::unordered_map<uint64_t, CacheListener*> listeners_;  // guarded by mu_
+};
+
+class PrefetchDriver {
+ public:
+  struct Config {
+    std::string volume_id;  // metric labels
+    PrefetchMode mode = PrefetchMode::kAuto;
+    // Upper bound of the per-file sequential read-ahead window.
+    uint64_t read_ahead_max_bytes = 64ull << 20;
+    // Unverified prefetched bytes this volume may hold in the cache (its share of the
+    // cache); 0 = 4 x read_ahead_max_bytes.
+    uint64_t space_budget_bytes = 0;
+    // Prefetch bytes in flight: about bandwidth x RTT (see PrefetchScheduler::Config).
+    uint64_t max_inflight_bytes = 64ull << 20;
+    // Re-planning without reads (working set, hints). 25 ms: well under one 60 ms RTT, so
+    // the WAN never idles for long; a Tick with nothing to do is a few map lookups.
+    // 0 = no thread (the owner calls Tick()).
+    std::chrono::milliseconds tick_interval{25};
+    // PrefetchMetrics are refreshed every this many ticks (and on UpdateMetrics()).
+    int metrics_every_ticks = 40;
+  };
+
+  // `metadata` (optional) is the volume's metadata cache: its walk feeds the tracker
+  // (auto mode). `registry` (optional) gets the volume's spoke_prefetch_* series.
+  // `fetcher`, `clock`, `metadata` and `registry` must outlive the driver.
+  PrefetchDriver(const Config& config, BlockFetcher& fetcher, const Clock& clock,
+                 MetadataCache* metadata, metrics::Registry* registry);
+  ~PrefetchDriver();  // stops the tick thread
+  PrefetchDriver(const PrefetchDriver&) = delete;
+  PrefetchDriver& operator=(const PrefetchDriver&) = delete;
+
+  // A driver for `mode` with a system clock, no walk feed, no metrics and no tick thread.
+  static std::unique_ptr<PrefetchDriver> ForMode(PrefetchMode mode, BlockFetcher& fetcher,
+                                                 uint64_t read_ahead_max_bytes);
+
+  // True when prefetch is off (no scheduler): the events are ignored.
+  bool empty() const { return scheduler_ == nullptr; }
+  PrefetchMode mode() const { return config_.mode; }
+  // The scheduler's CacheListener (null when off), for CacheListenerFanout.
+  CacheListener* listener() { return scheduler_.get(); }
+
+  void OnOpen(const OpenEvent& e);
+  // Call right after the cache lookup, before waiting for missed blocks.
+  void OnRead(const ReadEvent& e);
+  void OnClose(const CloseEvent& e);
+  void RecordDemandMiss(std::chrono::nanoseconds latency);
+  // Feeds the metadata walk to the tracker once it is done (auto), then re-plans.
+  void Tick();
+
+  // Hints (HintPredictor; all rejected unless the mode is auto).
+  HintCounts AddHints(std::string_view text);
+  HintCounts FlushHints();
+  HintCounts AddHintPaths(std::span<const std::string> paths);
+
+  PrefetchStats Stats() const;
+  void UpdateMetrics();
+  bool tree_fed() const { return tree_fed_.load(); }
+
+ private:
+  void FeedTreeIfReady();
+  void TickLoop();
+
+  const Config config_;
+  BlockFetcher& fetcher_;
+  MetadataCache* metadata_;
+  FetcherPrefetchSink sink_;
+  std::unique_ptr<PrefetchScheduler> scheduler_;  // null when off
+
+  std::mutex feed_mu_;  // one feeder at a time
+  std::atomic<bool> tree_fed_{false};
+
+  std::mutex metrics_mu_;
+  std::unique_ptr<PrefetchMetrics> metrics_;  // guarded by metrics_mu_
+  int ticks_ = 0;                             // guarded by metrics_mu_
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stop_ = false;  // guarded by tick_mu_
+  std::thread ticker_;
 };
 
 }  // namespace spoke::agent

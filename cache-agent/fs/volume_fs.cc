@@ -1,6 +1,7 @@
 #include "cache-agent/fs/volume_fs.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <cstring>
 
@@ -80,16 +81,51 @@ void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
   }
 }
 
+bool VolumeFs::IsHintName(uint64_t parent, const std::string& name) {
+  return parent == kRootIno && name == kHintFileName;
+}
+
+FileAttr VolumeFs::HintAttr() const {
+  FileAttr a;
+  a.file_id = kHintIno;
+  a.mode = S_IFREG | 0666;  // any pod user may disclose its order
+  a.nlink = 1;
+  return a;
+}
+
+VolumeFs::OpenFile VolumeFs::OpenHints() {
+  auto h = std::make_shared<Handle>();
+  h->ino = kHintIno;
+  h->file.path = std::string(kHintFileName);
+  h->writable = true;
+  h->hints = true;
+  OpenFile out;
+  out.handle = NewHandle(std::move(h));
+  out.direct_io = true;  // every write reaches us at once; nothing to keep in the page cache
+  return out;
+}
+
 Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
   if (auto st = ValidName(name); !st) return std::unexpected(st.error());
+  if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
   return metadata_.Lookup(parent, name);
 }
 
-Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) { return metadata_.GetAttr(ino); }
+Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
+  if (ino == kHintIno) return HintAttr();
+  return metadata_.GetAttr(ino);
+}
 
-Result<std::vector<NamedInode>> VolumeFs::ReadDir(uint64_t ino) { return metadata_.ReadDir(ino); }
+Result<std::vector<NamedInode>> VolumeFs::ReadDir(uint64_t ino) {
+  auto r = metadata_.ReadDir(ino);
+  if (!r || ino != kRootIno) return r;
+  // The control file is ours: never listed (and a hub file of that name is shadowed).
+  std::erase_if(*r, [](const NamedInode& e) { return e.name == kHintFileName; });
+  return r;
+}
 
 Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags) {
+  if (ino == kHintIno) return OpenHints();
   bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
   if (write) {
     if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
@@ -119,6 +155,7 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags) {
 Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, char* out) {
   auto h = Get(handle);
   if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
+  if (h->hints) return size_t{0};  // write-only in effect: reads see an empty file
   FileRef file;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -140,7 +177,23 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
       hits = 1;
     }
   }
-  if (blocks.empty()) blocks = fetcher_.GetBlocks(file, first, count, &hits);
+  bool all_cached = !blocks.empty();
+  if (blocks.empty()) {
+    all_cached = true;
+    for (uint64_t i = 0; i < count && all_cached; ++i)
+      all_cached = fetcher_.Cached(file, first + i);
+  }
+  // The prefetcher hears of the read before we wait for missed blocks: its prefetches start
+  // one round trip earlier.
+  if (prefetch_ != nullptr) {
+    prefetch_->OnRead(ReadEvent{handle, file.path, file.file_id, file.version, file.size, offset,
+                                end - offset, all_cached, clock_.Now()});
+  }
+  if (blocks.empty()) {
+    auto start = clock_.Now();
+    blocks = fetcher_.GetBlocks(file, first, count, &hits);
+    if (prefetch_ != nullptr && hits < count) prefetch_->RecordDemandMiss(clock_.Now() - start);
+  }
 
   size_t copied = 0;
   for (uint64_t i = 0; i < count; ++i) {
@@ -162,10 +215,6 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
       h->last_index = last;
     }
   }
-  if (prefetch_ != nullptr) {
-    prefetch_->OnRead(ReadEvent{handle, file.path, file.file_id, file.version, file.size, offset,
-                                copied, hits == count, clock_.Now()});
-  }
   return copied;
 }
 
@@ -177,6 +226,10 @@ Status VolumeFs::Release(uint64_t handle) {
     if (it == handles_.end()) return Fail(Code::kInvalidArgument, "unknown file handle");
     h = std::move(it->second);
     handles_.erase(it);
+  }
+  if (h->hints) {
+    if (prefetch_ != nullptr) prefetch_->FlushHints();
+    return Ok();
   }
   if (prefetch_ != nullptr) prefetch_->OnClose(CloseEvent{handle, clock_.Now()});
   if (h->written) metadata_.Invalidate(h->ino);
@@ -200,6 +253,7 @@ Result<FsStat> VolumeFs::StatFs() {
 Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t parent,
                                                                   const std::string& name,
                                                                   uint32_t mode, int flags) {
+  if (IsHintName(parent, name)) return std::make_pair(InodeAttr{kHintIno, HintAttr()}, OpenHints());
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
@@ -219,9 +273,13 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
 }
 
 Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* data, size_t size) {
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto h = Get(handle);
-  if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
+  if (h && h->hints) {
+    // Offsets are ignored: the hint file is a stream of lines (echo >>, a loader's writes).
+    if (prefetch_ != nullptr) prefetch_->AddHints(std::string_view(data, size));
+    return size;
+  }
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   if (!h->writable) {
     return std::unexpected(Error::FromErrno(EBADF, "file handle not open for writing"));
   }
@@ -248,6 +306,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
 }
 
 Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint32_t mode) {
+  if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
@@ -258,6 +317,7 @@ Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint
 }
 
 Status VolumeFs::Unlink(uint64_t parent, const std::string& name) {
+  if (IsHintName(parent, name)) return Fail(Code::kPermissionDenied, "the hint file stays");
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
@@ -270,6 +330,7 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name) {
 }
 
 Status VolumeFs::Rmdir(uint64_t parent, const std::string& name) {
+  if (IsHintName(parent, name)) return Fail(Code::kPermissionDenied, "the hint file stays");
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
@@ -283,6 +344,8 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
                         const std::string& new_name, unsigned flags) {
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   if (flags != 0) return Fail(Code::kInvalidArgument, "rename flags are not supported");
+  if (IsHintName(parent, name) || IsHintName(new_parent, new_name))
+    return Fail(Code::kPermissionDenied, "the hint file cannot be renamed or replaced");
   auto from = ChildPath(parent, name);
   if (!from) return std::unexpected(from.error());
   auto to = ChildPath(new_parent, new_name);
@@ -304,6 +367,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
 }
 
 Result<FileAttr> VolumeFs::SetAttr(uint64_t ino, const SetAttrRequest& request) {
+  if (ino == kHintIno) return HintAttr();  // truncate (> redirection), touch: nothing to do
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = metadata_.PathOf(ino);
   if (!path) return std::unexpected(path.error());
@@ -320,7 +384,7 @@ Result<FileAttr> VolumeFs::SetAttr(uint64_t ino, const SetAttrRequest& request) 
 Status VolumeFs::Fsync(uint64_t handle) {
   auto h = Get(handle);
   if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
-  if (!h->writable || config_.read_only) return Ok();  // nothing of ours to flush
+  if (!h->writable || h->hints || config_.read_only) return Ok();  // nothing of ours to flush
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -11,6 +11,12 @@
 // hub and return only when the hub has them (RemoteFs contract); the file's cached
 // attributes and blocks are dropped.
 //
+// The hint control file `<root>/.spoke-hints` (kHintFileName, inode kHintIno) is the agent's
+// own: lookup, create, open, write, setattr (truncate) and release work on it even on
+// read-only volumes; it never appears in readdir and never reaches the hub. Each write's
+// bytes go to PrefetchDriver::AddHints (one path per line), release flushes a last
+// unterminated line; reads return nothing. Unlink/rename/mkdir of it: kPermissionDenied.
+//
 // All methods are thread-safe (FUSE calls them from several threads). Errors: kNotFound,
 // kReadOnly, kInvalidArgument, kAlreadyExists, kNotEmpty, kNoSpace, kPermissionDenied and the
 // hub's kTimeout/kUnavailable/kIo (EIO at the edge).
@@ -35,6 +41,9 @@
 #include "common/volume.h"
 
 namespace spoke::agent {
+
+// The hint control file's inode: far above any inode MetadataCache hands out.
+inline constexpr uint64_t kHintIno = 1ull << 62;
 
 class VolumeFs {
  public:
@@ -87,7 +96,8 @@ class VolumeFs {
     FileRef file;
     bool writable = false;
     bool written = false;
-    std::mutex mu;  // guards last_block / last_index
+    bool hints = false;  // the hint control file
+    std::mutex mu;       // guards last_block / last_index
     BlockData last_block;
     uint64_t last_index = UINT64_MAX;
   };
@@ -97,6 +107,9 @@ class VolumeFs {
   uint64_t NewHandle(std::shared_ptr<Handle> h);
   void DropBlocks(uint64_t file_id);
   void MarkChanged(uint64_t ino, std::optional<uint64_t> size);
+  static bool IsHintName(uint64_t parent, const std::string& name);
+  FileAttr HintAttr() const;
+  OpenFile OpenHints();
 
   Config config_;
   RemoteFs& remote_;

@@ -1,5 +1,6 @@
-// Clock: the prefetcher's time source, injected so tests and the simulator run on virtual
-// time. SystemClock is the agent's; ManualClock moves only when told to.
+// Clock: the agent's time source (prefetcher, metadata cache, VolumeFs), injected so tests
+// and the simulator run on virtual time. SystemClock is the agent's; ManualClock moves only
+// when told to. (cache-agent/fs/clock.h forwards here: one Clock for the whole agent.)
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,10 @@ class Clock {
 class SystemClock final : public Clock {
  public:
   SteadyTime Now() const override { return std::chrono::steady_clock::now(); }
+  static SystemClock& Get() {
+    static SystemClock clock;
+    return clock;
+  }
 };
 
 class ManualClock final : public Clock {
@@ -33,7 +38,8 @@ class ManualClock final : public Clock {
   void Advance(std::chrono::nanoseconds d) { now_ns_.fetch_add(d.count()); }
 
  private:
-  std::atomic<int64_t> now_ns_{0};
+  // Starts at 1 s, not 0: a zero time_point means "never" to the metadata cache.
+  std::atomic<int64_t> now_ns_{1'000'000'000};
 };
 
 }  // namespace spoke::agent
