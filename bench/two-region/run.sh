@@ -39,10 +39,10 @@ usage: bench/two-region/run.sh [options]
   --nospoke-epochs E    epochs of remote-no-spoke (default: 1 with --short, else --epochs)
   --cache-fraction F    Spoke cache size = F x dataset size (default 2: the dataset fits;
                         e.g. 0.5 for a dataset twice the cache). Floor: 64 MiB (agent minimum)
-  --cache-basis B       footprint (default): "dataset size" = what the agent's cache needs to
-                        hold it, every file rounded up to whole 1 MiB blocks (the block store
-                        gives each block a full slot: a 110 KB sample takes 1 MiB of quota);
-                        bytes: the dataset's plain size
+  --cache-basis B       bytes (default): "dataset size" = the files' total size (the cache's
+                        quota counts bytes stored since 5b2f311); footprint: every file rounded
+                        up to whole 1 MiB blocks (what an agent before 5b2f311 needs: its block
+                        store charged a full slot per block, 1 MiB for a 110 KB sample)
   --scenarios LIST      comma-separated subset (default: all, in the order above)
   --delay-ms D          one-way WAN delay (default 30 = 60 ms RTT)
   --stage-streams N     parallel cp streams of stage-in (default 8)
@@ -54,7 +54,7 @@ EOF
   exit 2
 }
 
-CACHE_BASIS=footprint
+CACHE_BASIS=bytes
 SHORT=0 WORKLOAD=report SAMPLES="" EPOCHS=3 WARM_EPOCHS=2 NOSPOKE_EPOCHS="" CACHE_FRACTION=2
 SCENARIOS="co-located,remote-no-spoke,spoke-cold,spoke-warm,stage-in,spoke-hints"
 DELAY_MS=30 STAGE_STREAMS=8 OUT="" BUILD_DIR=build WORK="" KEEP=0 SEED=1
@@ -264,7 +264,8 @@ run_loader() {
 annotate() { # LABEL [key=value ...]
   local label=$1; shift
   local sets=(--set dataset_bytes="$DATASET_BYTES" --set dataset_files="$DATASET_FILES"
-              --set dataset_footprint_bytes="$FOOTPRINT_BYTES")
+              --set dataset_footprint_bytes="$FOOTPRINT_BYTES" --set cache_basis="$CACHE_BASIS"
+              --set cache_basis_bytes="$BASIS_BYTES")
   for kv in "$@"; do sets+=(--set "$kv"); done
   python3 "$HERE/annotate.py" --json "$OUT/$label.json" --csv "$OUT/$label.csv" \
     --trace "$OUT/$label.trace" --t0 "$(cat "$OUT/$label.t0")" "${sets[@]}"

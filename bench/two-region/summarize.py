@@ -18,7 +18,8 @@ on the command line by the summary's label:
   stage_in_s           seconds spent copying the dataset before training (stage-in): added
                        to the time to first batch and to the total time, and shown apart
   au_after_warmup      AU from the end of the warm-up to the end of the run
-  dataset_bytes, cache_size_bytes   for the footer and the "fits the cache" target
+  dataset_bytes, cache_size_bytes, cache_basis, cache_basis_bytes, dataset_footprint_bytes
+                       for the footer and the "fits the cache" target
 Definitions of the loader's figures: bench/loader/README.md. Standard library only.
 """
 
@@ -152,7 +153,7 @@ def targets(scenarios):
     if cold:
         ds = cold.s.get("dataset_bytes")
         cache = cold.s.get("cache_size_bytes")
-        need = cold.s.get("dataset_footprint_bytes", ds)
+        need = cold.s.get("cache_basis_bytes", cold.s.get("dataset_footprint_bytes", ds))
         ae = cold.after_first()
         fits = need is not None and cache is not None and float(need) <= float(cache)
         if ae is None:
@@ -221,10 +222,13 @@ def main(argv):
         line = f"Dataset {human_bytes(ds)}"
         if first.get("dataset_files") is not None:
             line += f" in {int(first['dataset_files'])} files"
-        need = first.get("dataset_footprint_bytes")
-        if need is not None:
-            line += f", {human_bytes(need)} in the agent's cache (whole 1 MiB blocks per file)"
-        need = need if need is not None else ds
+        fp = first.get("dataset_footprint_bytes")
+        basis = first.get("cache_basis", "footprint" if fp is not None else "bytes")
+        if fp is not None:
+            line += f" ({human_bytes(fp)} in whole 1 MiB blocks)"
+        need = first.get("cache_basis_bytes", fp if basis == "footprint" else ds)
+        if cache is not None:
+            line += f"; cache sized on the dataset's {basis}"
         if cache is not None:
             rel = "fits in" if float(need) <= float(cache) else "is larger than"
             line += f"; Spoke cache {human_bytes(cache)} (the dataset {rel} the cache)"
