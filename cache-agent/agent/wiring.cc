@@ -12,6 +12,9 @@
 #if SPOKE_HAVE_FUSE_MOUNTER
 #include "cache-agent/fuse/fuse_volume_mounter.h"
 #endif
+#if SPOKE_HAVE_PREFETCH
+#include "cache-agent/prefetch/nothrash_policy.h"
+#endif
 
 namespace spoke::agent {
 namespace {
@@ -31,10 +34,22 @@ Result<std::unique_ptr<EvictionPolicy>> MakeLru(const BlockCache::Config& cache)
 #endif
 }
 
-// The one place that maps evictionPolicy names to policies. (nothrash: the prefetcher's
-// NoThrashPolicy goes here.)
+#if SPOKE_HAVE_PREFETCH
+// The prefetcher's policy for working sets larger than the cache: keeps a stable subset and
+// never lets a prefetch evict a block predicted to be needed sooner.
+Result<std::unique_ptr<EvictionPolicy>> MakeNoThrash(const BlockCache::Config&) {
+  NoThrashPolicy::Config c;
+  if (auto s = c.Validate(); !s) return std::unexpected(s.error().Wrap("evictionPolicy nothrash"));
+  return std::unique_ptr<EvictionPolicy>(std::make_unique<NoThrashPolicy>(c));
+}
+#endif
+
+// The one place that maps evictionPolicy names to policies.
 constexpr PolicyEntry kPolicies[] = {
     {"lru", &MakeLru},
+#if SPOKE_HAVE_PREFETCH
+    {"nothrash", &MakeNoThrash},
+#endif
 };
 
 #if !SPOKE_HAVE_FUSE_MOUNTER

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "cache-agent/agent/wiring.h"
+#include "cache-agent/prefetch/nothrash_policy.h"
+
 namespace spoke::agent {
 namespace {
 
@@ -104,7 +107,7 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
       {"hub: 4", "hub: expected a map"},
       {"readAheadMaxBytes: 1Ki", "readAheadMaxBytes: must be 0 (off) or at least one block"},
       {"cacheSizeBytes: 100Mi\nreadAheadMaxBytes: 64Mi", "readAheadMaxBytes: must be at most half"},
-      {"evictionPolicy: nothrash", "evictionPolicy: must be one of lru"},
+      {"evictionPolicy: fifo", "evictionPolicy: must be one of lru | nothrash"},
       {"cacheSize: 10Gi", "cacheSize: unknown setting"},
   };
   for (const auto& c : cases) {
@@ -133,6 +136,19 @@ TEST(ParseHostPortTest, Forms) {
   EXPECT_FALSE(ParseHostPort("::1:9810", "f", &host, &port));
   EXPECT_FALSE(ParseHostPort(":9810", "f", &host, &port));
   EXPECT_FALSE(ParseHostPort("h:0", "f", &host, &port));
+}
+
+TEST(AgentConfigTest, NoThrashEvictionPolicyIsAcceptedAndWired) {
+  auto c = Parse("evictionPolicy: nothrash\n");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->eviction_policy, "nothrash");
+  BlockCache::Config cc;
+  auto p = MakeEvictionPolicy(c->eviction_policy, cc);
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_NE(dynamic_cast<NoThrashPolicy*>(p->get()), nullptr);
+  auto lru = MakeEvictionPolicy("lru", cc);
+  ASSERT_TRUE(lru);
+  EXPECT_EQ(dynamic_cast<NoThrashPolicy*>(lru->get()), nullptr);
 }
 
 }  // namespace
