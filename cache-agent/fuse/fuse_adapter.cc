@@ -320,7 +320,8 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
   std::string opts =
       "fsname=spoke,subtype=spoke,default_permissions,max_read=" + std::to_string(kMaxIo);
   if (options.allow_other) opts += ",allow_other";
-  if (options.read_only) opts += ",ro";
+  // Read-only volumes are not mounted "ro": the hint control file (.spoke-hints) must stay
+  // writable; VolumeFs answers EROFS to every other change.
   fuse_args args = FUSE_ARGS_INIT(0, nullptr);
   fuse_opt_add_arg(&args, "spoke");
   fuse_opt_add_arg(&args, "-o");

@@ -1,10 +1,11 @@
 // FuseAdapter: a libfuse3 low-level session serving one VolumeFs at a mount point. It only
 // translates callbacks to VolumeFs calls and Results to errno; semantics live in VolumeFs.
 //
-// Mounted with fsname=spoke,subtype=spoke,allow_other,default_permissions,max_read=1 MiB
-// (ro for read-only volumes). Immutable volumes keep the kernel page cache and long
-// attribute/entry timeouts; ttl volumes use the ttl; strict volumes use direct I/O and no
-// kernel attribute caching.
+// Mounted with fsname=spoke,subtype=spoke,allow_other,default_permissions,max_read=1 MiB.
+// Read-only volumes are mounted read-write at the kernel level so that the hint control
+// file stays writable; VolumeFs refuses every other change with EROFS. Immutable volumes keep the
+// kernel page cache and long attribute/entry timeouts; ttl volumes use the ttl; strict volumes use
+// direct I/O and no kernel attribute caching.
 #pragma once
 
 #include <atomic>

@@ -1,8 +1,7 @@
 #include "cache-agent/fuse/fuse_volume_mounter.h"
 
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <thread>
 
 #include "cache-agent/fs/block_fetcher.h"
@@ -21,23 +20,20 @@ using namespace std::chrono_literals;
 class FuseMountedVolume final : public MountedVolume {
  public:
   FuseMountedVolume(std::string id, VolumeContext ctx, std::string target, bool read_only,
-                    BlockCache* cache)
+                    BlockCache* cache, std::shared_ptr<CacheListenerFanout> listeners)
       : id_(std::move(id)),
         ctx_(std::move(ctx)),
         target_(std::move(target)),
         read_only_(read_only),
         cache_(cache),
+        listeners_(std::move(listeners)),
         volume_key_(VolumeKey(id_)) {}
 
   ~FuseMountedVolume() override {
     (void)Unmount();
-    {
-      std::lock_guard<std::mutex> lock(hint_mu_);
-      hint_stop_ = true;
-    }
-    hint_cv_.notify_all();
-    if (hint_thread_.joinable()) hint_thread_.join();
     fuse_.reset();
+    // No cache verdict may reach the scheduler once it is gone.
+    if (listeners_ && driver_) listeners_->Remove(volume_key_, driver_->listener());
     fs_.reset();
     driver_.reset();
     fetcher_.reset();
@@ -72,10 +68,8 @@ class FuseMountedVolume final : public MountedVolume {
       f.hub_free_inodes = st->free_files;
     }
     if (!driver_->empty()) {
-      ExpertFigures e;
-      e.name = "sequential";
-      e.predicted_blocks = fetcher_->prefetch_issued_blocks();
-      f.experts.push_back(e);
+      driver_->UpdateMetrics();
+      driver_->Stats().FillFigures(&f);  // experts, prefetched bytes, demand-miss latency
     }
     return f;
   }
@@ -149,11 +143,12 @@ class FuseMountedVolume final : public MountedVolume {
     return n;
   }
 
-  // For now: fetch the named files' blocks ahead, in the given order. The prefetcher's
-  // hint expert replaces this.
+  // The hint expert (auto mode) fetches the named files ahead, in the given order, as the
+  // budget allows. Paths that name no regular file of the volume are rejected here (the
+  // caller learns of typos); other modes reject every path.
   HintFigures Hint(const std::vector<std::string>& paths) override {
     HintFigures h;
-    std::vector<FileRef> accepted;
+    std::vector<std::string> known;
     for (const auto& p : paths) {
       auto norm = NormalizeRelativePath(p, "path");
       auto r = norm ? metadata_->Resolve(*norm) : Result<InodeAttr>(std::unexpected(norm.error()));
@@ -161,15 +156,12 @@ class FuseMountedVolume final : public MountedVolume {
         h.rejected++;
         continue;
       }
-      h.accepted++;
-      accepted.push_back(FileRef{*norm, r->attr.file_id, r->attr.ContentVersion(), r->attr.size});
+      known.push_back(*norm);
     }
-    if (!accepted.empty()) {
-      std::lock_guard<std::mutex> lock(hint_mu_);
-      for (auto& f : accepted) hint_queue_.push_back(std::move(f));
-      if (!hint_thread_.joinable()) hint_thread_ = std::thread([this] { HintLoop(); });
-    }
-    hint_cv_.notify_all();
+    HintCounts c = driver_->AddHintPaths(known);
+    driver_->Tick();  // start fetching now, not at the next tick
+    h.accepted += c.accepted;
+    h.rejected += c.rejected;
     return h;
   }
 
@@ -187,34 +179,13 @@ class FuseMountedVolume final : public MountedVolume {
   std::unique_ptr<FuseAdapter> fuse_;
 
  private:
-  void HintLoop() {
-    while (true) {
-      FileRef f;
-      {
-        std::unique_lock<std::mutex> lock(hint_mu_);
-        hint_cv_.wait(lock, [&] { return hint_stop_ || !hint_queue_.empty(); });
-        if (hint_stop_) return;
-        f = std::move(hint_queue_.front());
-        hint_queue_.pop_front();
-      }
-      uint64_t blocks = (f.size + fetcher_->block_size() - 1) / fetcher_->block_size();
-      auto r = fetcher_->Warm(f, 0, blocks);
-      if (!r)
-        log::Debug("hinted fetch failed", {{"path", f.path}, {"error", r.error().ToString()}});
-    }
-  }
-
   std::string id_;
   VolumeContext ctx_;
   std::string target_;
   bool read_only_;
   BlockCache* cache_;
+  std::shared_ptr<CacheListenerFanout> listeners_;
   uint64_t volume_key_;
-  std::mutex hint_mu_;
-  std::condition_variable hint_cv_;
-  std::deque<FileRef> hint_queue_;  // guarded by hint_mu_
-  bool hint_stop_ = false;          // guarded by hint_mu_
-  std::thread hint_thread_;
 };
 
 }  // namespace
@@ -232,7 +203,16 @@ Status FuseVolumeMounter::Config::Validate() const {
 
 FuseVolumeMounter::FuseVolumeMounter(const Config& config, BlockCache* cache,
                                      metrics::Registry* registry)
-    : config_(config), cache_(cache), registry_(registry) {}
+    : config_(config),
+      cache_(cache),
+      registry_(registry),
+      listeners_(std::make_shared<CacheListenerFanout>()) {
+  if (cache_ != nullptr) cache_->SetListener(listeners_.get());
+}
+
+FuseVolumeMounter::~FuseVolumeMounter() {
+  if (cache_ != nullptr) cache_->SetListener(nullptr);
+}
 
 Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::string& volume_id,
                                                                 const VolumeContext& context,
@@ -247,7 +227,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
   bool ro = read_only || context.read_only();
   metrics::Labels labels{{"volume", volume_id}};
 
-  auto vol = std::make_unique<FuseMountedVolume>(volume_id, context, target_path, ro, cache_);
+  auto vol =
+      std::make_unique<FuseMountedVolume>(volume_id, context, target_path, ro, cache_, listeners_);
   LibnfsRemote::Config hub = config_.hub;
   if (context.hub_timeout_seconds > 0) hub.request_timeout_seconds = context.hub_timeout_seconds;
   auto remote = LibnfsRemote::Connect(context.hub, *path, hub, registry_, labels);
@@ -280,8 +261,19 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
   }
   vol->fetcher_ =
       std::make_unique<BlockFetcher>(*vol->remote_, cache_, VolumeKey(volume_id), fc, *reg, labels);
-  vol->driver_ =
-      PrefetchDriver::ForMode(context.cache.prefetch, *vol->fetcher_, config_.read_ahead_max_bytes);
+  PrefetchDriver::Config pc;
+  pc.volume_id = volume_id;
+  pc.mode = context.cache.prefetch;
+  pc.read_ahead_max_bytes = config_.read_ahead_max_bytes;
+  // The volume's share of the cache for unverified prefetches: a quarter of it (as
+  // NoThrashPolicy's largest transient share), at least the read-ahead window.
+  uint64_t capacity = cache_ != nullptr ? cache_->Stats().capacity_bytes : 0;
+  pc.space_budget_bytes = std::max<uint64_t>(capacity / 4, config_.read_ahead_max_bytes);
+  pc.max_inflight_bytes = std::min<uint64_t>(64ull << 20, fc.prefetch_bytes_max);
+  vol->driver_ = std::make_unique<PrefetchDriver>(pc, *vol->fetcher_, SystemClock::Get(),
+                                                  vol->metadata_.get(), registry_);
+  if (vol->driver_->listener() != nullptr)
+    listeners_->Add(vol->fetcher_->volume_key(), vol->driver_->listener());
 
   VolumeFs::Config vc;
   vc.volume_id = volume_id;

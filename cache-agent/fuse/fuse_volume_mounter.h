@@ -1,7 +1,8 @@
 // FuseVolumeMounter: the real VolumeMounter. One Mount() builds, for one volume:
 // LibnfsRemote (connection pool to the hub) -> MetadataCache (+ background walk) ->
-// BlockFetcher (over the agent's shared BlockCache) -> PrefetchDriver (predictors from the
-// volume's prefetch mode) -> VolumeFs -> FuseAdapter (FUSE session at the target path).
+// BlockFetcher (over the agent's shared BlockCache) -> PrefetchDriver (PrefetchScheduler with
+// the experts of the volume's prefetch mode, fed the walk; tick thread) -> VolumeFs ->
+// FuseAdapter (FUSE session at the target path).
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include "cache-agent/agent/agent_config.h"
 #include "cache-agent/agent/mounted_volume.h"
 #include "cache-agent/cache/block_cache.h"
+#include "cache-agent/fs/prefetch_driver.h"
 #include "cache-agent/remote/libnfs_remote.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -37,7 +39,10 @@ class FuseVolumeMounter final : public VolumeMounter {
 
   // `cache` may be null (every read passes through to the hub). `cache` and `registry`
   // must outlive the mounter and every volume it mounted.
+  // Registers itself (a CacheListenerFanout) as the cache's listener: prefetch verdicts
+  // reach each volume's scheduler.
   FuseVolumeMounter(const Config& config, BlockCache* cache, metrics::Registry* registry);
+  ~FuseVolumeMounter() override;
 
   // kInvalidArgument (bad context or target), kUnavailable (hub not reachable within the
   // volume's hub timeout), kIo (FUSE mount failed).
@@ -50,6 +55,8 @@ class FuseVolumeMounter final : public VolumeMounter {
   Config config_;
   BlockCache* cache_;
   metrics::Registry* registry_;
+  // Shared with the mounted volumes (each removes its scheduler when it goes).
+  std::shared_ptr<CacheListenerFanout> listeners_;
 };
 
 // The agent's mounter from its configuration (hub pool, read-ahead); called by

@@ -260,6 +260,9 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   EXPECT_GT(f2.cache_read_bytes, 0u);
 
   // Hub outage: cached files still read; an uncached one fails with EIO within the bound.
+  // (Auto prefetch has cached the whole walked tree by now: drop cold/ first. The working
+  // set's cursor has passed it, so it is not fetched again this epoch.)
+  ASSERT_TRUE(vol->Evict("cold"));
   hub_->Stop();
   struct RestartOnExit {
     testing::TestHub* hub;
@@ -307,9 +310,43 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   auto evicted = vol->Evict("cold");
   ASSERT_TRUE(evicted);
   EXPECT_EQ(*evicted, 4u);
+  const uint64_t cold_size = 3 * (1 << 20) + 17;
+  auto hinted = [&](uint64_t base) {  // cold/uncached.bin is back in the cache
+    for (auto until = std::chrono::steady_clock::now() + 20s;
+         std::chrono::steady_clock::now() < until;) {
+      if (vol->Figures().cache_bytes >= base + cold_size) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  };
+  uint64_t base = vol->Figures().cache_bytes;
   auto hint = vol->Hint({"cold/uncached.bin", "no/such", "../escape"});
   EXPECT_EQ(hint.accepted, 1u);
   EXPECT_EQ(hint.rejected, 2u);
+  EXPECT_TRUE(hinted(base)) << "agent API hint did not fetch the file ahead";
+
+  // The control file: writable on this read-only dataset volume, hidden from readdir, never
+  // on the hub; the hinted file is fetched before anyone reads it.
+  ASSERT_EQ(*vol->Evict("cold"), 4u);
+  uint64_t hub_before = vol->Figures().hub_read_bytes;
+  base = vol->Figures().cache_bytes;
+  {
+    int hfd = ::open((mnt2.path() + "/.spoke-hints").c_str(), O_WRONLY | O_TRUNC);
+    ASSERT_GE(hfd, 0) << std::strerror(errno);
+    std::string line = "cold/uncached.bin\n";
+    EXPECT_EQ(::write(hfd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    EXPECT_EQ(::close(hfd), 0);
+  }
+  EXPECT_TRUE(hinted(base)) << ".spoke-hints did not fetch the file ahead";
+  EXPECT_GE(vol->Figures().hub_read_bytes - hub_before, cold_size);
+  for (const auto& e : fs::directory_iterator(mnt2.path())) {
+    EXPECT_NE(e.path().filename(), ".spoke-hints");
+  }
+  EXPECT_FALSE(fs::exists(hub_->export_dir() + "/data/.spoke-hints"));
+  uint64_t misses = vol->Figures().cache_misses;
+  auto cold = ReadThrough(mnt2.path() + "/cold/uncached.bin");
+  ASSERT_TRUE(cold) << cold.error().ToString();
+  EXPECT_EQ(vol->Figures().cache_misses, misses);  // served from the cache
 
   // Read-only: writes fail with EROFS.
   int wfd = ::open((mnt2.path() + "/new.txt").c_str(), O_CREAT | O_WRONLY, 0644);
