@@ -4,6 +4,8 @@
 #include <nfsc/libnfs-raw-nfs.h>
 #include <nfsc/libnfs.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -26,6 +28,12 @@ void Trampoline(int err, nfs_context* /*nfs*/, void* data, void* priv) {
 }
 
 void NoopCb(int, nfs_context*, void*, void*) {}
+
+// nfs_get_error may return null.
+std::string ErrorOf(nfs_context* ctx) {
+  const char* e = ctx != nullptr ? nfs_get_error(ctx) : nullptr;
+  return e != nullptr ? e : "unknown libnfs error";
+}
 
 // Errors that say "the hub or the link", not "the request": worth a retry.
 bool Transient(int err) {
@@ -108,7 +116,7 @@ void NfsConnection::Call(const StartFn& start, Callback cb) {
   auto* p = new PendingCall{std::move(cb)};
   if (start(ctx_, &Trampoline, p) != 0) {
     std::unique_ptr<PendingCall> owned(p);
-    std::string msg = std::string("could not queue the request: ") + nfs_get_error(ctx_);
+    std::string msg = "could not queue the request: " + ErrorOf(ctx_);
     owned->cb(-EAGAIN, msg.data());
   }
 }
@@ -360,14 +368,14 @@ void NfsConnection::StartMount() {
   nfs_set_version(ctx_, NFS_V3);
   nfs_url* url = nfs_parse_url_dir(ctx_, options_.url.c_str());
   if (url == nullptr) {
-    Teardown(std::string("bad URL: ") + nfs_get_error(ctx_));
+    Teardown("bad URL: " + ErrorOf(ctx_));
     return;
   }
   state_ = State::kMounting;
   mount_deadline_ = SteadyClock::now() + options_.rpc_timeout + std::chrono::seconds(1);
   int rc = nfs_mount_async(ctx_, url->server, url->path, &MountDone, this);
   nfs_destroy_url(url);
-  if (rc != 0) Teardown(std::string("mount: ") + nfs_get_error(ctx_));
+  if (rc != 0) Teardown("mount: " + ErrorOf(ctx_));
 }
 
 void NfsConnection::Teardown(const std::string& why) {
@@ -407,6 +415,11 @@ void NfsConnection::Teardown(const std::string& why) {
 }
 
 void NfsConnection::Loop() {
+  // A write to a socket the hub closed must give EPIPE, not kill the process.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   while (!stop_.load()) {
     auto now = SteadyClock::now();
     if (state_ == State::kDown && now >= next_mount_) StartMount();
@@ -449,7 +462,7 @@ void NfsConnection::Loop() {
       // Service with 0 too: libnfs only checks its timeouts inside nfs_service.
       if (nfs_service(ctx_, revents) < 0) {
         teardown_requested_ = true;
-        teardown_reason_ = nfs_get_error(ctx_);
+        teardown_reason_ = ErrorOf(ctx_);
       }
     }
     if (teardown_requested_) Teardown(teardown_reason_);
