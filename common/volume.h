@@ -71,6 +71,9 @@ inline constexpr std::string_view kMetaPvcNamespace = "csi.storage.k8s.io/pvc/na
 inline constexpr std::string_view kMetaPvName = "csi.storage.k8s.io/pv/name";
 // Volume context only: the volume's directory relative to the share ("" = the share root).
 inline constexpr std::string_view kCtxPath = "path";
+// The agent's hint control file at a volume's root: a job writes upcoming paths to it, one
+// per line. It is never stored on the hub and stays writable on read-only volumes.
+inline constexpr std::string_view kHintFileName = ".spoke-hints";
 
 // Parses and validates StorageClass parameters. Unknown keys (other than the
 // csi.storage.k8s.io/ ones) are rejected. Errors are kInvalidArgument and name the parameter.

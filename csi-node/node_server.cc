@@ -346,8 +346,24 @@ grpc::Status NodeServer::BindIntoTarget(const std::string& volume_id, const std:
       if (created) ::rmdir(target.c_str());
       return ToGrpc(s.error());
     }
+    BindHintFile(staging, target);
   }
   return grpc::Status::OK;
+}
+
+// The agent's hint control file (<volume>/.spoke-hints) is the one writable name of a
+// read-only volume: the agent keeps it off the hub and answers EROFS for everything else.
+// A read-only bind mount would block it in the kernel, so the file itself is bound again,
+// writable, on top. Best effort: without it, hints still reach the agent through its API.
+void NodeServer::BindHintFile(const std::string& staging, const std::string& target) {
+  std::string source = staging + "/" + std::string(kHintFileName);
+  std::string dest = target + "/" + std::string(kHintFileName);
+  struct stat st;
+  if (::stat(dest.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // agent without hints
+  if (auto s = mounter_.BindMount(source, dest); !s) {
+    log::Warn("hint file not writable in the pod: bind failed",
+              {{"target", dest}, {"error", s.error().message()}});
+  }
 }
 
 grpc::Status NodeServer::PublishEphemeral(const csi::v1::NodePublishVolumeRequest& req,
@@ -433,6 +449,9 @@ grpc::Status NodeServer::NodePublishVolume(grpc::ServerContext*,
 }
 
 grpc::Status NodeServer::UnmountAndRemoveTarget(const std::string& target) {
+  // The writable hint-file bind (BindHintFile) sits on top of the target: it goes first.
+  std::string hint = target + "/" + std::string(kHintFileName);
+  if (auto m = mounter_.IsMountPoint(hint); m && *m) (void)mounter_.Unmount(hint, /*lazy=*/true);
   for (int i = 0; i < 8; ++i) {
     auto mounted = mounter_.IsMountPoint(target);
     if (!mounted) return ToGrpc(mounted.error());

@@ -84,6 +84,7 @@ class NodeServer final : public csi::v1::Node::Service {
   // tolerated when the mount is stale or gone (nothing to ask it).
   grpc::Status AgentUnmount(const std::string& staging);
   // Bind staging -> target (creating target), read-only when asked. Idempotent.
+  void BindHintFile(const std::string& staging, const std::string& target);
   grpc::Status BindIntoTarget(const std::string& volume_id, const std::string& staging,
                               const std::string& target, bool read_only);
   // Unmounts every mount stacked at `target` and removes the directory.

@@ -24,10 +24,11 @@
 
 #include "cache-agent/prefetch/tracker_expert.h"
 #include "common/status.h"
+#include "common/volume.h"
 
 namespace spoke::agent {
 
-inline constexpr std::string_view kHintFileName = ".spoke-hints";
+inline constexpr std::string_view kHintFileName = spoke::kHintFileName;
 inline constexpr size_t kMaxHintPath = 4096;      // PATH_MAX
 inline constexpr size_t kMaxHintComponent = 255;  // NAME_MAX
 

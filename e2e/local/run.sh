@@ -223,6 +223,11 @@ t_read=$(date +%s.%N)
 (cd "$ds_b" && sha256sum --quiet --strict -c "$work/hub.sha256") || fail "pod-b: checksum mismatch"
 log "pod-b read (warm, from the cache): $(elapsed "$t_read") s"
 if touch "$ds_a/should-fail" 2>/dev/null; then fail "dataset target is writable"; fi
+# The hint control file is the one writable name of a read-only volume, and never on the hub.
+printf '%s\n' "$(head -1 "$work/hub-small.sha256" | cut -c67-)" > "$ds_a/.spoke-hints" ||
+  fail "the hint file is not writable in a read-only pod target"
+[ ! -e "$ds/.spoke-hints" ] || fail "the hint file reached the hub"
+ls -A "$ds_a" | grep -qx '.spoke-hints' && fail "the hint file is listed in the directory"
 # The bind mounts propagated to a peer mount namespace (kubelet / the pod's runtime).
 first=$(head -1 "$work/hub.sha256" | cut -c67-)
 if ! nsenter --mount="/proc/$watcher_pid/ns/mnt" cmp "$ds_b/$first" "$ds/$first"; then
