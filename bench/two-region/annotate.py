@@ -21,7 +21,8 @@ Adds to the JSON:
   hub_bytes_per_epoch       the same from the agent's counter
   epoch_end_s               loader time of each epoch's end
   warmup_sustained_batches  batches before the window rate reaches 95 % of steady for good
-                            (the first batch from which every window rate is >= 95 %)
+                            (the first batch from which every window rate is >= 95 %, windows
+                            holding a later epoch's first batch excepted: worker restart)
   au_after_warmup           compute time of the batches from the warm-up on / (accelerators x
                             time from the completion of the last warm-up batch to the end)
 plus every --set key=value (numbers are stored as numbers).
@@ -94,7 +95,7 @@ def main(argv):
             c = float(rec["completion_s"])
             epoch_end[e] = max(epoch_end.get(e, 0.0), c)
             batches.append((int(rec["seq"]), float(rec["compute_ms"]), c,
-                            float(rec["window_samples_per_s"])))
+                            float(rec["window_samples_per_s"]), e, int(rec["batch"])))
     epochs = sorted(epoch_end)
 
     if rows:
@@ -123,7 +124,13 @@ def main(argv):
     # first window that reaches 95 %, and one lucky burst is enough).
     steady = float(summary.get("steady_samples_per_s", 0))
     ordered = sorted(batches, key=lambda r: r[0])
-    bad = [i for i, r in enumerate(ordered) if r[3] < 0.95 * steady]
+    # Windows that hold the first batch of a later epoch are skipped: the loader's workers
+    # restart there (non-persistent workers), a dip co-located pays too.
+    window = int(summary.get("config", {}).get("window", 10) or 10)
+    restarts = [i for i, r in enumerate(ordered) if r[5] == 0 and i > 0]
+    def spans_restart(i):
+        return any(i - window < k <= i for k in restarts)
+    bad = [i for i, r in enumerate(ordered) if r[3] < 0.95 * steady and not spans_restart(i)]
     summary["warmup_sustained_batches"] = (bad[-1] + 1) if bad else 0
 
     # AU after the warm-up: compute time of the batches from the warm-up on, over the time

@@ -430,11 +430,13 @@ if want spoke-hints; then
   start_agent hints "$CACHE_BYTES"
   mount_volume hints "$WAN_URL" "$WORK/mnt-hints" --prefetch auto
   m=$MOUNT_S
-  if [ -e "$WORK/mnt-hints/.spoke-hints" ]; then
+  # The control file must exist and take a write (an empty one) on this read-only mount.
+  if [ -e "$WORK/mnt-hints/.spoke-hints" ] && : 2>/dev/null > "$WORK/mnt-hints/.spoke-hints"; then
     CHANNEL=control-file
     HINTS_FILE=$WORK/mnt-hints/.spoke-hints
   else
-    # No control file yet: the loader writes each epoch's order into a FIFO before starting
+    [ -e "$WORK/mnt-hints/.spoke-hints" ] && log "the agent's .spoke-hints refuses writes; using spokectl hint"
+    # No usable control file: the loader writes each epoch's order into a FIFO before starting
     # the epoch's workers; this feeder hands it to `spokectl hint` (an agent API call).
     CHANNEL=spokectl
     HINTS_FILE=$WORK/hints.fifo
