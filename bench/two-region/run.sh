@@ -43,6 +43,8 @@ usage: bench/two-region/run.sh [options]
                         quota counts bytes stored since 5b2f311); footprint: every file rounded
                         up to whole 1 MiB blocks (what an agent before 5b2f311 needs: its block
                         store charged a full slot per block, 1 MiB for a 110 KB sample)
+  --eviction-policy P   the agents' evictionPolicy (default lru; nothrash for datasets larger
+                        than the cache)
   --scenarios LIST      comma-separated subset (default: all, in the order above)
   --delay-ms D          one-way WAN delay (default 30 = 60 ms RTT)
   --stage-streams N     parallel cp streams of stage-in (default 8)
@@ -54,7 +56,7 @@ EOF
   exit 2
 }
 
-CACHE_BASIS=bytes
+CACHE_BASIS=bytes EVICTION=lru
 SHORT=0 WORKLOAD=report SAMPLES="" EPOCHS=3 WARM_EPOCHS=2 NOSPOKE_EPOCHS="" CACHE_FRACTION=2
 SCENARIOS="co-located,remote-no-spoke,spoke-cold,spoke-warm,stage-in,spoke-hints"
 DELAY_MS=30 STAGE_STREAMS=8 OUT="" BUILD_DIR=build WORK="" KEEP=0 SEED=1
@@ -68,6 +70,7 @@ while [ $# -gt 0 ]; do
     --nospoke-epochs) NOSPOKE_EPOCHS=${2:?}; shift ;;
     --cache-fraction) CACHE_FRACTION=${2:?}; shift ;;
     --cache-basis) CACHE_BASIS=${2:?}; shift ;;
+    --eviction-policy) EVICTION=${2:?}; shift ;;
     --scenarios) SCENARIOS=${2:?}; shift ;;
     --delay-ms) DELAY_MS=${2:?}; shift ;;
     --stage-streams) STAGE_STREAMS=${2:?}; shift ;;
@@ -179,6 +182,7 @@ metricsAddress: 127.0.0.1:$(free_port)
 logLevel: info
 hub: {connections: 4, inflightPerConnection: 64, requestTimeoutSeconds: 10}
 readAheadMaxBytes: $ra
+evictionPolicy: $EVICTION
 EOF
   fi
   local port; port=$(sed -n 's/^metricsAddress: 127.0.0.1://p' "$d/agent.yaml")
@@ -310,7 +314,7 @@ WAN_URL="nfs://127.0.0.1$EXPORT?nfsport=$WAN_NFS&mountport=$WAN_MNT"
 log "WAN: spoke-wan-proxy ${DELAY_MS} ms each way ($((2 * DELAY_MS)) ms RTT) on $WAN_NFS/$WAN_MNT"
 
 cat > "$OUT/run.txt" <<EOF
-command: bench/two-region/run.sh $( [ $SHORT = 1 ] && echo --short ) --workload $WORKLOAD --samples $SAMPLES --epochs $EPOCHS --warm-epochs $WARM_EPOCHS --nospoke-epochs $NOSPOKE_EPOCHS --cache-fraction $CACHE_FRACTION --cache-basis $CACHE_BASIS --delay-ms $DELAY_MS --stage-streams $STAGE_STREAMS
+command: bench/two-region/run.sh $( [ $SHORT = 1 ] && echo --short ) --workload $WORKLOAD --samples $SAMPLES --epochs $EPOCHS --warm-epochs $WARM_EPOCHS --nospoke-epochs $NOSPOKE_EPOCHS --cache-fraction $CACHE_FRACTION --cache-basis $CACHE_BASIS --eviction-policy $EVICTION --delay-ms $DELAY_MS --stage-streams $STAGE_STREAMS
 commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%M:%SZ)
 dataset: $WORKLOAD, $SAMPLES samples, $DATASET_FILES files, $DATASET_BYTES bytes (cache footprint in 1 MiB blocks: $FOOTPRINT_BYTES); Spoke cache $CACHE_BYTES bytes = $CACHE_FRACTION x $CACHE_BASIS; remote-no-spoke/stage-in cache $MIN_CACHE bytes
