@@ -10,7 +10,7 @@
 #include "common/version.h"
 #include "csi-controller/controller_config.h"
 #include "csi-controller/controller_server.h"
-#include "csi-controller/identity_server.h"
+#include "common/csi_identity.h"
 #include "csi-controller/libnfs_export_admin.h"
 
 namespace {
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
                          {"hubTimeoutSeconds", config.hub_timeout_seconds},
                          {"archivePrefix", config.archive_prefix}});
 
-  controller::IdentityServer identity;
+  IdentityServer identity;
   controller::ControllerServer ctl(config, std::make_unique<controller::LibnfsExportAdmin>());
   GrpcServerOptions options;
   options.endpoint = endpoint;

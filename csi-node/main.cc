@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "common/version.h"
 #include "csi-node/agent_client.h"
-#include "csi-node/identity_server.h"
+#include "common/csi_identity.h"
 #include "csi-node/mounter.h"
 #include "csi-node/node_config.h"
 #include "csi-node/node_server.h"
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   } else {
     log::Info("cache agent reachable", {{"mounts", m->size()}});
   }
-  node::IdentityServer identity(!config.region.empty() || !config.zone.empty());
+  IdentityServer identity(!config.region.empty() || !config.zone.empty());
   node::NodeServer node_server(config, mounter, agent);
 
   GrpcServerOptions options;

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/version.h"
-#include "csi-controller/identity_server.h"
+#include "common/csi_identity.h"
 #include "csi-controller/volume_record.h"
 #include "tests/csi-controller/fake_export_admin.h"
 

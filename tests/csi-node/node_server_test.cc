@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "csi-node/identity_server.h"
+#include "common/csi_identity.h"
 #include "tests/csi-node/fake_agent.h"
 #include "tests/csi-node/fake_mounter.h"
 

@@ -1,8 +1,8 @@
-#include "csi-controller/identity_server.h"
+#include "common/csi_identity.h"
 
 #include "common/version.h"
 
-namespace spoke::controller {
+namespace spoke {
 
 grpc::Status IdentityServer::GetPluginInfo(grpc::ServerContext*,
                                            const csi::v1::GetPluginInfoRequest*,
@@ -17,6 +17,10 @@ grpc::Status IdentityServer::GetPluginCapabilities(grpc::ServerContext*,
                                                    csi::v1::GetPluginCapabilitiesResponse* resp) {
   resp->add_capabilities()->mutable_service()->set_type(
       csi::v1::PluginCapability::Service::CONTROLLER_SERVICE);
+  if (has_topology_) {
+    resp->add_capabilities()->mutable_service()->set_type(
+        csi::v1::PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS);
+  }
   return grpc::Status::OK;
 }
 
@@ -26,4 +30,4 @@ grpc::Status IdentityServer::Probe(grpc::ServerContext*, const csi::v1::ProbeReq
   return grpc::Status::OK;
 }
 
-}  // namespace spoke::controller
+}  // namespace spoke
