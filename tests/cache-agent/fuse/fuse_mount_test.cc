@@ -211,13 +211,17 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   // Random windows of the large files, from 16 threads.
   {
     std::atomic<int> bad{0};
+    std::vector<std::string> sources;
+    for (const auto& rel : large_files_)
+      sources.push_back(Slurp(hub_->export_dir() + "/data/" + rel));
     std::vector<std::thread> readers;
     for (int t = 0; t < 16; ++t) {
       readers.emplace_back([&, t] {
         std::mt19937_64 rng(t);
         for (int i = 0; i < 20; ++i) {
-          const auto& rel = large_files_[rng() % large_files_.size()];
-          std::string want = Slurp(hub_->export_dir() + "/data/" + rel);
+          size_t which = rng() % large_files_.size();
+          const auto& rel = large_files_[which];
+          const std::string& want = sources[which];
           uint64_t off = rng() % want.size();
           size_t len = 1 + rng() % (3 << 20);
           std::vector<char> buf(len);
