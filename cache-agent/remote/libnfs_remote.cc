@@ -218,6 +218,12 @@ NfsConnection& LibnfsRemote::LeastLoaded() {
   return *best;
 }
 
+NfsConnection& LibnfsRemote::ForPath(const std::string& path) {
+  NfsConnection& home = *connections_[std::hash<std::string>{}(path) % connections_.size()];
+  if (home.mounted() && home.load() < config_.inflight_per_connection) return home;
+  return LeastLoaded();
+}
+
 void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
   for (auto& c : connections_) c->Invalidate(path);
 }
@@ -362,7 +368,7 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
         });
   };
   in_flight_->Add(1);
-  LeastLoaded().Submit(job);
+  ForPath(path).Submit(job);
 }
 
 Result<size_t> LibnfsRemote::Write(const std::string& path, uint64_t offset, const char* data,

@@ -93,6 +93,10 @@ class LibnfsRemote final : public RemoteFs {
   LibnfsRemote(const HubAddress& hub, const Config& config, metrics::Registry* registry,
                const metrics::Labels& labels);
   NfsConnection& LeastLoaded();
+  // The connection a file's reads go to: the same one for a path while it has room, so a
+  // file is opened (one LOOKUP per path component over the WAN) on one connection rather
+  // than on each; spills to the least loaded one when that connection is full.
+  NfsConnection& ForPath(const std::string& path);
   NfsConnection& Writer() { return *connections_[0]; }
   void InvalidateEverywhere(const std::string& path);
   // The libnfs path of a volume-relative path ("/root/path").
