@@ -9,9 +9,17 @@ void EpochWorkingSetPredictor::Predict(uint64_t budget_bytes, uint32_t block_siz
   if (epoch_ != tracker_.epoch()) {
     epoch_ = tracker_.epoch();
     cursor_ = 0;
+    candidate_count_ = 0;
+    candidate_blocks_ = 0;
+    blocks_read_at_start_ = tracker_.blocks_read();
+  }
+  // The tree arrives from the metadata walk after the first predictions: recount when the
+  // list grows, or every prediction of the first epoch gets a rank near 0 and expires
+  // (counted wasted) long before a shuffled loader reaches it.
+  if (candidate_count_ != candidates.size()) {
+    candidate_count_ = candidates.size();
     candidate_blocks_ = 0;
     for (FileIndex f : candidates) candidate_blocks_ += tracker_.file(f).Blocks(block_size);
-    blocks_read_at_start_ = tracker_.blocks_read();
   }
   uint64_t budget = budget_bytes / block_size;
   const uint64_t read = tracker_.blocks_read() - blocks_read_at_start_;

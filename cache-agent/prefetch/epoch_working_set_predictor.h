@@ -27,6 +27,7 @@ class EpochWorkingSetPredictor final : public TrackerExpert {
  private:
   uint64_t epoch_ = ~uint64_t{0};
   size_t cursor_ = 0;              // into the epoch's candidate list
+  size_t candidate_count_ = 0;     // size of the candidate list when last counted
   uint64_t candidate_blocks_ = 0;  // blocks of the candidate list, for predicted_use
   uint64_t blocks_read_at_start_ = 0;
 };
