@@ -164,8 +164,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 # start_agent NAME CACHE_BYTES [READ_AHEAD_BYTES]: fresh dirs unless they exist (restart).
-# (readAheadMaxBytes: 0 is accepted by the config but refused by the FUSE mounter, so the
-# prefetch-off agents get one block; with --prefetch off it is never used.)
+# (readAheadMaxBytes is at least one block; the prefetch-off agents use one: with
+# --prefetch off it is never used.)
 start_agent() {
   local n=$1 cache=$2 ra=${3:-67108864} d=$WORK/$1
   mkdir -p "$d/cache" "$d/state"

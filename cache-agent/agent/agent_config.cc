@@ -98,9 +98,11 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
   (void)hub.Finish();
 
   c.read_ahead_max_bytes = r.Size("readAheadMaxBytes", c.read_ahead_max_bytes, 0, 16ull << 30);
-  if (c.read_ahead_max_bytes != 0 && c.read_ahead_max_bytes < c.block_size_bytes) {
-    r.Reject("readAheadMaxBytes", "must be 0 (off) or at least one block (" +
-                                      std::to_string(c.block_size_bytes) + " bytes)");
+  // Read-ahead is switched off per volume (StorageClass `prefetch: off`); here it is only
+  // bounded, and the window needs room for one block.
+  if (c.read_ahead_max_bytes < c.block_size_bytes) {
+    r.Reject("readAheadMaxBytes",
+             "must be at least one block (" + std::to_string(c.block_size_bytes) + " bytes)");
   }
   if (c.read_ahead_max_bytes > c.cache_size_bytes / 2) {
     r.Reject("readAheadMaxBytes", "must be at most half of cacheSizeBytes");
