@@ -25,7 +25,8 @@ status=0
 (cd build/ci && ctest --output-on-failure -j2 --timeout 900 "$@") || status=$?
 
 if [ $sanitize -eq 1 ]; then
-  build build/asan -DCMAKE_BUILD_TYPE=Debug -DSPOKE_SANITIZE=ON
+  # -O2: sanitizer checks stay, and the FUSE/WAN integration tests finish in time.
+  build build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOKE_SANITIZE=ON
   # ASan cannot run under csi-sanity's timing or the chart tests' tools: unit + integration.
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
   (cd build/asan && ctest --output-on-failure -j2 --timeout 900 -L 'unit|integration' "$@") || status=$?

@@ -93,8 +93,10 @@ std::string RenderMounts(const spoke::agent::v1::ListMountsResponse& mounts) {
       auto it = ctx.find(k);
       return it == ctx.end() ? std::string() : it->second;
     };
-    std::string hub = get("server") + ":" + get("share");
-    if (!get("path").empty()) hub += "/" + get("path");
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on `"/" + std::string` here.
+    std::string hub = get("server");
+    hub.append(":").append(get("share"));
+    if (std::string path = get("path"); !path.empty()) hub.append("/").append(path);
     rows.push_back({m.target_path(), hub, get("mode"), get("consistency"),
                     m.read_only() ? "ro" : "rw", m.hub_reachable() ? "reachable" : "UNREACHABLE"});
   }
