@@ -55,8 +55,10 @@ go mod download -json "github.com/container-storage-interface/spec@${CSI_SPEC_VE
 
 # Python tool for offline Kubernetes schema validation, in its own venv.
 VENV=/usr/local/share/spoke-tools/venv
+# (pip's output is read whole first: `grep -q` closing the pipe early would fail pipefail.)
+installed=$("$VENV/bin/pip" show kubernetes-validate 2>/dev/null || true)
 if [ ! -x "$VENV/bin/kubernetes-validate" ] || \
-   ! "$VENV/bin/pip" show kubernetes-validate 2>/dev/null | grep -q "^Version: ${KUBE_VALIDATE_VERSION}$"; then
+   ! grep -qx "Version: ${KUBE_VALIDATE_VERSION}" <<<"$installed"; then
   echo "install-deps: pip install kubernetes-validate==${KUBE_VALIDATE_VERSION}"
   $SUDO python3 -m venv "$VENV"
   $SUDO "$VENV/bin/pip" install -q "kubernetes-validate==${KUBE_VALIDATE_VERSION}"
