@@ -5,12 +5,12 @@
 #include <memory>
 #include <string>
 
+#include "common/csi_identity.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/version.h"
 #include "csi-controller/controller_config.h"
 #include "csi-controller/controller_server.h"
-#include "common/csi_identity.h"
 #include "csi-controller/libnfs_export_admin.h"
 
 namespace {

@@ -9,11 +9,11 @@
 #include <iostream>
 #include <string>
 
+#include "common/csi_identity.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/version.h"
 #include "csi-node/agent_client.h"
-#include "common/csi_identity.h"
 #include "csi-node/mounter.h"
 #include "csi-node/node_config.h"
 #include "csi-node/node_server.h"

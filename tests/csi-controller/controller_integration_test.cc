@@ -16,8 +16,8 @@
 #include <fstream>
 #include <thread>
 
-#include "csi-controller/controller_server.h"
 #include "common/csi_identity.h"
+#include "csi-controller/controller_server.h"
 #include "csi-controller/libnfs_export_admin.h"
 #include "tests/support/hub.h"
 

@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
-#include "common/version.h"
 #include "common/csi_identity.h"
+#include "common/version.h"
 #include "csi-controller/volume_record.h"
 #include "tests/csi-controller/fake_export_admin.h"
 
