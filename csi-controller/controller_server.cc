@@ -3,6 +3,7 @@
 #include <cmath>
 #include <ctime>
 
+#include "common/grpc_status.h"
 #include "common/log.h"
 #include "csi-controller/volume_record.h"
 
@@ -124,46 +125,6 @@ bool OnlyLeftovers(const std::vector<std::string>& names) {
 }
 
 }  // namespace
-
-grpc::Status ToGrpcStatus(const Error& e) {
-  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
-  switch (e.code()) {
-    case Code::kOk:
-      return grpc::Status::OK;
-    case Code::kInvalidArgument:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case Code::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case Code::kAlreadyExists:
-      code = grpc::StatusCode::ALREADY_EXISTS;
-      break;
-    case Code::kPermissionDenied:
-      code = grpc::StatusCode::PERMISSION_DENIED;
-      break;
-    case Code::kUnavailable:
-    case Code::kTimeout:
-      code = grpc::StatusCode::UNAVAILABLE;
-      break;
-    case Code::kNoSpace:
-      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    case Code::kCancelled:
-      code = grpc::StatusCode::ABORTED;
-      break;
-    case Code::kReadOnly:
-    case Code::kNotEmpty:
-      code = grpc::StatusCode::FAILED_PRECONDITION;
-      break;
-    case Code::kIo:
-    case Code::kChecksum:
-    case Code::kInternal:
-      code = grpc::StatusCode::INTERNAL;
-      break;
-  }
-  return grpc::Status(code, e.message());
-}
 
 ControllerServer::ControllerServer(ControllerConfig config, std::unique_ptr<ExportAdmin> admin,
                                    Clock clock)

@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 
+#include "common/grpc_status.h"
 #include "common/status.h"
 #include "common/volume.h"
 #include "csi-controller/controller_config.h"
@@ -34,9 +35,6 @@
 #include "csi.grpc.pb.h"
 
 namespace spoke::controller {
-
-// Maps a spoke::Error to the gRPC status a CSI sidecar understands.
-grpc::Status ToGrpcStatus(const Error& error);
 
 class ControllerServer final : public csi::v1::Controller::Service {
  public:

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/volume.h"
 
@@ -20,37 +21,9 @@ grpc::Status Invalid(std::string msg) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(msg));
 }
 
+// A local dependency (mount probe, agent call) that hung is DEADLINE_EXCEEDED here.
 grpc::Status ToGrpc(const Error& e, std::string_view context = {}) {
-  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
-  switch (e.code()) {
-    case Code::kOk:
-      return grpc::Status::OK;
-    case Code::kInvalidArgument:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case Code::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case Code::kAlreadyExists:
-      code = grpc::StatusCode::ALREADY_EXISTS;
-      break;
-    case Code::kPermissionDenied:
-      code = grpc::StatusCode::PERMISSION_DENIED;
-      break;
-    case Code::kUnavailable:
-      code = grpc::StatusCode::UNAVAILABLE;
-      break;
-    case Code::kTimeout:
-      code = grpc::StatusCode::DEADLINE_EXCEEDED;
-      break;
-    case Code::kNoSpace:
-      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    default:
-      code = grpc::StatusCode::INTERNAL;
-  }
-  std::string msg = context.empty() ? e.message() : std::string(context) + ": " + e.message();
-  return grpc::Status(code, msg);
+  return ToGrpcStatus(e, context, grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
 grpc::Status ToGrpc(const AgentError& e) {
