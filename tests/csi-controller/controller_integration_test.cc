@@ -24,6 +24,8 @@
 namespace spoke::controller {
 namespace {
 
+using spoke::testing::Blackhole;
+
 namespace fs = std::filesystem;
 using csi::v1::VolumeCapability;
 using AM = VolumeCapability::AccessMode;
@@ -206,28 +208,6 @@ TEST_F(ControllerIntegrationTest, ShareNotExportedIsFailedPrecondition) {
   auto s = Create(Req(wrong, "pv-x", "scratch"), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
 }
-
-// A TCP listener that never accepts nor answers: connect() succeeds, every RPC hangs.
-class Blackhole {
- public:
-  Blackhole() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(fd_, 64);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-  }
-  ~Blackhole() { ::close(fd_); }
-  uint16_t port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
 
 TEST_F(ControllerIntegrationTest, BlackholedHubIsUnavailableWithinBound) {
   Blackhole hole;

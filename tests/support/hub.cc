@@ -46,6 +46,32 @@ int Run(const std::string& command) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
+Blackhole::Blackhole() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::listen(fd_, 64);
+  socklen_t len = sizeof a;
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.sin_port);
+  thread_ = std::thread([this] {
+    while (!stop_) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c >= 0) accepted_.push_back(c);
+    }
+  });
+}
+
+Blackhole::~Blackhole() {
+  stop_ = true;
+  ::shutdown(fd_, SHUT_RDWR);
+  ::close(fd_);
+  thread_.join();
+  for (int c : accepted_) ::close(c);
+}
+
 uint16_t FreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

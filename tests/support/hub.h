@@ -5,9 +5,12 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/volume.h"
 
@@ -67,6 +70,24 @@ class WanProxy {
   WanProxy() = default;
   pid_t pid_ = -1;
   HubAddress address_;
+};
+
+// A dead hub that still has its port open: a loopback listener that accepts connections and
+// never writes a byte, so connect() succeeds and every RPC waits until the caller's bound.
+class Blackhole {
+ public:
+  Blackhole();
+  ~Blackhole();
+  Blackhole(const Blackhole&) = delete;
+  Blackhole& operator=(const Blackhole&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> accepted_;
+  std::thread thread_;
 };
 
 // Binds port 0 on 127.0.0.1 and returns the port the kernel chose.

@@ -19,6 +19,8 @@
 namespace spoke::agent {
 namespace {
 
+using spoke::testing::Blackhole;
+
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -50,43 +52,6 @@ LibnfsRemote::Config SmallConfig(double timeout_s = 3) {
   c.retries = 2;
   return c;
 }
-
-// Accepts connections and never writes a byte.
-class Blackhole {
- public:
-  Blackhole() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(fd_, 64);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        int c = ::accept(fd_, nullptr, nullptr);
-        if (c >= 0) accepted_.push_back(c);
-      }
-    });
-  }
-  ~Blackhole() {
-    stop_ = true;
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-    for (int c : accepted_) ::close(c);
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::vector<int> accepted_;
-  std::thread thread_;
-};
 
 TEST(LibnfsRemoteConfig, ValidateNamesTheField) {
   LibnfsRemote::Config c;
