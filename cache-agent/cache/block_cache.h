@@ -78,7 +78,7 @@ class BlockCache {
 };
 
 // Opens (creating, resuming or recovering) the block cache in config.dir: slot files through
-// io_uring (default_block_cache.h, uring_block_store.h). `metrics` may be null; when given,
+// io_uring (slot_file_block_cache.h, uring_block_store.h). `metrics` may be null; when given,
 // the cache registers spoke_cache_* series in it (it must outlive the cache).
 // kInvalidArgument: bad config (names the field) or unusable dir; kUnavailable: dir in use by
 // another cache; kIo / kNoSpace: the data files could not be created.

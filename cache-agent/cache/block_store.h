@@ -53,6 +53,10 @@ class BlockStore {
 
   // True when the data files were just created (nothing to recover).
   virtual bool fresh() const = 0;
+  // True when Punch gives the disk space back on this store (probed when it was opened);
+  // false when it cannot (EOPNOTSUPP) or does not free anything (the cache then charges
+  // every block a whole slot).
+  virtual bool CanPunchHoles() const = 0;
   // Disk space the store occupies now (allocated blocks), or nullopt when it cannot tell.
   virtual std::optional<uint64_t> allocated_bytes() const { return std::nullopt; }
   // Device errors seen so far (every failed Read/Write/Sync).

@@ -130,6 +130,7 @@ Result<std::unique_ptr<UringBlockStore>> UringBlockStore::Open(const std::string
   }
   store->direct_io_ = direct;
   store->fresh_ = !any_existed;
+  store->can_punch_holes_ = ProbeHolePunching(dir);
 
   for (unsigned i = 0; i < options.rings; ++i) store->rings_.push_back(std::make_unique<Ring>());
   {
@@ -143,11 +144,12 @@ Result<std::unique_ptr<UringBlockStore>> UringBlockStore::Open(const std::string
                                  {"slots", slot_count},
                                  {"slot_size", slot_size},
                                  {"direct_io", direct},
+                                 {"punch_holes", store->can_punch_holes_},
                                  {"fresh", store->fresh_}});
   return store;
 }
 
-bool UringBlockStore::CanPunchHoles(const std::string& dir) {
+bool UringBlockStore::ProbeHolePunching(const std::string& dir) {
   const std::string path = dir + "/punch-probe";
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return false;

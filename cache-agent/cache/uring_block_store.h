@@ -3,7 +3,7 @@
 // Files: <dir>/data.0, data.1, ... each holding at most Options::max_file_bytes of whole slots,
 // sized with ftruncate, so they are sparse: a slot occupies disk only where it was written, and
 // Punch (fallocate PUNCH_HOLE | KEEP_SIZE) gives space back. The cache keeps the allocated
-// bytes under its quota (default_block_cache.h); not preallocating means a disk shared with
+// bytes under its quota (slot_file_block_cache.h); not preallocating means a disk shared with
 // others can fill up under us (ENOSPC -> kNoSpace on a write, which the cache counts as a disk
 // error), so the cache warns at open when the filesystem cannot hold its quota. Opened with
 // O_DIRECT when the filesystem supports it (probed at open: open + one aligned read); tmpfs
@@ -49,10 +49,11 @@ class UringBlockStore final : public BlockStore {
 
   // True when files in `dir` can have holes punched in them and that gives the space back
   // (probed on a scratch file, removed again). False on ramfs, some network filesystems, and
-  // when the probe cannot tell (st_blocks not maintained).
-  static bool CanPunchHoles(const std::string& dir);
+  // when the probe cannot tell (st_blocks not maintained). Open runs it for CanPunchHoles().
+  static bool ProbeHolePunching(const std::string& dir);
 
   bool fresh() const override { return fresh_; }
+  bool CanPunchHoles() const override { return can_punch_holes_; }
   std::optional<uint64_t> allocated_bytes() const override;
   bool direct_io() const { return direct_io_; }
   size_t file_count() const { return fds_.size(); }
@@ -80,6 +81,7 @@ class UringBlockStore final : public BlockStore {
   std::vector<int> fds_;
   bool fresh_ = false;
   bool direct_io_ = false;
+  bool can_punch_holes_ = false;
   std::vector<std::unique_ptr<Ring>> rings_;
 };
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "cache-agent/cache/block_cache_factory.h"
-#include "cache-agent/cache/default_block_cache.h"
+#include "cache-agent/cache/slot_file_block_cache.h"
 #include "cache-agent/cache/lru_policy.h"
 #include "common/metrics.h"
 #include "tests/cache-agent/cache/cache_test_util.h"
@@ -42,12 +42,12 @@ BlockCache::Config Cfg(const std::string& dir, uint64_t blocks) {
 }
 
 struct Opened {
-  std::unique_ptr<DefaultBlockCache> cache;
+  std::unique_ptr<SlotFileBlockCache> cache;
   FaultyBlockStore* faulty = nullptr;  // owned by cache
 };
 
 Opened Open(const BlockCache::Config& cfg, metrics::Registry* reg = nullptr,
-            DefaultBlockCache::Options opts = DefaultBlockCache::Options()) {
+            SlotFileBlockCache::Options opts = SlotFileBlockCache::Options()) {
   Opened o;
   auto factory = [&o](const std::string& dir, uint64_t n,
                       uint32_t size) -> Result<std::unique_ptr<BlockStore>> {
@@ -57,7 +57,7 @@ Opened Open(const BlockCache::Config& cfg, metrics::Registry* reg = nullptr,
     o.faulty = f.get();
     return std::unique_ptr<BlockStore>(std::move(f));
   };
-  auto c = DefaultBlockCache::Open(cfg, factory, MakeLruPolicy(), reg, opts);
+  auto c = SlotFileBlockCache::Open(cfg, factory, MakeLruPolicy(), reg, opts);
   EXPECT_TRUE(c) << c.error().ToString();
   if (c) o.cache = std::move(*c);
   return o;
@@ -232,7 +232,7 @@ TEST_P(BlockCacheFsTest, RestartAfterCleanCloseLoadsIndexAndServesAll) {
   {
     auto [cache, faulty] = Open(Cfg(dir.path(), 8));
     ASSERT_TRUE(cache);
-    EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kFresh);
+    EXPECT_EQ(cache->recovery(), SlotFileBlockCache::Recovery::kFresh);
     for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(PutK(*cache, K(i), kBlock - i * 1000));
     ASSERT_TRUE(cache->Close());
     EXPECT_TRUE(std::filesystem::exists(dir.sub("index")));
@@ -240,7 +240,7 @@ TEST_P(BlockCacheFsTest, RestartAfterCleanCloseLoadsIndexAndServesAll) {
   }
   auto [cache, faulty] = Open(Cfg(dir.path(), 8));
   ASSERT_TRUE(cache);
-  EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kIndex);
+  EXPECT_EQ(cache->recovery(), SlotFileBlockCache::Recovery::kIndex);
   EXPECT_FALSE(std::filesystem::exists(dir.sub("clean")));  // a crash from now on rescans
   EXPECT_EQ(faulty->reads.load(), 0u);                      // no scan
   EXPECT_EQ(cache->Stats().blocks, 6u);
@@ -261,7 +261,7 @@ TEST_P(BlockCacheFsTest, CrashWithoutCloseRebuildsByScanning) {
 
   auto [after, faulty2] = Open(Cfg(crashed.path(), 8));
   ASSERT_TRUE(after);
-  EXPECT_EQ(after->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_EQ(after->recovery(), SlotFileBlockCache::Recovery::kScan);
   EXPECT_EQ(after->Stats().blocks, 5u);
   for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(Serves(*after, K(i), 7000 + i));
   EXPECT_EQ(after->Stats().checksum_failures, 0u);
@@ -288,7 +288,7 @@ TEST_P(BlockCacheFsTest, ScanKeepsTheNewestGenerationOfAKey) {
   CopyDataFiles(dir.path(), crashed.path());
   auto [after, f2] = Open(Cfg(crashed.path(), 4));
   ASSERT_TRUE(after);
-  ASSERT_EQ(after->recovery(), DefaultBlockCache::Recovery::kScan);
+  ASSERT_EQ(after->recovery(), SlotFileBlockCache::Recovery::kScan);
   EXPECT_TRUE(Serves(*after, K(0), 1000));
   EXPECT_EQ(after->Stats().blocks, 1u);
 }
@@ -308,7 +308,7 @@ TEST_P(BlockCacheFsTest, StaleIndexAfterCrashIsNotTrusted) {
   {
     auto [cache, faulty] = Open(Cfg(dir.path(), 3));
     ASSERT_TRUE(cache);
-    ASSERT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kIndex);
+    ASSERT_EQ(cache->recovery(), SlotFileBlockCache::Recovery::kIndex);
     ASSERT_TRUE(PutK(*cache, K(10)));  // evicts K(0), reuses its slot
     CopyDataFiles(dir.path(), crashed.path());
     if (std::filesystem::exists(dir.sub("clean"))) {
@@ -317,7 +317,7 @@ TEST_P(BlockCacheFsTest, StaleIndexAfterCrashIsNotTrusted) {
   }
   auto [after, faulty] = Open(Cfg(crashed.path(), 3));
   ASSERT_TRUE(after);
-  EXPECT_EQ(after->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_EQ(after->recovery(), SlotFileBlockCache::Recovery::kScan);
   EXPECT_TRUE(Serves(*after, K(10)));
   EXPECT_TRUE(Misses(*after, K(0)));
   EXPECT_EQ(after->Stats().checksum_failures, 0u);
@@ -372,7 +372,7 @@ TEST_P(BlockCacheIndexDamageTest, DamagedIndexFallsBackToScan) {
   ASSERT_TRUE(std::filesystem::exists(dir.sub("clean")));
   auto [cache, faulty] = Open(Cfg(dir.path(), 8));
   ASSERT_TRUE(cache);
-  EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_EQ(cache->recovery(), SlotFileBlockCache::Recovery::kScan);
   EXPECT_EQ(cache->Stats().blocks, 6u);
   for (uint64_t i = 0; i < 6; ++i) EXPECT_TRUE(Serves(*cache, K(i), 9000 + i));
 }
@@ -631,7 +631,7 @@ void RunConcurrent(bool with_evict) {
   // Whatever the interleaving, the persisted state is consistent too.
   auto [again, f2] = Open(Cfg(dir.path(), 16));
   ASSERT_TRUE(again);
-  EXPECT_EQ(again->recovery(), DefaultBlockCache::Recovery::kIndex);
+  EXPECT_EQ(again->recovery(), SlotFileBlockCache::Recovery::kIndex);
   for (uint64_t i = 0; i < kKeys; ++i) {
     const BlockKey key = K(i, 7, 42 + i % 2);
     if (again->Contains(key)) {
@@ -709,7 +709,7 @@ TEST(BlockCacheTest, CapacityChangeRescansAndKeepsWhatFits) {
   }
   auto [cache, faulty] = Open(Cfg(dir.path(), 4));
   ASSERT_TRUE(cache);
-  EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_EQ(cache->recovery(), SlotFileBlockCache::Recovery::kScan);
   auto s = cache->Stats();
   EXPECT_EQ(s.blocks, 4u);
   for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(Serves(*cache, K(i)));
@@ -801,7 +801,7 @@ TEST_P(BlockCacheBytesFsTest, RestartAndScanRecoverMixedSizes) {
     auto [cache, faulty] = Open(BigCfg(crash ? crashed.path() : dir.path(), 24));
     ASSERT_TRUE(cache);
     EXPECT_EQ(cache->recovery(),
-              crash ? DefaultBlockCache::Recovery::kScan : DefaultBlockCache::Recovery::kIndex);
+              crash ? SlotFileBlockCache::Recovery::kScan : SlotFileBlockCache::Recovery::kIndex);
     auto s = cache->Stats();
     EXPECT_EQ(s.blocks, 40u);
     EXPECT_EQ(s.disk_bytes, disk_bytes);
@@ -912,7 +912,7 @@ TEST(BlockCacheBytesTest, OldIndexAndPreallocatedFilesAreRescannedAndPunched) {
 
   auto [cache, faulty] = Open(BigCfg(dir.path(), 8));
   ASSERT_TRUE(cache);
-  EXPECT_EQ(cache->recovery(), DefaultBlockCache::Recovery::kScan);
+  EXPECT_EQ(cache->recovery(), SlotFileBlockCache::Recovery::kScan);
   EXPECT_EQ(cache->Stats().blocks, 20u);
   EXPECT_EQ(cache->Stats().disk_bytes, disk_bytes);
   for (uint64_t i = 0; i < 20; ++i) EXPECT_TRUE(ServesBig(*cache, K(i), kSample));
@@ -938,7 +938,7 @@ TEST(BlockCacheBytesTest, ASmallerQuotaEvictsDownToItOnOpen) {
 
 TEST(BlockCacheBytesTest, WithoutHolePunchingEveryBlockIsChargedAWholeSlot) {
   TempDir dir;
-  DefaultBlockCache::Options opts;
+  SlotFileBlockCache::Options opts;
   opts.punch_holes = false;  // what a filesystem without punch-hole gets
   auto [cache, faulty] = Open(BigCfg(dir.path(), 8), nullptr, opts);
   ASSERT_TRUE(cache);

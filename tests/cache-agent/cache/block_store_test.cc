@@ -163,10 +163,12 @@ uint64_t Allocated(const std::string& path) {
 
 TEST(UringBlockStoreTest, FilesAreSparseAndPunchGivesSpaceBack) {
   TempDir dir;
-  ASSERT_TRUE(UringBlockStore::CanPunchHoles(dir.path()));
+  ASSERT_TRUE(UringBlockStore::ProbeHolePunching(dir.path()));
   EXPECT_FALSE(std::filesystem::exists(dir.sub("punch-probe")));  // the probe cleans up
   auto store = UringBlockStore::Open(dir.path(), 64, kSlot, {});
   ASSERT_TRUE(store);
+  EXPECT_TRUE((*store)->CanPunchHoles());  // the store probed the same filesystem at Open
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("punch-probe")));
   const std::string data0 = dir.sub("data.0");
   EXPECT_EQ(std::filesystem::file_size(data0), 64 * kSlot);
   EXPECT_LT(Allocated(data0), 2 * kSlot);  // nothing preallocated
@@ -198,7 +200,7 @@ TEST(UringBlockStoreTest, ProbeSaysNoWhereHolesCannotBePunched) {
         mount("none", dir.path().c_str(), "ramfs", 0, nullptr) != 0) {
       _exit(77);
     }
-    if (UringBlockStore::CanPunchHoles(dir.path())) _exit(1);
+    if (UringBlockStore::ProbeHolePunching(dir.path())) _exit(1);
     _exit(std::filesystem::exists(dir.sub("punch-probe")) ? 2 : 0);
   }
   int status = 0;

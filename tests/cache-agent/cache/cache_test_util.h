@@ -52,7 +52,8 @@ inline std::vector<std::string> TestBases() {
   return bases;
 }
 
-// Wraps a store; fails reads / writes with an errno while the knob is non-zero.
+// Wraps a store; fails reads / writes with an errno while the knob is non-zero; may claim the
+// filesystem cannot punch holes (what ramfs or an old NFS server gets).
 class FaultyBlockStore final : public BlockStore {
  public:
   explicit FaultyBlockStore(std::unique_ptr<BlockStore> inner)
@@ -63,8 +64,12 @@ class FaultyBlockStore final : public BlockStore {
   std::atomic<int> fail_punches{0};
   std::atomic<uint64_t> reads{0};
   std::atomic<uint64_t> punches{0};
+  bool refuse_hole_punching = false;  // set before the cache asks (at its Open)
 
   bool fresh() const override { return inner_->fresh(); }
+  bool CanPunchHoles() const override {
+    return !refuse_hole_punching && inner_->CanPunchHoles();
+  }
   std::optional<uint64_t> allocated_bytes() const override { return inner_->allocated_bytes(); }
 
  protected:

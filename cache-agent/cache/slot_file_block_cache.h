@@ -1,5 +1,6 @@
-// DefaultBlockCache: BlockCache = index (BlockKey -> slot) + free slot list + EvictionPolicy +
-// BlockStore + stats.
+// SlotFileBlockCache: BlockCache over slot files: an in-memory index (BlockKey -> slot) +
+// SlotSpace (free list, pins, hole punching) + EvictionPolicy + BlockStore + stats, persisted
+// through IndexFile at Close and rebuilt by the crash scan (crash_scan.h) otherwise.
 //
 // Quota: each block is charged the disk space it occupies, a 4 KiB header + its length rounded
 // up to 4 KiB (a 110 KB image: 112 KiB, not a 1 MiB slot), and Put evicts (EvictionPolicy)
@@ -15,16 +16,19 @@
 // at scan per slot), never below one slot per block_size of capacity. When a slot is freed (an
 // evicted, dropped or Evict()ed block), or rewritten with a shorter block, its unused part is
 // punched (fallocate PUNCH_HOLE), so the data files' allocated size follows the charged bytes.
-// A filesystem that cannot punch holes (probed at open) gets the old geometry: capacity /
-// block_size slots, each block charged a whole slot. EOPNOTSUPP later (not seen in practice:
+// A store that cannot punch holes (BlockStore::CanPunchHoles, probed by the store at open) gets
+// the old geometry: capacity / block_size slots, each block charged a whole slot (the store is
+// opened at the many-slot geometry, then reopened at this one; its files are sparse, so that
+// costs a resize). EOPNOTSUPP later (not seen in practice:
 // same filesystem) is logged once and switches to whole-slot charges until restart; the space
 // already spread over the many slots is then not given back until the next open.
 //
-// Concurrency: one mutex guards the index, slot states, policy and stats; device I/O runs
-// outside it. A Get pins its slot while reading, so an eviction never overwrites a slot under
-// a reader (the evicting Put waits for the pin to drop; an Evict() or a dropped block frees
-// its slot when the last reader leaves). A Put reserves its slot in `writing_` before the
-// write and publishes it in the index after, so readers never see a half-written block.
+// Concurrency: one mutex (mu_) guards the index, the SlotSpace, policy and stats; device I/O
+// runs outside it; the BufferPool has its own leaf mutex (never held while taking mu_). A Get pins
+// its slot while reading, so an eviction never overwrites a slot under a reader (the evicting Put
+// waits for the pin to drop; an Evict() or a dropped block frees its slot when the last reader
+// leaves). A Put reserves its slot in `writing_` before the write and publishes it in the index
+// after, so readers never see a half-written block.
 //
 // Persistence: Close() writes <dir>/index (header, entries coldest-first, XXH3 trailer) via
 // index.tmp + fsync + rename, then <dir>/clean. Open() deletes `clean` before serving; if it
@@ -50,12 +54,15 @@
 
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/cache/block_store.h"
+#include "cache-agent/cache/buffer_pool.h"
+#include "cache-agent/cache/cache_dir.h"
+#include "cache-agent/cache/slot_space.h"
 #include "cache-agent/cache/uring_block_store.h"
 #include "common/metrics.h"
 
 namespace spoke::agent {
 
-class DefaultBlockCache final : public BlockCache {
+class SlotFileBlockCache final : public BlockCache {
  public:
   struct Options {
     unsigned degrade_after_consecutive_errors = 3;  // a dead disk fails every I/O
@@ -78,18 +85,18 @@ class DefaultBlockCache final : public BlockCache {
   // `config` must be valid (Config::Validate) and config.dir must exist. Takes an exclusive
   // lock on the directory (kUnavailable if another cache holds it), opens the store, loads or
   // rebuilds the index. `metrics` may be null.
-  static Result<std::unique_ptr<DefaultBlockCache>> Open(const Config& config,
-                                                         const StoreFactory& store_factory,
-                                                         std::unique_ptr<EvictionPolicy> policy,
-                                                         metrics::Registry* metrics,
-                                                         const Options& options);
-  static Result<std::unique_ptr<DefaultBlockCache>> Open(const Config& config,
-                                                         const StoreFactory& store_factory,
-                                                         std::unique_ptr<EvictionPolicy> policy,
-                                                         metrics::Registry* metrics) {
+  static Result<std::unique_ptr<SlotFileBlockCache>> Open(const Config& config,
+                                                          const StoreFactory& store_factory,
+                                                          std::unique_ptr<EvictionPolicy> policy,
+                                                          metrics::Registry* metrics,
+                                                          const Options& options);
+  static Result<std::unique_ptr<SlotFileBlockCache>> Open(const Config& config,
+                                                          const StoreFactory& store_factory,
+                                                          std::unique_ptr<EvictionPolicy> policy,
+                                                          metrics::Registry* metrics) {
     return Open(config, store_factory, std::move(policy), metrics, Options());
   }
-  ~DefaultBlockCache() override;
+  ~SlotFileBlockCache() override;
 
   // kNotFound on a miss, on a dropped block (bad checksum, key or generation mismatch, device
   // error) and when degraded or closed. kInvalidArgument if `capacity` < the block's length.
@@ -129,11 +136,6 @@ class DefaultBlockCache final : public BlockCache {
     uint32_t charge = 0;     // reserved in stats_.disk_bytes until published or abandoned
     bool cancelled = false;  // Evict() ran meanwhile: free the slot instead of publishing
   };
-  struct SlotState {
-    uint32_t pins = 0;
-    bool free_when_unpinned = false;
-    uint32_t extent = 0;  // bytes from the slot's start that may be allocated on disk
-  };
   struct Event {
     bool used;
     BlockKey key;
@@ -141,30 +143,36 @@ class DefaultBlockCache final : public BlockCache {
   };
   using Index = std::unordered_map<BlockKey, Entry, BlockKeyHash>;
 
-  DefaultBlockCache(const Config& config, const Options& options, metrics::Registry* metrics);
+  SlotFileBlockCache(const Config& config, const Options& options, metrics::Registry* metrics);
+  // Opens the store (see above for the geometry); sets slot_count_, slots_, store_fresh_.
+  Status OpenStore(const StoreFactory& store_factory);
   Status Recover();
   bool LoadIndex();
   void Scan();
   // After a scan: punches slots beyond their blocks when the files hold more than those.
   void PunchUnaccounted();
+  // Counts a device error seen by a recovery worker; true when the cache is now degraded.
+  bool OnRecoveryIoError(const Status& s, std::string_view what);
   void Publish(const BlockKey& key, Entry e, const AdmissionHint& hint);
   Status WriteIndex();
-  // Gives back the disk space of freed slots (punch; or invalidates their header when holes
-  // cannot be punched) and puts them on the free list. Runs without mu_; the caller keeps
-  // Close() waiting (inflight_) and owns `slots` (in no list).
+  // Gives back the disk space of freed slots (SlotSpace::ClearIo) and puts them on the free
+  // list. Runs without mu_; the caller keeps Close() waiting (inflight_) and owns `slots`.
   void ClearSlots(const std::vector<uint64_t>& slots);
-  // ClearSlots on the slots freed by any operation so far (to_clear_).
+  // ClearSlots on the slots freed by any operation so far (SlotSpace::TakeToClear).
   void ClearReleased();
 
   // Helpers below run with mu_ held.
+  // Put's eviction loop: evicts (policy's choice) until a block charged `charge` fits the
+  // quota and has a slot, and returns that slot. kNoSpace when the policy refuses (counted as
+  // a rejected admission; a refused prefetch queues a wasted event), kInternal when the policy
+  // keeps naming uncached blocks; any slot taken is released again then.
+  Result<uint64_t> MakeRoomLocked(const BlockKey& key, const AdmissionHint& hint, uint32_t charge,
+                                  std::vector<Event>& events);
   // Disk space a block of `length` bytes is charged.
   uint32_t ChargeLocked(uint32_t length) const;
   // Removes a block from the index and policy (queueing a wasted-prefetch event); frees its
   // slot (once unpinned) unless the caller takes it over.
   void DropLocked(Index::iterator it, std::vector<Event>& events, bool release_slot = true);
-  void ReleaseSlotLocked(uint64_t slot);
-  // An unpinned slot nobody uses: to to_clear_ when it may hold space to punch, else to free_.
-  void FreeSlotLocked(uint64_t slot);
   // Evicts (policy's choice) until the charged bytes fit the quota; after recovery.
   void TrimToQuotaLocked(std::vector<Event>& events);
   // The filesystem refused a punch: charge whole slots from now on (logged once).
@@ -173,17 +181,15 @@ class DefaultBlockCache final : public BlockCache {
   void RecordIoLocked(const Status& s, std::string_view what);
   void Fire(const std::vector<Event>& events);
 
-  AlignedBuffer TakeBuffer();
-  void GiveBuffer(AlignedBuffer buf);
-
   const Config config_;
   const Options options_;
   uint64_t slot_count_ = 0;
   uint32_t slot_size_ = 0;
   uint64_t disk_quota_ = 0;
+  bool store_fresh_ = false;  // the data files were just created
   std::unique_ptr<BlockStore> store_;
   std::unique_ptr<EvictionPolicy> policy_;
-  int lock_fd_ = -1;
+  CacheDirLock dir_lock_;
   Recovery recovery_ = Recovery::kFresh;
 
   std::unique_ptr<metrics::Registry> own_metrics_;
@@ -200,21 +206,17 @@ class DefaultBlockCache final : public BlockCache {
   std::condition_variable cv_;  // slot unpinned, in-flight op finished
   Index index_;                 // guarded by mu_
   std::unordered_map<BlockKey, Writing, BlockKeyHash> writing_;  // guarded by mu_
-  std::vector<SlotState> slots_;                                 // guarded by mu_
-  std::vector<uint64_t> free_;                                   // guarded by mu_
-  std::vector<uint64_t> to_clear_;  // freed, may hold data: ClearReleased; guarded by mu_
-  bool punch_ = false;              // guarded by mu_ (set before serving)
-  std::unordered_map<uint64_t, uint64_t> volume_bytes_;  // guarded by mu_
-  BlockCacheStats stats_;                                // guarded by mu_
-  uint64_t next_seq_ = 1;                                // guarded by mu_
-  uint64_t tick_ = 0;                                    // guarded by mu_
-  unsigned consecutive_errors_ = 0;                      // guarded by mu_
-  unsigned inflight_ = 0;                                // guarded by mu_
-  bool closed_ = false;                                  // guarded by mu_
-  CacheListener* listener_ = nullptr;                    // guarded by mu_
+  std::unique_ptr<SlotSpace> slots_;                             // set at Open, then guarded by mu_
+  std::unordered_map<uint64_t, uint64_t> volume_bytes_;          // guarded by mu_
+  BlockCacheStats stats_;                                        // guarded by mu_
+  uint64_t next_seq_ = 1;                                        // guarded by mu_
+  uint64_t tick_ = 0;                                            // guarded by mu_
+  unsigned consecutive_errors_ = 0;                              // guarded by mu_
+  unsigned inflight_ = 0;                                        // guarded by mu_
+  bool closed_ = false;                                          // guarded by mu_
+  CacheListener* listener_ = nullptr;                            // guarded by mu_
 
-  std::mutex buffers_mu_;
-  std::vector<AlignedBuffer> buffers_;  // guarded by buffers_mu_
+  BufferPool buffers_;  // bounce buffers of one slot; its own mutex
 };
 
 }  // namespace spoke::agent

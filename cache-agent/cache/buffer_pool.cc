@@ -1,0 +1,28 @@
+#include "cache-agent/cache/buffer_pool.h"
+
+namespace spoke::agent {
+
+AlignedBuffer BufferPool::Take() {
+  {
+    std::lock_guard lock(mu_);
+    if (!buffers_.empty()) {
+      AlignedBuffer b = std::move(buffers_.back());
+      buffers_.pop_back();
+      return b;
+    }
+  }
+  return AllocateAligned(buffer_bytes_);
+}
+
+void BufferPool::Give(AlignedBuffer buf) {
+  if (!buf) return;
+  std::lock_guard lock(mu_);
+  if (buffers_.size() < spare_) buffers_.push_back(std::move(buf));
+}
+
+size_t BufferPool::spare_count() const {
+  std::lock_guard lock(mu_);
+  return buffers_.size();
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,713 @@
+#include "cache-agent/cache/slot_file_block_cache.h"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "cache-agent/cache/block_header.h"
+#include "cache-agent/cache/cache_dir.h"
+#include "cache-agent/cache/crash_scan.h"
+#include "cache-agent/cache/index_file.h"
+#include "cache-agent/cache/slot_io.h"
+#include "common/log.h"
+
+namespace spoke::agent {
+namespace {
+
+// Smallest block the slot count is sized for (slot_file_block_cache.h).
+constexpr uint64_t kDenseBlockBytes = 64 << 10;
+
+bool Matches(const BlockKey& k, uint64_t volume, uint64_t file_id) {
+  return k.volume == volume && (file_id == 0 || k.file_id == file_id);
+}
+
+}  // namespace
+
+SlotFileBlockCache::StoreFactory SlotFileBlockCache::UringStore(
+    const UringBlockStore::Options& options) {
+  return [options](const std::string& dir, uint64_t slot_count,
+                   uint32_t slot_size) -> Result<std::unique_ptr<BlockStore>> {
+    auto store = UringBlockStore::Open(dir, slot_count, slot_size, options);
+    if (!store) return std::unexpected(store.error());
+    return std::unique_ptr<BlockStore>(std::move(*store));
+  };
+}
+
+SlotFileBlockCache::SlotFileBlockCache(const Config& config, const Options& options,
+                                       metrics::Registry* metrics)
+    : config_(config),
+      options_(options),
+      buffers_(kHeaderBytes + config.block_size, options.spare_buffers) {
+  if (metrics == nullptr) {
+    own_metrics_ = std::make_unique<metrics::Registry>();
+    metrics = own_metrics_.get();
+  }
+  m_evictions_ = &metrics->GetCounter("spoke_cache_evictions_total",
+                                      "Blocks evicted from the cache to make room");
+  m_checksum_failures_ = &metrics->GetCounter(
+      "spoke_checksum_failures_total", "Cached blocks dropped because they failed verification");
+  m_disk_errors_ =
+      &metrics->GetCounter("spoke_cache_disk_errors_total", "Failed I/O on the cache disk");
+  m_bytes_ = &metrics->GetGauge("spoke_cache_bytes", "Bytes of block data held in the cache");
+  m_capacity_ = &metrics->GetGauge("spoke_cache_capacity_bytes", "Block data quota of the cache");
+  m_disk_bytes_ =
+      &metrics->GetGauge("spoke_cache_disk_bytes",
+                         "Disk space charged to cached blocks (header + data rounded up to 4 KiB)");
+  m_disk_quota_ = &metrics->GetGauge("spoke_cache_disk_quota_bytes",
+                                     "Limit on spoke_cache_disk_bytes (capacity + block headers)");
+  m_degraded_ = &metrics->GetGauge("spoke_cache_degraded",
+                                   "1 when the cache disk failed and every read goes to the hub");
+}
+
+Result<std::unique_ptr<SlotFileBlockCache>> SlotFileBlockCache::Open(
+    const Config& config, const StoreFactory& store_factory, std::unique_ptr<EvictionPolicy> policy,
+    metrics::Registry* metrics, const Options& options) {
+  if (Status v = config.Validate(); !v) return std::unexpected(v.error());
+  if (!policy) return Fail(Code::kInvalidArgument, "cache eviction policy: must be set");
+  std::unique_ptr<SlotFileBlockCache> cache(new SlotFileBlockCache(config, options, metrics));
+
+  auto lock = CacheDirLock::Acquire(config.dir);
+  if (!lock) return std::unexpected(lock.error());
+  cache->dir_lock_ = std::move(*lock);
+  if (Status s = cache->OpenStore(store_factory); !s) return std::unexpected(s.error());
+  cache->policy_ = std::move(policy);
+  cache->stats_.capacity_bytes = config.capacity_bytes / config.block_size * config.block_size;
+  cache->stats_.disk_quota_bytes = cache->disk_quota_;
+  cache->m_capacity_->Set(static_cast<int64_t>(cache->stats_.capacity_bytes));
+  cache->m_disk_quota_->Set(static_cast<int64_t>(cache->disk_quota_));
+  cache->m_disk_bytes_->Set(0);
+  cache->m_degraded_->Set(0);
+  if (Status s = cache->Recover(); !s) return std::unexpected(s.error());
+  return cache;
+}
+
+Status SlotFileBlockCache::OpenStore(const StoreFactory& store_factory) {
+  // Geometry (slot_file_block_cache.h): the quota is the disk one slot per block of capacity
+  // took; with hole punching, many more slots share it.
+  const uint64_t block_slots = config_.capacity_bytes / config_.block_size;
+  slot_size_ = static_cast<uint32_t>(kHeaderBytes + config_.block_size);
+  disk_quota_ = block_slots * slot_size_;
+  const uint64_t dense_slots = std::clamp(disk_quota_ / (kDenseBlockBytes + kHeaderBytes),
+                                          block_slots, std::max(block_slots, kMaxSlots));
+  auto open = [&](uint64_t slot_count) -> Result<std::unique_ptr<BlockStore>> {
+    auto store = store_factory(config_.dir, slot_count, slot_size_);
+    if (!store) return std::unexpected(store.error().Wrap("cache store"));
+    if ((*store)->slot_count() != slot_count || (*store)->slot_size() != slot_size_) {
+      return Fail(Code::kInternal, "cache store: geometry does not match the config");
+    }
+    return store;
+  };
+  slot_count_ = options_.punch_holes ? dense_slots : block_slots;
+  auto store = open(slot_count_);
+  if (!store) return std::unexpected(store.error());
+  store_fresh_ = (*store)->fresh();
+  bool punch = options_.punch_holes && (*store)->CanPunchHoles();
+  if (options_.punch_holes && !punch) {
+    log::Warn("cache filesystem cannot punch holes: one slot per block, each charged whole",
+              {{"dir", config_.dir}});
+    if (dense_slots != block_slots) {
+      // The files are sparse: reopening at the smaller geometry only resizes them. Whether
+      // they were fresh is what the first open saw.
+      store->reset();
+      slot_count_ = block_slots;
+      store = open(slot_count_);
+      if (!store) return std::unexpected(store.error());
+    }
+  }
+  store_ = std::move(*store);
+  slots_ = std::make_unique<SlotSpace>(store_.get(), punch);
+  return Ok();
+}
+
+SlotFileBlockCache::~SlotFileBlockCache() {
+  if (store_) (void)Close();
+}
+
+Status SlotFileBlockCache::Recover() {
+  // From here on the on-disk index is stale: a crash before the next Close must rescan.
+  Result<bool> was_clean_or = ConsumeCleanMarker(config_.dir);
+  if (!was_clean_or) return std::unexpected(was_clean_or.error());
+  const bool was_clean = *was_clean_or;
+  if (store_fresh_) {
+    recovery_ = Recovery::kFresh;
+    slots_->AddFreeExcept(std::vector<bool>(slot_count_, false));
+  } else if (was_clean && LoadIndex()) {
+    recovery_ = Recovery::kIndex;
+  } else {
+    if (!was_clean)
+      log::Warn("cache was not shut down cleanly; rebuilding index by scanning",
+                {{"dir", config_.dir}});
+    recovery_ = Recovery::kScan;
+    Scan();
+  }
+  RemoveIndexFile(config_.dir);
+  std::vector<uint64_t> clear;
+  {
+    // A smaller quota than the blocks found (capacity changed), or duplicates left by a crash.
+    std::vector<Event> events;  // no listener yet
+    std::lock_guard lock(mu_);
+    TrimToQuotaLocked(events);
+    clear = slots_->TakeToClear();
+  }
+  ClearSlots(clear);
+  std::lock_guard lock(mu_);
+  // Sparse files reserve nothing: say so now if the filesystem cannot hold the quota.
+  struct statvfs vfs {};
+  if (statvfs(config_.dir.c_str(), &vfs) == 0 &&
+      uint64_t{vfs.f_bavail} * vfs.f_frsize < disk_quota_ - stats_.disk_bytes) {
+    log::Warn("cache filesystem has less free space than the cache quota; writes may fail",
+              {{"dir", config_.dir},
+               {"free_bytes", uint64_t{vfs.f_bavail} * vfs.f_frsize},
+               {"quota_left_bytes", disk_quota_ - stats_.disk_bytes}});
+  }
+  log::Info("block cache open", {{"dir", config_.dir},
+                                 {"recovery", recovery_ == Recovery::kFresh   ? "fresh"
+                                              : recovery_ == Recovery::kIndex ? "index"
+                                                                              : "scan"},
+                                 {"blocks", index_.size()},
+                                 {"slots", slot_count_},
+                                 {"block_size", config_.block_size},
+                                 {"punch_holes", slots_->punching()},
+                                 {"disk_bytes", stats_.disk_bytes},
+                                 {"disk_quota_bytes", disk_quota_}});
+  return Ok();
+}
+
+bool SlotFileBlockCache::punching() const {
+  std::lock_guard lock(mu_);
+  return slots_->punching();
+}
+
+void SlotFileBlockCache::Publish(const BlockKey& key, Entry e, const AdmissionHint& hint) {
+  e.charge = ChargeLocked(e.length);
+  // What this block occupies on disk, at least (the rest of its slot is a hole).
+  slots_->set_extent(e.slot,
+                     std::max(slots_->extent(e.slot),
+                              static_cast<uint32_t>(kHeaderBytes + AlignUp(e.length, kIoAlign))));
+  index_[key] = e;
+  policy_->OnInsert(key, hint);
+  stats_.used_bytes += e.length;
+  volume_bytes_[key.volume] += e.length;
+  m_bytes_->Set(static_cast<int64_t>(stats_.used_bytes));
+  SetDiskBytesLocked(stats_.disk_bytes + e.charge);
+}
+
+uint32_t SlotFileBlockCache::ChargeLocked(uint32_t length) const {
+  return slots_->punching() ? static_cast<uint32_t>(kHeaderBytes + AlignUp(length, kIoAlign))
+                            : slot_size_;
+}
+
+void SlotFileBlockCache::SetDiskBytesLocked(uint64_t bytes) {
+  stats_.disk_bytes = bytes;
+  m_disk_bytes_->Set(static_cast<int64_t>(bytes));
+}
+
+void SlotFileBlockCache::StopPunchingLocked() {
+  if (!slots_->punching()) return;
+  slots_->StopPunching();
+  log::Warn("cache filesystem refused to punch a hole: charging whole slots until restart",
+            {{"dir", config_.dir}});
+  uint64_t bytes = stats_.disk_bytes;
+  for (auto& [key, e] : index_) {
+    bytes += slot_size_ - e.charge;
+    e.charge = slot_size_;
+  }
+  SetDiskBytesLocked(bytes);  // may exceed the quota: the next Puts evict down to it
+}
+
+void SlotFileBlockCache::TrimToQuotaLocked(std::vector<Event>& events) {
+  while (stats_.disk_bytes > disk_quota_) {
+    std::optional<BlockKey> victim = policy_->PickVictim(BlockKey{}, AdmissionHint{});
+    auto it = victim ? index_.find(*victim) : index_.end();
+    if (it == index_.end()) break;
+    DropLocked(it, events);
+    ++stats_.evictions;
+    m_evictions_->Inc();
+  }
+}
+
+bool SlotFileBlockCache::LoadIndex() {
+  bool punched;
+  {
+    std::lock_guard lock(mu_);
+    punched = slots_->punching();
+  }
+  auto index = ReadIndexFile(config_.dir, config_.block_size, slot_count_, punched);
+  if (!index) {
+    log::Warn("cache index unusable; rebuilding by scanning",
+              {{"path", config_.dir + "/index"}, {"reason", index.error().message()}});
+    return false;
+  }
+  std::vector<bool> used(slot_count_, false);
+  std::lock_guard lock(mu_);
+  for (const IndexRecord& r : index->records) {
+    used[r.slot] = true;
+    Entry e{r.slot, r.seq, ++tick_, r.length, r.origin, r.read, 0};
+    // Records are coldest first: inserting in order rebuilds the recency order. Predictions
+    // do not survive a restart; a read prefetch counts as demand for admission.
+    Publish(r.key, e, AdmissionHint{e.read ? kDemand : e.origin, kUnknownUse});
+  }
+  slots_->AddFreeExcept(used);
+  next_seq_ = index->next_seq;
+  return true;
+}
+
+bool SlotFileBlockCache::OnRecoveryIoError(const Status& s, std::string_view what) {
+  std::lock_guard lock(mu_);
+  RecordIoLocked(s, what);
+  return stats_.degraded;
+}
+
+void SlotFileBlockCache::Scan() {
+  HeaderScan scan = ScanSlotHeaders(*store_, config_.block_size, buffers_, [this](const Status& s) {
+    return OnRecoveryIoError(s, "scan header");
+  });
+  ResolvedScan resolved = ResolveGenerations(scan.found);
+  std::unique_lock lock(mu_);
+  std::vector<bool> used(slot_count_, false);
+  for (const FoundHeader& f : resolved.blocks) {
+    Entry e{f.slot, f.header.seq, ++tick_, f.header.length, f.header.origin, false, 0};
+    used[f.slot] = true;
+    Publish(f.header.key, e, AdmissionHint{e.origin, kUnknownUse});
+  }
+  // Older generations still carry a valid header: cleared before reuse.
+  for (uint64_t slot : resolved.stale_slots) {
+    used[slot] = true;
+    slots_->set_extent(slot, slot_size_);
+    slots_->Free(slot);
+  }
+  slots_->AddFreeExcept(used);
+  next_seq_ = resolved.max_seq + 1;
+  lock.unlock();
+  log::Info("cache scan done", {{"blocks", resolved.blocks.size()},
+                                {"invalid_headers", scan.invalid},
+                                {"stale_copies", resolved.stale_slots.size()}});
+  PunchUnaccounted();
+}
+
+void SlotFileBlockCache::PunchUnaccounted() {
+  // Free slots are assumed empty and blocks to end at their data. What a crash between a
+  // write and its punch left, or an older version's preallocated files, breaks that: when the
+  // files hold clearly more than that (a few interrupted operations and the filesystem's
+  // extent maps are tolerated), punch every slot beyond its block. A punch per slot costs ~3x
+  // a header read, so an ordinary crash does not pay for it.
+  std::vector<uint32_t> keep(slot_count_);
+  uint64_t expected = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!slots_->punching()) return;
+    for (uint64_t s = 0; s < slot_count_; ++s) {
+      keep[s] = slots_->extent(s);
+      expected += keep[s];
+    }
+  }
+  const std::optional<uint64_t> allocated = store_->allocated_bytes();
+  const uint64_t tolerated = 16ull * slot_size_ + disk_quota_ / 1024;
+  if (allocated && *allocated <= expected + tolerated) return;
+  log::Info("cache files hold more than their blocks; punching every slot",
+            {{"dir", config_.dir},
+             {"allocated_bytes", allocated.value_or(0)},
+             {"expected_bytes", expected}});
+  const bool refused = PunchBeyondExtents(*store_, keep, [this](const Status& s) {
+    return OnRecoveryIoError(s, "punch unaccounted space");
+  });
+  std::lock_guard lock(mu_);
+  if (refused) StopPunchingLocked();
+}
+
+Result<size_t> SlotFileBlockCache::Get(const BlockKey& key, char* out, size_t capacity) {
+  Entry e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = closed_ || stats_.degraded ? index_.end() : index_.find(key);
+    if (it == index_.end()) {
+      ++stats_.misses;
+      return Fail(Code::kNotFound, "block not cached");
+    }
+    if (capacity < it->second.length) {
+      return Fail(Code::kInvalidArgument, "Get: buffer smaller than the block");
+    }
+    e = it->second;
+    slots_->Pin(e.slot);
+    ++inflight_;
+  }
+
+  const BlockRead got =
+      ReadBlock(*store_, buffers_, e.slot, config_.block_size, key, e.seq, e.length, out, capacity);
+  const Status& io = got.io;
+  const std::string& bad = got.bad;
+
+  std::vector<Event> events;
+  Result<size_t> result = e.length;
+  bool clear = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(key);
+    const bool same = it != index_.end() && it->second.slot == e.slot && it->second.seq == e.seq;
+    if (!io || !bad.empty()) {
+      if (!io) {
+        RecordIoLocked(io, "read block");
+      } else {
+        ++stats_.checksum_failures;
+        m_checksum_failures_->Inc();
+        log::Warn("cache block failed verification; dropped", {{"reason", bad},
+                                                               {"volume", key.volume},
+                                                               {"file_id", key.file_id},
+                                                               {"block", key.index},
+                                                               {"slot", e.slot}});
+      }
+      if (same) DropLocked(it, events);
+      ++stats_.misses;
+      result = Fail(Code::kNotFound, io ? bad : "cache read failed: " + io.error().message());
+    } else {
+      consecutive_errors_ = 0;
+      ++stats_.hits;
+      if (same) {
+        it->second.last_use = ++tick_;
+        policy_->OnAccess(key);
+        if (it->second.origin != kDemand && !it->second.read) {
+          events.push_back({true, key, it->second.origin});
+        }
+        it->second.read = true;
+      }
+    }
+    slots_->Unpin(e.slot);
+    clear = slots_->has_to_clear();
+    --inflight_;
+  }
+  cv_.notify_all();
+  Fire(events);
+  if (clear) ClearReleased();
+  return result;
+}
+
+Status SlotFileBlockCache::Put(const BlockKey& key, const char* data, size_t length,
+                               const AdmissionHint& hint) {
+  if (data == nullptr || length == 0 || length > config_.block_size) {
+    return Fail(Code::kInvalidArgument, "Put: length must be in 1..block_size");
+  }
+  std::vector<Event> events;
+  uint64_t slot = 0;
+  uint64_t seq = 0;
+  uint32_t charge = 0;
+  uint32_t old_extent = 0;
+  bool clear_victims = false;
+  {
+    std::unique_lock lock(mu_);
+    if (closed_) return Fail(Code::kUnavailable, "cache closed");
+    if (stats_.degraded) return Fail(Code::kIo, "cache degraded: disk failed");
+    if (index_.contains(key) || writing_.contains(key)) return Ok();
+    charge = ChargeLocked(static_cast<uint32_t>(length));
+    Result<uint64_t> room = MakeRoomLocked(key, hint, charge, events);
+    if (!room) {
+      const bool clear = slots_->has_to_clear();
+      lock.unlock();
+      Fire(events);
+      if (clear) ClearReleased();
+      return std::unexpected(room.error());
+    }
+    slot = *room;
+    writing_[key] = Writing{slot, charge, false};
+    SetDiskBytesLocked(stats_.disk_bytes + charge);  // reserved: concurrent Puts see it
+    seq = next_seq_++;
+    ++inflight_;
+    // A reader still on the victim's old contents finishes first.
+    cv_.wait(lock, [&] { return !slots_->pinned(slot); });
+    old_extent = slots_->extent(slot);
+    clear_victims = slots_->has_to_clear();
+  }
+  Fire(events);
+  events.clear();
+  // Space of the other victims back first, so the disk stays within the quota.
+  if (clear_victims) ClearReleased();
+
+  BlockHeader h;
+  h.block_size = config_.block_size;
+  h.key = key;
+  h.seq = seq;
+  h.length = static_cast<uint32_t>(length);
+  h.origin = hint.origin;
+  const auto extent = static_cast<uint32_t>(kHeaderBytes + AlignUp(length, kIoAlign));
+  Status io = WriteBlock(*store_, buffers_, slot, h, data);
+  // A longer block held this slot before: give its tail back (never with whole-slot charges:
+  // no holes, or a full block).
+  Status tail = Ok();
+  if (io && charge < slot_size_ && old_extent > extent) {
+    tail = store_->Punch(slot, extent, old_extent - extent);
+  }
+
+  Status result = Ok();
+  bool clear = false;
+  {
+    std::lock_guard lock(mu_);
+    auto w = writing_.find(key);
+    const bool cancelled = w->second.cancelled;
+    SetDiskBytesLocked(stats_.disk_bytes - w->second.charge);
+    writing_.erase(w);
+    // A failed write may have allocated anything; a failed punch kept the old tail.
+    slots_->set_extent(slot, !io ? slot_size_ : tail ? extent : std::max(extent, old_extent));
+    if (!tail && tail.error().ToErrno() == EOPNOTSUPP) {
+      StopPunchingLocked();
+    } else if (!tail) {
+      RecordIoLocked(tail, "punch block tail");
+    }
+    if (!io) {
+      RecordIoLocked(io, "write block");
+      slots_->Free(slot);
+      result = Fail(Code::kIo, "cache write failed: " + io.error().message());
+    } else if (cancelled || closed_) {
+      if (tail) consecutive_errors_ = 0;
+      slots_->Free(slot);
+    } else {
+      if (tail) consecutive_errors_ = 0;
+      Publish(key, Entry{slot, seq, ++tick_, static_cast<uint32_t>(length), hint.origin, false, 0},
+              hint);
+    }
+    clear = slots_->has_to_clear();
+    --inflight_;
+  }
+  cv_.notify_all();
+  if (clear) ClearReleased();
+  return result;
+}
+
+Result<uint64_t> SlotFileBlockCache::MakeRoomLocked(const BlockKey& key, const AdmissionHint& hint,
+                                                    uint32_t charge, std::vector<Event>& events) {
+  std::optional<uint64_t> slot = slots_->TakeFree();
+  // Evict until the block fits the quota and has a slot: the first victim's slot goes to
+  // this Put when no slot was free, later victims' slots are freed (and punched).
+  for (int strays = 0; !slot || stats_.disk_bytes + charge > disk_quota_;) {
+    std::optional<BlockKey> victim = policy_->PickVictim(key, hint);
+    auto it = victim ? index_.find(*victim) : index_.end();
+    if (victim && it == index_.end()) {
+      // A policy naming a block the cache does not hold is a bug; recover, bounded.
+      log::Error("eviction policy named an uncached block", {{"attempt", strays}});
+      policy_->OnRemove(*victim);
+      if (++strays < 8) continue;
+      victim.reset();
+    }
+    if (!victim) {
+      if (slot) slots_->Release(*slot);
+      if (strays >= 8) return Fail(Code::kInternal, "eviction policy out of sync");
+      ++stats_.rejected_admissions;
+      // A refused prefetch is wasted work for its expert: tell the scorer now rather than
+      // letting the verdict wait for expiry.
+      if (hint.origin != kDemand) events.push_back(Event{false, key, hint.origin});
+      return Fail(Code::kNoSpace, "cache full: admission refused by eviction policy");
+    }
+    if (!slot) {
+      slot = it->second.slot;
+      DropLocked(it, events, /*release_slot=*/false);  // the slot goes to this Put
+    } else {
+      DropLocked(it, events);
+    }
+    ++stats_.evictions;
+    m_evictions_->Inc();
+  }
+  return *slot;
+}
+
+bool SlotFileBlockCache::Contains(const BlockKey& key) const {
+  std::lock_guard lock(mu_);
+  return !stats_.degraded && index_.contains(key);
+}
+
+uint64_t SlotFileBlockCache::Evict(uint64_t volume, uint64_t file_id) {
+  std::vector<Event> events;
+  std::vector<uint64_t> slots;
+  {
+    std::unique_lock lock(mu_);
+    for (auto& [key, w] : writing_) {
+      if (Matches(key, volume, file_id)) w.cancelled = true;
+    }
+    for (auto it = index_.begin(); it != index_.end();) {
+      auto next = std::next(it);
+      if (Matches(it->first, volume, file_id)) {
+        // The slot stays out of the free list until its header is invalidated below.
+        slots.push_back(it->second.slot);
+        DropLocked(it, events, /*release_slot=*/false);
+      }
+      it = next;
+    }
+    if (slots.empty() || closed_) {
+      for (uint64_t s : slots) slots_->AddFree(s);
+      lock.unlock();
+      Fire(events);
+      return slots.size();
+    }
+    ++inflight_;
+    cv_.wait(lock, [&] {
+      return std::all_of(slots.begin(), slots.end(),
+                         [&](uint64_t s) { return !slots_->pinned(s); });
+    });
+  }
+  Fire(events);
+  // Punch the slots (or overwrite their headers) so a crash before the next Close does not
+  // resurrect the blocks, and the space goes back at once.
+  ClearSlots(slots);
+  {
+    std::lock_guard lock(mu_);
+    --inflight_;
+  }
+  cv_.notify_all();
+  log::Info("cache evicted", {{"volume", volume}, {"file_id", file_id}, {"blocks", slots.size()}});
+  return slots.size();
+}
+
+uint64_t SlotFileBlockCache::VolumeBytes(uint64_t volume) const {
+  std::lock_guard lock(mu_);
+  auto it = volume_bytes_.find(volume);
+  return it == volume_bytes_.end() ? 0 : it->second;
+}
+
+BlockCacheStats SlotFileBlockCache::Stats() const {
+  std::lock_guard lock(mu_);
+  BlockCacheStats s = stats_;
+  s.blocks = index_.size();
+  return s;
+}
+
+void SlotFileBlockCache::SetListener(CacheListener* listener) {
+  std::lock_guard lock(mu_);
+  listener_ = listener;
+}
+
+Status SlotFileBlockCache::Close() {
+  std::unique_lock lock(mu_);
+  if (closed_) return Ok();
+  closed_ = true;
+  cv_.wait(lock, [&] { return inflight_ == 0; });
+  if (slots_->has_to_clear()) {
+    // Freed slots get their space back before the index records them as free.
+    std::vector<uint64_t> clear = slots_->TakeToClear();
+    lock.unlock();
+    ClearSlots(clear);
+    lock.lock();
+  }
+  if (stats_.degraded) {
+    dir_lock_.Release();
+    log::Warn("cache degraded at shutdown; index not saved (next start rescans)",
+              {{"dir", config_.dir}});
+    return Fail(Code::kIo, "cache degraded: index not saved");
+  }
+  lock.unlock();
+  Status s = store_->Sync();
+  if (s) s = WriteIndex();
+  if (s) s = WriteCleanMarker(config_.dir);
+  // The directory's lock goes with the index: after Close another cache may open it.
+  dir_lock_.Release();
+  if (!s) {
+    log::Warn("cache index not saved; next start rescans",
+              {{"dir", config_.dir}, {"error", s.error().message()}});
+    return std::unexpected(s.error().Wrap("cache close"));
+  }
+  log::Info("cache closed cleanly", {{"dir", config_.dir}, {"blocks", Stats().blocks}});
+  return Ok();
+}
+
+Status SlotFileBlockCache::WriteIndex() {
+  IndexContents contents;
+  {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<const BlockKey*, const Entry*>> order;
+    order.reserve(index_.size());
+    for (const auto& [k, e] : index_) order.emplace_back(&k, &e);
+    std::sort(order.begin(), order.end(),
+              [](const auto& a, const auto& b) { return a.second->last_use < b.second->last_use; });
+    contents.block_size = config_.block_size;
+    contents.slot_count = slot_count_;
+    contents.next_seq = next_seq_;
+    contents.punched = slots_->punching();
+    contents.records.reserve(order.size());
+    for (const auto& [k, e] : order) {
+      contents.records.push_back(IndexRecord{*k, e->slot, e->seq, e->length, e->origin, e->read});
+    }
+  }
+  return WriteIndexFile(config_.dir, contents);
+}
+
+void SlotFileBlockCache::DropLocked(Index::iterator it, std::vector<Event>& events,
+                                    bool release_slot) {
+  const BlockKey key = it->first;
+  const Entry e = it->second;
+  policy_->OnRemove(key);
+  if (e.origin != kDemand && !e.read) events.push_back({false, key, e.origin});
+  stats_.used_bytes -= e.length;
+  SetDiskBytesLocked(stats_.disk_bytes - e.charge);
+  auto vb = volume_bytes_.find(key.volume);
+  if (vb != volume_bytes_.end() && (vb->second -= e.length) == 0) volume_bytes_.erase(vb);
+  m_bytes_->Set(static_cast<int64_t>(stats_.used_bytes));
+  index_.erase(it);
+  if (release_slot) slots_->Release(e.slot);
+}
+
+void SlotFileBlockCache::ClearReleased() {
+  std::vector<uint64_t> slots;
+  {
+    std::lock_guard lock(mu_);
+    // After Close started, Close clears what is left.
+    if (!slots_->has_to_clear() || closed_) return;
+    slots = slots_->TakeToClear();
+    ++inflight_;
+  }
+  ClearSlots(slots);
+  {
+    std::lock_guard lock(mu_);
+    --inflight_;
+  }
+  cv_.notify_all();
+}
+
+void SlotFileBlockCache::ClearSlots(const std::vector<uint64_t>& slots) {
+  if (slots.empty()) return;
+  bool punch, degraded;
+  {
+    std::lock_guard lock(mu_);
+    punch = slots_->punching();
+    degraded = stats_.degraded;
+  }
+  SlotSpace::ClearOutcome outcome = slots_->ClearIo(slots, punch, degraded);
+  std::lock_guard lock(mu_);
+  if (outcome.refused) StopPunchingLocked();
+  for (const Status& r : outcome.results) {
+    if (!r) RecordIoLocked(r, "clear freed slot");
+  }
+  slots_->FinishClear(slots, outcome);
+}
+
+void SlotFileBlockCache::RecordIoLocked(const Status& s, std::string_view what) {
+  ++stats_.disk_errors;
+  ++consecutive_errors_;
+  m_disk_errors_->Inc();
+  log::Warn("cache disk error", {{"op", what}, {"error", s.error().message()}});
+  if (!stats_.degraded && (consecutive_errors_ >= options_.degrade_after_consecutive_errors ||
+                           stats_.disk_errors >= options_.degrade_after_total_errors)) {
+    stats_.degraded = true;
+    m_degraded_->Set(1);
+    log::Warn("cache disk failing: cache degraded, every read goes to the hub until restart",
+              {{"dir", config_.dir}, {"disk_errors", stats_.disk_errors}});
+  }
+}
+
+void SlotFileBlockCache::Fire(const std::vector<Event>& events) {
+  if (events.empty()) return;
+  CacheListener* listener;
+  {
+    std::lock_guard lock(mu_);
+    listener = listener_;
+  }
+  if (listener == nullptr) return;
+  for (const Event& ev : events) {
+    if (ev.used) {
+      listener->OnPrefetchUsed(ev.key, ev.expert);
+    } else {
+      listener->OnPrefetchWasted(ev.key, ev.expert);
+    }
+  }
+}
+
+}  // namespace spoke::agent
