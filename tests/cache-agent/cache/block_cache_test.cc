@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "cache-agent/cache/block_cache_factory.h"
-#include "cache-agent/cache/slot_file_block_cache.h"
 #include "cache-agent/cache/lru_policy.h"
+#include "cache-agent/cache/slot_file_block_cache.h"
 #include "common/metrics.h"
 #include "tests/cache-agent/cache/cache_test_util.h"
 
@@ -957,6 +957,46 @@ TEST(BlockCacheBytesTest, WithoutHolePunchingEveryBlockIsChargedAWholeSlot) {
   auto [after, f2] = Open(BigCfg(crashed.path(), 8), nullptr, opts);
   ASSERT_TRUE(after);
   EXPECT_EQ(after->Stats().blocks, 0u);
+}
+
+// A store that says it cannot punch holes (BlockStore::CanPunchHoles) gets the whole-slot
+// geometry at open, with no punch ever tried, and its first open is still a fresh one.
+TEST(BlockCacheBytesTest, StoreThatCannotPunchHolesGetsOneSlotPerBlock) {
+  TempDir dir;
+  std::vector<uint64_t> opened_slot_counts;
+  FaultyBlockStore* faulty = nullptr;
+  auto factory = [&](const std::string& d, uint64_t n,
+                     uint32_t size) -> Result<std::unique_ptr<BlockStore>> {
+    opened_slot_counts.push_back(n);
+    auto s = UringBlockStore::Open(d, n, size, {});
+    if (!s) return std::unexpected(s.error());
+    auto f = std::make_unique<FaultyBlockStore>(std::move(*s));
+    f->refuse_hole_punching = true;
+    faulty = f.get();
+    return std::unique_ptr<BlockStore>(std::move(f));
+  };
+  for (int round = 0; round < 2; ++round) {
+    opened_slot_counts.clear();
+    auto c = SlotFileBlockCache::Open(BigCfg(dir.path(), 8), factory, MakeLruPolicy(), nullptr);
+    ASSERT_TRUE(c) << c.error().ToString();
+    auto& cache = *c;
+    EXPECT_FALSE(cache->punching());
+    EXPECT_EQ(cache->slot_count(), 8u);
+    ASSERT_EQ(opened_slot_counts.size(), 2u);  // many-slot geometry, then one slot per block
+    EXPECT_EQ(opened_slot_counts.back(), 8u);
+    EXPECT_EQ(std::filesystem::file_size(dir.sub("data.0")), 8 * (kHeaderBytes + kBig));
+    if (round == 0) {
+      EXPECT_EQ(cache->recovery(), SlotFileBlockCache::Recovery::kFresh);
+      for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(PutK(*cache, K(i), kSample));
+      EXPECT_EQ(cache->Stats().disk_bytes, 8 * (kHeaderBytes + kBig));
+      ASSERT_TRUE(cache->Close());
+    } else {
+      EXPECT_EQ(cache->recovery(), SlotFileBlockCache::Recovery::kIndex);
+      EXPECT_EQ(cache->Stats().blocks, 8u);
+      for (uint64_t i = 4; i < 12; ++i) EXPECT_TRUE(ServesBig(*cache, K(i), kSample));
+    }
+    EXPECT_EQ(faulty->punches.load(), 0u);
+  }
 }
 
 TEST(BlockCacheBytesTest, PunchRefusedAtRunTimeFallsBackToWholeSlots) {

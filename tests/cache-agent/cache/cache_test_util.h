@@ -67,9 +67,7 @@ class FaultyBlockStore final : public BlockStore {
   bool refuse_hole_punching = false;  // set before the cache asks (at its Open)
 
   bool fresh() const override { return inner_->fresh(); }
-  bool CanPunchHoles() const override {
-    return !refuse_hole_punching && inner_->CanPunchHoles();
-  }
+  bool CanPunchHoles() const override { return !refuse_hole_punching && inner_->CanPunchHoles(); }
   std::optional<uint64_t> allocated_bytes() const override { return inner_->allocated_bytes(); }
 
  protected:
