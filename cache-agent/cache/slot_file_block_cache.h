@@ -19,9 +19,9 @@
 // A store that cannot punch holes (BlockStore::CanPunchHoles, probed by the store at open) gets
 // the old geometry: capacity / block_size slots, each block charged a whole slot (the store is
 // opened at the many-slot geometry, then reopened at this one; its files are sparse, so that
-// costs a resize). EOPNOTSUPP later (not seen in practice:
-// same filesystem) is logged once and switches to whole-slot charges until restart; the space
-// already spread over the many slots is then not given back until the next open.
+// costs a resize). EOPNOTSUPP later (not seen in practice: same filesystem) is logged once and
+// switches to whole-slot charges until restart; the space already spread over the many slots
+// is then not given back until the next open.
 //
 // Concurrency: one mutex (mu_) guards the index, the SlotSpace, policy and stats; device I/O
 // runs outside it; the BufferPool has its own leaf mutex (never held while taking mu_). A Get pins
