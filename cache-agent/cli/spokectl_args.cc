@@ -180,13 +180,12 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
 }
 
 Result<MountPlan> PlanMount(const Command& cmd) {
-  auto hub = ParseNfsUrl(cmd.nfs_url);
-  if (!hub) return std::unexpected(hub.error());
+  SPOKE_TRY(auto hub, ParseNfsUrl(cmd.nfs_url));
   StringMap ctx = cmd.mount_options;
-  ctx[std::string(kParamServer)] = hub->server;
-  ctx[std::string(kParamShare)] = hub->share;
-  ctx[std::string(kParamNfsPort)] = std::to_string(hub->nfs_port);
-  ctx[std::string(kParamMountPort)] = std::to_string(hub->mount_port);
+  ctx[std::string(kParamServer)] = hub.server;
+  ctx[std::string(kParamShare)] = hub.share;
+  ctx[std::string(kParamNfsPort)] = std::to_string(hub.nfs_port);
+  ctx[std::string(kParamMountPort)] = std::to_string(hub.mount_port);
   ctx[std::string(kCtxPath)] = "";
   if (!ctx.contains(std::string(kParamMode))) ctx[std::string(kParamMode)] = "dataset";
   // Validate here so that a bad flag names the flag's key before anything is sent.
@@ -207,7 +206,7 @@ Result<MountPlan> PlanMount(const Command& cmd) {
   }
   MountPlan plan;
   VolumeId id;
-  id.hub = hub.value();
+  id.hub = hub;
   id.mode = parsed->mode;
   id.on_delete = OnDelete::kRetain;  // spokectl never deletes data on the hub
   id.path = "";
