@@ -77,23 +77,22 @@ void BlockShutdownSignals() {
 
 Result<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options,
                                                       const std::vector<grpc::Service*>& services) {
-  auto path = UnixSocketPath(options.endpoint);
-  if (!path) return std::unexpected(path.error());
+  SPOKE_TRY(auto path, UnixSocketPath(options.endpoint));
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(*path).parent_path(), ec);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   // A socket file left by a killed process must not block the restart.
-  ::unlink(path->c_str());
+  ::unlink(path.c_str());
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix://" + *path, grpc::InsecureServerCredentials());
+  builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
   for (grpc::Service* s : services) builder.RegisterService(s);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
   factories.push_back(std::make_unique<LoggingInterceptorFactory>());
   builder.experimental().SetInterceptorCreators(std::move(factories));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return Fail(Code::kUnavailable, "cannot listen on " + options.endpoint);
-  if (::chmod(path->c_str(), options.socket_mode) != 0) {
-    return Fail(Code::kPermissionDenied, "cannot chmod " + *path);
+  if (::chmod(path.c_str(), options.socket_mode) != 0) {
+    return Fail(Code::kPermissionDenied, "cannot chmod " + path);
   }
   log::Info("serving", {{"endpoint", options.endpoint}});
   return server;
@@ -103,8 +102,7 @@ Status ServeUntilSignal(const GrpcServerOptions& options,
                         const std::vector<grpc::Service*>& services,
                         const std::function<void()>& on_shutdown) {
   BlockShutdownSignals();
-  auto server = StartGrpcServer(options, services);
-  if (!server) return std::unexpected(server.error());
+  SPOKE_TRY(auto server, StartGrpcServer(options, services));
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -113,8 +111,8 @@ Status ServeUntilSignal(const GrpcServerOptions& options,
   sigwait(&set, &sig);
   log::Info("shutting down", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
   if (on_shutdown) on_shutdown();
-  (*server)->Shutdown(std::chrono::system_clock::now() + options.shutdown_grace);
-  (*server)->Wait();
+  server->Shutdown(std::chrono::system_clock::now() + options.shutdown_grace);
+  server->Wait();
   auto path = UnixSocketPath(options.endpoint);
   if (path) ::unlink(path->c_str());
   return {};

@@ -6,6 +6,7 @@
 #include <expected>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace spoke {
 
@@ -60,3 +61,45 @@ inline std::unexpected<Error> Fail(Code code, std::string message) {
 inline Status Ok() { return {}; }
 
 }  // namespace spoke
+
+// Error propagation inside a function that returns Result<U> or Status:
+//   SPOKE_RETURN_IF_ERROR(store.Sync());                      // a Status or any Result<T>
+//   SPOKE_TRY(auto fd, OpenFile(path));                        // declares fd = the value
+//   SPOKE_TRY(config.port, ParsePort(text));                   // or assigns an lvalue
+//   SPOKE_TRY_WRAP(auto names, hub.List(dir), "listing " + dir);  // "listing d: <error>"
+//   SPOKE_RETURN_IF_ERROR_WRAP(hub.Rename(a, b), "archiving " + a);
+// `expr` is evaluated once; `context` (a std::string_view-convertible expression) only when
+// `expr` failed, so a context built from strings costs nothing on the success path. The
+// left-hand side of SPOKE_TRY cannot be a structured binding (its commas split the macro
+// arguments); SPOKE_TRY declares a hidden variable: use it as a statement of its own (not
+// the body of an unbraced if), at most once per line.
+#define SPOKE_RETURN_IF_ERROR(expr)                                 \
+  do {                                                              \
+    if (auto spoke_status_ = (expr); !spoke_status_) [[unlikely]] { \
+      return std::unexpected(std::move(spoke_status_).error());     \
+    }                                                               \
+  } while (false)
+
+#define SPOKE_RETURN_IF_ERROR_WRAP(expr, context)                   \
+  do {                                                              \
+    if (auto spoke_status_ = (expr); !spoke_status_) [[unlikely]] { \
+      return std::unexpected(spoke_status_.error().Wrap(context));  \
+    }                                                               \
+  } while (false)
+
+#define SPOKE_TRY(lhs, expr)                                      \
+  SPOKE_TRY_IMPL_(SPOKE_CONCAT_(spoke_try_, __LINE__), lhs, expr, \
+                  std::move(SPOKE_CONCAT_(spoke_try_, __LINE__)).error())
+
+#define SPOKE_TRY_WRAP(lhs, expr, context)                        \
+  SPOKE_TRY_IMPL_(SPOKE_CONCAT_(spoke_try_, __LINE__), lhs, expr, \
+                  SPOKE_CONCAT_(spoke_try_, __LINE__).error().Wrap(context))
+
+// Implementation details of the macros above.
+#define SPOKE_CONCAT_INNER_(a, b) a##b
+#define SPOKE_CONCAT_(a, b) SPOKE_CONCAT_INNER_(a, b)
+#define SPOKE_TRY_IMPL_(tmp, lhs, expr, error) \
+  auto tmp = (expr);                           \
+  if (!tmp) [[unlikely]]                       \
+    return std::unexpected(error);             \
+  lhs = std::move(tmp).value()

@@ -25,14 +25,13 @@ Result<ControllerConfig> ControllerConfig::Read(ConfigReader& reader) {
     c.scratch_dir_mode = static_cast<uint32_t>(std::stoul(mode, nullptr, 8));
   }
   c.log_level = reader.Enum("logLevel", c.log_level, {"debug", "info", "warn", "error"});
-  if (auto s = reader.Finish(); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(reader.Finish());
   return c;
 }
 
 Result<ControllerConfig> ControllerConfig::Load(const std::string& path) {
-  auto reader = ConfigReader::LoadFile(path);
-  if (!reader) return std::unexpected(reader.error());
-  return Read(*reader);
+  SPOKE_TRY(auto reader, ConfigReader::LoadFile(path));
+  return Read(reader);
 }
 
 }  // namespace spoke::controller

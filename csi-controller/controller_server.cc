@@ -308,9 +308,8 @@ Result<csi::v1::Volume> ControllerServer::CreateScratch(const std::string& name,
   auto st = hub.Stat(path);
   if (!st && st.error().code() != Code::kNotFound) return std::unexpected(st.error());
   if (!st) {
-    if (auto s = hub.MakeDirs(Parent(path), config_.scratch_dir_mode); !s) {
-      return std::unexpected(s.error().Wrap("creating the parent of " + where));
-    }
+    SPOKE_RETURN_IF_ERROR_WRAP(hub.MakeDirs(Parent(path), config_.scratch_dir_mode),
+                               "creating the parent of " + where);
     if (auto s = hub.MakeDir(path, config_.scratch_dir_mode); !s) {
       if (s.error().code() == Code::kAlreadyExists) {
         return Fail(Code::kCancelled, where + " appeared while creating it; retry");
@@ -318,9 +317,8 @@ Result<csi::v1::Volume> ControllerServer::CreateScratch(const std::string& name,
       return std::unexpected(s.error().Wrap("creating " + where));
     }
     // A crash here leaves an empty directory without a record: the retry adopts it.
-    if (auto s = hub.WriteFile(record_path, record.Encode()); !s) {
-      return std::unexpected(s.error().Wrap("writing the volume record"));
-    }
+    SPOKE_RETURN_IF_ERROR_WRAP(hub.WriteFile(record_path, record.Encode()),
+                               "writing the volume record");
     return to_volume(record);
   }
   if (!st->is_dir) {
@@ -329,9 +327,8 @@ Result<csi::v1::Volume> ControllerServer::CreateScratch(const std::string& name,
   auto text = hub.ReadFile(record_path, kMaxRecordBytes);
   if (!text && text.error().code() != Code::kNotFound) return std::unexpected(text.error());
   if (!text) {
-    auto names = hub.List(path);
-    if (!names) return std::unexpected(names.error());
-    if (!OnlyLeftovers(*names)) {
+    SPOKE_TRY(auto names, hub.List(path));
+    if (!OnlyLeftovers(names)) {
       return Fail(Code::kReadOnly,
                   where + " already exists, is not empty and was not created by Spoke (no " +
                       std::string(kRecordFile) +
@@ -339,9 +336,8 @@ Result<csi::v1::Volume> ControllerServer::CreateScratch(const std::string& name,
                       "data. Choose another subDir or move the directory away");
     }
     // Ours, half-created by an earlier attempt (or an empty directory someone made).
-    if (auto s = hub.WriteFile(record_path, record.Encode()); !s) {
-      return std::unexpected(s.error().Wrap("writing the volume record"));
-    }
+    SPOKE_RETURN_IF_ERROR_WRAP(hub.WriteFile(record_path, record.Encode()),
+                               "writing the volume record");
     return to_volume(record);
   }
   auto existing = VolumeRecord::Decode(*text);
@@ -420,12 +416,11 @@ Status ControllerServer::DeleteScratch(const VolumeId& id, const std::string& id
   std::string record_path = Join(id.path, kRecordFile);
   auto text = hub.ReadFile(record_path, kMaxRecordBytes);
   if (!text && text.error().code() != Code::kNotFound) return std::unexpected(text.error());
-  auto names = hub.List(id.path);
-  if (!names) return std::unexpected(names.error());
+  SPOKE_TRY(auto names, hub.List(id.path));
   if (!text) {
     // No record: only an empty directory (a Create that stopped before its record, or a
     // Delete that stopped after removing it) may go. Anything else is not provably ours.
-    if (!OnlyLeftovers(*names)) {
+    if (!OnlyLeftovers(names)) {
       return Fail(Code::kReadOnly,
                   where + " has no " + std::string(kRecordFile) +
                       " and is not empty: it is not provably this volume's; refusing to " +
@@ -445,18 +440,14 @@ Status ControllerServer::DeleteScratch(const VolumeId& id, const std::string& id
 
   if (id.on_delete == OnDelete::kArchive) {
     std::string to = Join(Parent(id.path), ArchiveName(Leaf(id.path), clock_()));
-    if (auto s = hub.Rename(id.path, to); !s) {
-      return std::unexpected(s.error().Wrap("archiving " + where));
-    }
+    SPOKE_RETURN_IF_ERROR_WRAP(hub.Rename(id.path, to), "archiving " + where);
     log::Info("volume archived", {{"volume", id_text}, {"to", to}});
     return Ok();
   }
   // delete: the record goes last, so a Delete cut short is retried as "ours".
-  for (const auto& name : *names) {
+  for (const auto& name : names) {
     if (name == kRecordFile) continue;
-    if (auto s = hub.RemoveTree(Join(id.path, name)); !s) {
-      return std::unexpected(s.error().Wrap("deleting " + where));
-    }
+    SPOKE_RETURN_IF_ERROR_WRAP(hub.RemoveTree(Join(id.path, name)), "deleting " + where);
   }
   if (text) {
     if (auto s = hub.Remove(record_path); !s && s.error().code() != Code::kNotFound) {

@@ -86,10 +86,9 @@ class LibnfsSession : public ExportSession {
   }
 
   Result<std::vector<std::string>> List(const std::string& path) override {
-    auto entries = ListTyped(path);
-    if (!entries) return std::unexpected(entries.error());
+    SPOKE_TRY(auto entries, ListTyped(path));
     std::vector<std::string> names;
-    for (auto& e : *entries) names.push_back(std::move(e.name));
+    for (auto& e : entries) names.push_back(std::move(e.name));
     return names;
   }
 
@@ -119,9 +118,8 @@ class LibnfsSession : public ExportSession {
         // Lost a race with another creator: fine if it is a directory now.
         if (!made && made.error().code() != Code::kAlreadyExists) return made;
         if (!made) {
-          auto again = Stat(prefix);
-          if (!again) return std::unexpected(again.error());
-          if (!again->is_dir) return made;
+          SPOKE_TRY(auto again, Stat(prefix));
+          if (!again.is_dir) return made;
         }
       }
       if (slash == std::string::npos) return Ok();
@@ -140,10 +138,9 @@ class LibnfsSession : public ExportSession {
   }
 
   Status Remove(const std::string& path) override {
-    auto st = Stat(path);
-    if (!st) return std::unexpected(st.error());
-    int rc = st->is_dir ? nfs_rmdir(ctx_, Abs(path).c_str()) : nfs_unlink(ctx_, Abs(path).c_str());
-    if (rc < 0) return std::unexpected(HubError(rc, st->is_dir ? "rmdir" : "unlink", path));
+    SPOKE_TRY(auto st, Stat(path));
+    int rc = st.is_dir ? nfs_rmdir(ctx_, Abs(path).c_str()) : nfs_unlink(ctx_, Abs(path).c_str());
+    if (rc < 0) return std::unexpected(HubError(rc, st.is_dir ? "rmdir" : "unlink", path));
     return Ok();
   }
 
@@ -171,8 +168,7 @@ class LibnfsSession : public ExportSession {
     for (const DirEntry& e : *entries) {
       // Only entries the server reports as directories are descended into; a symlink is
       // unlinked, never followed.
-      auto s = RemoveTreeAt(path + "/" + e.name, e.is_dir, depth + 1);
-      if (!s) return s;
+      SPOKE_RETURN_IF_ERROR(RemoveTreeAt(path + "/" + e.name, e.is_dir, depth + 1));
     }
     int rc = nfs_rmdir(ctx_, Abs(path).c_str());
     if (rc < 0 && rc != -ENOENT) return std::unexpected(HubError(rc, "rmdir", path));

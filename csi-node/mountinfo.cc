@@ -120,9 +120,8 @@ Result<std::vector<MountEntry>> ParseMountInfo(std::string_view text) {
     ++line_no;
     start = nl + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    auto e = ParseMountInfoLine(line);
-    if (!e) return std::unexpected(e.error().Wrap("line " + std::to_string(line_no)));
-    out.push_back(std::move(*e));
+    SPOKE_TRY_WRAP(auto e, ParseMountInfoLine(line), "line " + std::to_string(line_no));
+    out.push_back(std::move(e));
   }
   return out;
 }

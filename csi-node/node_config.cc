@@ -57,17 +57,15 @@ Status NodeConfig::Validate() const {
 
 Status LoadNodeConfigString(std::string_view yaml, NodeConfig* config,
                             const std::function<const char*(const char*)>& getenv) {
-  auto r = ConfigReader::LoadString(yaml, "node config");
-  if (!r) return std::unexpected(r.error());
-  return Apply(*r, config, getenv);
+  SPOKE_TRY(auto r, ConfigReader::LoadString(yaml, "node config"));
+  return Apply(r, config, getenv);
 }
 
 Status LoadNodeConfigFile(const std::string& path, NodeConfig* config,
                           const std::function<const char*(const char*)>& getenv) {
   if (path.empty()) return LoadNodeConfigString("{}", config, getenv);
-  auto r = ConfigReader::LoadFile(path);
-  if (!r) return std::unexpected(r.error());
-  return Apply(*r, config, getenv);
+  SPOKE_TRY(auto r, ConfigReader::LoadFile(path));
+  return Apply(r, config, getenv);
 }
 
 }  // namespace spoke::node

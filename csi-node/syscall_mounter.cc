@@ -47,9 +47,8 @@ Status SyscallMounter::BindMount(const std::string& source, const std::string& t
 }
 
 Status SyscallMounter::RemountReadOnly(const std::string& target) {
-  auto mounts = ListMounts();
-  if (!mounts) return std::unexpected(mounts.error());
-  auto entry = FindMount(*mounts, CanonicalPath(target));
+  SPOKE_TRY(auto mounts, ListMounts());
+  auto entry = FindMount(mounts, CanonicalPath(target));
   if (!entry) return Fail(Code::kNotFound, "remount read-only: nothing is mounted at " + target);
   // A bind remount replaces the per-mount flags: keep the ones that make it safer.
   unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
@@ -77,9 +76,8 @@ Status SyscallMounter::Unmount(const std::string& target, bool lazy) {
 }
 
 Result<bool> SyscallMounter::IsMountPoint(const std::string& path) {
-  auto mounts = ListMounts();
-  if (!mounts) return std::unexpected(mounts.error());
-  return FindMount(*mounts, CanonicalPath(path)).has_value();
+  SPOKE_TRY(auto mounts, ListMounts());
+  return FindMount(mounts, CanonicalPath(path)).has_value();
 }
 
 bool SyscallMounter::IsStale(const std::string& path) {

@@ -5,11 +5,11 @@
 # (cold, warm after an agent restart, with hints) and by staging it in first.
 # Prints the results table and where the plot is.
 #
-#   scripts/demo.sh [extra bench/two-region/run.sh options]
+#   scripts/demo.sh [extra bench/two-region/two_region.py options]
 #
 # Must run as root: it installs packages, mounts FUSE filesystems and drops the page cache.
 # About 10 minutes on 2 cores after the packages are installed: ~5 for the build, ~5 for the
-# experiment (measured: 4 min 45 s for run.sh --short on a loaded 2-core VM).
+# experiment (measured: 4 min 45 s for --short on a loaded 2-core VM).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,9 +32,9 @@ step "configure + build ($BUILD, Release)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPOKE_BUILD_TESTS=OFF >/dev/null
 ninja -C "$BUILD" spoke-cache-agent spokectl spoke-loader spoke-wan-proxy
 
-step "two-region experiment (bench/two-region/run.sh --short)"
+step "two-region experiment (bench/two-region/two_region.py --short)"
 OUT="$ROOT/bench/two-region/results/demo-$(date -u +%Y%m%dT%H%M%SZ)"
-bench/two-region/run.sh --short --build-dir "$BUILD" --out "$OUT" "$@"
+bench/two-region/two_region.py --short --build-dir "$BUILD" --out "$OUT" "$@"
 
 step "done"
 echo "results table: $OUT/results.md"

@@ -14,7 +14,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libnfs-dev libnfs-utils liburing-dev libfuse3-dev fuse3
   nlohmann-json3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libcpp-httplib-dev libxxhash-dev libssl-dev zlib1g-dev
+  libcpp-httplib-dev libxxhash-dev libssl-dev zlib1g-dev libcli11-dev
   nfs-ganesha nfs-ganesha-vfs rpcbind
   fio gnuplot-nox iproute2 procps psmisc util-linux kmod
   clang-format clang-tidy

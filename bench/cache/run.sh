@@ -12,6 +12,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
+. "$src/e2e/lib/common.sh"
 build=$(cd "${1:-$src/build-agent}" && pwd)
 LARGE_MIB=${LARGE_MIB:-1024}
 SMALL_COUNT=${SMALL_COUNT:-4000}
@@ -36,14 +37,11 @@ cleanup() {
     "$ctl_bin" --socket "$work/agent.sock" unmount "$m" >/dev/null 2>&1
     fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
   done
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do spoke_stop_pid "$p"; done
   "$src/scripts/spoke-hub" stop "$work/hub" >/dev/null 2>&1
   [ "${KEEP:-0}" = 1 ] && echo "kept $work" || rm -rf "$work"
 }
 trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 echo "== building the reader and passthrough_ll"
 g++ -O2 -std=c++17 -pthread -o "$work/reader" "$here/reader.cc"
@@ -72,23 +70,17 @@ PY
 sync
 
 echo "== WAN proxy (${RTT_MS} ms RTT), agent"
-wan_nfs=$(free_port); wan_mnt=$(free_port)
+wan_nfs=$(spoke_free_port); wan_mnt=$(spoke_free_port)
 "$proxy_bin" --delay-ms $((RTT_MS / 2)) --route "127.0.0.1:$wan_nfs=127.0.0.1:$NFS_PORT" \
   --route "127.0.0.1:$wan_mnt=127.0.0.1:$MOUNT_PORT" > "$work/proxy.log" 2>&1 &
 pids+=($!)
-metrics_port=$(free_port)
 # The block cache stores whole 1 MiB slots: each small file takes one. Two mounts (WAN, LAN).
 cache_gib=$(( (LARGE_MIB + SMALL_COUNT) * 2 / 1024 + 2 ))
-cat > "$work/agent.yaml" <<YAML
-socket: $work/agent.sock
-cacheDir: $work/cache
-cacheSizeBytes: ${cache_gib}Gi
-stateDir: $work/state
-metricsAddress: 127.0.0.1:$metrics_port
-YAML
-"$agent_bin" --config "$work/agent.yaml" > "$work/agent.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
+spoke_agent_config "$work" "${cache_gib}Gi" > "$work/agent.yaml"
+rc=0
+spoke_start_agent "$agent_bin" "$work/agent.yaml" "$work/agent.log" 20 || rc=$?
+pids+=("$SPOKE_PID")
+[ $rc -eq 0 ] || { echo "the agent did not start" >&2; exit 1; }
 ctl() { "$ctl_bin" --socket "$work/agent.sock" "$@"; }
 sleep 0.5
 

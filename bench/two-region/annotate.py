@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Adds what run.sh measured around a spoke-loader run to the loader's --json summary.
+"""Adds what two_region.py measured around a spoke-loader run to the loader's --json summary.
 
     annotate.py --json S.json --csv S.csv --trace S.trace --t0 WALL [--set key=value ...]
 
 --trace: lines "<wall time s> <WAN bytes to hub> <WAN bytes from hub> <agent hub-read bytes>"
-sampled by run.sh while the scenario ran (the WAN proxy's --stats-file and the agent's
+sampled by two_region.py while the scenario ran (the WAN proxy's --stats-file and the agent's
 spoke_hub_read_bytes_total; "-" when unknown). The first line is the state before the
 scenario (mount, copy, ...), the last one the state after the loader exited.
 --t0: wall time (s) at which the loader started; the loader's CSV times are relative to it.

@@ -10,7 +10,7 @@ rate, and as a ratio of the `co-located` row when there is one), AU over the who
 after the warm-up, warm-up batches, stalls after the warm-up, time to first batch, total
 time, bytes over the WAN (whole scenario, and per epoch after the first).
 
-Fields a scenario script may add to a JSON summary (run.sh does, with annotate.py), or give
+Fields a scenario script may add to a JSON summary (two_region.py does, with annotate.py), or give
 on the command line by the summary's label:
   wan_bytes            bytes that crossed the WAN during the scenario; "n/a" when unknown
   wan_bytes_per_epoch  list, one per epoch (the first one includes any copy before training)

@@ -1,6 +1,8 @@
 #include "cache-agent/cli/spokectl_args.h"
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
+#include <iterator>
 
 namespace spoke::cli {
 namespace {
@@ -28,149 +30,162 @@ std::string Usage() {
          std::string(kDefaultSocket) + ")\n";
 }
 
+namespace {
+
+struct MountFlag {
+  const char* flag;
+  const char* key;  // volume-context key
+};
+constexpr MountFlag kMountFlags[] = {{"--mode", "mode"},
+                                     {"--consistency", "consistency"},
+                                     {"--prefetch", "prefetch"},
+                                     {"--ttl", "ttlSeconds"},
+                                     {"--hub-timeout", "hubTimeoutSeconds"}};
+
+struct Verbs {
+  CLI::App* app;
+  Verb verb;
+  const char* positionals;  // what the usage error says is expected
+  size_t min_args;
+  size_t max_args;
+};
+
+// Flags that exist on some command: given to another one, the error names the command.
+bool IsKnownFlag(std::string_view flag) {
+  if (flag == "--volume" || flag == "--read-only") return true;
+  for (const auto& f : kMountFlags) {
+    if (flag == f.flag) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<Command> ParseArgs(const std::vector<std::string>& args) {
   Command cmd;
-  std::vector<std::string> positional;
-  std::optional<std::string> verb;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    // --flag VALUE or --flag=VALUE.
-    auto take = [&](std::string_view flag, std::string* out) -> Result<bool> {
-      if (a == flag) {
-        if (i + 1 >= args.size())
-          return std::unexpected(Usage(std::string(flag) + " needs a value"));
-        *out = args[++i];
-        return true;
-      }
-      if (a.size() > flag.size() && a.starts_with(flag) && a[flag.size()] == '=') {
-        *out = a.substr(flag.size() + 1);
-        return true;
-      }
-      return false;
-    };
-    std::string value;
-    struct MountFlag {
-      std::string_view flag;
-      std::string_view key;
-    };
-    static constexpr MountFlag kMountFlags[] = {{"--mode", "mode"},
-                                                {"--consistency", "consistency"},
-                                                {"--prefetch", "prefetch"},
-                                                {"--ttl", "ttlSeconds"},
-                                                {"--hub-timeout", "hubTimeoutSeconds"}};
-    bool matched = false;
-    if (auto r = take("--socket", &cmd.socket); !r) {
-      return std::unexpected(r.error());
-    } else if (*r) {
-      matched = true;
-    }
-    if (!matched) {
-      if (auto r = take("--volume", &cmd.volume_id); !r) {
-        return std::unexpected(r.error());
-      } else if (*r) {
-        matched = true;
-      }
-    }
-    for (const auto& f : kMountFlags) {
-      if (matched) break;
-      auto r = take(f.flag, &value);
-      if (!r) return std::unexpected(r.error());
-      if (*r) {
-        cmd.mount_options[std::string(f.key)] = value;
-        matched = true;
-      }
-    }
-    if (matched) continue;
-    if (a == "--read-only") {
-      cmd.read_only = true;
-    } else if (a == "-h" || a == "--help" || a == "help") {
-      cmd.verb = Verb::kHelp;
-      return cmd;
-    } else if (a == "--version") {
+  // Help and version win wherever they appear, as in most tools; the usage text is ours.
+  for (const auto& a : args) {
+    if (a == "-h" || a == "--help") return cmd;
+    if (a == "--version") {
       cmd.verb = Verb::kVersion;
       return cmd;
-    } else if (a == "-") {
-      positional.push_back(a);
-    } else if (a.starts_with("-")) {
-      return std::unexpected(Usage("unknown flag '" + a + "'"));
-    } else if (!verb) {
-      verb = a;
-    } else {
-      positional.push_back(a);
     }
   }
-  if (!verb) return std::unexpected(Usage("no command given"));
+  if (args.empty()) return std::unexpected(Usage("no command given"));
+
+  CLI::App app("spokectl: the spoke-cache-agent client", "spokectl");
+  app.set_help_flag();  // handled above
+  app.allow_extras();   // unknown words and flags are reported below, in our words
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--socket", cmd.socket);
+
+  std::vector<std::string> positional;
+  std::string mount_values[std::size(kMountFlags)];
+  std::vector<CLI::Option*> mount_opts;
+  auto verb = [&](const char* name, Verb v, const char* positionals, size_t min, size_t max) {
+    CLI::App* sub = app.add_subcommand(name);
+    sub->set_help_flag();
+    sub->allow_extras();
+    sub->fallthrough();  // --socket after the command too
+    if (max > 0) sub->add_option("args", positional);
+    return Verbs{sub, v, positionals, min, max};
+  };
+  std::vector<Verbs> verbs = {
+      verb("mount", Verb::kMount, "NFS-URL DIR", 2, 2),
+      verb("unmount", Verb::kUnmount, "DIR", 1, 1),
+      verb("status", Verb::kStatus, "no arguments", 0, 0),
+      verb("stats", Verb::kStats, "[DIR | --volume ID]", 0, 1),
+      verb("warmup", Verb::kWarmup, "DIR [PREFIX]", 1, 2),
+      verb("evict", Verb::kEvict, "DIR [PREFIX]", 1, 2),
+      verb("hint", Verb::kHint, "DIR FILE|-", 2, 2),
+      verb("version", Verb::kVersion, "no arguments", 0, 0),
+      verb("help", Verb::kHelp, "no arguments", 0, 0),
+  };
+  verbs[1].app->alias("umount");
+  CLI::App* mount = verbs[0].app;
+  for (size_t i = 0; i < std::size(kMountFlags); ++i) {
+    mount_opts.push_back(mount->add_option(kMountFlags[i].flag, mount_values[i]));
+  }
+  mount->add_flag("--read-only", cmd.read_only);
+  verbs[3].app->add_option("--volume", cmd.volume_id);
+
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+    app.parse(reversed);
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--socket: 1 required TEXT missing": an option given without its value.
+    std::string what = e.what();
+    if (what.starts_with("--"))
+      return std::unexpected(Usage(what.substr(0, what.find(':')) + " needs a value"));
+    return std::unexpected(Usage(what));
+  } catch (const CLI::ParseError& e) {
+    return std::unexpected(Usage(e.what()));
+  }
+
+  const Verbs* chosen = nullptr;
+  for (const auto& v : verbs) {
+    if (v.app->parsed()) chosen = &v;
+  }
+  for (const std::string& extra : app.remaining(true)) {
+    if (extra.size() > 1 && extra.front() == '-') {
+      std::string flag = extra.substr(0, extra.find('='));
+      if (chosen && IsKnownFlag(flag)) {
+        return std::unexpected(Usage(flag + " is not an option of " + chosen->app->get_name()));
+      }
+      return std::unexpected(Usage("unknown flag '" + extra + "'"));
+    }
+    if (!chosen) return std::unexpected(Usage("unknown command '" + extra + "'"));
+    // Only commands without arguments leave words unparsed.
+    return std::unexpected(Usage(chosen->app->get_name() + ": expected " + chosen->positionals));
+  }
+  if (!chosen) return std::unexpected(Usage("no command given"));
+  const std::string name = chosen->app->get_name();
   if (cmd.socket.empty() || cmd.socket.front() != '/') {
     return std::unexpected(Usage("--socket: must be an absolute path"));
   }
-  auto want = [&](size_t min, size_t max, std::string_view what) -> Status {
-    if (positional.size() < min || positional.size() > max) {
-      return std::unexpected(Usage(*verb + ": expected " + std::string(what)));
-    }
-    return {};
-  };
-  auto only_for = [&](bool ok, std::string_view flag) -> Status {
-    if (!ok) {
-      return std::unexpected(Usage(std::string(flag) + " is not an option of " + *verb));
-    }
-    return {};
-  };
-  Status s;
-  const std::string& v = *verb;
-  const bool is_mount = v == "mount";
-  if (s = only_for(is_mount || cmd.mount_options.empty(),
-                   "--mode/--consistency/--prefetch/--ttl/--hub-timeout");
-      !s)
-    return std::unexpected(s.error());
-  if (s = only_for(is_mount || !cmd.read_only, "--read-only"); !s)
-    return std::unexpected(s.error());
-  if (s = only_for(v == "stats" || cmd.volume_id.empty(), "--volume"); !s)
-    return std::unexpected(s.error());
-  if (is_mount) {
-    cmd.verb = Verb::kMount;
-    if (s = want(2, 2, "NFS-URL DIR"); !s) return std::unexpected(s.error());
-    cmd.nfs_url = positional[0];
-    cmd.dir = positional[1];
-  } else if (v == "unmount" || v == "umount") {
-    cmd.verb = Verb::kUnmount;
-    if (s = want(1, 1, "DIR"); !s) return std::unexpected(s.error());
-    cmd.dir = positional[0];
-  } else if (v == "status") {
-    cmd.verb = Verb::kStatus;
-    if (s = want(0, 0, "no arguments"); !s) return std::unexpected(s.error());
-  } else if (v == "stats") {
-    cmd.verb = Verb::kStats;
-    if (s = want(0, 1, "[DIR | --volume ID]"); !s) return std::unexpected(s.error());
-    if (!positional.empty()) cmd.dir = positional[0];
-    if (!cmd.dir.empty() && !cmd.volume_id.empty()) {
-      return std::unexpected(Usage("stats: give DIR or --volume ID, not both"));
-    }
-  } else if (v == "warmup" || v == "evict") {
-    cmd.verb = v == "warmup" ? Verb::kWarmup : Verb::kEvict;
-    if (s = want(1, 2, "DIR [PREFIX]"); !s) return std::unexpected(s.error());
-    cmd.dir = positional[0];
-    if (positional.size() > 1) cmd.prefix = positional[1];
-  } else if (v == "hint") {
-    cmd.verb = Verb::kHint;
-    if (s = want(2, 2, "DIR FILE|-"); !s) return std::unexpected(s.error());
-    cmd.dir = positional[0];
-    cmd.hint_file = positional[1];
-  } else if (v == "version") {
-    cmd.verb = Verb::kVersion;
-  } else {
-    return std::unexpected(Usage("unknown command '" + v + "'"));
+  if (positional.size() < chosen->min_args || positional.size() > chosen->max_args) {
+    return std::unexpected(Usage(name + ": expected " + chosen->positionals));
+  }
+  cmd.verb = chosen->verb;
+  for (size_t i = 0; i < mount_opts.size(); ++i) {
+    if (mount_opts[i]->count() > 0) cmd.mount_options[kMountFlags[i].key] = mount_values[i];
+  }
+  switch (cmd.verb) {
+    case Verb::kMount:
+      cmd.nfs_url = positional[0];
+      cmd.dir = positional[1];
+      break;
+    case Verb::kHint:
+      cmd.dir = positional[0];
+      cmd.hint_file = positional[1];
+      break;
+    case Verb::kStats:
+      if (!positional.empty()) cmd.dir = positional[0];
+      if (!cmd.dir.empty() && !cmd.volume_id.empty()) {
+        return std::unexpected(Usage("stats: give DIR or --volume ID, not both"));
+      }
+      break;
+    case Verb::kUnmount:
+    case Verb::kWarmup:
+    case Verb::kEvict:
+      cmd.dir = positional[0];
+      if (positional.size() > 1) cmd.prefix = positional[1];
+      break;
+    case Verb::kStatus:
+    case Verb::kVersion:
+    case Verb::kHelp:
+      break;
   }
   return cmd;
 }
 
 Result<MountPlan> PlanMount(const Command& cmd) {
-  auto hub = ParseNfsUrl(cmd.nfs_url);
-  if (!hub) return std::unexpected(hub.error());
+  SPOKE_TRY(auto hub, ParseNfsUrl(cmd.nfs_url));
   StringMap ctx = cmd.mount_options;
-  ctx[std::string(kParamServer)] = hub->server;
-  ctx[std::string(kParamShare)] = hub->share;
-  ctx[std::string(kParamNfsPort)] = std::to_string(hub->nfs_port);
-  ctx[std::string(kParamMountPort)] = std::to_string(hub->mount_port);
+  ctx[std::string(kParamServer)] = hub.server;
+  ctx[std::string(kParamShare)] = hub.share;
+  ctx[std::string(kParamNfsPort)] = std::to_string(hub.nfs_port);
+  ctx[std::string(kParamMountPort)] = std::to_string(hub.mount_port);
   ctx[std::string(kCtxPath)] = "";
   if (!ctx.contains(std::string(kParamMode))) ctx[std::string(kParamMode)] = "dataset";
   // Validate here so that a bad flag names the flag's key before anything is sent.
@@ -191,7 +206,7 @@ Result<MountPlan> PlanMount(const Command& cmd) {
   }
   MountPlan plan;
   VolumeId id;
-  id.hub = hub.value();
+  id.hub = hub;
   id.mode = parsed->mode;
   id.on_delete = OnDelete::kRetain;  // spokectl never deletes data on the hub
   id.path = "";

@@ -15,6 +15,7 @@ set -euo pipefail
 t0=$(date +%s.%N)
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+. "$root/e2e/lib/common.sh"
 build=$(cd "${1:-$root/build}" && pwd)
 small_files=${SPOKE_E2E_SMALL_FILES:-300}
 large_mb=${SPOKE_E2E_LARGE_MB:-"16 24 40"}
@@ -44,21 +45,9 @@ elapsed() { awk -v a="$(date +%s.%N)" -v b="${1:-$t0}" 'BEGIN { printf "%.1f", a
 log() { printf '[%6ss] %s\n' "$(elapsed)" "$*"; }
 step() { step_name=$1; log "== $1"; }
 fail() { echo "e2e/local: FAIL in step '$step_name': $*" >&2; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# Mount points under $work, deepest first (mountinfo escapes spaces as \040).
-mounts_under() {
-  awk -v w="$work" '{ p=$5; gsub(/\\040/, " ", p); if (p == w || index(p, w "/") == 1) print p }' \
-    /proc/self/mountinfo | sort -r | uniq
-}
+mounts_under() { spoke_mounts_under "$work"; }
 stop_pid() { # name
-  local pid=${pids[$1]:-}
-  [ -n "$pid" ] || return 0
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && { echo "e2e/local: $1 ($pid) ignored SIGTERM, killing" >&2; kill -KILL "$pid" 2>/dev/null || true; }
-  fi
-  wait "$pid" 2>/dev/null || true
+  spoke_stop_pid "${pids[$1]:-}" "e2e/local: $1"
   unset "pids[$1]"
 }
 
@@ -109,7 +98,7 @@ PY
 log "dataset: $(wc -l < "$work/hub.sha256") files, $(du -sm "$ds" | cut -f1) MiB; ganesha pid $PID ports $NFS_PORT/$MOUNT_PORT"
 
 step "WAN: spoke-wan-proxy, ${delay_ms} ms each way"
-wan_nfs=$(free_port); wan_mnt=$(free_port)
+wan_nfs=$(spoke_free_port); wan_mnt=$(spoke_free_port)
 "$proxy_bin" --delay-ms "$delay_ms" --route "127.0.0.1:$wan_nfs=127.0.0.1:$NFS_PORT" \
   --route "127.0.0.1:$wan_mnt=127.0.0.1:$MOUNT_PORT" >"$work/proxy.log" 2>&1 &
 pids[proxy]=$!
@@ -126,21 +115,13 @@ unshare --mount --propagation unchanged sleep 3600 &
 watcher_pid=$!
 
 step "agent, controller, node plugin"
-cat > "$work/agent.yaml" <<CONF
-socket: $work/agent.sock
-cacheDir: $work/cache
-cacheSizeBytes: 1Gi
-blockSizeBytes: 1Mi
-metricsAddress: 127.0.0.1:$(free_port)
-stateDir: $work/agent-state
-logLevel: info
-hub: {connections: 4, inflightPerConnection: 16, requestTimeoutSeconds: 10}
-CONF
-"$agent_bin" --config "$work/agent.yaml" >"$work/agent.log" 2>&1 &
-pids[agent]=$!
+spoke_agent_config "$work" 1Gi \
+  "hub: {connections: 4, inflightPerConnection: 16, requestTimeoutSeconds: 10}" >"$work/agent.yaml"
 # The node plugin starts after the agent listens (it works either way: calls fail with
 # UNAVAILABLE until the agent answers, as on a node where the agent restarts).
-for _ in $(seq 100); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
+spoke_start_agent "$agent_bin" "$work/agent.yaml" "$work/agent.log" 20 ||
+  { pids[agent]=$SPOKE_PID; fail "the agent did not start"; }
+pids[agent]=$SPOKE_PID
 cat > "$work/controller.yaml" <<CONF
 hubTimeoutSeconds: 10
 CONF
@@ -282,10 +263,9 @@ if [[ "$ds_fstype" == fuse* ]]; then
   jq -r '.condition.message' <<<"$st" | grep -q "is stale" || fail "stale mount not detected: $st"
   log "stats with the agent down: $(jq -r '.condition.message' <<<"$st")"
   rm -f "$work/agent.sock"  # left by the killed agent
-  "$agent_bin" --config "$work/agent.yaml" >>"$work/agent.log" 2>&1 &
-  pids[agent]=$!
-  for _ in $(seq 300); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
-  [ -S "$work/agent.sock" ] || fail "the agent did not come back"
+  spoke_start_agent "$agent_bin" "$work/agent.yaml" "$work/agent.log" 30 ||
+    { pids[agent]=$SPOKE_PID; fail "the agent did not come back"; }
+  pids[agent]=$SPOKE_PID
   # The pod restarts: kubelet unpublishes its (stale) target, stages again, publishes again.
   out=$(nd unpublish --volume-id "$ds_id" --target "$ds_a") || fail "unpublish a stale target: $out"
   [ ! -e "$ds_a" ] || fail "stale target $ds_a not removed"

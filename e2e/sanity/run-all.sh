@@ -11,6 +11,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+. "$root/e2e/lib/common.sh"
 build=$(cd "${1:-$root/build}" && pwd)
 shift || true
 sanity=${CSI_SANITY:-$(command -v csi-sanity || echo /usr/local/bin/csi-sanity)}
@@ -28,24 +29,13 @@ echo "agent: $agent_bin"
 
 work=$(mktemp -d /tmp/spoke-sanity-all-XXXXXX)
 declare -A pids=()
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-mounts_under() {
-  awk -v w="$work" '{ p=$5; gsub(/\\040/, " ", p); if (index(p, w "/") == 1) print p }' \
-    /proc/self/mountinfo | sort -r | uniq
-}
+mounts_under() { spoke_mounts_under "$work" | grep -vx "$work" || true; }
 cleanup() {
   local rc=$?
   set +e
   trap - EXIT INT TERM
   for m in $(mounts_under); do umount -l "$m" 2>/dev/null; done
-  for name in node controller agent; do
-    pid=${pids[$name]:-}
-    [ -n "$pid" ] || continue
-    kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  done
+  for name in node controller agent; do spoke_stop_pid "${pids[$name]:-}" "$name"; done
   for m in $(mounts_under); do umount -l "$m" 2>/dev/null; done
   "$root/scripts/spoke-hub" stop "$work/hub" >/dev/null 2>&1
   if [ $rc -ne 0 ]; then
@@ -63,21 +53,14 @@ trap 'exit 130' INT TERM
 eval "$("$root/scripts/spoke-hub" start "$work/hub")"  # NFS_PORT MOUNT_PORT EXPORT PID
 echo "hub: ganesha pid $PID, export $EXPORT, ports $NFS_PORT/$MOUNT_PORT"
 
-cat > "$work/agent.yaml" <<CONF
-socket: $work/agent.sock
-cacheDir: $work/cache
-cacheSizeBytes: 256Mi
-blockSizeBytes: 1Mi
-metricsAddress: 127.0.0.1:$(free_port)
-stateDir: $work/agent-state
-logLevel: info
-hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 5}
-CONF
-"$agent_bin" --config "$work/agent.yaml" >"$work/agent.log" 2>&1 &
-pids[agent]=$!
+spoke_agent_config "$work" 256Mi \
+  "hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 5}" >"$work/agent.yaml"
 # The node plugin starts after the agent listens (it works either way: calls fail with
 # UNAVAILABLE until the agent answers, as on a node where the agent restarts).
-for _ in $(seq 100); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done
+rc=0
+spoke_start_agent "$agent_bin" "$work/agent.yaml" "$work/agent.log" 20 || rc=$?
+pids[agent]=$SPOKE_PID
+[ $rc -eq 0 ] || { echo "run-all.sh: the agent did not start" >&2; exit 1; }
 cat > "$work/controller.yaml" <<CONF
 hubTimeoutSeconds: 5
 CONF

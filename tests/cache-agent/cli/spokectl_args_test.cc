@@ -77,6 +77,44 @@ TEST(SpokectlArgsTest, UsageErrors) {
   EXPECT_NE(ErrorOf({"unmount", "/d", "--read-only"}).find("--read-only"), std::string::npos);
 }
 
+TEST(SpokectlArgsTest, SocketAnywhereAliasesAndRepeats) {
+  auto c = P({"unmount", "/mnt/d", "--socket=/tmp/b.sock"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->socket, "/tmp/b.sock");
+  c = P({"umount", "/mnt/d"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->verb, Verb::kUnmount);
+  EXPECT_EQ(c->dir, "/mnt/d");
+  c = P({"mount", "nfs://h/x", "/m", "--mode", "dataset", "--mode", "scratch"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->mount_options.at("mode"), "scratch");  // the last one wins
+  c = P({"hint", "/mnt/d", "-", "--socket", "/s"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->hint_file, "-");
+  EXPECT_EQ(c->socket, "/s");
+  c = P({"warmup", "/mnt/d", "--help"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kHelp);
+  c = P({"help"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kHelp);
+  c = P({"status", "--version"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kVersion);
+}
+
+TEST(SpokectlArgsTest, MoreUsageErrors) {
+  EXPECT_NE(ErrorOf({"status", "extra"}).find("status: expected no arguments"), std::string::npos);
+  EXPECT_NE(ErrorOf({"warmup", "/d", "p", "q"}).find("warmup: expected DIR [PREFIX]"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"evict", "/d", "--volume=v"}).find("--volume is not an option of evict"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"mount", "nfs://h/x", "/m", "--ttl"}).find("--ttl needs a value"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--socket", "/s"}).find("no command"), std::string::npos);
+  EXPECT_NE(ErrorOf({"--bogus", "status"}).find("unknown flag '--bogus'"), std::string::npos);
+}
+
 TEST(SpokectlArgsTest, PlanMountBuildsIdAndContext) {
   auto c = P({"mount", "nfs://10.0.0.5/srv/data?nfsport=20491&mountport=20492", "/mnt/d"});
   ASSERT_TRUE(c);

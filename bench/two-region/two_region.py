@@ -1,0 +1,816 @@
+#!/usr/bin/env python3
+"""The two-region experiment in one command.
+
+One generated dataset on an NFS hub (nfs-ganesha on loopback), a 60 ms WAN (spoke-wan-proxy,
+30 ms each way), and these scenarios, each with a fresh agent (own cacheDir, stateDir,
+socket, metrics port):
+
+  co-located       Spoke mounting the hub directly (no WAN delay), cache + prefetch on
+  remote-no-spoke  through the WAN, prefetch off, strict consistency (close-to-open, no page
+                   cache), and the smallest cache the agent accepts (64 blocks = 64 MiB: the
+                   agent has no per-mount "cache off")
+  spoke-cold       through the WAN, Spoke on, empty cache, several epochs
+  spoke-warm       the agent restarted on spoke-cold's cache (mount restored from its
+                   stateDir): the cache survives restarts
+  stage-in         copy the dataset over the WAN to local disk first (parallel cp streams
+                   through a Spoke mount with prefetch off), then train from the copy
+  spoke-hints      through the WAN, empty cache, the loader disclosing each epoch's order
+                   (<mount>/.spoke-hints when the agent serves it, else `spokectl hint` fed
+                   from a FIFO the loader writes each epoch's order to)
+
+Then plot.gp -> samples-per-s.png and summarize.py -> results.md (+ the targets).
+Needs root (FUSE mounts, /proc/sys/vm/drop_caches). Stops everything it started (by pid) and
+unmounts every mount, also on failure, Ctrl-C or SIGTERM. Standard library only.
+"""
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import annotate  # noqa: E402  (bench/two-region/annotate.py)
+import summarize  # noqa: E402  (bench/two-region/summarize.py)
+
+MIB = 1 << 20
+MIN_CACHE = 64 * MIB  # the agent's minimum cacheSizeBytes
+ALL_SCENARIOS = ["co-located", "remote-no-spoke", "spoke-cold", "spoke-warm", "stage-in",
+                 "spoke-hints"]
+WORKLOADS = ("report", "resnet50", "unet3d", "shards")
+# Dataset sizes. Full: ~200 batches per epoch (report: 54 s/epoch at the ideal rate). Short:
+# about a quarter, so that the whole --short run (six scenarios) takes ~5 minutes.
+SAMPLES = {("report", True): 960, ("resnet50", True): 2400, ("unet3d", True): 168,
+           ("shards", True): 3200, ("report", False): 6400, ("resnet50", False): 8000,
+           ("unet3d", False): 504, ("shards", False): 12800}
+SEED = 1
+
+
+class Failure(Exception):
+    """A step failed; the message says which and why."""
+
+
+def log(msg):
+    print(f"[two-region {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def tail(path, n):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=2.0):
+    """Body of a GET, or None when the server does not answer 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.read().decode(errors="replace") if r.status == 200 else None
+    except OSError:
+        return None
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def is_mountpoint(path):
+    """From /proc/mounts: a FUSE mount whose agent died fails stat() but is still there."""
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f if len(line.split()) > 1)
+
+
+def machine_line():
+    with open("/proc/meminfo") as f:
+        kb = next(int(l.split()[1]) for l in f if l.startswith("MemTotal"))
+    return f"{os.cpu_count()} cores, {kb / 1048576:.1f} GiB RAM, kernel {os.uname().release}"
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        prog="bench/two-region/two_region.py", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--short", action="store_true",
+                    help="a quick run (small dataset); the demo uses it")
+    ap.add_argument("--workload", default="report", choices=WORKLOADS,
+                    help="bench/loader preset (default report)")
+    ap.add_argument("--samples", type=int, help="dataset size in samples "
+                    "(default: per workload, smaller with --short)")
+    ap.add_argument("--epochs", type=int, default=3,
+                    help="epochs for co-located, spoke-cold, stage-in, spoke-hints (default 3)")
+    ap.add_argument("--warm-epochs", type=int, default=2,
+                    help="epochs of spoke-warm (default 2; 0 skips it)")
+    ap.add_argument("--nospoke-epochs", type=int,
+                    help="epochs of remote-no-spoke (default: 1 with --short, else --epochs)")
+    ap.add_argument("--cache-fraction", type=float, default=2.0,
+                    help="Spoke cache size = F x dataset size (default 2: the dataset fits; "
+                    "e.g. 0.5 for a dataset twice the cache). Floor: 64 MiB (agent minimum)")
+    ap.add_argument("--cache-basis", default="bytes", choices=("bytes", "footprint"),
+                    help="bytes (default): 'dataset size' = the files' total size; footprint: "
+                    "every file rounded up to whole 1 MiB blocks (agents before 5b2f311)")
+    ap.add_argument("--eviction-policy", default="lru",
+                    help="the agents' evictionPolicy (default lru; nothrash for datasets "
+                    "larger than the cache)")
+    ap.add_argument("--scenarios", default=",".join(ALL_SCENARIOS),
+                    help="comma-separated subset (default: all, in the order above)")
+    ap.add_argument("--delay-ms", type=int, default=30,
+                    help="one-way WAN delay (default 30 = 60 ms RTT)")
+    ap.add_argument("--stage-streams", type=int, default=8,
+                    help="parallel cp streams of stage-in (default 8)")
+    ap.add_argument("--out", help="results (default bench/two-region/results/<workload>-<UTC "
+                    "time>)")
+    ap.add_argument("--build-dir", default="build",
+                    help="where the binaries are (default build, relative to the repository)")
+    ap.add_argument("--work", help="scratch: hub export, caches, mounts "
+                    "(default /var/tmp/spoke-2r.PID)")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir")
+    a = ap.parse_args(argv)
+    scenarios = [s for s in a.scenarios.split(",") if s]
+    unknown = [s for s in scenarios if s not in ALL_SCENARIOS]
+    if unknown or not scenarios:
+        ap.error(f"--scenarios: unknown {unknown or 'empty list'}; choose from "
+                 f"{','.join(ALL_SCENARIOS)}")
+    a.scenarios = scenarios
+    if a.samples is None:
+        a.samples = SAMPLES[(a.workload, a.short)]
+    if a.nospoke_epochs is None:
+        a.nospoke_epochs = 1 if a.short else a.epochs
+    for flag, v in (("--samples", a.samples), ("--epochs", a.epochs),
+                    ("--nospoke-epochs", a.nospoke_epochs), ("--delay-ms", a.delay_ms + 1),
+                    ("--stage-streams", a.stage_streams), ("--warm-epochs", a.warm_epochs + 1)):
+        if v <= 0:
+            ap.error(f"{flag} must be positive")
+    if a.cache_fraction <= 0:
+        ap.error("--cache-fraction must be positive")
+    return a
+
+
+class Experiment:
+    def __init__(self, args):
+        self.a = args
+        build = args.build_dir if os.path.isabs(args.build_dir) else os.path.join(
+            ROOT, args.build_dir)
+        self.agent_bin = f"{build}/cache-agent/agent/spoke-cache-agent"
+        self.ctl_bin = f"{build}/cache-agent/cli/spokectl"
+        self.loader_bin = f"{build}/bench/loader/spoke-loader"
+        self.proxy_bin = f"{build}/e2e/wan-proxy/spoke-wan-proxy"
+        self.build = build
+        self.out = os.path.abspath(args.out or os.path.join(
+            HERE, "results", f"{args.workload}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))
+        self.work = os.path.abspath(args.work or f"/var/tmp/spoke-2r.{os.getpid()}")
+        self.hub_dir = f"{self.work}/hub"
+        self.export = f"{self.hub_dir}/export"
+        # Everything cleanup() must undo.
+        self.agents = {}      # name -> Popen
+        self.mounts = []      # every FUSE target we asked for
+        self.procs = []       # proxy, loader, stage-in copy (own process group)
+        self.threads = []     # (stop event, thread): samplers, hint feeder
+        self.hub_started = False
+        self.created_work = False  # a --work dir that existed before is never removed
+        self.loader_failed = False
+        self.done = []
+
+    # ------------------------------------------------------------ checks
+    def check(self):
+        if os.geteuid() != 0:
+            raise Failure("must run as root (FUSE mounts and /proc/sys/vm/drop_caches)")
+        if not os.path.exists("/dev/fuse") or not stat.S_ISCHR(os.stat("/dev/fuse").st_mode):
+            raise Failure("/dev/fuse is missing (modprobe fuse)")
+        for tool in ("gnuplot", "fusermount3"):
+            if shutil.which(tool) is None:
+                raise Failure(f"{tool} is not installed (scripts/install-deps.sh)")
+        for b in (self.agent_bin, self.ctl_bin, self.loader_bin, self.proxy_bin):
+            if not os.access(b, os.X_OK):
+                raise Failure(f"{b} not built (ninja -C {self.build} spoke-cache-agent "
+                              "spokectl spoke-loader spoke-wan-proxy)")
+
+    # ------------------------------------------------------------ processes
+    def spawn(self, argv, log_path, **kw):
+        with open(log_path, "ab") as lf:
+            p = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, **kw)
+        self.procs.append(p)
+        return p
+
+    def end_process(self, p, grace_s=10.0):
+        """SIGTERM (to its group when it leads one), SIGKILL after grace_s; reaps it."""
+        if p.poll() is None:
+            try:
+                group = p.pid if os.getpgid(p.pid) == p.pid else None
+            except ProcessLookupError:
+                group = None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGTERM) if group else p.terminate()
+            try:
+                p.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                log(f"pid {p.pid} ({os.path.basename(p.args[0])}) ignored SIGTERM; SIGKILL")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL) if group else p.kill()
+                p.wait()
+        if p in self.procs:
+            self.procs.remove(p)
+
+    # ------------------------------------------------------------ agents
+    def agent_dir(self, name):
+        return f"{self.work}/{name}"
+
+    def metrics_port(self, name):
+        with open(f"{self.agent_dir(name)}/agent.yaml") as f:
+            for line in f:
+                if line.startswith("metricsAddress: 127.0.0.1:"):
+                    return int(line.rsplit(":", 1)[1])
+        raise Failure(f"agent {name}: no metricsAddress in agent.yaml")
+
+    def start_agent(self, name, cache_bytes, read_ahead=64 * MIB):
+        """Fresh dirs unless they exist (then it is a restart on the same cache and state).
+        (readAheadMaxBytes is at least one block; prefetch-off agents get one: unused.)"""
+        d = self.agent_dir(name)
+        os.makedirs(f"{d}/cache", exist_ok=True)
+        os.makedirs(f"{d}/state", exist_ok=True)
+        cfg = f"{d}/agent.yaml"
+        if not os.path.exists(cfg):
+            read_ahead = min(read_ahead, cache_bytes // 2)  # the agent requires <= cache / 2
+            with open(cfg, "w") as f:
+                f.write(f"socket: {d}/agent.sock\ncacheDir: {d}/cache\n"
+                        f"cacheSizeBytes: {cache_bytes}\nblockSizeBytes: 1048576\n"
+                        f"stateDir: {d}/state\nmetricsAddress: 127.0.0.1:{free_port()}\n"
+                        "logLevel: info\nhub: {connections: 4, inflightPerConnection: 64, "
+                        "requestTimeoutSeconds: 10}\n"
+                        f"readAheadMaxBytes: {read_ahead}\n"
+                        f"evictionPolicy: {self.a.eviction_policy}\n")
+        port = self.metrics_port(name)
+        p = self.spawn([self.agent_bin, "--config", cfg], f"{d}/agent.log")
+        self.agents[name] = p
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if os.path.exists(f"{d}/agent.sock") and http_get(
+                    f"http://127.0.0.1:{port}/healthz", 0.5) is not None:
+                return
+            if p.poll() is not None:
+                sys.stderr.write(tail(f"{d}/agent.log", 20))
+                raise Failure(f"agent {name} exited at start (exit {p.returncode})")
+            time.sleep(0.05)
+        sys.stderr.write(tail(f"{d}/agent.log", 20))
+        raise Failure(f"agent {name} did not come up within 10 s")
+
+    def stop_agent(self, name):
+        p = self.agents.pop(name, None)
+        if p is not None:
+            self.end_process(p)
+
+    def ctl(self, name, *args, output=None):
+        """spokectl against agent `name`; returns its exit code (output appended to a file)."""
+        argv = [self.ctl_bin, "--socket", f"{self.agent_dir(name)}/agent.sock", *args]
+        dest = open(output, "ab") if output else subprocess.DEVNULL
+        try:
+            return subprocess.run(argv, stdout=dest, stderr=subprocess.STDOUT, timeout=120,
+                                  stdin=subprocess.DEVNULL).returncode
+        except subprocess.TimeoutExpired:
+            log(f"spokectl {args[0]} on agent {name} did not answer within 120 s")
+            return 124
+        finally:
+            if output:
+                dest.close()
+
+    def hub_bytes(self, name):
+        """Sum of every series of the agent's spoke_hub_read_bytes_total, or None."""
+        if name not in self.agents:
+            return None
+        try:
+            body = http_get(f"http://127.0.0.1:{self.metrics_port(name)}/metrics")
+        except (OSError, Failure):
+            return None
+        if body is None:
+            return None
+        vals = [float(l.split()[-1]) for l in body.splitlines()
+                if l.startswith(("spoke_hub_read_bytes_total ", "spoke_hub_read_bytes_total{"))]
+        return sum(vals) if vals else None
+
+    def wan_stats(self):
+        try:
+            with open(f"{self.work}/wan.stats") as f:
+                s = f.read().split()
+            return s if len(s) == 2 else ["-", "-"]
+        except OSError:
+            return ["-", "-"]
+
+    # ------------------------------------------------------------ mounts
+    def mount(self, name, url, target, *flags):
+        """Mounts and returns the seconds it took."""
+        os.makedirs(target, exist_ok=True)
+        self.mounts.append(target)
+        t0 = time.monotonic()
+        rc = self.ctl(name, "mount", url, target, "--mode", "dataset", *flags,
+                      output=f"{self.agent_dir(name)}/spokectl.log")
+        if rc != 0:
+            sys.stderr.write(tail(f"{self.agent_dir(name)}/spokectl.log", 20))
+            sys.stderr.write(tail(f"{self.agent_dir(name)}/agent.log", 20))
+            raise Failure(f"mount {name} failed (spokectl exit {rc})")
+        if not os.path.isfile(f"{target}/MANIFEST"):
+            raise Failure(f"mount {name}: no MANIFEST under {target}")
+        return time.monotonic() - t0
+
+    def force_unmount(self, target):
+        for argv in (["fusermount3", "-uz", target], ["umount", "-l", target]):
+            if subprocess.run(argv, stderr=subprocess.DEVNULL).returncode == 0:
+                return
+
+    def unmount(self, name, target):
+        if self.ctl(name, "unmount", target) != 0 and is_mountpoint(target):
+            self.force_unmount(target)
+
+    # ------------------------------------------------------------ sampling
+    def start_sampler(self, name, trace):
+        """"<wall> <wan up> <wan down> <agent hub bytes>" every 0.5 s into trace."""
+        stop = threading.Event()
+
+        def sample(f):
+            hub = self.hub_bytes(name)
+            up, down = self.wan_stats()
+            f.write(f"{time.time():.6f} {up} {down} {'-' if hub is None else f'{hub:.0f}'}\n")
+            f.flush()
+
+        def loop():
+            with open(trace, "a") as f:
+                while not stop.is_set():
+                    sample(f)
+                    stop.wait(0.5)
+                time.sleep(0.5)  # the proxy rewrites its stats file every 200 ms
+                sample(f)
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        entry = (stop, t)
+        self.threads.append(entry)
+        return entry
+
+    def stop_thread(self, entry):
+        stop, t = entry
+        stop.set()
+        t.join(5)
+        if entry in self.threads:
+            self.threads.remove(entry)
+
+    # ------------------------------------------------------------ loader
+    def run_loader(self, label, data_dir, epochs, *extra):
+        """Drops the page cache, runs the loader, returns its start time (wall clock)."""
+        drop_caches()
+        t0 = time.time()
+        p = self.spawn([self.loader_bin, "run", "--dir", data_dir, "--epochs", str(epochs),
+                        "--seed", str(SEED), "--drop-cache", "--label", label,
+                        "--json", f"{self.out}/{label}.json", "--csv", f"{self.out}/{label}.csv",
+                        *extra], f"{self.out}/{label}.log")
+        rc = p.wait()
+        self.procs.remove(p)
+        if rc != 0:
+            log(f"loader {label} exited {rc} (read errors?) -- see {self.out}/{label}.log")
+            self.loader_failed = True
+        if not os.path.isfile(f"{self.out}/{label}.json"):
+            raise Failure(f"loader {label} wrote no summary; log: "
+                          f"{tail(f'{self.out}/{label}.log', 5)}")
+        for line in tail(f"{self.out}/{label}.log", 12).splitlines():
+            print(f"    [{label}] {line}", file=sys.stderr)
+        return t0
+
+    def annotate(self, label, t0, **fields):
+        base = {"dataset_bytes": self.dataset_bytes, "dataset_files": self.dataset_files,
+                "dataset_footprint_bytes": self.footprint_bytes,
+                "cache_basis": self.a.cache_basis, "cache_basis_bytes": self.basis_bytes}
+        sets = []
+        for k, v in {**base, **fields}.items():
+            sets += ["--set", f"{k}={v}"]
+        o = f"{self.out}/{label}"
+        rc = annotate.main(["--json", f"{o}.json", "--csv", f"{o}.csv",
+                            "--trace", f"{o}.trace", "--t0", repr(t0), *sets])
+        if rc:
+            raise Failure(f"annotate {label} failed")
+
+    def measure(self, name, label, data_dir, epochs, *extra):
+        """Loader run with the trace sampler around it; returns the loader's start time."""
+        s = self.start_sampler(name, f"{self.out}/{label}.trace")
+        try:
+            return self.run_loader(label, data_dir, epochs, *extra)
+        finally:
+            self.stop_thread(s)
+
+    def save_stats(self, name, target, label, metrics=False):
+        self.ctl(name, "stats", target, output=f"{self.out}/{label}.stats.txt")
+        if metrics:
+            body = http_get(f"http://127.0.0.1:{self.metrics_port(name)}/metrics")
+            if body is not None:
+                with open(f"{self.out}/{label}.metrics.txt", "w") as f:
+                    f.write(body)
+
+    # ------------------------------------------------------------ set-up
+    def setup(self):
+        os.makedirs(self.out, exist_ok=True)
+        self.created_work = not os.path.exists(self.work)
+        os.makedirs(self.work, exist_ok=True)
+        log(f"work {self.work}, results {self.out}")
+        log(f"machine: {machine_line()}")
+        self.hub_started = True
+        r = subprocess.run([f"{ROOT}/scripts/spoke-hub", "start", self.hub_dir],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise Failure(f"spoke-hub start failed: {r.stderr.strip()[-500:]}")
+        kv = dict(w.split("=", 1) for w in r.stdout.split() if "=" in w)
+        try:
+            hub_nfs, hub_mnt = int(kv["NFS_PORT"]), int(kv["MOUNT_PORT"])
+        except (KeyError, ValueError):
+            raise Failure(f"spoke-hub start printed no ports: {r.stdout.strip()!r}") from None
+        log(f"hub: ganesha on 127.0.0.1:{hub_nfs} (mount {hub_mnt}), export {self.export}")
+
+        # The dataset is the export's root (so hint paths, relative to the dataset, are
+        # relative to the volume root too). Generated on the hub side: no WAN.
+        t = time.monotonic()
+        with open(f"{self.out}/gen.log", "wb") as lf:
+            rc = subprocess.run([self.loader_bin, "gen", "--dir", self.export, "--workload",
+                                 self.a.workload, "--samples", str(self.a.samples), "--seed",
+                                 str(SEED)], stdout=lf, stderr=subprocess.STDOUT).returncode
+        if rc != 0:
+            raise Failure(f"gen failed: {tail(f'{self.out}/gen.log', 3)}")
+        sizes = []
+        with open(f"{self.export}/MANIFEST") as f:
+            for line in f:
+                w = line.split()
+                if line.startswith("#") or not w:
+                    continue
+                if len(w) >= 2:
+                    sizes.append(int(w[1]))
+        self.files = sizes
+        self.dataset_files = len(sizes)
+        self.dataset_bytes = sum(sizes)
+        # What the agent's cache needs to hold the whole dataset: whole 1 MiB blocks per file.
+        self.footprint_bytes = sum((s + MIB - 1) // MIB * MIB for s in sizes)
+        self.basis_bytes = (self.footprint_bytes if self.a.cache_basis == "footprint"
+                            else self.dataset_bytes)
+        self.cache_bytes = max(MIN_CACHE, int(self.basis_bytes * self.a.cache_fraction)
+                               // MIB * MIB)
+        log(f"dataset: {self.a.workload}, {self.a.samples} samples, {self.dataset_files} files, "
+            f"{self.dataset_bytes} bytes (gen {time.monotonic() - t:.2f} s); cache footprint "
+            f"{self.footprint_bytes} bytes; Spoke cache {self.cache_bytes} bytes "
+            f"(x{self.a.cache_fraction:g} of the {self.a.cache_basis})")
+
+        self.direct_url = f"nfs://127.0.0.1{self.export}?nfsport={hub_nfs}&mountport={hub_mnt}"
+        wan_nfs, wan_mnt = free_port(), free_port()
+        self.spawn([self.proxy_bin, "--delay-ms", str(self.a.delay_ms),
+                    "--route", f"127.0.0.1:{wan_nfs}=127.0.0.1:{hub_nfs}",
+                    "--route", f"127.0.0.1:{wan_mnt}=127.0.0.1:{hub_mnt}",
+                    "--stats-file", f"{self.work}/wan.stats"], f"{self.work}/wan-proxy.log")
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", wan_nfs), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise Failure(f"spoke-wan-proxy does not listen on {wan_nfs}: "
+                                  f"{tail(f'{self.work}/wan-proxy.log', 5)}") from None
+                time.sleep(0.05)
+        self.wan_url = f"nfs://127.0.0.1{self.export}?nfsport={wan_nfs}&mountport={wan_mnt}"
+        log(f"WAN: spoke-wan-proxy {self.a.delay_ms} ms each way ({2 * self.a.delay_ms} ms "
+            f"RTT) on {wan_nfs}/{wan_mnt}")
+
+        a = self.a
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip() or "unknown"
+        with open(f"{self.out}/run.txt", "w") as f:
+            f.write(
+                f"command: bench/two-region/two_region.py{' --short' if a.short else ''} "
+                f"--workload {a.workload} --samples {a.samples} --epochs {a.epochs} "
+                f"--warm-epochs {a.warm_epochs} --nospoke-epochs {a.nospoke_epochs} "
+                f"--cache-fraction {a.cache_fraction:g} --cache-basis {a.cache_basis} "
+                f"--eviction-policy {a.eviction_policy} --delay-ms {a.delay_ms} "
+                f"--stage-streams {a.stage_streams}\n"
+                f"commit: {commit}\n"
+                f"machine: {machine_line()}, "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
+                f"dataset: {a.workload}, {a.samples} samples, {self.dataset_files} files, "
+                f"{self.dataset_bytes} bytes (cache footprint in 1 MiB blocks: "
+                f"{self.footprint_bytes}); Spoke cache {self.cache_bytes} bytes = "
+                f"{a.cache_fraction:g} x {a.cache_basis}; remote-no-spoke/stage-in cache "
+                f"{MIN_CACHE} bytes\n")
+
+    # ------------------------------------------------------------ scenarios
+    def co_located(self):
+        """Spoke on the hub directly (no WAN)."""
+        log(f"scenario co-located: agent on the hub directly, cache + prefetch auto, "
+            f"{self.a.epochs} epochs")
+        mnt = f"{self.work}/mnt-co-located"
+        self.start_agent("co-located", self.cache_bytes)
+        m = self.mount("co-located", self.direct_url, mnt, "--prefetch", "auto")
+        t0 = self.measure("co-located", "co-located", mnt, self.a.epochs)
+        self.save_stats("co-located", mnt, "co-located")
+        self.unmount("co-located", mnt)
+        self.stop_agent("co-located")
+        self.annotate("co-located", t0, mount_s=m, cache_size_bytes=self.cache_bytes,
+                      wan_path="direct")
+        self.done.append("co-located")
+
+    def remote_no_spoke(self):
+        """Same mount path, prefetch off, strict consistency, minimal cache."""
+        n = self.a.nospoke_epochs
+        log(f"scenario remote-no-spoke: WAN, prefetch off, strict, cache {MIN_CACHE} bytes "
+            f"(agent minimum), {n} epoch(s)")
+        mnt = f"{self.work}/mnt-remote-no-spoke"
+        self.start_agent("remote-no-spoke", MIN_CACHE, MIB)
+        m = self.mount("remote-no-spoke", self.wan_url, mnt, "--prefetch", "off",
+                       "--consistency", "strict")
+        t0 = self.measure("remote-no-spoke", "remote-no-spoke", mnt, n)
+        self.save_stats("remote-no-spoke", mnt, "remote-no-spoke")
+        self.unmount("remote-no-spoke", mnt)
+        self.stop_agent("remote-no-spoke")
+        self.annotate("remote-no-spoke", t0, mount_s=m, cache_size_bytes=MIN_CACHE)
+        self.done.append("remote-no-spoke")
+
+    def spoke_cold_warm(self, cold, warm):
+        """Cold cache, several epochs; then warm after an agent restart."""
+        a = self.a
+        mnt = f"{self.work}/mnt-spoke"
+        log(f"scenario spoke-cold: WAN, Spoke (prefetch auto), empty cache, {a.epochs} epochs")
+        self.start_agent("spoke", self.cache_bytes)
+        m = self.mount("spoke", self.wan_url, mnt, "--prefetch", "auto")
+        t0 = self.measure("spoke", "spoke-cold", mnt, a.epochs)
+        self.save_stats("spoke", mnt, "spoke-cold", metrics=True)
+        self.annotate("spoke-cold", t0, mount_s=m, cache_size_bytes=self.cache_bytes)
+        if cold:
+            self.done.append("spoke-cold")
+        if warm and a.warm_epochs > 0:
+            log(f"scenario spoke-warm: agent restarted on the same cacheDir/stateDir, "
+                f"{a.warm_epochs} epochs")
+            self.stop_agent("spoke")
+            t = time.monotonic()
+            self.start_agent("spoke", self.cache_bytes)
+            # The mount comes back from stateDir/mounts.json; mount explicitly if it does not.
+            restored = False
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if os.path.isfile(f"{mnt}/MANIFEST") and is_mountpoint(mnt):
+                    restored = True
+                    break
+                time.sleep(0.1)
+            if not restored:
+                log("the restarted agent did not restore the mount within 10 s; mounting again")
+                self.force_unmount(mnt)
+                self.mount("spoke", self.wan_url, mnt, "--prefetch", "auto")
+            m = time.monotonic() - t
+            t0 = self.measure("spoke", "spoke-warm", mnt, a.warm_epochs)
+            self.save_stats("spoke", mnt, "spoke-warm")
+            self.annotate("spoke-warm", t0, mount_s=m, cache_size_bytes=self.cache_bytes,
+                          mount_restored=int(restored))
+            self.done.append("spoke-warm")
+        self.unmount("spoke", mnt)
+        self.stop_agent("spoke")
+
+    def stage_in(self):
+        """Copy over the WAN (parallel cp streams through a Spoke mount with prefetch off and
+        a cold minimal cache), then train from the local copy."""
+        a = self.a
+        log(f"scenario stage-in: copy over the WAN with {a.stage_streams} cp streams, then "
+            f"{a.epochs} epochs locally")
+        mnt = f"{self.work}/mnt-stage"
+        local = f"{self.work}/local-copy"
+        trace = f"{self.out}/stage-in.trace"
+        self.start_agent("stage", MIN_CACHE, MIB)
+        m = self.mount("stage", self.wan_url, mnt, "--prefetch", "off")
+        shutil.rmtree(local, ignore_errors=True)
+        os.makedirs(local)
+        open(trace, "w").close()
+        s = self.start_sampler("stage", trace)
+        t = time.monotonic()
+        with open(f"{mnt}/MANIFEST") as f:
+            paths = [w[0] for w in (l.split() for l in f if not l.startswith("#"))
+                     if len(w) >= 2]
+        # Directories first (parallel `cp --parents` races on mkdir), then the files.
+        for d in sorted({os.path.dirname(p) for p in paths if "/" in p}):
+            os.makedirs(f"{local}/{d}", exist_ok=True)
+        # xargs in its own process group, so that cleanup ends it and every cp at once.
+        cp = subprocess.Popen(["xargs", "-d", "\n", "-P", str(a.stage_streams), "-n", "64",
+                               "cp", "--parents", "-t", local], cwd=mnt, stdin=subprocess.PIPE,
+                              start_new_session=True)
+        self.procs.append(cp)
+        cp.communicate("\n".join(["MANIFEST", *paths]).encode() + b"\n")
+        self.procs.remove(cp)
+        if cp.returncode != 0:
+            raise Failure(f"stage-in copy failed (exit {cp.returncode})")
+        stage_s = time.monotonic() - t
+        log(f"stage-in copy: {stage_s:.2f} s")
+        # The agent's counters stop with it: keep sampling the proxy only while training.
+        self.stop_thread(s)
+        self.unmount("stage", mnt)
+        self.stop_agent("stage")
+        os.sync()
+        t0 = self.measure("none", "stage-in", local, a.epochs)
+        # The trace's hub column ends with "-" after the agent stopped; annotate uses the proxy's.
+        self.annotate("stage-in", t0, mount_s=m, stage_in_s=stage_s,
+                      stage_streams=a.stage_streams, cache_size_bytes=MIN_CACHE)
+        shutil.rmtree(local, ignore_errors=True)
+        self.done.append("stage-in")
+
+    def spoke_hints(self):
+        """Spoke with hints, cold cache."""
+        mnt = f"{self.work}/mnt-hints"
+        self.start_agent("hints", self.cache_bytes)
+        m = self.mount("hints", self.wan_url, mnt, "--prefetch", "auto")
+        control = f"{mnt}/.spoke-hints"
+        feeder = None
+        channel = None
+        if os.path.exists(control):
+            # The control file must take a write (an empty one) on this read-only mount.
+            try:
+                open(control, "w").close()
+                channel, hints_file = "control-file", control
+            except OSError:
+                log("the agent's .spoke-hints refuses writes; using spokectl hint")
+        if channel is None:
+            # The loader writes each epoch's order into a FIFO before starting the epoch's
+            # workers; the feeder hands it to `spokectl hint` (an agent API call).
+            channel, hints_file = "spokectl", f"{self.work}/hints.fifo"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(hints_file)
+            os.mkfifo(hints_file)
+            feeder = self.start_hint_feeder(mnt, hints_file)
+        log(f"scenario spoke-hints: WAN, Spoke, empty cache, hints via {channel}, "
+            f"{self.a.epochs} epochs")
+        t0 = self.measure("hints", "spoke-hints", mnt, self.a.epochs, "--hints-file",
+                          hints_file)
+        if feeder:
+            self.stop_hint_feeder(feeder, hints_file)
+        self.save_stats("hints", mnt, "spoke-hints", metrics=True)
+        self.unmount("hints", mnt)
+        self.stop_agent("hints")
+        self.annotate("spoke-hints", t0, mount_s=m, cache_size_bytes=self.cache_bytes,
+                      hint_channel=channel)
+        self.done.append("spoke-hints")
+
+    def start_hint_feeder(self, mnt, fifo):
+        stop = threading.Event()
+        epoch_file = f"{self.work}/hints.epoch"
+        hints_log = f"{self.out}/spoke-hints.hints.log"
+
+        def loop():
+            i = 0
+            while not stop.is_set():
+                with open(fifo, "rb") as f:  # blocks until the loader opens it
+                    data = f.read()
+                if stop.is_set():
+                    break
+                if not data.strip():
+                    continue
+                i += 1
+                with open(epoch_file, "wb") as f:
+                    f.write(data)
+                with open(hints_log, "a") as f:
+                    lines = data.count(b"\n")
+                    f.write(f"epoch order {i}: {lines} paths at {time.time():.6f}\n")
+                self.ctl("hints", "hint", mnt, epoch_file, output=hints_log)
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        entry = (stop, t)
+        self.threads.append(entry)
+        return entry
+
+    def stop_hint_feeder(self, entry, fifo):
+        stop, t = entry
+        stop.set()
+        # Wakes a feeder blocked in open(fifo): a writer that opens and closes at once.
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # ENXIO: nobody is reading, the feeder is not in open()
+        t.join(5)
+        if entry in self.threads:
+            self.threads.remove(entry)
+
+    # ------------------------------------------------------------ results
+    def report(self):
+        if not self.done:
+            raise Failure("no scenario ran")
+        out = self.out
+        with open(f"{out}/{self.done[0]}.json") as f:
+            ideal = json.load(f)["config"]["ideal_samples_per_s"]
+        csvs = " ".join(f"{out}/{s}.csv" for s in self.done)
+        with open(f"{out}/plot.log", "w") as plot_log:
+            rc = subprocess.run(["gnuplot", "-e", f"csvs='{csvs}'", "-e",
+                                 f"titles='{' '.join(self.done)}'", "-e",
+                                 f"out='{out}/samples-per-s.png'; ideal={ideal}",
+                                 f"{HERE}/plot.gp"], stderr=plot_log).returncode
+        if rc != 0:
+            log(f"gnuplot failed: {tail(f'{out}/plot.log', 10)}")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            summarize.main(["--targets", *(f"{out}/{s}.json" for s in self.done)])
+        with open(f"{out}/run.txt") as f:
+            md = buf.getvalue() + "\n" + f.read()
+        with open(f"{out}/results.md", "w") as f:
+            f.write(md)
+        print()
+        print(md)
+        log(f"plot: {out}/samples-per-s.png")
+        log(f"table: {out}/results.md")
+
+    def run(self):
+        self.check()
+        self.setup()
+        want = set(self.a.scenarios)
+        if "co-located" in want:
+            self.co_located()
+        if "remote-no-spoke" in want:
+            self.remote_no_spoke()
+        if want & {"spoke-cold", "spoke-warm"}:
+            self.spoke_cold_warm("spoke-cold" in want, "spoke-warm" in want)
+        if "stage-in" in want:
+            self.stage_in()
+        if "spoke-hints" in want:
+            self.spoke_hints()
+        self.report()
+        return 1 if self.loader_failed else 0
+
+    # ------------------------------------------------------------ cleanup (always)
+    def cleanup(self):
+        # Processes first that use the mounts (loader, copy), then the mounts, then agents.
+        for p in [p for p in self.procs if p not in self.agents.values()]:
+            if os.path.basename(str(p.args[0])) != "spoke-wan-proxy":
+                self.end_process(p, 5)
+        for target in self.mounts:
+            if is_mountpoint(target):
+                for name in list(self.agents):
+                    self.ctl(name, "unmount", target)
+                if is_mountpoint(target):
+                    self.force_unmount(target)
+        for name in list(self.agents):
+            self.stop_agent(name)
+        fifo = f"{self.work}/hints.fifo"
+        for entry in list(self.threads):
+            if os.path.exists(fifo):
+                self.stop_hint_feeder(entry, fifo)
+            else:
+                self.stop_thread(entry)
+        for p in list(self.procs):
+            self.end_process(p, 5)
+        if self.hub_started:
+            subprocess.run([f"{ROOT}/scripts/spoke-hub", "stop", self.hub_dir],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.a.keep or not self.created_work:
+            if os.path.isdir(self.work):
+                log(f"work dir kept: {self.work}")
+        else:
+            with open("/proc/mounts") as f:
+                busy = any(f" {self.work}/" in line for line in f)
+            if busy:  # never rm -rf through a live mount
+                log(f"mounts left under {self.work}; not removed")
+            else:
+                shutil.rmtree(self.work, ignore_errors=True)
+
+
+def on_signal(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv):
+    args = parse_args(argv)
+    exp = Experiment(args)
+    rc = 1
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        rc = exp.run()
+    except Failure as e:
+        log(f"ERROR: {e}")
+    except KeyboardInterrupt as e:
+        log(f"interrupted ({e or 'SIGINT'})")
+        rc = 130
+    finally:
+        # A second signal must not cut the cleanup short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        exp.cleanup()
+        if rc != 0:
+            log(f"failed (exit {rc}); partial results in {exp.out}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
