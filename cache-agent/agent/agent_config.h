@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/log.h"
 #include "common/status.h"
+#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 
@@ -25,6 +27,10 @@ struct HubPoolConfig {
   int retries = 3;
 };
 
+// The eviction policies `evictionPolicy` accepts. Each has a factory in exe/wiring.cc
+// (MakeEvictionPolicy); tests/cache-agent/exe/wiring_test.cc checks that none is missing.
+const std::vector<std::string>& EvictionPolicyNames();
+
 struct AgentConfig {
   std::string socket = "/run/spoke/agent.sock";    // agent API, root only (0600)
   std::string cache_dir = "/var/cache/spoke";      // NVMe hostPath in production
@@ -36,7 +42,7 @@ struct AgentConfig {
   HubPoolConfig hub;
   // Upper bound of the per-file sequential read-ahead window.
   uint64_t read_ahead_max_bytes = 64ull << 20;
-  // Name understood by MakeEvictionPolicy (cache-agent/agent/wiring.h).
+  // One of EvictionPolicyNames(); exe/wiring.cc makes the policy.
   std::string eviction_policy = "lru";
 
   // Host and port of metrics_address (valid only when it is not empty).

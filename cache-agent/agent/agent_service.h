@@ -10,6 +10,7 @@
 #include "agent.grpc.pb.h"
 #include "cache-agent/agent/mount_manager.h"
 #include "common/status.h"
+#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 

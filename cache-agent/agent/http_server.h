@@ -11,6 +11,7 @@
 #include "cache-agent/agent/mount_manager.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace httplib {
 class Server;

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "common/volume.h"
+#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 

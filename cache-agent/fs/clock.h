@@ -3,3 +3,4 @@
 #pragma once
 
 #include "cache-agent/prefetch/clock.h"
+#include "spoke_layer/fs.h"  // in spoke_agent_fs and the layers above it only

@@ -28,6 +28,7 @@
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
 #include "common/volume.h"
+#include "spoke_layer/fs.h"  // in spoke_agent_fs and the layers above it only
 
 namespace spoke::agent {
 

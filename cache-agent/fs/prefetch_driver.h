@@ -34,6 +34,7 @@
 #include "cache-agent/prefetch/prefetch_scheduler.h"
 #include "common/metrics.h"
 #include "common/volume.h"
+#include "spoke_layer/fs.h"  // in spoke_agent_fs and the layers above it only
 
 namespace spoke::agent {
 

@@ -15,8 +15,11 @@
 #include <thread>
 
 #include "cache-agent/fs/volume_fs.h"
+#include "cache-agent/fuse/fuse_op_errors.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
+#include "spoke_layer/fuse.h"  // in spoke_agent_fuse and the layers above it only
 
 struct fuse_session;
 
@@ -31,6 +34,9 @@ class FuseAdapter {
     uint32_t ttl_seconds = 30;
     bool allow_other = true;    // pods run as other users
     int max_idle_threads = 32;  // libfuse worker threads kept around
+    // Where spoke_fuse_op_errors_total{op,errno} is counted (null: not counted). Must
+    // outlive the session.
+    metrics::Registry* registry = nullptr;
   };
 
   // Mounts and starts the session loop on its own thread. kInvalidArgument (bad mount
@@ -47,6 +53,7 @@ class FuseAdapter {
   VolumeFs& fs() { return fs_; }
   const Options& options() const { return options_; }
   double entry_timeout() const { return entry_timeout_; }
+  FuseOpErrors& op_errors() { return op_errors_; }
 
  private:
   FuseAdapter(VolumeFs& fs, const Options& options);
@@ -54,6 +61,7 @@ class FuseAdapter {
   VolumeFs& fs_;
   Options options_;
   double entry_timeout_ = 0;
+  FuseOpErrors op_errors_;
   fuse_session* session_ = nullptr;
   std::thread loop_;
   std::atomic<bool> loop_done_{false};

@@ -34,6 +34,7 @@
 
 #include "cache-agent/prefetch/predictor.h"
 #include "common/status.h"
+#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

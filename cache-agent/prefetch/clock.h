@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "cache-agent/prefetch/predictor.h"
+#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cache-agent/prefetch/tracker_expert.h"
+#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

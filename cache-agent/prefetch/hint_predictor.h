@@ -25,6 +25,7 @@
 #include "cache-agent/prefetch/tracker_expert.h"
 #include "common/status.h"
 #include "common/volume.h"
+#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

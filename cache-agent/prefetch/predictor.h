@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cache-agent/cache/block_key.h"
+#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

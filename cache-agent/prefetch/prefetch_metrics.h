@@ -19,6 +19,7 @@
 
 #include "cache-agent/prefetch/prefetch_scheduler.h"
 #include "common/metrics.h"
+#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

@@ -61,10 +61,9 @@
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/prefetch/tracker_expert.h"
 #include "common/status.h"
+#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
-
-struct VolumeFigures;
 
 // Where the scheduler sends its decisions: the fetcher (BlockFetcher in the agent, a fake
 // in tests, the simulated WAN in spoke-sim).
@@ -114,8 +113,6 @@ struct PrefetchStats {
   double DemandMissLatencyMsAvg() const {
     return demand_miss_reads == 0 ? 0 : demand_miss_seconds * 1e3 / demand_miss_reads;
   }
-  // Fills the prefetch part of VolumeFigures (experts, prefetched bytes, miss latency).
-  void FillFigures(VolumeFigures* figures) const;
 };
 
 class PrefetchScheduler final : public CacheListener {

@@ -13,6 +13,7 @@
 
 #include "cache-agent/prefetch/access_tracker.h"
 #include "cache-agent/prefetch/predictor.h"
+#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 
