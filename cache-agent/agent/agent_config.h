@@ -3,6 +3,10 @@
 // or a bad value is an error naming the field ("hub.connections: must be in 1..64, got 0").
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -10,7 +14,6 @@
 
 #include "common/log.h"
 #include "common/status.h"
-#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 

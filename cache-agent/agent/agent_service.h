@@ -3,6 +3,10 @@
 // then acts; every call is idempotent.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -10,7 +14,6 @@
 #include "agent.grpc.pb.h"
 #include "cache-agent/agent/mount_manager.h"
 #include "common/status.h"
-#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 

@@ -3,6 +3,10 @@
 // by cpp-httplib on its own thread.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -11,7 +15,6 @@
 #include "cache-agent/agent/mount_manager.h"
 #include "common/metrics.h"
 #include "common/status.h"
-#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace httplib {
 class Server;

@@ -6,6 +6,10 @@
 // start-up never waits on the WAN.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,7 +26,6 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
-#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 

@@ -3,12 +3,15 @@
 // atomically (temp file + fsync + rename + directory fsync) on every change.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "common/volume.h"
-#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 

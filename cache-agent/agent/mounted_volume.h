@@ -3,6 +3,10 @@
 // plane only sees MountedVolume and VolumeMounter; tests give it fakes.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -13,7 +17,6 @@
 #include "cache-agent/volume/volume_figures.h"
 #include "common/status.h"
 #include "common/volume.h"
-#include "spoke_layer/agent.h"  // in spoke_agent and the layers above it only
 
 namespace spoke::agent {
 

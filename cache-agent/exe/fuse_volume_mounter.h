@@ -4,6 +4,10 @@
 // kernel with a FuseAdapter at the target path.
 #pragma once
 
+#if !__has_include("spoke_layer/exe.h")
+#error "wrong-way include: cache-agent/exe/ is not among this target's dependencies"
+#endif
+
 #include <memory>
 #include <string>
 
@@ -15,7 +19,6 @@
 #include "cache-agent/volume/volume.h"
 #include "common/metrics.h"
 #include "common/status.h"
-#include "spoke_layer/exe.h"  // in spoke_agent_wiring and the layers above it only
 
 namespace spoke::agent {
 

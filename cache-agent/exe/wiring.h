@@ -4,6 +4,10 @@
 // this library) link io_uring, libnfs and FUSE.
 #pragma once
 
+#if !__has_include("spoke_layer/exe.h")
+#error "wrong-way include: cache-agent/exe/ is not among this target's dependencies"
+#endif
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,7 +19,6 @@
 #include "cache-agent/cache/eviction_policy.h"
 #include "common/metrics.h"
 #include "common/status.h"
-#include "spoke_layer/exe.h"  // in spoke_agent_wiring and the layers above it only
 
 namespace spoke::agent {
 

@@ -11,6 +11,10 @@
 // spoke_hub_read_bytes_total, spoke_cache_read_bytes_total.
 #pragma once
 
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -28,7 +32,6 @@
 #include "cache-agent/remote/remote_fs.h"
 #include "common/metrics.h"
 #include "common/status.h"
-#include "spoke_layer/fs.h"  // in spoke_agent_fs and the layers above it only
 
 namespace spoke::agent {
 

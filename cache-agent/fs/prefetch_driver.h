@@ -13,6 +13,10 @@
 // fetcher's or the cache's locks (the scheduler calls into the fetcher and the cache).
 #pragma once
 
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -34,7 +38,6 @@
 #include "cache-agent/prefetch/prefetch_scheduler.h"
 #include "common/metrics.h"
 #include "common/volume.h"
-#include "spoke_layer/fs.h"  // in spoke_agent_fs and the layers above it only
 
 namespace spoke::agent {
 

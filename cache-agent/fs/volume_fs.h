@@ -22,6 +22,10 @@
 // hub's kTimeout/kUnavailable/kIo (EIO at the edge).
 #pragma once
 
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -39,7 +43,6 @@
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
 #include "common/volume.h"
-#include "spoke_layer/fs.h"  // in spoke_agent_fs and the layers above it only
 
 namespace spoke::agent {
 

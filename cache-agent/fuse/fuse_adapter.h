@@ -8,6 +8,10 @@
 // direct I/O and no kernel attribute caching.
 #pragma once
 
+#if !__has_include("spoke_layer/fuse.h")
+#error "wrong-way include: cache-agent/fuse/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -19,7 +23,6 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
-#include "spoke_layer/fuse.h"  // in spoke_agent_fuse and the layers above it only
 
 struct fuse_session;
 

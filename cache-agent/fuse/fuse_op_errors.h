@@ -2,6 +2,10 @@
 // the kernel per operation. The counters are looked up once per (op, errno) pair and kept.
 #pragma once
 
+#if !__has_include("spoke_layer/fuse.h")
+#error "wrong-way include: cache-agent/fuse/ is not among this target's dependencies"
+#endif
+
 #include <map>
 #include <mutex>
 #include <string>
@@ -10,7 +14,6 @@
 
 #include "common/metrics.h"
 #include "common/status.h"
-#include "spoke_layer/fuse.h"  // in spoke_agent_fuse and the layers above it only
 
 namespace spoke::agent {
 

@@ -24,6 +24,10 @@
 // Not thread-safe: PrefetchScheduler calls it under its lock.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -34,7 +38,6 @@
 
 #include "cache-agent/prefetch/predictor.h"
 #include "common/status.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

@@ -3,11 +3,14 @@
 // when told to. (cache-agent/fs/clock.h forwards here: one Clock for the whole agent.)
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 
 #include "cache-agent/prefetch/predictor.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

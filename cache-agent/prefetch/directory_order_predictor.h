@@ -6,10 +6,13 @@
 // positions ahead of the cursor still counts as in order, one behind it is neutral.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <string>
 
 #include "cache-agent/prefetch/tracker_expert.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

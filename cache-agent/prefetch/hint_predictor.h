@@ -15,6 +15,10 @@
 // `stale_after` later consumed hints is dropped (the job skipped it).
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -25,7 +29,6 @@
 #include "cache-agent/prefetch/tracker_expert.h"
 #include "common/status.h"
 #include "common/volume.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

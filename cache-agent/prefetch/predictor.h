@@ -5,6 +5,10 @@
 // (budgets, demand first, cache space), and the fetcher does the I/O.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -12,7 +16,6 @@
 #include <vector>
 
 #include "cache-agent/cache/block_key.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

@@ -14,12 +14,15 @@
 // the difference to the previous Update.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <map>
 #include <string>
 
 #include "cache-agent/prefetch/prefetch_scheduler.h"
 #include "common/metrics.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

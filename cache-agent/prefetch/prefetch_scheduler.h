@@ -41,6 +41,10 @@
 // or the cache's locks when calling OnOpen/OnRead/OnClose/Tick.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -61,7 +65,6 @@
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/prefetch/tracker_expert.h"
 #include "common/status.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

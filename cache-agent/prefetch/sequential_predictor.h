@@ -3,6 +3,10 @@
 // large file soon keeps many blocks in flight, and random readers cost little.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -10,7 +14,6 @@
 
 #include "cache-agent/prefetch/predictor.h"
 #include "common/status.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

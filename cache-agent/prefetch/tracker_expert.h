@@ -8,12 +8,15 @@
 // cached blocks would be harmless, but it would waste the expert's budget).
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <vector>
 
 #include "cache-agent/prefetch/access_tracker.h"
 #include "cache-agent/prefetch/predictor.h"
-#include "spoke_layer/prefetch.h"  // in spoke_agent_prefetch and the layers above it only
 
 namespace spoke::agent {
 

@@ -5,6 +5,10 @@
 // A FUSE session (fuse/) serves fs() to the kernel; tests drive it directly.
 #pragma once
 
+#if !__has_include("spoke_layer/volume.h")
+#error "wrong-way include: cache-agent/volume/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -23,7 +27,6 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
-#include "spoke_layer/volume.h"  // in spoke_agent_volume and the layers above it only
 
 namespace spoke::agent {
 

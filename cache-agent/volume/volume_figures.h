@@ -2,12 +2,15 @@
 // progress and hint verdicts. One type per thing; agent_service.cc maps them to the proto.
 #pragma once
 
+#if !__has_include("spoke_layer/volume.h")
+#error "wrong-way include: cache-agent/volume/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cache-agent/prefetch/prefetch_scheduler.h"  // ExpertStats
-#include "spoke_layer/volume.h"  // in spoke_agent_volume and the layers above it only
 
 namespace spoke::agent {
 
