@@ -113,7 +113,6 @@ class PrefetchDriver {
   // Call right after the cache lookup, before waiting for missed blocks.
   void OnRead(const ReadEvent& e);
   void OnClose(const CloseEvent& e);
-  void RecordDemandMiss(std::chrono::nanoseconds latency);
   // Feeds the metadata walk to the tracker once it is done (auto), then re-plans.
   void Tick();
 

@@ -177,7 +177,8 @@ class PrefetchScheduler final : public CacheListener {
   // Re-plans without an event: call when prefetch bytes complete (the in-flight budget
   // freed) and from a timer.
   void Tick();
-  // Latency of one read that waited for the hub (demand miss).
+  // Latency of one read that waited for the hub (demand miss): the simulator's figure. In the
+  // agent the BlockFetcher times demand misses (VolumeFigures, spoke_demand_miss_seconds).
   void RecordDemandMiss(std::chrono::nanoseconds latency);
 
   // --- hints (HintPredictor; counted as rejected when no hint expert is installed) ---
