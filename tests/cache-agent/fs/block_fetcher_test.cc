@@ -126,6 +126,8 @@ TEST(BlockFetcher, PrefetchJoinsAndIsNotRepeated) {
   reader.join();
   rig.remote.WaitIdle();
   EXPECT_EQ(rig.remote.reads, 4);
+  // Blocks are stored off the hub's callbacks: wait until all four are in.
+  for (int i = 0; i < 1000 && rig.cache.blocks() < 4; ++i) std::this_thread::sleep_for(1ms);
   // Block 1 was promoted to demand; the others were stored as the expert's.
   EXPECT_EQ(rig.cache.Origin(BlockKey{7, f.file_id, f.version, 0}), 1);
   EXPECT_EQ(rig.cache.Origin(BlockKey{7, f.file_id, f.version, 1}), kDemand);
