@@ -9,8 +9,8 @@
 #include <unordered_set>
 
 #include "cache-agent/cache/lru_policy.h"
+#include "cache-agent/cache/nothrash_policy.h"
 #include "cache-agent/prefetch/clock.h"
-#include "cache-agent/prefetch/nothrash_policy.h"
 #include "cache-agent/prefetch/sequential_predictor.h"
 
 namespace spoke::sim {

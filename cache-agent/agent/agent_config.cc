@@ -2,10 +2,14 @@
 
 #include <cstdio>
 
-#include "cache-agent/agent/wiring.h"
 #include "common/config.h"
 
 namespace spoke::agent {
+
+const std::vector<std::string>& EvictionPolicyNames() {
+  static const std::vector<std::string> names = {"lru", "nothrash"};
+  return names;
+}
 namespace {
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }

@@ -3,9 +3,14 @@
 // or a bad value is an error naming the field ("hub.connections: must be in 1..64, got 0").
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -25,6 +30,10 @@ struct HubPoolConfig {
   int retries = 3;
 };
 
+// The eviction policies `evictionPolicy` accepts. Each has a factory in exe/wiring.cc
+// (MakeEvictionPolicy); tests/cache-agent/exe/wiring_test.cc checks that none is missing.
+const std::vector<std::string>& EvictionPolicyNames();
+
 struct AgentConfig {
   std::string socket = "/run/spoke/agent.sock";    // agent API, root only (0600)
   std::string cache_dir = "/var/cache/spoke";      // NVMe hostPath in production
@@ -36,7 +45,7 @@ struct AgentConfig {
   HubPoolConfig hub;
   // Upper bound of the per-file sequential read-ahead window.
   uint64_t read_ahead_max_bytes = 64ull << 20;
-  // Name understood by MakeEvictionPolicy (cache-agent/agent/wiring.h).
+  // One of EvictionPolicyNames(); exe/wiring.cc makes the policy.
   std::string eviction_policy = "lru";
 
   // Host and port of metrics_address (valid only when it is not empty).

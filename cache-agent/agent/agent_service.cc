@@ -146,7 +146,7 @@ grpc::Status AgentService::VolumeStats(grpc::ServerContext*, const v1::VolumeSta
   resp->set_prefetched_bytes_wasted(f.prefetched_bytes_wasted);
   resp->set_demand_miss_latency_ms_avg(f.demand_miss_latency_ms_avg);
   resp->set_cache_capacity_bytes(options_.cache_capacity_bytes);
-  for (const ExpertFigures& e : f.experts) {
+  for (const ExpertStats& e : f.experts) {
     auto* x = resp->add_experts();
     x->set_name(e.name);
     x->set_precision(e.precision);

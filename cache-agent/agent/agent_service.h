@@ -3,6 +3,10 @@
 // then acts; every call is idempotent.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -3,6 +3,10 @@
 // without root. LinuxHostMounts is the real one (/proc/self/mountinfo, stat, umount2).
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <string>
 #include <string_view>
 #include <vector>

@@ -3,6 +3,10 @@
 // by cpp-httplib on its own thread.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <memory>
 #include <string>

@@ -6,6 +6,10 @@
 // start-up never waits on the WAN.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

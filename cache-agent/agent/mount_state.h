@@ -3,6 +3,10 @@
 // atomically (temp file + fsync + rename + directory fsync) on every change.
 #pragma once
 
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
+
 #include <string>
 #include <vector>
 

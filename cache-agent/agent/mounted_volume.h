@@ -1,7 +1,11 @@
 // The seam between the agent's control plane (gRPC service, mount state, restore on start)
-// and the data plane (VolumeFs behind a FUSE session). The control plane only sees
-// MountedVolume and VolumeMounter; tests give it fakes.
+// and the data plane (a Volume served by a FUSE session, assembled in exe/). The control
+// plane only sees MountedVolume and VolumeMounter; tests give it fakes.
 #pragma once
+
+#if !__has_include("spoke_layer/agent.h")
+#error "wrong-way include: cache-agent/agent/ is not among this target's dependencies"
+#endif
 
 #include <atomic>
 #include <cstdint>
@@ -10,53 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "cache-agent/volume/volume_figures.h"
 #include "common/status.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
-
-struct ExpertFigures {
-  std::string name;
-  double precision = 0;
-  double coverage = 0;
-  uint64_t predicted_blocks = 0;
-  uint64_t used_blocks = 0;
-  uint64_t wasted_blocks = 0;
-  uint64_t budget_bytes = 0;
-};
-
-struct VolumeFigures {
-  uint64_t cache_bytes = 0;
-  uint64_t cache_hits = 0;
-  uint64_t cache_misses = 0;
-  uint64_t hub_read_bytes = 0;
-  uint64_t cache_read_bytes = 0;
-  uint64_t checksum_failures = 0;
-  bool hub_reachable = true;
-  std::string last_hub_error;
-  uint64_t hub_total_bytes = 0;
-  uint64_t hub_available_bytes = 0;
-  uint64_t hub_used_bytes = 0;
-  uint64_t hub_total_inodes = 0;
-  uint64_t hub_free_inodes = 0;
-  uint64_t prefetched_bytes_used = 0;
-  uint64_t prefetched_bytes_wasted = 0;
-  double demand_miss_latency_ms_avg = 0;
-  std::vector<ExpertFigures> experts;
-};
-
-struct WarmupFigures {
-  uint64_t files_total = 0;
-  uint64_t files_done = 0;
-  uint64_t bytes_total = 0;
-  uint64_t bytes_done = 0;
-  uint64_t bytes_from_hub = 0;
-};
-
-struct HintFigures {
-  uint32_t accepted = 0;
-  uint32_t rejected = 0;
-};
 
 class MountedVolume {
  public:

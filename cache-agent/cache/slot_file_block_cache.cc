@@ -80,7 +80,7 @@ Result<size_t> SlotFileBlockCache::Get(const BlockKey& key, char* out, size_t ca
     auto it = closed_ || stats_.degraded ? index_.end() : index_.find(key);
     if (it == index_.end()) {
       ++stats_.misses;
-      return Fail(Code::kNotFound, "block not cached");
+      return Fail(Code::kNotFound, "not cached");
     }
     if (capacity < it->second.length) {
       return Fail(Code::kInvalidArgument, "Get: buffer smaller than the block");

@@ -18,7 +18,6 @@ struct BlockFetcher::Fetch {
   bool done = false;
   bool settled = false;           // done and (when it was to be cached) stored
   bool counted_prefetch = false;  // its bytes are in prefetch_bytes_
-  std::chrono::steady_clock::time_point started{};
   Result<BlockData> result = std::unexpected(Error(Code::kInternal, "not fetched"));
 };
 
@@ -94,6 +93,14 @@ bool BlockFetcher::Cached(const FileRef& file, uint64_t index) const {
   return cache_ != nullptr && cache_->Contains(Key(file, index));
 }
 
+uint64_t BlockFetcher::Evict(uint64_t file_id) {
+  return cache_ == nullptr ? 0 : cache_->Evict(volume_, file_id);
+}
+
+uint64_t BlockFetcher::CachedBytes() const {
+  return cache_ == nullptr ? 0 : cache_->VolumeBytes(volume_);
+}
+
 bool BlockFetcher::Has(const BlockKey& key) const {
   if (cache_ != nullptr && cache_->Contains(key)) return true;
   std::lock_guard<std::mutex> lock(mu_);
@@ -162,7 +169,6 @@ void BlockFetcher::Dispatch() {
       }
       if (!f) break;
       f->dispatched = true;
-      f->started = std::chrono::steady_clock::now();
       hub_inflight_++;
       callbacks_pending_++;
       start.push_back(std::move(f));
@@ -190,14 +196,6 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
     if (f->counted_prefetch) {
       prefetch_bytes_ -= f->length;
       f->counted_prefetch = false;
-    }
-    if (f->demand) {
-      auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                    std::chrono::steady_clock::now() - f->started)
-                    .count();
-      demand_miss_count_++;
-      demand_miss_micros_ += static_cast<uint64_t>(us);
-      miss_latency_->Observe(us / 1e6);
     }
     // Until it is stored, later askers join this finished fetch instead of re-reading.
     if (!store) {
@@ -235,7 +233,9 @@ void BlockFetcher::StoreLoop() {
     if (!st) {
       // Served anyway: a full or failed cache costs a re-fetch later, never a read.
       put_failures_->Inc();
-      log::Debug("block not cached", {{"path", f->path}, {"error", st.error().ToString()}});
+      if (log::Enabled(log::Level::kDebug)) {
+        log::Debug("block not cached", {{"path", f->path}, {"error", st.error().ToString()}});
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -253,8 +253,10 @@ Result<BlockData> BlockFetcher::Wait(const FetchPtr& f) {
   return f->result;
 }
 
-std::vector<Result<BlockData>> BlockFetcher::GetBlocks(const FileRef& file, uint64_t first,
-                                                       uint64_t count, uint64_t* hits) {
+std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
+    const FileRef& file, uint64_t first, uint64_t count, uint64_t* hits,
+    const std::function<void(uint64_t hits)>& before_wait) {
+  auto start = std::chrono::steady_clock::now();
   std::vector<Result<BlockData>> out(count, std::unexpected(Error(Code::kInternal, "not fetched")));
   std::vector<std::pair<size_t, FetchPtr>> waits;
   uint64_t nhits = 0;
@@ -288,7 +290,15 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(const FileRef& file, uint
   misses_->Inc(waits.size());
   if (hits) *hits = nhits;
   if (!waits.empty()) Dispatch();
+  if (before_wait) before_wait(nhits);
+  if (waits.empty()) return out;
   for (auto& [i, f] : waits) out[i] = Wait(f);
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                  start)
+                .count();
+  demand_miss_count_++;
+  demand_miss_micros_ += static_cast<uint64_t>(us);
+  miss_latency_->Observe(static_cast<double>(us) / 1e6);
   return out;
 }
 

@@ -11,10 +11,15 @@
 // spoke_hub_read_bytes_total, spoke_cache_read_bytes_total.
 #pragma once
 
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,9 +69,13 @@ class BlockFetcher {
   // Reads blocks [first, first + count) of `file` (cache first, hub on a miss, all
   // fetched in parallel), blocking until all are there. Each result holds the block's
   // bytes (short for the last block) or the hub's error (kTimeout, kUnavailable, kIo,
-  // kNotFound). `hits` (optional) gets how many came from the cache.
-  std::vector<Result<BlockData>> GetBlocks(const FileRef& file, uint64_t first, uint64_t count,
-                                           uint64_t* hits = nullptr);
+  // kNotFound). `hits` (optional) gets how many came from the cache. Each block is looked
+  // up in the cache once. `before_wait` (optional) is called with the hit count after the
+  // lookups and before waiting for the hub, so a prefetcher hears of the read one round trip
+  // earlier. A read that waited for the hub is one demand miss: its wait is recorded once.
+  std::vector<Result<BlockData>> GetBlocks(
+      const FileRef& file, uint64_t first, uint64_t count, uint64_t* hits = nullptr,
+      const std::function<void(uint64_t hits)>& before_wait = nullptr);
 
   // Queues a prefetch of the request's blocks that are neither cached nor in flight; block
   // i of the request is stored with AdmissionHint{request.expert, request.predicted_use + i}.
@@ -82,7 +91,11 @@ class BlockFetcher {
   bool Has(const BlockKey& key) const;
   uint32_t block_size() const { return config_.block_size; }
   uint64_t volume_key() const { return volume_; }
-  BlockCache* cache() const { return cache_; }
+  // Drops the cached blocks of file `file_id` of this volume (0 = every file). Returns the
+  // blocks dropped; 0 without a cache.
+  uint64_t Evict(uint64_t file_id);
+  // Bytes of this volume in the cache (0 without a cache).
+  uint64_t CachedBytes() const;
 
   // Since this fetcher was made (the registry's series live on across remounts).
   uint64_t hits() const { return hits_->Value() - base_hits_; }
@@ -90,8 +103,9 @@ class BlockFetcher {
   uint64_t hub_read_bytes() const { return hub_bytes_->Value() - base_hub_bytes_; }
   uint64_t cache_read_bytes() const { return cache_bytes_->Value() - base_cache_bytes_; }
   uint64_t prefetch_issued_blocks() const { return prefetch_blocks_.load(); }
-  // Mean latency of demand fetches that went to the hub.
+  // Mean time readers waited for the hub, per read that missed (GetBlocks calls that waited).
   double demand_miss_latency_ms_avg() const;
+  uint64_t demand_miss_reads() const { return demand_miss_count_.load(); }
 
  private:
   struct Fetch;

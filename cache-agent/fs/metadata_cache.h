@@ -13,6 +13,10 @@
 // directories at a time); Files() exposes the walked files in directory order.
 #pragma once
 
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

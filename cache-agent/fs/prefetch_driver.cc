@@ -94,10 +94,6 @@ void PrefetchDriver::OnClose(const CloseEvent& e) {
   if (scheduler_) scheduler_->OnClose(e);
 }
 
-void PrefetchDriver::RecordDemandMiss(std::chrono::nanoseconds latency) {
-  if (scheduler_) scheduler_->RecordDemandMiss(latency);
-}
-
 void PrefetchDriver::FeedTreeIfReady() {
   if (!scheduler_ || tree_fed_.load() || metadata_ == nullptr ||
       config_.mode != PrefetchMode::kAuto)

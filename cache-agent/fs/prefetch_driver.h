@@ -13,6 +13,10 @@
 // fetcher's or the cache's locks (the scheduler calls into the fetcher and the cache).
 #pragma once
 
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -109,7 +113,6 @@ class PrefetchDriver {
   // Call right after the cache lookup, before waiting for missed blocks.
   void OnRead(const ReadEvent& e);
   void OnClose(const CloseEvent& e);
-  void RecordDemandMiss(std::chrono::nanoseconds latency);
   // Feeds the metadata walk to the tracker once it is done (auto), then re-plans.
   void Tick();
 

@@ -64,9 +64,7 @@ Result<std::string> VolumeFs::ChildPath(uint64_t parent, const std::string& name
   return p->empty() ? name : *p + "/" + name;
 }
 
-void VolumeFs::DropBlocks(uint64_t file_id) {
-  if (fetcher_.cache() != nullptr) fetcher_.cache()->Evict(fetcher_.volume_key(), file_id);
-}
+void VolumeFs::DropBlocks(uint64_t file_id) { fetcher_.Evict(file_id); }
 
 void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
   metadata_.Invalidate(ino);
@@ -177,22 +175,27 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
       hits = 1;
     }
   }
-  bool all_cached = !blocks.empty();
-  if (blocks.empty()) {
-    all_cached = true;
-    for (uint64_t i = 0; i < count && all_cached; ++i)
-      all_cached = fetcher_.Cached(file, first + i);
-  }
   // The prefetcher hears of the read before we wait for missed blocks: its prefetches start
-  // one round trip earlier.
-  if (prefetch_ != nullptr) {
-    prefetch_->OnRead(ReadEvent{handle, file.path, file.file_id, file.version, file.size, offset,
-                                end - offset, all_cached, clock_.Now()});
-  }
+  // one round trip earlier. The callback captures one pointer, so std::function keeps it
+  // inline (no allocation per read).
+  struct Notice {
+    VolumeFs* fs;
+    uint64_t blocks;
+    ReadEvent event;
+  } notice{this, count,
+           ReadEvent{handle, file.path, file.file_id, file.version, file.size, offset, end - offset,
+                     false, SteadyTime{}}};
+  auto tell_prefetcher = [&notice](uint64_t cached) {
+    notice.event.hit = cached == notice.blocks;
+    notice.event.time = notice.fs->clock_.Now();
+    notice.fs->prefetch_->OnRead(notice.event);
+  };
   if (blocks.empty()) {
-    auto start = clock_.Now();
-    blocks = fetcher_.GetBlocks(file, first, count, &hits);
-    if (prefetch_ != nullptr && hits < count) prefetch_->RecordDemandMiss(clock_.Now() - start);
+    std::function<void(uint64_t)> before_wait;
+    if (prefetch_ != nullptr) before_wait = tell_prefetcher;
+    blocks = fetcher_.GetBlocks(file, first, count, &hits, before_wait);
+  } else if (prefetch_ != nullptr) {
+    tell_prefetcher(hits);
   }
 
   size_t copied = 0;
@@ -274,7 +277,8 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
 
 Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* data, size_t size) {
   auto h = Get(handle);
-  if (h && h->hints) {
+  if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
+  if (h->hints) {
     // Offsets are ignored: the hint file is a stream of lines (echo >>, a loader's writes).
     if (prefetch_ != nullptr) prefetch_->AddHints(std::string_view(data, size));
     return size;

@@ -22,6 +22,10 @@
 // hub's kTimeout/kUnavailable/kIo (EIO at the edge).
 #pragma once
 
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>

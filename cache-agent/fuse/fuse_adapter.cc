@@ -48,10 +48,17 @@ fuse_entry_param Entry(FuseAdapter* self, uint64_t ino, const FileAttr& a) {
   return e;
 }
 
-void ReplyError(fuse_req_t req, const Error& e) {
-  int err = e.ToErrno();
-  if (err == EIO) log::Warn("I/O error", {{"error", e.ToString()}});
-  fuse_reply_err(req, err == 0 ? EIO : err);
+// Every error reply goes through here: counted per operation, never answered as success.
+void ReplyError(fuse_req_t req, const char* op, const Error& e) {
+  int err = Self(req)->op_errors().Count(op, e);
+  if (err == EIO) log::Warn("I/O error", {{"op", op}, {"error", e.ToString()}});
+  fuse_reply_err(req, err);
+}
+
+// For operations whose success reply is an empty error reply.
+void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
+  if (!s) return ReplyError(req, op, s.error());
+  fuse_reply_err(req, 0);
 }
 
 struct DirListing {
@@ -79,7 +86,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto* self = Self(req);
   auto r = self->fs().Lookup(parent, name);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "lookup", r.error());
   auto e = Entry(self, r->ino, r->attr);
   fuse_reply_entry(req, &e);
 }
@@ -89,7 +96,7 @@ void OpForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   auto* self = Self(req);
   auto r = self->fs().GetAttr(ino);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "getattr", r.error());
   auto st = ToStat(ino, *r);
   fuse_reply_attr(req, &st, self->entry_timeout());
 }
@@ -115,14 +122,14 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     return OpGetattr(req, ino, nullptr);  // e.g. ctime only
   }
   auto r = self->fs().SetAttr(ino, s);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "setattr", r.error());
   auto st = ToStat(ino, *r);
   fuse_reply_attr(req, &st, self->entry_timeout());
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto r = Self(req)->fs().ReadDir(ino);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "opendir", r.error());
   // A snapshot per opendir keeps offsets stable across readdir calls.
   auto* listing = new DirListing{std::move(*r)};
   fi->fh = reinterpret_cast<uint64_t>(listing);
@@ -176,7 +183,7 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto r = Self(req)->fs().Open(ino, fi->flags);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "open", r.error());
   fi->fh = r->handle;
   fi->keep_cache = r->keep_cache;
   fi->direct_io = r->direct_io;
@@ -186,7 +193,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   std::unique_ptr<char[]> buf(new char[size]);
   auto r = Self(req)->fs().Read(fi->fh, static_cast<uint64_t>(off), size, buf.get());
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "read", r.error());
   fuse_reply_buf(req, buf.get(), *r);
 }
 
@@ -201,14 +208,14 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
 
 void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
   auto r = Self(req)->fs().Fsync(fi->fh);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "fsync", r.error());
   fuse_reply_err(req, 0);
 }
 
 void OpWrite(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off,
              fuse_file_info* fi) {
   auto r = Self(req)->fs().Write(fi->fh, static_cast<uint64_t>(off), data, size);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "write", r.error());
   fuse_reply_write(req, *r);
 }
 
@@ -216,7 +223,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   auto* self = Self(req);
   auto r = self->fs().Create(parent, name, mode, fi->flags);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "create", r.error());
   auto e = Entry(self, r->first.ino, r->first.attr);
   fi->fh = r->second.handle;
   fi->direct_io = r->second.direct_io;
@@ -226,30 +233,30 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   auto* self = Self(req);
   auto r = self->fs().Mkdir(parent, name, mode);
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "mkdir", r.error());
   auto e = Entry(self, r->ino, r->attr);
   fuse_reply_entry(req, &e);
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto r = Self(req)->fs().Unlink(parent, name);
-  fuse_reply_err(req, r ? 0 : r.error().ToErrno());
+  ReplyStatus(req, "unlink", r);
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto r = Self(req)->fs().Rmdir(parent, name);
-  fuse_reply_err(req, r ? 0 : r.error().ToErrno());
+  ReplyStatus(req, "rmdir", r);
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned flags) {
   auto r = Self(req)->fs().Rename(parent, name, newparent, newname, flags);
-  fuse_reply_err(req, r ? 0 : r.error().ToErrno());
+  ReplyStatus(req, "rename", r);
 }
 
 void OpStatfs(fuse_req_t req, fuse_ino_t) {
   auto r = Self(req)->fs().StatFs();
-  if (!r) return ReplyError(req, r.error());
+  if (!r) return ReplyError(req, "statfs", r.error());
   struct statvfs s {};
   constexpr uint64_t kUnit = 4096;
   s.f_bsize = kMaxIo;
@@ -295,7 +302,8 @@ const fuse_lowlevel_ops& Ops() {
 
 }  // namespace
 
-FuseAdapter::FuseAdapter(VolumeFs& fs, const Options& options) : fs_(fs), options_(options) {
+FuseAdapter::FuseAdapter(VolumeFs& fs, const Options& options)
+    : fs_(fs), options_(options), op_errors_(options.registry) {
   switch (options.consistency) {
     case Consistency::kImmutable:
       entry_timeout_ = 3600;

@@ -8,6 +8,10 @@
 // direct I/O and no kernel attribute caching.
 #pragma once
 
+#if !__has_include("spoke_layer/fuse.h")
+#error "wrong-way include: cache-agent/fuse/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -15,6 +19,8 @@
 #include <thread>
 
 #include "cache-agent/fs/volume_fs.h"
+#include "cache-agent/fuse/fuse_op_errors.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
 
@@ -31,6 +37,9 @@ class FuseAdapter {
     uint32_t ttl_seconds = 30;
     bool allow_other = true;    // pods run as other users
     int max_idle_threads = 32;  // libfuse worker threads kept around
+    // Where spoke_fuse_op_errors_total{op,errno} is counted (null: not counted). Must
+    // outlive the session.
+    metrics::Registry* registry = nullptr;
   };
 
   // Mounts and starts the session loop on its own thread. kInvalidArgument (bad mount
@@ -47,6 +56,7 @@ class FuseAdapter {
   VolumeFs& fs() { return fs_; }
   const Options& options() const { return options_; }
   double entry_timeout() const { return entry_timeout_; }
+  FuseOpErrors& op_errors() { return op_errors_; }
 
  private:
   FuseAdapter(VolumeFs& fs, const Options& options);
@@ -54,6 +64,7 @@ class FuseAdapter {
   VolumeFs& fs_;
   Options options_;
   double entry_timeout_ = 0;
+  FuseOpErrors op_errors_;
   fuse_session* session_ = nullptr;
   std::thread loop_;
   std::atomic<bool> loop_done_{false};

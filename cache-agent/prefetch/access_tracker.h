@@ -24,6 +24,10 @@
 // Not thread-safe: PrefetchScheduler calls it under its lock.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <map>
 #include <optional>

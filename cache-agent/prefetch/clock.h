@@ -3,6 +3,10 @@
 // when told to. (cache-agent/fs/clock.h forwards here: one Clock for the whole agent.)
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 

@@ -6,6 +6,10 @@
 // positions ahead of the cursor still counts as in order, one behind it is neutral.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <string>
 
 #include "cache-agent/prefetch/tracker_expert.h"

@@ -8,6 +8,10 @@
 // per open, and its precision (and so its budget) drops.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <vector>
 
 #include "cache-agent/prefetch/tracker_expert.h"

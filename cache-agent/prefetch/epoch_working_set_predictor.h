@@ -9,6 +9,10 @@
 // skipped by a cursor that only moves forward within an epoch.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <vector>
 
 #include "cache-agent/prefetch/tracker_expert.h"

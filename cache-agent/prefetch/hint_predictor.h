@@ -15,6 +15,10 @@
 // `stale_after` later consumed hints is dropped (the job skipped it).
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <deque>
 #include <span>

@@ -5,6 +5,10 @@
 // (budgets, demand first, cache space), and the fetcher does the I/O.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <chrono>
 #include <cstdint>
 #include <string>

@@ -14,6 +14,10 @@
 // the difference to the previous Update.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <map>
 #include <string>
 

@@ -4,7 +4,6 @@
 #include <cassert>
 #include <cmath>
 
-#include "cache-agent/agent/mounted_volume.h"
 #include "cache-agent/prefetch/directory_order_predictor.h"
 #include "cache-agent/prefetch/epoch_replay_predictor.h"
 #include "cache-agent/prefetch/epoch_working_set_predictor.h"
@@ -388,24 +387,6 @@ PrefetchStats PrefetchScheduler::Stats() const {
   s.demand_miss_reads = miss_reads_.load(std::memory_order_relaxed);
   s.demand_miss_seconds = static_cast<double>(miss_nanos_.load(std::memory_order_relaxed)) / 1e9;
   return s;
-}
-
-void PrefetchStats::FillFigures(VolumeFigures* f) const {
-  f->prefetched_bytes_used = prefetched_bytes_used;
-  f->prefetched_bytes_wasted = prefetched_bytes_wasted;
-  f->demand_miss_latency_ms_avg = DemandMissLatencyMsAvg();
-  f->experts.clear();
-  for (const ExpertStats& e : experts) {
-    ExpertFigures x;
-    x.name = e.name;
-    x.precision = e.precision;
-    x.coverage = e.coverage;
-    x.predicted_blocks = e.predicted_blocks;
-    x.used_blocks = e.used_blocks;
-    x.wasted_blocks = e.wasted_blocks;
-    x.budget_bytes = e.budget_bytes;
-    f->experts.push_back(std::move(x));
-  }
 }
 
 }  // namespace spoke::agent

@@ -41,6 +41,10 @@
 // or the cache's locks when calling OnOpen/OnRead/OnClose/Tick.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -63,8 +67,6 @@
 #include "common/status.h"
 
 namespace spoke::agent {
-
-struct VolumeFigures;
 
 // Where the scheduler sends its decisions: the fetcher (BlockFetcher in the agent, a fake
 // in tests, the simulated WAN in spoke-sim).
@@ -114,8 +116,6 @@ struct PrefetchStats {
   double DemandMissLatencyMsAvg() const {
     return demand_miss_reads == 0 ? 0 : demand_miss_seconds * 1e3 / demand_miss_reads;
   }
-  // Fills the prefetch part of VolumeFigures (experts, prefetched bytes, miss latency).
-  void FillFigures(VolumeFigures* figures) const;
 };
 
 class PrefetchScheduler final : public CacheListener {
@@ -177,7 +177,8 @@ class PrefetchScheduler final : public CacheListener {
   // Re-plans without an event: call when prefetch bytes complete (the in-flight budget
   // freed) and from a timer.
   void Tick();
-  // Latency of one read that waited for the hub (demand miss).
+  // Latency of one read that waited for the hub (demand miss): the simulator's figure. In the
+  // agent the BlockFetcher times demand misses (VolumeFigures, spoke_demand_miss_seconds).
   void RecordDemandMiss(std::chrono::nanoseconds latency);
 
   // --- hints (HintPredictor; counted as rejected when no hint expert is installed) ---

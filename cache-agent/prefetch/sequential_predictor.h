@@ -3,6 +3,10 @@
 // large file soon keeps many blocks in flight, and random readers cost little.
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>

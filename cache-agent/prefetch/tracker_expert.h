@@ -8,6 +8,10 @@
 // cached blocks would be harmless, but it would waste the expert's budget).
 #pragma once
 
+#if !__has_include("spoke_layer/prefetch.h")
+#error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <vector>
 

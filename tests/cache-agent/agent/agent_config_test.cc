@@ -2,9 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include "cache-agent/agent/wiring.h"
-#include "cache-agent/prefetch/nothrash_policy.h"
-
 namespace spoke::agent {
 namespace {
 
@@ -139,17 +136,13 @@ TEST(ParseHostPortTest, Forms) {
   EXPECT_FALSE(ParseHostPort("h:0", "f", &host, &port));
 }
 
-TEST(AgentConfigTest, NoThrashEvictionPolicyIsAcceptedAndWired) {
+TEST(AgentConfigTest, EvictionPolicyMustBeAKnownName) {
   auto c = Parse("evictionPolicy: nothrash\n");
   ASSERT_TRUE(c) << c.error().message();
   EXPECT_EQ(c->eviction_policy, "nothrash");
-  BlockCache::Config cc;
-  auto p = MakeEvictionPolicy(c->eviction_policy, cc);
-  ASSERT_TRUE(p) << p.error().message();
-  EXPECT_NE(dynamic_cast<NoThrashPolicy*>(p->get()), nullptr);
-  auto lru = MakeEvictionPolicy("lru", cc);
-  ASSERT_TRUE(lru);
-  EXPECT_EQ(dynamic_cast<NoThrashPolicy*>(lru->get()), nullptr);
+  auto bad = Parse("evictionPolicy: fifo\n");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("evictionPolicy"), std::string::npos);
 }
 
 }  // namespace

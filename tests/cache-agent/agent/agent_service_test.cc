@@ -208,7 +208,13 @@ TEST_F(AgentServiceTest, VolumeStatsByIdAndByTarget) {
     world_->figures.hub_reachable = false;
     world_->figures.last_hub_error = "timeout";
     world_->figures.hub_total_bytes = 1000;
-    world_->figures.experts.push_back({"sequential", 0.9, 0.5, 10, 9, 1, 64 << 20});
+    world_->figures.experts.push_back({.name = "sequential",
+                                       .precision = 0.9,
+                                       .coverage = 0.5,
+                                       .predicted_blocks = 10,
+                                       .used_blocks = 9,
+                                       .wasted_blocks = 1,
+                                       .budget_bytes = 64 << 20});
   }
   for (int by_target = 0; by_target < 2; ++by_target) {
     v1::VolumeStatsRequest req;

@@ -40,6 +40,57 @@ struct FetchRig {
   std::unique_ptr<BlockFetcher> fetcher;
 };
 
+TEST(BlockFetcher, AReadThatWaitsForTheHubIsOneDemandMiss) {
+  FetchRig rig;
+  auto f = rig.File("big");
+  auto& hist = rig.registry.GetHistogram("spoke_demand_miss_seconds", "", metrics::Labels{});
+  auto r = rig.fetcher->GetBlocks(f, 0, 3);  // three blocks missed by one read
+  for (const auto& b : r) ASSERT_TRUE(b);
+  EXPECT_EQ(rig.fetcher->misses(), 3u);
+  EXPECT_EQ(rig.fetcher->demand_miss_reads(), 1u);
+  EXPECT_EQ(hist.Count(), 1u);
+  // Warm-up is not a reader: it records no demand miss.
+  ASSERT_TRUE(rig.fetcher->Warm(f, 10, 2));
+  EXPECT_EQ(rig.fetcher->demand_miss_reads(), 1u);
+  EXPECT_EQ(hist.Count(), 1u);
+  // A read served by the cache records none either.
+  for (int i = 0; i < 1000 && rig.cache.blocks() < 5; ++i) std::this_thread::sleep_for(1ms);
+  uint64_t hits = 0;
+  rig.fetcher->GetBlocks(f, 0, 3, &hits);
+  EXPECT_EQ(hits, 3u);
+  EXPECT_EQ(rig.fetcher->demand_miss_reads(), 1u);
+  EXPECT_EQ(hist.Count(), 1u);
+}
+
+TEST(BlockFetcher, HearsTheHitCountBeforeWaitingForTheHub) {
+  FetchRig rig;
+  auto f = rig.File("big");
+  ASSERT_TRUE(rig.fetcher->Warm(f, 0, 1));
+  rig.remote.HoldReads(true);
+  std::atomic<int64_t> heard{-1};
+  std::thread reader([&] {
+    rig.fetcher->GetBlocks(f, 0, 2, nullptr, [&](uint64_t hits) { heard = int64_t(hits); });
+  });
+  // The hub holds block 1, yet the callback has already run with block 0's hit.
+  for (int i = 0; i < 1000 && heard.load() < 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(heard.load(), 1);
+  rig.remote.HoldReads(false);
+  reader.join();
+}
+
+TEST(BlockFetcher, EvictDropsOneFileOrTheWholeVolume) {
+  FetchRig rig;
+  auto big = rig.File("big"), other = rig.File("other");
+  ASSERT_TRUE(rig.fetcher->Warm(big, 0, 2));
+  ASSERT_TRUE(rig.fetcher->Warm(other, 0, 3));
+  EXPECT_EQ(rig.fetcher->CachedBytes(), 5u * kBlock);
+  EXPECT_EQ(rig.fetcher->Evict(big.file_id), 2u);
+  EXPECT_FALSE(rig.fetcher->Cached(big, 0));
+  EXPECT_TRUE(rig.fetcher->Cached(other, 0));
+  EXPECT_EQ(rig.fetcher->Evict(0), 3u);
+  EXPECT_EQ(rig.fetcher->CachedBytes(), 0u);
+}
+
 TEST(BlockFetcher, ConcurrentReadersOfOneBlockShareOneFetch) {
   FetchRig rig;
   auto f = rig.File("big");
@@ -75,6 +126,8 @@ TEST(BlockFetcher, PrefetchJoinsAndIsNotRepeated) {
   reader.join();
   rig.remote.WaitIdle();
   EXPECT_EQ(rig.remote.reads, 4);
+  // Blocks are stored off the hub's callbacks: wait until all four are in.
+  for (int i = 0; i < 1000 && rig.cache.blocks() < 4; ++i) std::this_thread::sleep_for(1ms);
   // Block 1 was promoted to demand; the others were stored as the expert's.
   EXPECT_EQ(rig.cache.Origin(BlockKey{7, f.file_id, f.version, 0}), 1);
   EXPECT_EQ(rig.cache.Origin(BlockKey{7, f.file_id, f.version, 1}), kDemand);

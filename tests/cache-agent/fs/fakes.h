@@ -249,6 +249,7 @@ class FakeBlockCache : public BlockCache {
 
   Result<size_t> Get(const BlockKey& key, char* out, size_t capacity) override {
     std::lock_guard<std::mutex> lock(mu_);
+    lookups_++;
     auto it = blocks_.find(key);
     if (it == blocks_.end()) {
       misses_++;
@@ -269,6 +270,7 @@ class FakeBlockCache : public BlockCache {
   }
   bool Contains(const BlockKey& key) const override {
     std::lock_guard<std::mutex> lock(mu_);
+    lookups_++;
     return blocks_.contains(key);
   }
   uint64_t Evict(uint64_t volume, uint64_t file_id) override {
@@ -310,6 +312,8 @@ class FakeBlockCache : public BlockCache {
     return blocks_.size();
   }
   int puts() const { return puts_; }
+  // Get + Contains calls: the index lookups a reader costs.
+  uint64_t lookups() const { return lookups_.load(); }
   ExpertId Origin(const BlockKey& k) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = origins_.find(k);
@@ -323,6 +327,7 @@ class FakeBlockCache : public BlockCache {
   std::unordered_map<BlockKey, ExpertId, BlockKeyHash> origins_;
   uint64_t hits_ = 0, misses_ = 0;
   std::atomic<int> puts_{0};
+  mutable std::atomic<uint64_t> lookups_{0};
   std::atomic<bool> fail_puts_{false};
 };
 

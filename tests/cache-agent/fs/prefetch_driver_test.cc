@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "cache-agent/agent/mounted_volume.h"
 #include "cache-agent/fs/volume_fs.h"
 #include "tests/cache-agent/fs/fakes.h"
 
@@ -119,11 +118,7 @@ TEST(PrefetchDriver, AutoCachesTheWalkedWorkingSetWithoutReads) {
                          [](const ExpertStats& e) { return e.name == "working-set"; });
   ASSERT_NE(ws, s.experts.end());
   EXPECT_EQ(ws->used_blocks, 24u);
-  // Figures and metrics come from the same stats.
-  VolumeFigures f;
-  s.FillFigures(&f);
-  EXPECT_EQ(f.prefetched_bytes_used, 12u * 2 * kBlock);
-  EXPECT_GE(f.experts.size(), 5u);  // sequential + hints, replay, directory, working set
+  EXPECT_GE(s.experts.size(), 5u);  // sequential + hints, replay, directory, working set
   rig.driver->UpdateMetrics();
   EXPECT_NE(rig.registry.Render().find("spoke_prefetch_bytes_used_total{volume=\"vol\"}"),
             std::string::npos);

@@ -236,6 +236,36 @@ TEST(VolumeFs, StrictReStatsOnOpenAndNeverServesOldBlocks) {
   ASSERT_TRUE(rig.fs->Release(f->handle));
 }
 
+TEST(VolumeFs, ReadLooksEachBlockUpInTheCacheOnce) {
+  for (PrefetchMode mode : {PrefetchMode::kOff, PrefetchMode::kAuto}) {
+    Rig rig(Consistency::kImmutable, true, true, mode);
+    std::string data = Pattern(4 * kBlock, 3);
+    rig.remote.PutFile("f", data);
+    rig.Init();
+    ASSERT_TRUE(rig.ReadAll("f", 4 * kBlock));  // fetch and store the four blocks
+    for (int i = 0; i < 1000 && rig.cache.blocks() < 4; ++i) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(rig.cache.blocks(), 4u);
+    auto f = rig.fs->Open(rig.Ino("f"), O_RDONLY);
+    ASSERT_TRUE(f);
+    std::vector<char> buf(4 * kBlock);
+    uint64_t before = rig.cache.lookups();
+    auto n = rig.fs->Read(f->handle, 0, buf.size(), buf.data());
+    ASSERT_TRUE(n);
+    EXPECT_EQ(*n, buf.size());
+    EXPECT_EQ(rig.cache.lookups() - before, 4u) << "mode " << ToString(mode);
+    EXPECT_TRUE(rig.fs->Release(f->handle));
+  }
+}
+
+TEST(VolumeFs, WriteToAnUnknownHandleIsAnError) {
+  Rig rig(Consistency::kImmutable, /*read_only=*/false);
+  rig.Init();
+  auto n = rig.fs->Write(12345, 0, "abc", 3);
+  ASSERT_FALSE(n);
+  EXPECT_EQ(n.error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(rig.remote.writes.load(), 0);
+}
+
 TEST(VolumeFs, DatasetIsReadOnly) {
   Rig rig(Consistency::kImmutable, /*read_only=*/true);
   rig.remote.PutFile("f", "x");

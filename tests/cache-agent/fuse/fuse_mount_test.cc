@@ -18,7 +18,7 @@
 
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/cache/eviction_policy.h"
-#include "cache-agent/fuse/fuse_volume_mounter.h"
+#include "cache-agent/exe/fuse_volume_mounter.h"
 #include "tests/support/hub.h"
 
 namespace spoke::agent {
@@ -356,6 +356,20 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   int wfd = ::open((mnt2.path() + "/new.txt").c_str(), O_CREAT | O_WRONLY, 0644);
   EXPECT_EQ(wfd, -1);
   EXPECT_EQ(errno, EROFS);
+  // Unlink and rename answer through the same error path, counted per operation.
+  EXPECT_EQ(::unlink((mnt2.path() + "/cold/uncached.bin").c_str()), -1);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_EQ(::rename((mnt2.path() + "/cold/uncached.bin").c_str(),
+                     (mnt2.path() + "/cold/moved.bin").c_str()),
+            -1);
+  EXPECT_EQ(errno, EROFS);
+  std::string text = registry_.Render();
+  EXPECT_NE(text.find("spoke_fuse_op_errors_total{errno=\"EROFS\",op=\"unlink\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("spoke_fuse_op_errors_total{errno=\"EROFS\",op=\"rename\"} 1"),
+            std::string::npos)
+      << text;
 
   ASSERT_TRUE(vol->Unmount());
   EXPECT_FALSE(Mounted(mnt2.path()));

@@ -1,9 +1,12 @@
-// FuseVolumeMounter: the real VolumeMounter. One Mount() builds, for one volume:
-// LibnfsRemote (connection pool to the hub) -> MetadataCache (+ background walk) ->
-// BlockFetcher (over the agent's shared BlockCache) -> PrefetchDriver (PrefetchScheduler with
-// the experts of the volume's prefetch mode, fed the walk; tick thread) -> VolumeFs ->
-// FuseAdapter (FUSE session at the target path).
+// FuseVolumeMounter: the real VolumeMounter, where the concrete classes meet. One Mount()
+// connects a LibnfsRemote (connection pool to the hub), opens a Volume over it (metadata,
+// fetcher over the agent's shared BlockCache, prefetcher, VolumeFs) and serves it to the
+// kernel with a FuseAdapter at the target path.
 #pragma once
+
+#if !__has_include("spoke_layer/exe.h")
+#error "wrong-way include: cache-agent/exe/ is not among this target's dependencies"
+#endif
 
 #include <memory>
 #include <string>
@@ -13,6 +16,7 @@
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/fs/prefetch_driver.h"
 #include "cache-agent/remote/libnfs_remote.h"
+#include "cache-agent/volume/volume.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -60,7 +64,7 @@ class FuseVolumeMounter final : public VolumeMounter {
 };
 
 // The agent's mounter from its configuration (hub pool, read-ahead); called by
-// agent/wiring.cc. kInvalidArgument when the derived Config does not validate.
+// exe/wiring.cc. kInvalidArgument when the derived Config does not validate.
 Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& config,
                                                              BlockCache& cache,
                                                              metrics::Registry& registry);

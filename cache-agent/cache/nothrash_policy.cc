@@ -1,4 +1,4 @@
-#include "cache-agent/prefetch/nothrash_policy.h"
+#include "cache-agent/cache/nothrash_policy.h"
 
 #include <algorithm>
 #include <cassert>

@@ -1,7 +1,12 @@
 // Where the agent's control plane meets the data plane: the block cache, its eviction
-// policy and the FUSE volume mounter. Everything else in cache-agent/agent/ only sees the
-// interfaces (BlockCache, EvictionPolicy, VolumeMounter), so tests give it fakes.
+// policy and the FUSE volume mounter. cache-agent/agent/ only sees the interfaces
+// (BlockCache, EvictionPolicy, VolumeMounter), so tests give it fakes; only the binary (and
+// this library) link io_uring, libnfs and FUSE.
 #pragma once
+
+#if !__has_include("spoke_layer/exe.h")
+#error "wrong-way include: cache-agent/exe/ is not among this target's dependencies"
+#endif
 
 #include <memory>
 #include <string>
@@ -17,10 +22,9 @@
 
 namespace spoke::agent {
 
-// The eviction policies `evictionPolicy` accepts. Adding a policy = one entry in
-// wiring.cc's table (name + factory); config validation picks it up from here.
-const std::vector<std::string>& EvictionPolicyNames();
-// kInvalidArgument for an unknown name.
+// The policy named `name` (one of EvictionPolicyNames(), agent_config.h). Adding a policy =
+// its name there and one entry (name + factory) in wiring.cc's table. kInvalidArgument for
+// an unknown name.
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                            const BlockCache::Config& cache);
 

@@ -17,7 +17,7 @@
 #include "cache-agent/agent/host_mounts.h"
 #include "cache-agent/agent/http_server.h"
 #include "cache-agent/agent/mount_manager.h"
-#include "cache-agent/agent/wiring.h"
+#include "cache-agent/exe/wiring.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/version.h"

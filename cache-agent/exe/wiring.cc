@@ -1,10 +1,10 @@
-#include "cache-agent/agent/wiring.h"
+#include "cache-agent/exe/wiring.h"
 
 #include <utility>
 
 #include "cache-agent/cache/block_cache_factory.h"  // OpenBlockCache, MakeLruPolicy
-#include "cache-agent/fuse/fuse_volume_mounter.h"
-#include "cache-agent/prefetch/nothrash_policy.h"
+#include "cache-agent/cache/nothrash_policy.h"
+#include "cache-agent/exe/fuse_volume_mounter.h"
 
 namespace spoke::agent {
 namespace {
@@ -35,15 +35,6 @@ constexpr PolicyEntry kPolicies[] = {
 };
 
 }  // namespace
-
-const std::vector<std::string>& EvictionPolicyNames() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const auto& p : kPolicies) v.emplace_back(p.name);
-    return v;
-  }();
-  return names;
-}
 
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                            const BlockCache::Config& cache) {

@@ -1,0 +1,140 @@
+#include "cache-agent/exe/fuse_volume_mounter.h"
+
+#include <utility>
+
+#include "cache-agent/fuse/fuse_adapter.h"
+#include "common/log.h"
+
+namespace spoke::agent {
+namespace {
+
+// A Volume served by a FUSE session: what the control plane holds for a mount.
+class FuseMountedVolume final : public MountedVolume {
+ public:
+  FuseMountedVolume(std::unique_ptr<Volume> volume, std::string target)
+      : volume_(std::move(volume)), target_(std::move(target)) {}
+  ~FuseMountedVolume() override {
+    (void)Unmount();
+    fuse_.reset();  // the session ends before the stack it serves
+    volume_.reset();
+  }
+
+  const std::string& volume_id() const override { return volume_->volume_id(); }
+  const std::string& target_path() const override { return target_; }
+  const VolumeContext& context() const override { return volume_->context(); }
+  bool read_only() const override { return volume_->read_only(); }
+  VolumeFigures Figures() override { return volume_->Figures(); }
+  Status Warmup(const std::string& path_prefix,
+                const std::function<void(const WarmupFigures&)>& progress,
+                const std::atomic<bool>& cancelled) override {
+    return volume_->Warmup(path_prefix, progress, cancelled);
+  }
+  Result<uint64_t> Evict(const std::string& path_prefix) override {
+    return volume_->Evict(path_prefix);
+  }
+  HintFigures Hint(const std::vector<std::string>& paths) override { return volume_->Hint(paths); }
+  Status Unmount() override {
+    if (fuse_ == nullptr) return Ok();
+    return fuse_->Unmount();
+  }
+
+  Volume& volume() { return *volume_; }
+  void Serve(std::unique_ptr<FuseAdapter> fuse) { fuse_ = std::move(fuse); }
+
+ private:
+  std::unique_ptr<Volume> volume_;
+  std::string target_;
+  std::unique_ptr<FuseAdapter> fuse_;
+};
+
+}  // namespace
+
+Status FuseVolumeMounter::Config::Validate() const {
+  if (auto st = hub.Validate(); !st) return std::unexpected(st.error().Wrap("hub"));
+  if (read_ahead_max_bytes < block_size)
+    return Fail(Code::kInvalidArgument, "read_ahead_max_bytes: must be >= one block");
+  if (walk_concurrency < 1 || walk_concurrency > 256)
+    return Fail(Code::kInvalidArgument, "walk_concurrency: must be in 1..256");
+  if (block_size < 4096 || (block_size & (block_size - 1)) != 0)
+    return Fail(Code::kInvalidArgument, "block_size: must be a power of two >= 4096");
+  return Ok();
+}
+
+FuseVolumeMounter::FuseVolumeMounter(const Config& config, BlockCache* cache,
+                                     metrics::Registry* registry)
+    : config_(config),
+      cache_(cache),
+      registry_(registry),
+      listeners_(std::make_shared<CacheListenerFanout>()) {
+  if (cache_ != nullptr) cache_->SetListener(listeners_.get());
+}
+
+FuseVolumeMounter::~FuseVolumeMounter() {
+  if (cache_ != nullptr) cache_->SetListener(nullptr);
+}
+
+Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::string& volume_id,
+                                                                const VolumeContext& context,
+                                                                const std::string& target_path,
+                                                                bool read_only) {
+  if (auto st = config_.Validate(); !st) return std::unexpected(st.error());
+  if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
+  if (context.hub.server.empty())
+    return Fail(Code::kInvalidArgument, "server: the hub is not set in the volume context");
+  auto path = NormalizeRelativePath(context.path, "path");
+  if (!path) return std::unexpected(path.error());
+  metrics::Labels labels{{"volume", volume_id}};
+
+  LibnfsRemote::Config hub = config_.hub;
+  if (context.hub_timeout_seconds > 0) hub.request_timeout_seconds = context.hub_timeout_seconds;
+  auto remote = LibnfsRemote::Connect(context.hub, *path, hub, registry_, labels);
+  if (!remote) return std::unexpected(remote.error());
+  std::string hub_name = (*remote)->hub_name();
+
+  Volume::Config vc;
+  vc.volume_id = volume_id;
+  vc.context = context;
+  vc.read_only = read_only;
+  vc.read_ahead_max_bytes = config_.read_ahead_max_bytes;
+  vc.prefetch_bytes_max = config_.prefetch_bytes_max;
+  vc.max_hub_inflight = hub.connections * hub.inflight_per_connection;
+  vc.walk_concurrency = config_.walk_concurrency;
+  vc.block_size = config_.block_size;
+  auto volume =
+      Volume::Open(vc, std::move(*remote), cache_, listeners_, registry_, SystemClock::Get());
+  if (!volume) return std::unexpected(volume.error());
+  auto vol = std::make_unique<FuseMountedVolume>(std::move(*volume), target_path);
+
+  FuseAdapter::Options fo;
+  fo.mountpoint = target_path;
+  fo.read_only = vol->read_only();
+  fo.consistency = context.cache.consistency;
+  fo.ttl_seconds = context.cache.ttl_seconds;
+  fo.allow_other = config_.allow_other;
+  fo.registry = registry_;
+  auto fuse = FuseAdapter::Mount(vol->volume().fs(), fo);
+  if (!fuse) return std::unexpected(fuse.error());
+  vol->Serve(std::move(*fuse));
+  log::Info("volume ready", {{"volume", volume_id},
+                             {"target", target_path},
+                             {"hub", hub_name},
+                             {"consistency", std::string(ToString(context.cache.consistency))},
+                             {"prefetch", std::string(ToString(context.cache.prefetch))}});
+  return std::unique_ptr<MountedVolume>(std::move(vol));
+}
+
+Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& config,
+                                                             BlockCache& cache,
+                                                             metrics::Registry& registry) {
+  FuseVolumeMounter::Config c;
+  c.hub.connections = config.hub.connections;
+  c.hub.inflight_per_connection = config.hub.inflight_per_connection;
+  c.hub.request_timeout_seconds = config.hub.request_timeout_seconds;
+  c.hub.retries = config.hub.retries;
+  c.read_ahead_max_bytes = config.read_ahead_max_bytes;
+  c.block_size = cache.block_size();
+  if (auto st = c.Validate(); !st) return std::unexpected(st.error());
+  return std::unique_ptr<VolumeMounter>(std::make_unique<FuseVolumeMounter>(c, &cache, &registry));
+}
+
+}  // namespace spoke::agent

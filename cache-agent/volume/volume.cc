@@ -1,0 +1,216 @@
+#include "cache-agent/volume/volume.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace spoke::agent {
+
+using namespace std::chrono_literals;
+
+Status Volume::Config::Validate() const {
+  if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
+  if (read_ahead_max_bytes < block_size)
+    return Fail(Code::kInvalidArgument, "read_ahead_max_bytes: must be >= one block");
+  if (walk_concurrency < 1 || walk_concurrency > 256)
+    return Fail(Code::kInvalidArgument, "walk_concurrency: must be in 1..256");
+  if (block_size < 4096 || (block_size & (block_size - 1)) != 0)
+    return Fail(Code::kInvalidArgument, "block_size: must be a power of two >= 4096");
+  return Ok();
+}
+
+Volume::Volume(const Config& config, BlockCache* cache,
+               std::shared_ptr<CacheListenerFanout> listeners)
+    : config_(config),
+      read_only_(config.read_only || config.context.read_only()),
+      cache_(cache),
+      listeners_(std::move(listeners)) {}
+
+Volume::~Volume() {
+  // No cache verdict may reach the scheduler once it is gone.
+  if (listeners_ && driver_ && driver_->listener() != nullptr)
+    listeners_->Remove(fetcher_->volume_key(), driver_->listener());
+  fs_.reset();
+  driver_.reset();
+  fetcher_.reset();
+  metadata_.reset();
+  remote_.reset();
+}
+
+Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_ptr<RemoteFs> remote,
+                                             BlockCache* cache,
+                                             std::shared_ptr<CacheListenerFanout> listeners,
+                                             metrics::Registry* registry, Clock& clock) {
+  if (auto st = config.Validate(); !st) return std::unexpected(st.error());
+  if (remote == nullptr) return Fail(Code::kInvalidArgument, "remote: is required");
+  const VolumeContext& context = config.context;
+  std::unique_ptr<Volume> vol(new Volume(config, cache, std::move(listeners)));
+  metrics::Registry& reg = registry != nullptr ? *registry : vol->own_registry_;
+  metrics::Labels labels{{"volume", config.volume_id}};
+  vol->remote_ = std::move(remote);
+
+  MetadataCache::Config mc;
+  mc.consistency = context.cache.consistency;
+  mc.ttl_seconds = context.cache.ttl_seconds;
+  mc.walk_concurrency = config.walk_concurrency;
+  if (auto st = mc.Validate(); !st) return std::unexpected(st.error());
+  vol->metadata_ = std::make_unique<MetadataCache>(*vol->remote_, mc, clock);
+  if (auto st = vol->metadata_->Init(); !st) {
+    Error e = st.error();
+    if (e.code() == Code::kTimeout) e = Error(Code::kUnavailable, e.message());
+    return std::unexpected(e.Wrap("volume " + config.volume_id + ": root of the volume"));
+  }
+  vol->metadata_->StartWalk();
+
+  BlockFetcher::Config fc;
+  fc.block_size = cache != nullptr ? cache->block_size() : config.block_size;
+  fc.max_hub_inflight = config.max_hub_inflight;
+  fc.prefetch_bytes_max = config.prefetch_bytes_max;
+  if (auto st = fc.Validate(); !st) return std::unexpected(st.error());
+  vol->fetcher_ = std::make_unique<BlockFetcher>(*vol->remote_, cache, VolumeKey(config.volume_id),
+                                                 fc, reg, labels);
+
+  PrefetchDriver::Config pc;
+  pc.volume_id = config.volume_id;
+  pc.mode = context.cache.prefetch;
+  pc.read_ahead_max_bytes = config.read_ahead_max_bytes;
+  // The volume's share of the cache for unverified prefetches: a quarter of it (as
+  // NoThrashPolicy's largest transient share), at least the read-ahead window.
+  uint64_t capacity = cache != nullptr ? cache->Stats().capacity_bytes : 0;
+  pc.space_budget_bytes = std::max<uint64_t>(capacity / 4, config.read_ahead_max_bytes);
+  pc.max_inflight_bytes = std::min<uint64_t>(64ull << 20, fc.prefetch_bytes_max);
+  vol->driver_ =
+      std::make_unique<PrefetchDriver>(pc, *vol->fetcher_, clock, vol->metadata_.get(), &reg);
+  if (vol->listeners_ && vol->driver_->listener() != nullptr)
+    vol->listeners_->Add(vol->fetcher_->volume_key(), vol->driver_->listener());
+
+  VolumeFs::Config vc;
+  vc.volume_id = config.volume_id;
+  vc.read_only = vol->read_only_;
+  vc.consistency = context.cache.consistency;
+  vol->fs_ =
+      std::make_unique<VolumeFs>(vc, *vol->remote_, *vol->metadata_, *vol->fetcher_,
+                                 vol->driver_->empty() ? nullptr : vol->driver_.get(), clock);
+  return vol;
+}
+
+VolumeFigures Volume::Figures() {
+  VolumeFigures f;
+  f.cache_bytes = fetcher_->CachedBytes();
+  if (cache_ != nullptr) f.checksum_failures = cache_->Stats().checksum_failures;
+  f.cache_hits = fetcher_->hits();
+  f.cache_misses = fetcher_->misses();
+  f.hub_read_bytes = fetcher_->hub_read_bytes();
+  f.cache_read_bytes = fetcher_->cache_read_bytes();
+  // One source for the miss latency: the fetcher times each read that waited for the hub.
+  f.demand_miss_latency_ms_avg = fetcher_->demand_miss_latency_ms_avg();
+  auto st = fs_->StatFs();
+  f.hub_reachable = remote_->Reachable() && st.has_value();
+  f.last_hub_error = st ? remote_->LastError() : st.error().ToString();
+  if (st) {
+    f.hub_total_bytes = st->total_bytes;
+    f.hub_available_bytes = st->avail_bytes;
+    f.hub_used_bytes = st->total_bytes - std::min(st->total_bytes, st->free_bytes);
+    f.hub_total_inodes = st->total_files;
+    f.hub_free_inodes = st->free_files;
+  }
+  if (!driver_->empty()) {
+    driver_->UpdateMetrics();
+    PrefetchStats ps = driver_->Stats();
+    f.prefetched_bytes_used = ps.prefetched_bytes_used;
+    f.prefetched_bytes_wasted = ps.prefetched_bytes_wasted;
+    f.experts = std::move(ps.experts);
+  }
+  return f;
+}
+
+Status Volume::Warmup(const std::string& path_prefix,
+                      const std::function<void(const WarmupFigures&)>& progress,
+                      const std::atomic<bool>& cancelled) {
+  auto prefix = NormalizeRelativePath(path_prefix, "path");
+  if (!prefix) return std::unexpected(prefix.error());
+  while (!metadata_->WaitWalk(200ms)) {
+    if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
+  }
+  auto files = metadata_->Files(*prefix);
+  if (files.empty() && !prefix->empty()) {
+    auto r = metadata_->Resolve(*prefix);
+    if (!r) return std::unexpected(r.error());
+  }
+  WarmupFigures figures;
+  figures.files_total = files.size();
+  for (const auto& f : files) figures.bytes_total += f.size;
+  std::atomic<uint64_t> next{0}, files_done{0}, bytes_done{0}, hub_bytes{0};
+  std::mutex err_mu;
+  std::optional<Error> first_error;
+  uint32_t bs = fetcher_->block_size();
+  auto worker = [&] {
+    while (!cancelled.load()) {
+      uint64_t i = next.fetch_add(1);
+      if (i >= files.size()) return;
+      const auto& wf = files[i];
+      FileRef ref{wf.path, wf.file_id, wf.version, wf.size};
+      uint64_t blocks = (wf.size + bs - 1) / bs;
+      for (uint64_t b = 0; b < blocks && !cancelled.load(); b += 64) {
+        auto r = fetcher_->Warm(ref, b, std::min<uint64_t>(64, blocks - b));
+        if (!r) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (!first_error) first_error = r.error().Wrap("warm-up of " + wf.path);
+          break;
+        }
+        hub_bytes += *r;
+        bytes_done += std::min<uint64_t>(64ull * bs, wf.size - b * bs);
+      }
+      files_done++;
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 8; ++i) workers.emplace_back(worker);
+  auto report = [&] {
+    figures.files_done = files_done.load();
+    figures.bytes_done = bytes_done.load();
+    figures.bytes_from_hub = hub_bytes.load();
+    if (progress) progress(figures);
+  };
+  while (files_done.load() < files.size() && !cancelled.load()) {
+    std::this_thread::sleep_for(200ms);
+    report();
+  }
+  for (auto& t : workers) t.join();
+  report();
+  if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
+  if (first_error) return std::unexpected(*first_error);
+  return Ok();
+}
+
+Result<uint64_t> Volume::Evict(const std::string& path_prefix) {
+  auto prefix = NormalizeRelativePath(path_prefix, "path");
+  if (!prefix) return std::unexpected(prefix.error());
+  if (prefix->empty()) return fetcher_->Evict(0);
+  uint64_t n = 0;
+  for (const auto& f : metadata_->Files(*prefix)) n += fetcher_->Evict(f.file_id);
+  return n;
+}
+
+HintFigures Volume::Hint(const std::vector<std::string>& paths) {
+  HintFigures h;
+  std::vector<std::string> known;
+  for (const auto& p : paths) {
+    auto norm = NormalizeRelativePath(p, "path");
+    auto r = norm ? metadata_->Resolve(*norm) : Result<InodeAttr>(std::unexpected(norm.error()));
+    if (!r || !r->attr.is_reg()) {
+      h.rejected++;
+      continue;
+    }
+    known.push_back(*norm);
+  }
+  HintCounts c = driver_->AddHintPaths(known);
+  driver_->Tick();  // start fetching now, not at the next tick
+  h.accepted += c.accepted;
+  h.rejected += c.rejected;
+  return h;
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,100 @@
+// Volume: one mounted volume's data stack, without the kernel. It owns, in build order,
+// the hub client (RemoteFs) -> MetadataCache (+ background walk) -> BlockFetcher (over the
+// agent's shared BlockCache) -> PrefetchDriver (the volume's prefetch mode) -> VolumeFs,
+// and serves the control plane's operations on it: figures, warm-up, evict and hints.
+// A FUSE session (fuse/) serves fs() to the kernel; tests drive it directly.
+#pragma once
+
+#if !__has_include("spoke_layer/volume.h")
+#error "wrong-way include: cache-agent/volume/ is not among this target's dependencies"
+#endif
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache-agent/cache/block_cache.h"
+#include "cache-agent/fs/block_fetcher.h"
+#include "cache-agent/fs/clock.h"
+#include "cache-agent/fs/metadata_cache.h"
+#include "cache-agent/fs/prefetch_driver.h"
+#include "cache-agent/fs/volume_fs.h"
+#include "cache-agent/remote/remote_fs.h"
+#include "cache-agent/volume/volume_figures.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "common/volume.h"
+
+namespace spoke::agent {
+
+class Volume {
+ public:
+  struct Config {
+    std::string volume_id;
+    VolumeContext context;
+    bool read_only = true;  // the mount's; a read-only context makes it read-only too
+    // Upper bound of the per-file sequential read-ahead window.
+    uint64_t read_ahead_max_bytes = 64ull << 20;
+    // Prefetch bytes queued or in flight (the rest of the pipe is for demand).
+    uint64_t prefetch_bytes_max = 256ull << 20;
+    // Hub reads in flight (the hub pool's connections x inflight).
+    int max_hub_inflight = 256;
+    // Directories listed at once by the mount-time metadata walk.
+    int walk_concurrency = 8;
+    // Block size when there is no cache; otherwise the cache's.
+    uint32_t block_size = 1 << 20;
+    Status Validate() const;
+  };
+
+  // Builds the stack over `remote`: reads the volume's root (kUnavailable when the hub does
+  // not answer within its timeout), starts the metadata walk. `cache` may be null (reads
+  // pass through); `listeners` (may be null) routes the cache's prefetch verdicts to this
+  // volume's scheduler. `registry` (may be null: the counters are kept privately) gets the
+  // volume's series. `cache`, `registry` and `clock` must outlive the volume.
+  static Result<std::unique_ptr<Volume>> Open(const Config& config,
+                                              std::unique_ptr<RemoteFs> remote, BlockCache* cache,
+                                              std::shared_ptr<CacheListenerFanout> listeners,
+                                              metrics::Registry* registry, Clock& clock);
+  ~Volume();
+  Volume(const Volume&) = delete;
+  Volume& operator=(const Volume&) = delete;
+
+  const std::string& volume_id() const { return config_.volume_id; }
+  const VolumeContext& context() const { return config_.context; }
+  bool read_only() const { return read_only_; }
+  VolumeFs& fs() { return *fs_; }
+
+  // Figures for VolumeStats; asks the hub for FSSTAT (bounded by the hub timeout; on
+  // failure hub_reachable=false and the error is kept, the call still succeeds).
+  VolumeFigures Figures();
+  // Fetches every block under `path_prefix` (relative; "" = all) into the cache, calling
+  // `progress` now and then. Stops early when `cancelled` becomes true.
+  Status Warmup(const std::string& path_prefix,
+                const std::function<void(const WarmupFigures&)>& progress,
+                const std::atomic<bool>& cancelled);
+  // Drops cached blocks under `path_prefix` ("" = the whole volume). Returns blocks dropped.
+  Result<uint64_t> Evict(const std::string& path_prefix);
+  // The hint expert (auto mode) fetches the named files ahead, in order, as the budget
+  // allows. Paths naming no regular file are rejected; other modes reject every path.
+  HintFigures Hint(const std::vector<std::string>& paths);
+
+ private:
+  Volume(const Config& config, BlockCache* cache, std::shared_ptr<CacheListenerFanout> listeners);
+
+  Config config_;
+  bool read_only_;
+  BlockCache* cache_;
+  std::shared_ptr<CacheListenerFanout> listeners_;
+  metrics::Registry own_registry_;  // when the caller gives none
+  // Built in this order, destroyed in the reverse one.
+  std::unique_ptr<RemoteFs> remote_;
+  std::unique_ptr<MetadataCache> metadata_;
+  std::unique_ptr<BlockFetcher> fetcher_;
+  std::unique_ptr<PrefetchDriver> driver_;
+  std::unique_ptr<VolumeFs> fs_;
+};
+
+}  // namespace spoke::agent

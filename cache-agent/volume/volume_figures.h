@@ -1,0 +1,50 @@
+// What the control plane learns about one volume: its figures (VolumeStats), warm-up
+// progress and hint verdicts. One type per thing; agent_service.cc maps them to the proto.
+#pragma once
+
+#if !__has_include("spoke_layer/volume.h")
+#error "wrong-way include: cache-agent/volume/ is not among this target's dependencies"
+#endif
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cache-agent/prefetch/prefetch_scheduler.h"  // ExpertStats
+
+namespace spoke::agent {
+
+struct VolumeFigures {
+  uint64_t cache_bytes = 0;
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t hub_read_bytes = 0;
+  uint64_t cache_read_bytes = 0;
+  uint64_t checksum_failures = 0;
+  bool hub_reachable = true;
+  std::string last_hub_error;
+  uint64_t hub_total_bytes = 0;
+  uint64_t hub_available_bytes = 0;
+  uint64_t hub_used_bytes = 0;
+  uint64_t hub_total_inodes = 0;
+  uint64_t hub_free_inodes = 0;
+  uint64_t prefetched_bytes_used = 0;
+  uint64_t prefetched_bytes_wasted = 0;
+  double demand_miss_latency_ms_avg = 0;  // the fetcher's: per read that waited for the hub
+  std::vector<ExpertStats> experts;       // the prefetcher's own figures
+};
+
+struct WarmupFigures {
+  uint64_t files_total = 0;
+  uint64_t files_done = 0;
+  uint64_t bytes_total = 0;
+  uint64_t bytes_done = 0;
+  uint64_t bytes_from_hub = 0;
+};
+
+struct HintFigures {
+  uint32_t accepted = 0;
+  uint32_t rejected = 0;
+};
+
+}  // namespace spoke::agent

@@ -1,0 +1,180 @@
+// Volume's control-plane operations (figures, warm-up, evict, hints) over fakes: no FUSE.
+#include "cache-agent/volume/volume.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/cache-agent/fs/fakes.h"
+
+namespace spoke::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeBlockCache;
+using testing::FakeRemoteFs;
+
+constexpr uint32_t kBlock = 4096;
+
+struct VolumeRig {
+  explicit VolumeRig(PrefetchMode mode = PrefetchMode::kOff) : cache(kBlock) {
+    auto r = std::make_unique<FakeRemoteFs>();
+    remote = r.get();
+    remote->PutFile("a/x", std::string(3 * kBlock, 'x'));
+    remote->PutFile("a/y", std::string(2 * kBlock, 'y'));
+    remote->PutFile("b/z", std::string(kBlock, 'z'));
+    Volume::Config c;
+    c.volume_id = "vol";
+    c.context.hub.server = "hub";
+    c.context.cache.prefetch = mode;
+    c.read_ahead_max_bytes = 8 * kBlock;
+    c.block_size = kBlock;
+    auto v = Volume::Open(c, std::move(r), &cache, std::make_shared<CacheListenerFanout>(),
+                          &registry, clock);
+    EXPECT_TRUE(v) << v.error().ToString();
+    if (v) volume = std::move(*v);
+  }
+  ~VolumeRig() { volume.reset(); }
+
+  // Reads the whole file through the volume's VolumeFs, as the kernel would.
+  void ReadFile(const std::string& path, uint64_t size) {
+    auto& fs = volume->fs();
+    uint64_t ino = kRootIno;
+    size_t start = 0;
+    while (start <= path.size()) {
+      size_t slash = path.find('/', start);
+      if (slash == std::string::npos) slash = path.size();
+      auto e = fs.Lookup(ino, path.substr(start, slash - start));
+      ASSERT_TRUE(e) << path;
+      ino = e->ino;
+      start = slash + 1;
+    }
+    auto f = fs.Open(ino, O_RDONLY);
+    ASSERT_TRUE(f);
+    std::vector<char> buf(size);
+    auto n = fs.Read(f->handle, 0, size, buf.data());
+    ASSERT_TRUE(n);
+    EXPECT_EQ(*n, size);
+    EXPECT_TRUE(fs.Release(f->handle));
+  }
+
+  FakeBlockCache cache;
+  FakeRemoteFs* remote = nullptr;  // owned by the volume
+  ManualClock clock;
+  metrics::Registry registry;
+  std::unique_ptr<Volume> volume;
+};
+
+TEST(Volume, WarmupFetchesEveryBlockUnderThePrefixOnce) {
+  VolumeRig rig;
+  ASSERT_TRUE(rig.volume);
+  std::atomic<bool> cancelled{false};
+  WarmupFigures last;
+  ASSERT_TRUE(rig.volume->Warmup(
+      "a", [&](const WarmupFigures& f) { last = f; }, cancelled));
+  EXPECT_EQ(last.files_total, 2u);
+  EXPECT_EQ(last.files_done, 2u);
+  EXPECT_EQ(last.bytes_total, 5u * kBlock);
+  EXPECT_EQ(last.bytes_done, 5u * kBlock);
+  EXPECT_EQ(last.bytes_from_hub, 5u * kBlock);
+  EXPECT_EQ(rig.cache.blocks(), 5u);
+  // The whole volume now: only b/z comes from the hub.
+  ASSERT_TRUE(rig.volume->Warmup(
+      "", [&](const WarmupFigures& f) { last = f; }, cancelled));
+  EXPECT_EQ(last.files_total, 3u);
+  EXPECT_EQ(last.bytes_from_hub, 1u * kBlock);
+  EXPECT_EQ(rig.cache.blocks(), 6u);
+}
+
+TEST(Volume, WarmupNamesABadOrMissingPathAndStopsWhenCancelled) {
+  VolumeRig rig;
+  ASSERT_TRUE(rig.volume);
+  std::atomic<bool> cancelled{false};
+  auto missing = rig.volume->Warmup("nope", nullptr, cancelled);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), Code::kNotFound);
+  auto escape = rig.volume->Warmup("../x", nullptr, cancelled);
+  ASSERT_FALSE(escape);
+  EXPECT_EQ(escape.error().code(), Code::kInvalidArgument);
+  cancelled = true;
+  auto stopped = rig.volume->Warmup("", nullptr, cancelled);
+  ASSERT_FALSE(stopped);
+  EXPECT_EQ(stopped.error().code(), Code::kCancelled);
+  EXPECT_EQ(rig.cache.blocks(), 0u);
+}
+
+TEST(Volume, EvictDropsThePrefixOrTheWholeVolume) {
+  VolumeRig rig;
+  ASSERT_TRUE(rig.volume);
+  std::atomic<bool> cancelled{false};
+  ASSERT_TRUE(rig.volume->Warmup("", nullptr, cancelled));
+  ASSERT_EQ(rig.cache.blocks(), 6u);
+  auto a = rig.volume->Evict("a");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(*a, 5u);
+  EXPECT_EQ(rig.cache.blocks(), 1u);
+  auto all = rig.volume->Evict("");
+  ASSERT_TRUE(all);
+  EXPECT_EQ(*all, 1u);
+  EXPECT_EQ(rig.cache.blocks(), 0u);
+  EXPECT_FALSE(rig.volume->Evict("/abs"));
+}
+
+TEST(Volume, FiguresCountReadsAndTakeTheMissLatencyFromOnePlace) {
+  VolumeRig rig(PrefetchMode::kAuto);
+  ASSERT_TRUE(rig.volume);
+  rig.remote->SetReadLatency(5ms);
+  rig.ReadFile("a/x", 3 * kBlock);
+  for (int i = 0; i < 1000 && rig.cache.blocks() < 3; ++i) std::this_thread::sleep_for(1ms);
+  VolumeFigures f = rig.volume->Figures();
+  EXPECT_EQ(f.cache_hits, 0u);
+  EXPECT_GE(f.cache_misses, 1u);
+  EXPECT_GE(f.hub_read_bytes, 3u * kBlock);
+  EXPECT_EQ(f.cache_bytes, rig.cache.VolumeBytes(VolumeKey("vol")));
+  EXPECT_TRUE(f.hub_reachable);
+  EXPECT_EQ(f.hub_total_bytes, 1u << 30);
+  EXPECT_FALSE(f.experts.empty());  // auto mode: the prefetcher's experts
+  // The figure is the fetcher's histogram (one observation per read that waited), not a
+  // second measurement overwriting it.
+  auto& hist = rig.registry.GetHistogram("spoke_demand_miss_seconds", "",
+                                         metrics::Labels{{"volume", "vol"}});
+  ASSERT_GE(hist.Count(), 1u);
+  EXPECT_NEAR(f.demand_miss_latency_ms_avg, hist.Sum() * 1e3 / static_cast<double>(hist.Count()),
+              0.01);
+  EXPECT_GT(f.demand_miss_latency_ms_avg, 0);
+  rig.remote->SetDown(true);
+  VolumeFigures down = rig.volume->Figures();
+  EXPECT_FALSE(down.hub_reachable);
+}
+
+TEST(Volume, HintsAcceptKnownFilesOnlyInAutoMode) {
+  VolumeRig rig(PrefetchMode::kAuto);
+  ASSERT_TRUE(rig.volume);
+  HintFigures h = rig.volume->Hint({"a/x", "nope", "a", "../etc"});
+  EXPECT_EQ(h.accepted, 1u);
+  EXPECT_EQ(h.rejected, 3u);
+
+  VolumeRig off(PrefetchMode::kOff);
+  ASSERT_TRUE(off.volume);
+  HintFigures o = off.volume->Hint({"a/x"});
+  EXPECT_EQ(o.accepted, 0u);
+  EXPECT_EQ(o.rejected, 1u);
+}
+
+TEST(Volume, OpenNamesTheRootFailure) {
+  auto r = std::make_unique<FakeRemoteFs>();
+  r->SetDown(true);
+  FakeBlockCache cache(kBlock);
+  ManualClock clock;
+  Volume::Config c;
+  c.volume_id = "vol";
+  c.block_size = kBlock;
+  c.read_ahead_max_bytes = kBlock;
+  auto v = Volume::Open(c, std::move(r), &cache, nullptr, nullptr, clock);
+  ASSERT_FALSE(v);
+  EXPECT_NE(v.error().message().find("volume vol"), std::string::npos) << v.error().ToString();
+}
+
+}  // namespace
+}  // namespace spoke::agent
