@@ -235,8 +235,9 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
       return static_cast<ssize_t>(init_.request.size());
     }
     // Until libfuse has answered INIT it rejects every other request with EIO; on a takeover
-    // the kernel has requests queued already, so other readers wait here.
-    cv_.wait(lock, [&] { return init_done_ || draining_; });
+    // the kernel has requests queued already, so other readers wait here. (On a new mount the
+    // kernel itself sends nothing else before INIT is answered.)
+    if (mode_ == Mode::kTakeover) cv_.wait(lock, [&] { return init_done_ || draining_; });
   }
   for (;;) {
     {
