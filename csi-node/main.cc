@@ -3,7 +3,7 @@
 //
 //   spoke-csi-node --endpoint unix:///csi/csi.sock --node-id $(NODE_NAME)
 //                  --agent-socket /run/spoke/agent.sock --config /etc/spoke/node.yaml
-//                  [--state-dir DIR] [--log-level info] [--version]
+//                  [--state-dir DIR] [--fuse-keeper-socket PATH] [--log-level info] [--version]
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/version.h"
 #include "csi-node/agent_client.h"
+#include "csi-node/fd_keeper_service.h"
 #include "csi-node/mounter.h"
 #include "csi-node/node_config.h"
 #include "csi-node/node_server.h"
@@ -23,8 +24,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: spoke-csi-node --node-id ID [--endpoint unix:///csi/csi.sock]\n"
     "                      [--agent-socket /run/spoke/agent.sock] [--config node.yaml]\n"
-    "                      [--state-dir DIR] [--log-level debug|info|warn|error] [--version]\n"
-    "config (YAML): kubeletDir, stateDir, topology: {region, zone}, agentTimeoutSeconds\n"
+    "                      [--state-dir DIR] [--fuse-keeper-socket PATH]\n"
+    "                      [--log-level debug|info|warn|error] [--version]\n"
+    "config (YAML): kubeletDir, stateDir, topology: {region, zone}, agentTimeoutSeconds,\n"
+    "               fuseKeeperSocket\n"
     "env: NODE_NAME (default node id), SPOKE_REGION / SPOKE_ZONE (topology fallback)\n";
 
 int Die(const std::string& msg) {
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
   node::NodeConfig config;
   std::string config_path;
   std::string state_dir_flag;
+  std::string keeper_flag;
   std::string level = "info";
   if (const char* n = std::getenv("NODE_NAME")) config.node_id = n;
 
@@ -64,7 +68,8 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     } else if (arg == "--endpoint" || arg == "--node-id" || arg == "--agent-socket" ||
-               arg == "--config" || arg == "--state-dir" || arg == "--log-level") {
+               arg == "--config" || arg == "--state-dir" || arg == "--log-level" ||
+               arg == "--fuse-keeper-socket") {
       if (!next()) return Die(arg + " needs a value\n" + kUsage);
       if (arg == "--endpoint") config.endpoint = value;
       if (arg == "--node-id") config.node_id = value;
@@ -72,6 +77,7 @@ int main(int argc, char** argv) {
       if (arg == "--config") config_path = value;
       if (arg == "--state-dir") state_dir_flag = value;
       if (arg == "--log-level") level = value;
+      if (arg == "--fuse-keeper-socket") keeper_flag = value;
     } else {
       return Die("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -88,6 +94,7 @@ int main(int argc, char** argv) {
     return Die(s.error().message());
   }
   if (!state_dir_flag.empty()) config.state_dir = state_dir_flag;
+  if (!keeper_flag.empty()) config.fuse_keeper_socket = keeper_flag;
   if (auto s = config.Validate(); !s) return Die(s.error().message());
   if (auto s = UnixSocketPath(config.endpoint); !s) return Die(s.error().message());
 
@@ -104,6 +111,9 @@ int main(int argc, char** argv) {
 
   // Threads started below (gRPC) inherit the blocked signals.
   BlockShutdownSignals();
+  // Before serving CSI: the agent may already be waiting to hand its connections over.
+  auto keeper = node::StartFuseKeeper(config);
+  if (!keeper) return Die(keeper.error().message());
   node::SyscallMounter mounter;
   node::AgentClient agent(config.agent_socket, config.agent_timeout);
   if (auto m = agent.ListMounts(); !m) {

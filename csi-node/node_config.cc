@@ -25,6 +25,7 @@ Status Apply(ConfigReader& r, NodeConfig* c,
   double seconds = r.Seconds("agentTimeoutSeconds",
                              std::chrono::duration<double>(c->agent_timeout).count(), 1, 600);
   c->agent_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  c->fuse_keeper_socket = r.String("fuseKeeperSocket", c->fuse_keeper_socket);
   if (auto s = r.Finish(); !s) return s;
 
   if (c->region.empty() && getenv) {
@@ -48,6 +49,10 @@ Status NodeConfig::Validate() const {
   if (state_dir.empty() || state_dir.front() != '/') {
     return Fail(Code::kInvalidArgument,
                 "stateDir must be an absolute path, got '" + state_dir + "'");
+  }
+  if (!fuse_keeper_socket.empty() && fuse_keeper_socket.front() != '/') {
+    return Fail(Code::kInvalidArgument,
+                "fuseKeeperSocket must be an absolute path, got '" + fuse_keeper_socket + "'");
   }
   if (agent_timeout.count() <= 0) {
     return Fail(Code::kInvalidArgument, "agentTimeoutSeconds must be positive");

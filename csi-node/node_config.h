@@ -5,6 +5,7 @@
 //   stateDir: /var/lib/kubelet/plugins/spoke.csi.dev   # ephemeral volumes' private mounts
 //   topology: {region: eu-west-1, zone: eu-west-1a}     # or env SPOKE_REGION / SPOKE_ZONE
 //   agentTimeoutSeconds: 30
+//   fuseKeeperSocket: /run/spoke/fuse-keeper.sock   # hold the agent's /dev/fuse fds (optional)
 #pragma once
 
 #include <chrono>
@@ -34,6 +35,9 @@ struct NodeConfig {
   // Bound on every agent call. Mount may connect to a hub over a WAN (a few RTTs plus the
   // first FSSTAT), so this is generous; a dead agent fails at once anyway (connect refused).
   std::chrono::milliseconds agent_timeout{30000};
+  // When set, the plugin embeds the fd keeper here: it holds a duplicate of every FUSE
+  // connection the agent serves, so mounts stay connected across agent crashes and upgrades.
+  std::string fuse_keeper_socket;
 
   // Non-empty node id, absolute paths, state dir inside kubeletDir when enforced.
   Status Validate() const;

@@ -1,0 +1,385 @@
+#include "cache-agent/fuse/session_io.h"
+
+#define FUSE_USE_VERSION 34
+#include <fcntl.h>
+#include <fuse3/fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+
+namespace spoke::fuse {
+namespace {
+
+// From Linux 6.9's uapi fuse.h; the build host's headers may predate it.
+constexpr int32_t kNotifyResend = 7;
+
+// libfuse hands custom io its session userdata (the filesystem's), not ours: find the
+// SessionIo by the fd it serves.
+std::mutex g_registry_mu;
+std::map<int, SessionIo*>& Registry() {
+  static auto* registry = new std::map<int, SessionIo*>();
+  return *registry;
+}
+SessionIo* Lookup(int fd) {
+  std::lock_guard lock(g_registry_mu);
+  auto it = Registry().find(fd);
+  return it == Registry().end() ? nullptr : it->second;
+}
+
+std::string ToHex(const std::string& bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+Result<std::string> FromHex(const std::string& hex, const char* field) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.size() % 2 != 0) return Fail(Code::kInvalidArgument, std::string(field) + " is not hex");
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return Fail(Code::kInvalidArgument, std::string(field) + " is not hex");
+    out[i] = static_cast<char>(hi << 4 | lo);
+  }
+  return out;
+}
+
+Status CheckInitRequest(const std::string& request) {
+  if (request.size() < sizeof(fuse_in_header)) {
+    return Fail(Code::kInvalidArgument, "init_request is shorter than a fuse_in_header");
+  }
+  fuse_in_header h;
+  std::memcpy(&h, request.data(), sizeof(h));
+  if (h.opcode != FUSE_INIT || h.len != request.size()) {
+    return Fail(Code::kInvalidArgument, "init_request is not a complete FUSE_INIT request");
+  }
+  return Ok();
+}
+
+// Requests libfuse never answers.
+bool ExpectsReply(uint32_t opcode) {
+  return opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT &&
+         opcode != FUSE_NOTIFY_REPLY;
+}
+
+}  // namespace
+
+std::string InitRecord::ToJson() const {
+  return nlohmann::json{{"init_request", ToHex(request)}, {"init_reply", ToHex(reply)}}.dump();
+}
+
+Result<InitRecord> InitRecord::FromJson(const std::string& json_text) {
+  auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Fail(Code::kInvalidArgument, "init record is not a JSON object");
+  }
+  InitRecord out;
+  for (auto [field, dest] : {std::pair{"init_request", &out.request}, {"init_reply", &out.reply}}) {
+    if (!j.contains(field) || !j[field].is_string()) {
+      return Fail(Code::kInvalidArgument, std::string("init record lacks '") + field + "'");
+    }
+    auto bytes = FromHex(j[field].get<std::string>(), field);
+    if (!bytes) return std::unexpected(bytes.error());
+    *dest = std::move(*bytes);
+  }
+  if (auto s = CheckInitRequest(out.request); !s) return std::unexpected(s.error());
+  return out;
+}
+
+const char* ResendOutcomeName(ResendOutcome outcome) {
+  switch (outcome) {
+    case ResendOutcome::kNotAttempted:
+      return "not-attempted";
+    case ResendOutcome::kSent:
+      return "sent";
+    case ResendOutcome::kUnsupported:
+      return "unsupported";
+    case ResendOutcome::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+SessionIo::SessionIo(Mode mode, int fd) : mode_(mode), fd_(fd) {
+  wake_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+}
+
+SessionIo::~SessionIo() {
+  std::lock_guard lock(g_registry_mu);
+  auto it = Registry().find(fd_);
+  if (it != Registry().end() && it->second == this) Registry().erase(it);
+}
+
+Status SessionIo::Install(fuse_session* se) {
+  if (!wake_fd_.valid()) return Fail(Code::kIo, std::string("eventfd: ") + std::strerror(errno));
+  // Readers wait in poll() (so Drain can wake them) and then read without blocking. The flag
+  // lives on the open file shared with the keeper's duplicate, which never reads.
+  int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return Fail(Code::kIo, std::string("fcntl(/dev/fuse, O_NONBLOCK): ") + std::strerror(errno));
+  }
+  {
+    std::lock_guard lock(g_registry_mu);
+    if (Registry().contains(fd_)) {
+      return Fail(Code::kInternal, "fd " + std::to_string(fd_) + " already has a SessionIo");
+    }
+    Registry()[fd_] = this;
+  }
+  fuse_custom_io io{};
+  io.read = &SessionIo::ReadThunk;
+  io.writev = &SessionIo::WritevThunk;
+  if (int rc = fuse_session_custom_io(se, &io, fd_); rc != 0) {
+    std::lock_guard lock(g_registry_mu);
+    Registry().erase(fd_);
+    return Fail(Code::kInternal, "fuse_session_custom_io failed: " + std::to_string(rc));
+  }
+  return Ok();
+}
+
+Result<std::unique_ptr<SessionIo>> SessionIo::AttachToMounted(fuse_session* se) {
+  int fd = fuse_session_fd(se);
+  if (fd < 0) return Fail(Code::kInvalidArgument, "session is not mounted (no /dev/fuse fd)");
+  std::unique_ptr<SessionIo> io(new SessionIo(Mode::kNewMount, fd));
+  if (auto s = io->Install(se); !s) return std::unexpected(s.error());
+  return io;
+}
+
+Result<std::unique_ptr<SessionIo>> SessionIo::Adopt(fuse_session* se, UniqueFd fd,
+                                                    InitRecord init) {
+  if (!fd.valid()) return Fail(Code::kInvalidArgument, "takeover fd is not valid");
+  if (auto s = CheckInitRequest(init.request); !s) return std::unexpected(s.error());
+  std::unique_ptr<SessionIo> io(new SessionIo(Mode::kTakeover, fd.get()));
+  fuse_in_header h;
+  std::memcpy(&h, init.request.data(), sizeof(h));
+  io->init_unique_ = h.unique;
+  io->init_ = std::move(init);
+  if (auto s = io->Install(se); !s) return std::unexpected(s.error());
+  fd.Release();  // the session owns it now (closed by fuse_session_destroy)
+  return io;
+}
+
+Result<InitRecord> SessionIo::WaitForInit(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return init_done_; })) {
+    return Fail(Code::kTimeout,
+                "FUSE_INIT not answered within " + std::to_string(timeout.count()) + " ms");
+  }
+  return init_;
+}
+
+ResendOutcome SessionIo::resend_outcome() const {
+  std::lock_guard lock(mu_);
+  return resend_;
+}
+int SessionIo::resend_errno() const {
+  std::lock_guard lock(mu_);
+  return resend_errno_;
+}
+bool SessionIo::init_reply_matches() const {
+  std::lock_guard lock(mu_);
+  return init_matches_;
+}
+size_t SessionIo::in_flight() const {
+  std::lock_guard lock(mu_);
+  return in_flight_.size();
+}
+
+ssize_t SessionIo::ReadThunk(int fd, void* buf, size_t len, void*) {
+  SessionIo* self = Lookup(fd);
+  if (self == nullptr) {
+    errno = ENODEV;
+    return -1;
+  }
+  return self->Read(buf, len);
+}
+
+ssize_t SessionIo::WritevThunk(int fd, struct iovec* iov, int count, void*) {
+  SessionIo* self = Lookup(fd);
+  if (self == nullptr) return ::writev(fd, iov, count);
+  return self->Writev(iov, count);
+}
+
+ssize_t SessionIo::Read(void* buf, size_t len) {
+  {
+    std::unique_lock lock(mu_);
+    if (mode_ == Mode::kTakeover && !init_replayed_) {
+      // The first read of a takeover is the recorded INIT: libfuse negotiates exactly what the
+      // kernel agreed with the first process.
+      init_replayed_ = true;
+      if (init_.request.size() > len) {
+        errno = EIO;
+        return -1;
+      }
+      std::memcpy(buf, init_.request.data(), init_.request.size());
+      return static_cast<ssize_t>(init_.request.size());
+    }
+    // Until libfuse has answered INIT it rejects every other request with EIO; on a takeover
+    // the kernel has requests queued already, so other readers wait here. (On a new mount the
+    // kernel itself sends nothing else before INIT is answered.)
+    if (mode_ == Mode::kTakeover) cv_.wait(lock, [&] { return init_done_ || draining_; });
+  }
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      if (draining_) {
+        cv_.wait(lock, [&] { return stopped_; });
+        errno = ENODEV;  // libfuse ends the session loop on ENODEV, without an error
+        return -1;
+      }
+      ++active_reads_;
+    }
+    auto leave = [&] {
+      std::lock_guard lock(mu_);
+      --active_reads_;
+      cv_.notify_all();
+    };
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+    int n = ::poll(p, 2, -1);
+    if (n < 0 && errno != EINTR) {
+      int err = errno;
+      leave();
+      errno = err;
+      return -1;
+    }
+    if (n <= 0 || (p[1].revents & POLLIN) || !(p[0].revents & (POLLIN | POLLERR | POLLHUP))) {
+      leave();
+      continue;  // woken for a drain (or EINTR): re-check the gate
+    }
+    ssize_t got = ::read(fd_, buf, len);
+    if (got < 0) {
+      int err = errno;
+      leave();
+      if (err == EAGAIN || err == EINTR) continue;  // another thread took the request
+      errno = err;                                  // ENODEV: unmounted or aborted
+      return -1;
+    }
+    if (static_cast<size_t>(got) >= sizeof(fuse_in_header)) {
+      fuse_in_header h;
+      std::memcpy(&h, buf, sizeof(h));
+      std::lock_guard lock(mu_);
+      if (mode_ == Mode::kNewMount && h.opcode == FUSE_INIT && !init_done_) {
+        init_.request.assign(static_cast<const char*>(buf), static_cast<size_t>(got));
+        init_unique_ = h.unique;
+      }
+      if (ExpectsReply(h.opcode)) in_flight_.insert(h.unique);
+      --active_reads_;
+      cv_.notify_all();
+    } else {
+      leave();
+    }
+    return got;
+  }
+}
+
+ssize_t SessionIo::Writev(struct iovec* iov, int count) {
+  fuse_out_header h{};
+  if (count > 0 && iov[0].iov_len >= sizeof(h)) std::memcpy(&h, iov[0].iov_base, sizeof(h));
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+  std::unique_lock lock(mu_);
+  if (!init_done_ && h.unique != 0 && h.unique == init_unique_) {
+    std::string reply;
+    for (int i = 0; i < count; ++i) {
+      reply.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+    }
+    ssize_t rc = static_cast<ssize_t>(total);
+    if (mode_ == Mode::kNewMount) {
+      rc = ::writev(fd_, iov, count);
+      init_.reply = std::move(reply);
+    } else {
+      // The kernel finished this INIT long ago: swallow the answer, and compare it.
+      init_matches_ = (reply == init_.reply);
+      if (!init_matches_) {
+        log::Warn("FUSE takeover: this process answers INIT differently than the original",
+                  {{"fd", fd_}});
+      }
+      SendResendLocked();
+    }
+    in_flight_.erase(h.unique);
+    init_done_ = true;
+    cv_.notify_all();
+    return rc;
+  }
+  lock.unlock();
+  ssize_t rc = ::writev(fd_, iov, count);
+  int err = errno;
+  if (h.unique != 0) {
+    lock.lock();
+    // Answered, or the kernel no longer wants it (ENOENT: interrupted): no longer in flight.
+    if (in_flight_.erase(h.unique) > 0 && draining_) cv_.notify_all();
+    lock.unlock();
+  }
+  errno = err;
+  return rc;
+}
+
+void SessionIo::SendResendLocked() {
+  fuse_out_header notify{};
+  notify.len = sizeof(notify);
+  notify.error = kNotifyResend;
+  notify.unique = 0;
+  ssize_t rc = ::write(fd_, &notify, sizeof(notify));
+  if (rc == static_cast<ssize_t>(sizeof(notify))) {
+    resend_ = ResendOutcome::kSent;
+    log::Info("FUSE takeover: kernel resends requests in flight", {{"fd", fd_}});
+    return;
+  }
+  resend_errno_ = rc < 0 ? errno : EIO;
+  // fuse_notify() answers an unknown notification code with EINVAL (kernels before 6.9).
+  resend_ = resend_errno_ == EINVAL ? ResendOutcome::kUnsupported : ResendOutcome::kFailed;
+  log::Warn("FUSE takeover: requests read by the previous process cannot be resent",
+            {{"fd", fd_}, {"error", std::strerror(resend_errno_)}});
+}
+
+Status SessionIo::Drain(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  draining_ = true;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
+  cv_.notify_all();
+  bool drained =
+      cv_.wait_for(lock, timeout, [&] { return active_reads_ == 0 && in_flight_.empty(); });
+  size_t left = in_flight_.size();
+  stopped_ = true;
+  cv_.notify_all();
+  if (!drained) {
+    return Fail(Code::kTimeout, std::to_string(left) + " FUSE request(s) still unanswered after " +
+                                    std::to_string(timeout.count()) + " ms");
+  }
+  return Ok();
+}
+
+Result<std::string> FuseConnectionDir(const std::string& mountpoint) {
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    return Fail(Code::kNotFound, "cannot stat '" + mountpoint + "': " + std::strerror(errno));
+  }
+  std::string dir = "/sys/fs/fuse/connections/" + std::to_string(minor(st.st_dev));
+  if (::access(dir.c_str(), F_OK) != 0) {
+    return Fail(Code::kNotFound, "'" + mountpoint + "' is not a FUSE mount (no " + dir + ")");
+  }
+  return dir;
+}
+
+}  // namespace spoke::fuse

@@ -1,0 +1,72 @@
+// spoke-fuse-keeper: holds the /dev/fuse descriptors of spokectl mounts outside Kubernetes, so
+// that a crash or an upgrade of spoke-cache-agent leaves every mount connected. It is small on
+// purpose and is never upgraded with the agent (in Kubernetes, spoke-csi-node embeds the same
+// server).
+//
+//   spoke-fuse-keeper --socket /run/spoke/fuse-keeper.sock [--log-level info] [--version]
+//
+// SIGTERM/SIGINT stop it; the descriptors it held close with it (the agent keeps its own
+// duplicates, so mounts stay up while the agent runs and the agent re-puts them on reconnect).
+#include <signal.h>
+
+#include <iostream>
+#include <string>
+
+#include "common/fd_keeper.h"
+#include "common/log.h"
+#include "common/version.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: spoke-fuse-keeper [--socket /run/spoke/fuse-keeper.sock]\n"
+    "                         [--log-level debug|info|warn|error] [--version]\n";
+
+int Die(const std::string& msg) {
+  std::cerr << "spoke-fuse-keeper: " << msg << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace spoke;
+  FdKeeperServer::Config config;
+  config.socket_path = "/run/spoke/fuse-keeper.sock";
+  std::string level = "info";
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--version") {
+      std::cout << "spoke-fuse-keeper " << Version() << "\n";
+      return 0;
+    } else if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (arg == "--socket" || arg == "--log-level") {
+      if (i + 1 >= argc) return Die(arg + " needs a value\n" + kUsage);
+      (arg == "--socket" ? config.socket_path : level) = argv[++i];
+    } else {
+      return Die("unknown argument '" + arg + "'\n" + kUsage);
+    }
+  }
+  auto parsed = log::ParseLevel(level);
+  if (!parsed) return Die("--log-level must be debug|info|warn|error, got '" + level + "'");
+  log::SetLevel(*parsed);
+  if (auto s = config.Validate(); !s) return Die(s.error().message());
+
+  // Block the stop signals before any thread starts, then wait for one of them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  FdKeeperServer server(config);
+  if (auto s = server.Start(); !s) return Die(s.error().message());
+  int sig = 0;
+  sigwait(&set, &sig);
+  log::Info("fd keeper stopping", {{"signal", sig}, {"kept", server.size()}});
+  server.Stop();
+  return 0;
+}

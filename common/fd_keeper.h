@@ -1,0 +1,103 @@
+// The fd keeper: a process that does not restart with the cache agent holds a duplicate of
+// each /dev/fuse connection, so a mount keeps its connection while the agent is down and a new
+// agent takes the same connection back.
+//
+// Protocol: one JSON object per SOCK_SEQPACKET record, descriptors as SCM_RIGHTS.
+//   {"op":"put","key":K,"metadata":{...}} + 1 fd  ->  {"ok":true}
+//   {"op":"list"}                                  ->  {"entry":{"key":K,"metadata":{...}}} + fd
+//                                                      ... one record per entry, then
+//                                                      {"ok":true,"count":N}
+//   {"op":"del","key":K}                           ->  {"ok":true,"found":bool}
+//   any failure                                    ->  {"ok":false,"error":"..."}
+// PUT of an existing key replaces (and closes) the old descriptor. Keys are 1..256 printable
+// bytes; metadata is a JSON object of at most 32 KiB, opaque to the keeper.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/fd_passing.h"
+#include "common/status.h"
+
+namespace spoke {
+
+struct KeptFd {
+  std::string key;
+  std::string metadata_json;  // the JSON object given to Put, re-serialised
+  UniqueFd fd;
+};
+
+class FdKeeperServer {
+ public:
+  struct Config {
+    std::string socket_path;
+    // Only peers with this uid may talk to the keeper (SO_PEERCRED): root, since a /dev/fuse
+    // descriptor gives full control over a mount. Tests running as root keep the default.
+    uid_t allowed_uid = 0;
+    // Bound on answering one client; a client that stops reading is dropped.
+    std::chrono::milliseconds io_timeout{5000};
+    // Clients served at once; more wait in the listen backlog.
+    size_t max_clients = 64;
+
+    Status Validate() const;
+  };
+
+  explicit FdKeeperServer(Config config);
+  ~FdKeeperServer();  // Stop()s
+  FdKeeperServer(const FdKeeperServer&) = delete;
+  FdKeeperServer& operator=(const FdKeeperServer&) = delete;
+
+  // Binds the socket (mode 0600) and starts the serving thread. kAlreadyExists when another
+  // keeper serves the path; kIo for socket errors.
+  Status Start();
+  // Stops serving and removes the socket file. Kept descriptors stay open until destruction,
+  // so the mounts they belong to keep their connection until this process exits.
+  void Stop();
+
+  size_t size() const;
+
+ private:
+  void Serve();
+  // Handles one request on `client`; false when the client should be dropped.
+  bool HandleRequest(int client);
+  Status Reply(int client, const std::string& json, std::span<const int> fds = {});
+
+  Config config_;
+  UniqueFd listen_fd_;
+  UniqueFd wake_fd_;  // eventfd: Stop() wakes the serving thread
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+  std::map<std::string, KeptFd> entries_;  // GUARDED_BY(mu_)
+};
+
+// A client of the keeper: one connection per call, every call bounded by `timeout`.
+class FdKeeperClient {
+ public:
+  FdKeeperClient(std::string socket_path, std::chrono::milliseconds timeout)
+      : socket_path_(std::move(socket_path)), timeout_(timeout) {}
+
+  // Stores a duplicate of `fd` under `key` with `metadata_json` (a JSON object).
+  // kInvalidArgument for a bad key or metadata, kUnavailable when no keeper listens,
+  // kPermissionDenied when the keeper refuses this uid, kTimeout, kIo.
+  Status Put(const std::string& key, const std::string& metadata_json, int fd) const;
+  // Every kept descriptor (fresh duplicates owned by the caller), in key order.
+  Result<std::vector<KeptFd>> List() const;
+  // Forgets `key` and closes the keeper's duplicate. Returns whether the key was kept.
+  Result<bool> Del(const std::string& key) const;
+
+ private:
+  Result<UniqueFd> Connect() const;
+
+  std::string socket_path_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace spoke

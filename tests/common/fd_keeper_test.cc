@@ -1,0 +1,195 @@
+// The fd keeper in-process: server and client over a real unix socket.
+#include "common/fd_keeper.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
+
+namespace spoke {
+namespace {
+
+using namespace std::chrono_literals;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "spoke-keeper-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct Pipe {
+  Pipe() {
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    r.Reset(fds[0]);
+    w.Reset(fds[1]);
+  }
+  UniqueFd r, w;
+};
+
+std::string ReadAll(int fd, size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = ::read(fd, out.data() + got, n - got);
+    if (k <= 0) break;
+    got += static_cast<size_t>(k);
+  }
+  out.resize(got);
+  return out;
+}
+
+class FdKeeperTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    FdKeeperServer::Config config;
+    config.socket_path = dir_.path() + "/keeper.sock";
+    config.allowed_uid = ::geteuid();
+    server_ = std::make_unique<FdKeeperServer>(config);
+    ASSERT_TRUE(server_->Start());
+  }
+  FdKeeperClient Client() { return FdKeeperClient(dir_.path() + "/keeper.sock", 2000ms); }
+
+  TempDir dir_;
+  std::unique_ptr<FdKeeperServer> server_;
+};
+
+TEST_F(FdKeeperTest, PutListDel) {
+  Pipe p;
+  auto c = Client();
+  ASSERT_TRUE(c.Put("vol-a", R"({"mountpoint":"/mnt/a","n":1})", p.r.get()));
+  p.r.Reset();  // only the keeper holds the read end now
+  ASSERT_EQ(::write(p.w.get(), "data", 4), 4);
+
+  auto list = c.List();
+  ASSERT_TRUE(list) << list.error().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].key, "vol-a");
+  EXPECT_EQ((*list)[0].metadata_json, R"({"mountpoint":"/mnt/a","n":1})");
+  EXPECT_EQ(ReadAll((*list)[0].fd.get(), 4), "data");
+
+  auto found = c.Del("vol-a");
+  ASSERT_TRUE(found);
+  EXPECT_TRUE(*found);
+  EXPECT_FALSE(*c.Del("vol-a"));
+  EXPECT_EQ(c.List()->size(), 0u);
+}
+
+TEST_F(FdKeeperTest, PutReplacesAndClosesTheOlderDescriptor) {
+  Pipe first, second;
+  auto c = Client();
+  ASSERT_TRUE(c.Put("k", "{}", first.r.get()));
+  first.r.Reset();
+  ASSERT_TRUE(c.Put("k", R"({"v":2})", second.r.get()));
+  // The keeper closed its copy of first's read end: writing there now fails with EPIPE.
+  signal(SIGPIPE, SIG_IGN);
+  EXPECT_EQ(::write(first.w.get(), "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  auto list = c.List();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].metadata_json, R"({"v":2})");
+  EXPECT_EQ(server_->size(), 1u);
+}
+
+TEST_F(FdKeeperTest, ListsManyEntriesInKeyOrder) {
+  std::vector<Pipe> pipes(40);
+  auto c = Client();
+  for (size_t i = 0; i < pipes.size(); ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "v%03zu", i);
+    ASSERT_TRUE(c.Put(key, "{}", pipes[i].r.get()));
+  }
+  auto list = c.List();
+  ASSERT_TRUE(list) << list.error().ToString();
+  ASSERT_EQ(list->size(), pipes.size());
+  for (size_t i = 0; i < pipes.size(); ++i) {
+    ASSERT_EQ(::write(pipes[i].w.get(), "z", 1), 1);
+    EXPECT_EQ(ReadAll((*list)[i].fd.get(), 1), "z") << (*list)[i].key;
+  }
+}
+
+TEST_F(FdKeeperTest, RejectsBadInputWithClearErrors) {
+  Pipe p;
+  auto c = Client();
+  auto bad_key = c.Put("has space", "{}", p.r.get());
+  ASSERT_FALSE(bad_key);
+  EXPECT_EQ(bad_key.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad_key.error().message().find("key"), std::string::npos);
+  auto bad_meta = c.Put("k", "[1,2]", p.r.get());
+  ASSERT_FALSE(bad_meta);
+  EXPECT_EQ(bad_meta.error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.Put("k", "{}", -1).error().code(), Code::kInvalidArgument);
+
+  // Raw protocol errors from a misbehaving client: the keeper answers and keeps serving.
+  auto sock = ConnectSeqpacket(dir_.path() + "/keeper.sock", 1000ms);
+  ASSERT_TRUE(sock);
+  ASSERT_TRUE(SendFdMessage(sock->get(), R"({"op":"put","key":"k","metadata":{}})", {}, 1000ms));
+  auto reply = RecvFdMessage(sock->get(), 1000ms);
+  ASSERT_TRUE(reply);
+  EXPECT_NE(reply->data.find("exactly one descriptor"), std::string::npos) << reply->data;
+  ASSERT_TRUE(SendFdMessage(sock->get(), "not json", {}, 1000ms));
+  reply = RecvFdMessage(sock->get(), 1000ms);
+  ASSERT_TRUE(reply);
+  EXPECT_NE(reply->data.find("invalid request"), std::string::npos) << reply->data;
+  EXPECT_EQ(c.List()->size(), 0u);
+}
+
+TEST_F(FdKeeperTest, RefusesOtherUids) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
+  Pipe p;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::setresuid(65534, 65534, 65534) != 0) _exit(10);
+    // The socket is 0600 root: another uid cannot even connect.
+    auto s = FdKeeperClient(dir_.path() + "/keeper.sock", 1000ms).Put("k", "{}", p.r.get());
+    _exit(s ? 0
+          : s.error().code() == Code::kUnavailable || s.error().code() == Code::kIo ||
+                  s.error().code() == Code::kPermissionDenied
+              ? 3
+              : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  EXPECT_EQ(server_->size(), 0u);
+}
+
+TEST(FdKeeperPeerTest, RefusesAPeerWhoseUidIsNotAllowedEvenIfItCanConnect) {
+  TempDir dir;
+  FdKeeperServer::Config config;
+  config.socket_path = dir.path() + "/keeper.sock";
+  config.allowed_uid = ::geteuid() + 1;  // nobody we are
+  FdKeeperServer server(config);
+  ASSERT_TRUE(server.Start());
+  Pipe p;
+  auto s = FdKeeperClient(config.socket_path, 1000ms).Put("k", "{}", p.r.get());
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kPermissionDenied) << s.error().ToString();
+  EXPECT_EQ(server.size(), 0u);
+}
+
+TEST(FdKeeperConfigTest, ValidateNamesTheProblem) {
+  FdKeeperServer::Config c;
+  c.socket_path = "relative.sock";
+  auto s = c.Validate();
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("absolute"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace spoke
