@@ -5,16 +5,34 @@
 //   stateDir: /var/lib/kubelet/plugins/spoke.csi.dev   # ephemeral volumes' private mounts
 //   topology: {region: eu-west-1, zone: eu-west-1a}     # or env SPOKE_REGION / SPOKE_ZONE
 //   agentTimeoutSeconds: 30
+//   inlineVolumes:                       # CSI inline (ephemeral) volumes; none when absent
+//     servers: [hub.example.com]         # exact server names or IPs
+//     sharePrefixes: [/srv/datasets]     # share, or a directory prefix of it
+//     modes: [dataset]                   # dataset | scratch
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace spoke::node {
+
+// Which inline volumes a pod author may ask for. A pod spec is not an admin object: without
+// an allow-list every inline volume is refused.
+struct InlinePolicy {
+  std::vector<std::string> servers;
+  std::vector<std::string> share_prefixes;
+  std::vector<std::string> modes = {"dataset"};
+
+  // kInvalidArgument naming the rule (inlineVolumes.servers, .sharePrefixes, .modes) that
+  // `attrs` (the pod's volumeAttributes) break. Identity parameters are StorageClass-only.
+  Status Check(const std::map<std::string, std::string>& attrs) const;
+};
 
 struct NodeConfig {
   std::string endpoint = "unix:///csi/csi.sock";
@@ -34,6 +52,7 @@ struct NodeConfig {
   // Bound on every agent call. Mount may connect to a hub over a WAN (a few RTTs plus the
   // first FSSTAT), so this is generous; a dead agent fails at once anyway (connect refused).
   std::chrono::milliseconds agent_timeout{30000};
+  InlinePolicy inline_volumes;
 
   // Non-empty node id, absolute paths, state dir inside kubeletDir when enforced.
   Status Validate() const;

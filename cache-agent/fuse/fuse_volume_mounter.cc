@@ -231,6 +231,10 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
       std::make_unique<FuseMountedVolume>(volume_id, context, target_path, ro, cache_, listeners_);
   LibnfsRemote::Config hub = config_.hub;
   if (context.hub_timeout_seconds > 0) hub.request_timeout_seconds = context.hub_timeout_seconds;
+  if (!context.identity.allow_root) {  // no request as root unless the StorageClass allows it
+    hub.uid = context.identity.uid;
+    hub.gid = context.identity.gid;
+  }
   auto remote = LibnfsRemote::Connect(context.hub, *path, hub, registry_, labels);
   if (!remote) return std::unexpected(remote.error());
   vol->remote_ = std::move(*remote);

@@ -228,6 +228,78 @@ TEST(VolumeContextTest, RoundTripAndInlineSubDir) {
   EXPECT_NE(escape.error().message().find("path"), std::string::npos);
 }
 
+// A share of "/x?uid=1234&gid=1234" glued into a libnfs URL sets libnfs options: every URL
+// metacharacter, whitespace and NUL is refused in share, subDir and path, naming the field.
+TEST(VolumeParamsTest, UrlMetacharactersAreRejected) {
+  for (std::string bad : {std::string("?"), std::string("&"), std::string("="), std::string("#"),
+                          std::string("%"), std::string(" "), std::string("\t"),
+                          std::string(1, '\0')}) {
+    StringMap share = Base();
+    share["share"] = "/x" + bad + "uid=1234";
+    ExpectRejected(share, "share");
+    StringMap sub = Base();
+    sub["subDir"] = "a" + bad + "b";
+    ExpectRejected(sub, "subDir");
+    StringMap dataset = {{"server", "h"}, {"share", "/s"}, {"mode", "dataset"},
+                         {"subDir", "d" + bad}};
+    ExpectRejected(dataset, "subDir");
+    auto ctx = VolumeContext::FromMap({{"server", "h"}, {"share", "/s"}, {"path", "p" + bad}});
+    ASSERT_FALSE(ctx);
+    EXPECT_NE(ctx.error().message().find("path"), std::string::npos);
+    EXPECT_FALSE(VolumeId::Decode("spoke1|dataset|retain|h|2049|0|/s|p" + bad));
+  }
+  auto smuggled = ParseVolumeParams(
+      {{"server", "h"}, {"share", "/x?uid=0&gid=0"}, {"mode", "dataset"}});
+  ASSERT_FALSE(smuggled);
+  EXPECT_NE(smuggled.error().message().find("'?'"), std::string::npos)
+      << smuggled.error().message();
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/x&uid=0"));
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/x%3Fuid=0"));
+  EXPECT_FALSE(HubAddress({"h", 2049, 0, "/x?uid=0"}).Validate());
+  EXPECT_TRUE(HubAddress({"h", 2049, 0, "/x"}).Validate());
+}
+
+TEST(VolumeParamsTest, HubIdentity) {
+  auto d = ParseVolumeParams(Base());
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->identity.mode, HubIdentity::kCaller);
+  EXPECT_EQ(d->identity.uid, 65534u);
+  EXPECT_EQ(d->identity.gid, 65534u);
+  EXPECT_FALSE(d->identity.allow_root);
+  // Root callers are squashed to hubUid/hubGid; others pass through.
+  EXPECT_EQ(d->identity.ForCaller(0, 0), std::make_pair(65534u, 65534u));
+  EXPECT_EQ(d->identity.ForCaller(1000, 100), std::make_pair(1000u, 100u));
+
+  StringMap fixed = Base();
+  fixed["hubIdentity"] = "fixed";
+  fixed["hubUid"] = "2000";
+  fixed["hubGid"] = "3000";
+  auto f = ParseVolumeParams(fixed);
+  ASSERT_TRUE(f) << f.error().message();
+  EXPECT_EQ(f->identity.ForCaller(1000, 100), std::make_pair(2000u, 3000u));
+  auto ctx = VolumeContext::FromMap(MakeVolumeContext(*f, "p").ToMap());
+  ASSERT_TRUE(ctx) << ctx.error().message();
+  EXPECT_EQ(ctx->identity, f->identity);
+
+  StringMap root = Base();
+  root["hubUid"] = "0";
+  auto refused = ParseVolumeParams(root);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("hubUid"), std::string::npos);
+  EXPECT_NE(refused.error().message().find("allowRoot"), std::string::npos);
+  root["allowRoot"] = "true";
+  auto allowed = ParseVolumeParams(root);
+  ASSERT_TRUE(allowed) << allowed.error().message();
+  EXPECT_EQ(allowed->identity.ForCaller(0, 0), std::make_pair(0u, 0u));
+
+  for (auto [k, v] : {std::pair{"hubIdentity", "root"}, {"hubUid", "4294967295"},
+                      {"hubGid", "-1"}, {"allowRoot", "yes"}, {"hubUid", "x"}}) {
+    StringMap m = Base();
+    m[k] = v;
+    ExpectRejected(m, k);
+  }
+}
+
 TEST(NfsUrlTest, ParseAndFormat) {
   HubAddress h{"127.0.0.1", 20491, 20492, "/srv/export"};
   EXPECT_EQ(h.NfsUrl(), "nfs://127.0.0.1/srv/export?version=3&nfsport=20491&mountport=20492");
