@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/csi_identity.h"
+
 namespace {
 
 // The socket's mode when the server first chmods it: a mode wider than the final one at that
@@ -40,7 +42,8 @@ TEST(GrpcServerTest, SocketHasItsFinalModeWhenBound) {
   GrpcServerOptions options;
   options.endpoint = "unix://" + g_watched;
   options.socket_mode = 0600;
-  auto server = StartGrpcServer(options, {});
+  IdentityServer identity;
+  auto server = StartGrpcServer(options, {&identity});
   mode_t after = ::umask(previous);
   ASSERT_TRUE(server) << server.error().message();
   struct stat st;
