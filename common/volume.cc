@@ -548,6 +548,18 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
   return v;
 }
 
+std::string VolumeMetricsLabel(std::string_view volume_id) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64: stable across builds and restarts
+  for (char c : volume_id) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "v";
+  for (int shift = 60; shift >= 0; shift -= 4) out.push_back(kHex[(h >> shift) & 0xf]);
+  return out;
+}
+
 Result<HubAddress> ParseNfsUrl(std::string_view url) {
   auto bad = [&](std::string why) {
     return std::unexpected(

@@ -158,6 +158,11 @@ struct VolumeId {
   bool operator==(const VolumeId&) const = default;
 };
 
+// The `volume` label of a volume's metrics and /healthz entry: "v" + 16 hex digits of a hash
+// of the id. Volume ids carry server, share and path, and kubelet's target paths carry pod
+// UIDs; neither belongs on an HTTP endpoint. `spokectl status` (root socket) maps them back.
+std::string VolumeMetricsLabel(std::string_view volume_id);
+
 // Parses nfs://server[:port]/share/path?nfsport=N&mountport=M (spokectl mount). The whole
 // URL path is the share; the volume path is "".
 Result<HubAddress> ParseNfsUrl(std::string_view url);

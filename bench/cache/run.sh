@@ -85,6 +85,7 @@ cacheDir: $work/cache
 cacheSizeBytes: ${cache_gib}Gi
 stateDir: $work/state
 metricsAddress: 127.0.0.1:$metrics_port
+mountRoots: [$work]
 YAML
 "$agent_bin" --config "$work/agent.yaml" > "$work/agent.log" 2>&1 &
 pids+=($!)

@@ -178,6 +178,7 @@ cacheDir: $d/cache
 cacheSizeBytes: $cache
 blockSizeBytes: 1048576
 stateDir: $d/state
+mountRoots: [$WORK]
 metricsAddress: 127.0.0.1:$(free_port)
 logLevel: info
 hub: {connections: 4, inflightPerConnection: 64, requestTimeoutSeconds: 10}

@@ -88,6 +88,22 @@ MountManager::MountManager(VolumeMounter& mounter, HostMounts& host, metrics::Re
 
 MountManager::~MountManager() { Shutdown(); }
 
+void MountManager::RemoveEntryAndSeries(const std::string& target) {
+  std::string volume_id;
+  bool still_mounted = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(target);
+    if (it == entries_.end()) return;
+    volume_id = it->second.record.volume_id;
+    entries_.erase(it);
+    for (const auto& [t, e] : entries_) still_mounted = still_mounted || e.record.volume_id == volume_id;
+  }
+  // The volume's series go with its last mount: /metrics does not grow with every volume
+  // the node ever had.
+  if (!still_mounted) registry_.RemoveLabeled("volume", VolumeMetricsLabel(volume_id));
+}
+
 std::shared_ptr<std::mutex> MountManager::TargetLock(const std::string& target) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = target_locks_[target];
@@ -252,10 +268,7 @@ Status MountManager::Unmount(const std::string& target_path) {
   auto cleaned = CleanStaleMount(host_, target_path);
   if (!cleaned) return std::unexpected(cleaned.error());
   if (!known) return Ok();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    entries_.erase(target_path);
-  }
+  RemoveEntryAndSeries(target_path);
   UpdateGauges();
   log::Info("volume unmounted", {{"target", target_path}});
   return Persist();

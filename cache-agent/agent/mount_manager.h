@@ -102,6 +102,8 @@ class MountManager {
   };
 
   std::shared_ptr<std::mutex> TargetLock(const std::string& target);
+  // Forgets the entry at `target` and, when no other target has its volume, its metrics.
+  void RemoveEntryAndSeries(const std::string& target);
   // Mounts at `target` (creating it, cleaning a stale mount). Caller holds the target lock.
   Result<std::unique_ptr<MountedVolume>> DoMount(const MountRecord& record,
                                                  const VolumeContext& context);

@@ -225,7 +225,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
   auto path = NormalizeRelativePath(context.path, "path");
   if (!path) return std::unexpected(path.error());
   bool ro = read_only || context.read_only();
-  metrics::Labels labels{{"volume", volume_id}};
+  metrics::Labels labels{{"volume", VolumeMetricsLabel(volume_id)}};
 
   auto vol =
       std::make_unique<FuseMountedVolume>(volume_id, context, target_path, ro, cache_, listeners_);
@@ -266,7 +266,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
   vol->fetcher_ =
       std::make_unique<BlockFetcher>(*vol->remote_, cache_, VolumeKey(volume_id), fc, *reg, labels);
   PrefetchDriver::Config pc;
-  pc.volume_id = volume_id;
+  pc.volume_id = VolumeMetricsLabel(volume_id);  // labels its metrics
   pc.mode = context.cache.prefetch;
   pc.read_ahead_max_bytes = config_.read_ahead_max_bytes;
   // The volume's share of the cache for unverified prefetches: a quarter of it (as

@@ -133,6 +133,7 @@ cacheSizeBytes: 1Gi
 blockSizeBytes: 1Mi
 metricsAddress: 127.0.0.1:$(free_port)
 stateDir: $work/agent-state
+mountRoots: [$kubelet]
 logLevel: info
 hub: {connections: 4, inflightPerConnection: 16, requestTimeoutSeconds: 10}
 CONF
@@ -150,6 +151,7 @@ pids[controller]=$!
 cat > "$work/node.yaml" <<CONF
 kubeletDir: $kubelet
 topology: {region: e2e-region, zone: e2e-zone-a}
+inlineVolumes: {servers: [127.0.0.1], sharePrefixes: [$EXPORT], modes: [dataset]}
 agentTimeoutSeconds: 30
 CONF
 "$node_bin" --endpoint "unix://$work/node.sock" --node-id e2e-node --agent-socket "$work/agent.sock" \

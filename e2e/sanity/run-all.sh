@@ -70,6 +70,7 @@ cacheSizeBytes: 256Mi
 blockSizeBytes: 1Mi
 metricsAddress: 127.0.0.1:$(free_port)
 stateDir: $work/agent-state
+mountRoots: [$work]
 logLevel: info
 hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 5}
 CONF

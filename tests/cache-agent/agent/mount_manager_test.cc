@@ -79,6 +79,19 @@ TEST_F(MountManagerTest, TargetsOutsideTheMountRootsAreRefused) {
   EXPECT_EQ(m->FindByTarget(dir_.path() + "/elsewhere/x"), nullptr);
 }
 
+// A volume's series (labelled as its mounter labels them) go when its last mount goes.
+TEST_F(MountManagerTest, UnmountRemovesTheVolumesSeries) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  registry_.GetCounter("spoke_test_reads_total", "t", {{"volume", VolumeMetricsLabel(DatasetId())}})
+      .Inc();
+  EXPECT_NE(registry_.Render().find("spoke_test_reads_total{"), std::string::npos);
+  ASSERT_TRUE(m->Unmount(Target("a")));
+  EXPECT_EQ(registry_.Render().find("spoke_test_reads_total{"), std::string::npos)
+      << registry_.Render();
+}
+
 TEST_F(MountManagerTest, AnotherVolumeAtTheTargetIsAlreadyExists) {
   auto m = NewManager();
   ASSERT_TRUE(m->Start());
