@@ -47,8 +47,7 @@ class ConfigReader {
   double Seconds(std::string_view key, double default_value, double min, double max);
   bool Bool(std::string_view key, bool default_value);
   // A YAML list of scalars; absent -> default_value.
-  std::vector<std::string> StringList(std::string_view key,
-                                      std::vector<std::string> default_value);
+  std::vector<std::string> StringList(std::string_view key, std::vector<std::string> default_value);
   bool Has(std::string_view key) const;
   // A nested map; absent -> an empty map (all defaults).
   ConfigReader Child(std::string_view key);

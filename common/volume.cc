@@ -98,8 +98,9 @@ Result<CacheParams> ParseCacheParams(const StringMap& m, Consistency default_con
 
 Result<HubIdentityParams> ParseIdentity(const StringMap& m) {
   HubIdentityParams id;
-  auto mode = ParseEnum<HubIdentity>(m, kParamHubIdentity, HubIdentity::kCaller,
-                                     {{"caller", HubIdentity::kCaller}, {"fixed", HubIdentity::kFixed}});
+  auto mode =
+      ParseEnum<HubIdentity>(m, kParamHubIdentity, HubIdentity::kCaller,
+                             {{"caller", HubIdentity::kCaller}, {"fixed", HubIdentity::kFixed}});
   if (!mode) return std::unexpected(mode.error());
   id.mode = *mode;
   // 4294967295 is (uid_t)-1, "no change" to chown and never a real identity.
@@ -253,10 +254,9 @@ Result<std::string> NormalizeRelativePath(std::string_view path, std::string_vie
 
 Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   static const std::vector<std::string_view> kKnown = {
-      kParamServer,     kParamShare,    kParamNfsPort,   kParamMountPort,
-      kParamMode,       kParamSubDir,   kParamOnDelete,  kParamConsistency,
-      kParamTtlSeconds, kParamPrefetch, kParamHubTimeout, kParamHubIdentity,
-      kParamHubUid,     kParamHubGid,   kParamAllowRoot};
+      kParamServer,     kParamShare,       kParamNfsPort,     kParamMountPort,  kParamMode,
+      kParamSubDir,     kParamOnDelete,    kParamConsistency, kParamTtlSeconds, kParamPrefetch,
+      kParamHubTimeout, kParamHubIdentity, kParamHubUid,      kParamHubGid,     kParamAllowRoot};
   for (const auto& [k, v] : params) {
     if (k.starts_with("csi.storage.k8s.io/")) continue;
     bool known = false;
@@ -535,8 +535,9 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
     } else {
       size_t colon = parts[8].find(':');
       auto uid = ParseInt(parts[8].substr(0, colon), 1, 4294967294LL);
-      auto gid = colon == std::string_view::npos ? uid : ParseInt(parts[8].substr(colon + 1), 1,
-                                                                  4294967294LL);
+      auto gid = colon == std::string_view::npos
+                     ? uid
+                     : ParseInt(parts[8].substr(colon + 1), 1, 4294967294LL);
       if (colon == std::string_view::npos || !uid || !gid)
         return bad("identity field must be root or <uid>:<gid> (not 0)");
       v.identity.uid = static_cast<uint32_t>(*uid);

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 #include <map>
-#include <utility>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/status.h"
 
@@ -149,7 +149,7 @@ struct VolumeId {
   HubAddress hub;
   VolumeMode mode = VolumeMode::kScratch;
   OnDelete on_delete = OnDelete::kDelete;
-  std::string path;  // relative to the share
+  std::string path;              // relative to the share
   HubIdentityParams identity{};  // uid, gid and allow_root only
 
   std::string Encode() const;

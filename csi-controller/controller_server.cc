@@ -305,11 +305,11 @@ Result<csi::v1::Volume> ControllerServer::CreateScratch(const std::string& name,
     return Fail(Code::kReadOnly, session_or.error().message());
   }
   ExportSession& hub = **session_or;
-  VolumeRecord record{name,
-                      VolumeId{params.hub, params.mode, params.on_delete, path,
-                               IdIdentity(params.identity)}
-                          .Encode(),
-                      canonical, capacity, Rfc3339(clock_())};
+  VolumeRecord record{
+      name,
+      VolumeId{params.hub, params.mode, params.on_delete, path, IdIdentity(params.identity)}
+          .Encode(),
+      canonical, capacity, Rfc3339(clock_())};
   std::string record_path = Join(path, kRecordFile);
   std::string where = params.hub.server + ":" + params.hub.share + "/" + path;
 

@@ -249,8 +249,9 @@ class LibnfsSession : public ExportSession {
 
 }  // namespace
 
-Result<std::unique_ptr<ExportSession>> LibnfsExportAdmin::Open(
-    const HubAddress& hub, std::chrono::seconds timeout, const HubIdentityParams& identity) {
+Result<std::unique_ptr<ExportSession>> LibnfsExportAdmin::Open(const HubAddress& hub,
+                                                               std::chrono::seconds timeout,
+                                                               const HubIdentityParams& identity) {
   if (auto s = hub.Validate(); !s) return std::unexpected(s.error());  // glued into a URL
   if (timeout.count() < 1) timeout = std::chrono::seconds(1);
   nfs_context* ctx = nfs_init_context();

@@ -30,8 +30,8 @@ Status Apply(ConfigReader& r, NodeConfig* c,
     p.modes = in.StringList("modes", p.modes);
     for (const auto& prefix : p.share_prefixes) {
       if (prefix.empty() || prefix.front() != '/' || (prefix.size() > 1 && prefix.back() == '/'))
-        in.Reject("sharePrefixes", "each must be an absolute path without a trailing '/', got '" +
-                                       prefix + "'");
+        in.Reject("sharePrefixes",
+                  "each must be an absolute path without a trailing '/', got '" + prefix + "'");
     }
     for (const auto& m : p.modes) {
       if (m != "dataset" && m != "scratch")

@@ -86,7 +86,8 @@ Result<VolumeContext> ContextFor(const VolumeId& id, const StringMap& request_co
   if (has_ours) {
     auto c = VolumeContext::FromMap(request_context);
     if (!c) return std::unexpected(c.error().Wrap("volume_context"));
-    if (auto s = RefuseScratchAtRoot(*c); !s) return std::unexpected(s.error().Wrap("volume_context"));
+    if (auto s = RefuseScratchAtRoot(*c); !s)
+      return std::unexpected(s.error().Wrap("volume_context"));
     return c;
   }
   VolumeContext c;

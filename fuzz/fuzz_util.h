@@ -36,8 +36,8 @@ inline StringMap AsMap(std::string_view text) {
   std::abort();
 }
 
-#define SPOKE_FUZZ_CHECK(cond) \
-  do {                         \
+#define SPOKE_FUZZ_CHECK(cond)                  \
+  do {                                          \
     if (!(cond)) ::spoke::fuzz::Finding(#cond); \
   } while (0)
 

@@ -109,9 +109,8 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
                                    std::to_string(c.cache_size_bytes));
   }
   c.metrics_address = r.String("metricsAddress", c.metrics_address);
-  if (auto expanded = ExpandMetricsAddress(c.metrics_address, [](const char* n) -> const char* {
-        return std::getenv(n);
-      });
+  if (auto expanded = ExpandMetricsAddress(
+          c.metrics_address, [](const char* n) -> const char* { return std::getenv(n); });
       !expanded) {
     r.Reject("metricsAddress", expanded.error().message());
   } else {

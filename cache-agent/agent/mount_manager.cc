@@ -97,7 +97,8 @@ void MountManager::RemoveEntryAndSeries(const std::string& target) {
     if (it == entries_.end()) return;
     volume_id = it->second.record.volume_id;
     entries_.erase(it);
-    for (const auto& [t, e] : entries_) still_mounted = still_mounted || e.record.volume_id == volume_id;
+    for (const auto& [t, e] : entries_)
+      still_mounted = still_mounted || e.record.volume_id == volume_id;
   }
   // The volume's series go with its last mount: /metrics does not grow with every volume
   // the node ever had.

@@ -231,25 +231,25 @@ TEST(VolumeContextTest, RoundTripAndInlineSubDir) {
 // A share of "/x?uid=1234&gid=1234" glued into a libnfs URL sets libnfs options: every URL
 // metacharacter, whitespace and NUL is refused in share, subDir and path, naming the field.
 TEST(VolumeParamsTest, UrlMetacharactersAreRejected) {
-  for (std::string bad : {std::string("?"), std::string("&"), std::string("="), std::string("#"),
-                          std::string("%"), std::string(" "), std::string("\t"),
-                          std::string(1, '\0')}) {
+  for (std::string bad :
+       {std::string("?"), std::string("&"), std::string("="), std::string("#"), std::string("%"),
+        std::string(" "), std::string("\t"), std::string(1, '\0')}) {
     StringMap share = Base();
     share["share"] = "/x" + bad + "uid=1234";
     ExpectRejected(share, "share");
     StringMap sub = Base();
     sub["subDir"] = "a" + bad + "b";
     ExpectRejected(sub, "subDir");
-    StringMap dataset = {{"server", "h"}, {"share", "/s"}, {"mode", "dataset"},
-                         {"subDir", "d" + bad}};
+    StringMap dataset = {
+        {"server", "h"}, {"share", "/s"}, {"mode", "dataset"}, {"subDir", "d" + bad}};
     ExpectRejected(dataset, "subDir");
     auto ctx = VolumeContext::FromMap({{"server", "h"}, {"share", "/s"}, {"path", "p" + bad}});
     ASSERT_FALSE(ctx);
     EXPECT_NE(ctx.error().message().find("path"), std::string::npos);
     EXPECT_FALSE(VolumeId::Decode("spoke1|dataset|retain|h|2049|0|/s|p" + bad));
   }
-  auto smuggled = ParseVolumeParams(
-      {{"server", "h"}, {"share", "/x?uid=0&gid=0"}, {"mode", "dataset"}});
+  auto smuggled =
+      ParseVolumeParams({{"server", "h"}, {"share", "/x?uid=0&gid=0"}, {"mode", "dataset"}});
   ASSERT_FALSE(smuggled);
   EXPECT_NE(smuggled.error().message().find("'?'"), std::string::npos)
       << smuggled.error().message();
@@ -292,8 +292,11 @@ TEST(VolumeParamsTest, HubIdentity) {
   ASSERT_TRUE(allowed) << allowed.error().message();
   EXPECT_EQ(allowed->identity.ForCaller(0, 0), std::make_pair(0u, 0u));
 
-  for (auto [k, v] : {std::pair{"hubIdentity", "root"}, {"hubUid", "4294967295"},
-                      {"hubGid", "-1"}, {"allowRoot", "yes"}, {"hubUid", "x"}}) {
+  for (auto [k, v] : {std::pair{"hubIdentity", "root"},
+                      {"hubUid", "4294967295"},
+                      {"hubGid", "-1"},
+                      {"allowRoot", "yes"},
+                      {"hubUid", "x"}}) {
     StringMap m = Base();
     m[k] = v;
     ExpectRejected(m, k);

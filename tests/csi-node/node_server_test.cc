@@ -528,8 +528,7 @@ TEST_F(NodeServerTest, InlineVolumeOutsideTheAllowListIsRefused) {
                         Case{"share", "/srv/exportx", "inlineVolumes.sharePrefixes"},
                         Case{"share", "/srv", "inlineVolumes.sharePrefixes"},
                         Case{"mode", "scratch", "inlineVolumes.modes"},
-                        Case{"allowRoot", "true", "allowRoot"},
-                        Case{"hubUid", "0", "hubUid"}}) {
+                        Case{"allowRoot", "true", "allowRoot"}, Case{"hubUid", "0", "hubUid"}}) {
     StringMap attrs = ok;
     attrs[c.key] = c.value;
     auto s = Publish("csi-2", attrs, target_a_, false, MountCap(), false);
