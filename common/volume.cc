@@ -31,12 +31,16 @@ Status CheckServer(std::string_view server) {
     return std::unexpected(Invalid(kParamServer, "is required (the hub's host name or IP)"));
   if (server.size() > 253)
     return std::unexpected(Invalid(kParamServer, "longer than 253 characters"));
-  for (char c : server) {
+  // An IPv6 literal is written [addr]: a bare ':' would read as a port in the libnfs URL.
+  bool bracketed = server.size() > 2 && server.front() == '[' && server.back() == ']';
+  std::string_view inner = bracketed ? server.substr(1, server.size() - 2) : server;
+  for (char c : inner) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '_';
+              c == '.' || c == '-' || c == '_' || (bracketed && c == ':');
     if (!ok) {
-      return std::unexpected(
-          Invalid(kParamServer, "'" + std::string(server) + "' is not a host name or IP address"));
+      return std::unexpected(Invalid(
+          kParamServer, "'" + std::string(server) +
+                            "' is not a host name or IP address (an IPv6 one is written [addr])"));
     }
   }
   return {};
@@ -577,7 +581,7 @@ Result<HubAddress> ParseNfsUrl(std::string_view url) {
       path_query.size() > path.size() ? path_query.substr(path.size() + 1) : "";
   HubAddress h;
   size_t colon = hostport.rfind(':');
-  if (colon != std::string_view::npos && hostport.find(']') == std::string_view::npos) {
+  if (colon != std::string_view::npos && !hostport.ends_with(']')) {
     auto p = ParseInt(hostport.substr(colon + 1), 1, 65535);
     if (!p) return bad("port: " + p.error().message());
     h.nfs_port = static_cast<uint16_t>(*p);

@@ -303,6 +303,49 @@ TEST(VolumeParamsTest, HubIdentity) {
   }
 }
 
+// The id keeps what DeleteVolume needs of the identity; the default adds no field.
+TEST(VolumeIdTest, IdentityField) {
+  VolumeId id{HubAddress{"h", 2049, 0, "/s"}, VolumeMode::kScratch, OnDelete::kDelete, "p"};
+  EXPECT_EQ(id.Encode(), "spoke1|scratch|delete|h|2049|0|/s|p");
+  id.identity.uid = 2000;
+  id.identity.gid = 3000;
+  EXPECT_EQ(id.Encode(), "spoke1|scratch|delete|h|2049|0|/s|p|2000:3000");
+  EXPECT_EQ(VolumeId::Decode(id.Encode()).value_or(VolumeId{}), id);
+  VolumeId root = id;
+  root.identity = HubIdentityParams{};
+  root.identity.allow_root = true;
+  EXPECT_EQ(VolumeId::Decode(root.Encode()).value_or(VolumeId{}), root);
+  for (const char* bad : {"|0:0", "|65534:65534", "|2000", "|x:1", "|", "|ROOT"}) {
+    EXPECT_FALSE(VolumeId::Decode(std::string("spoke1|scratch|delete|h|2049|0|/s|p") + bad)) << bad;
+  }
+}
+
+// Found by fuzz_nfs_url: "hub:2050" was a valid server, and in the libnfs URL its ':' reads
+// as a port. IPv6 literals are bracketed; a port is only ever nfsPort.
+TEST(VolumeParamsTest, ServerCannotCarryAPort) {
+  StringMap m = Base();
+  m["server"] = "hub:2050";
+  ExpectRejected(m, "server");
+  m["server"] = "fd00::1";
+  ExpectRejected(m, "server");
+  m["server"] = "[fd00::1]";
+  EXPECT_TRUE(ParseVolumeParams(m));
+  EXPECT_FALSE(ParseNfsUrl("nfs://hubfs:mpl.com:2/data/"));
+  auto v6 = ParseNfsUrl("nfs://[fd00::1]:2050/x");
+  ASSERT_TRUE(v6) << v6.error().message();
+  EXPECT_EQ(v6->server, "[fd00::1]");
+  EXPECT_EQ(v6->nfs_port, 2050);
+  EXPECT_EQ(ParseNfsUrl(v6->NfsUrl()).value_or(HubAddress{}), *v6);
+}
+
+TEST(VolumeMetricsLabelTest, StableAndOpaque) {
+  std::string id = "spoke1|scratch|delete|h|2049|0|/srv/secret|team/pv-1";
+  EXPECT_EQ(VolumeMetricsLabel(id), VolumeMetricsLabel(id));
+  EXPECT_NE(VolumeMetricsLabel(id), VolumeMetricsLabel(id + "x"));
+  EXPECT_EQ(VolumeMetricsLabel(id).size(), 17u);
+  EXPECT_EQ(VolumeMetricsLabel(id).find("secret"), std::string::npos);
+}
+
 TEST(NfsUrlTest, ParseAndFormat) {
   HubAddress h{"127.0.0.1", 20491, 20492, "/srv/export"};
   EXPECT_EQ(h.NfsUrl(), "nfs://127.0.0.1/srv/export?version=3&nfsport=20491&mountport=20492");
