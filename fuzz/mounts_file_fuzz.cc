@@ -2,6 +2,8 @@
 // written back and read again unchanged.
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "cache-agent/agent/mount_state.h"
@@ -16,6 +18,13 @@ const std::string& StateFile() {
     if (dir == nullptr) std::abort();
     return std::string(dir) + "/mounts.json";
   }();
+  // The private directory goes when the fuzzer exits (the state writer leaves no temp files).
+  static const bool cleanup = [] {
+    return std::atexit([] {
+             std::filesystem::remove_all(std::filesystem::path(StateFile()).parent_path());
+           }) == 0;
+  }();
+  (void)cleanup;
   return path;
 }
 
