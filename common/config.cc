@@ -214,6 +214,26 @@ bool ConfigReader::Bool(std::string_view key, bool default_value) {
   return default_value;
 }
 
+std::vector<std::string> ConfigReader::StringList(std::string_view key,
+                                                  std::vector<std::string> default_value) {
+  used_.insert(std::string(key));
+  YAML::Node v = (*node_)[std::string(key)];
+  if (!v.IsDefined() || v.IsNull()) return default_value;
+  if (!v.IsSequence()) {
+    Reject(key, "expected a list of values");
+    return default_value;
+  }
+  std::vector<std::string> out;
+  for (const YAML::Node& e : v) {
+    if (!e.IsScalar()) {
+      Reject(key, "expected a list of single values, got a nested list or map");
+      return default_value;
+    }
+    out.push_back(e.Scalar());
+  }
+  return out;
+}
+
 ConfigReader ConfigReader::Child(std::string_view key) {
   used_.insert(std::string(key));
   YAML::Node v = (*node_)[std::string(key)];
@@ -230,7 +250,12 @@ ConfigReader ConfigReader::Child(std::string_view key) {
 
 Status ConfigReader::Finish() {
   for (auto it = node_->begin(); it != node_->end(); ++it) {
-    std::string k = it->first.as<std::string>();
+    // A key may be a list or a map in YAML (`[a]: 1`); only scalar keys name settings.
+    if (!it->first.IsScalar()) {
+      Reject("<key>", "a setting's name must be a plain word, not a list or map");
+      continue;
+    }
+    const std::string& k = it->first.Scalar();
     if (!used_.contains(k)) Reject(k, "unknown setting");
   }
   if (shared_->first_error) return std::unexpected(*shared_->first_error);

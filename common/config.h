@@ -46,6 +46,8 @@ class ConfigReader {
   uint64_t Size(std::string_view key, uint64_t default_value, uint64_t min, uint64_t max);
   double Seconds(std::string_view key, double default_value, double min, double max);
   bool Bool(std::string_view key, bool default_value);
+  // A YAML list of scalars; absent -> default_value.
+  std::vector<std::string> StringList(std::string_view key, std::vector<std::string> default_value);
   bool Has(std::string_view key) const;
   // A nested map; absent -> an empty map (all defaults).
   ConfigReader Child(std::string_view key);

@@ -89,10 +89,16 @@ Result<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& o
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
   factories.push_back(std::make_unique<LoggingInterceptorFactory>());
   builder.experimental().SetInterceptorCreators(std::move(factories));
+  // bind() creates the socket file with 0777 & ~umask: set the umask so that it has its final
+  // mode from the start, never a window in which another user could connect. Start-up runs
+  // before any other thread creates files, so the process-wide umask is safe to borrow.
+  mode_t previous = ::umask(~options.socket_mode & 0777);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ::umask(previous);
   if (!server) return Fail(Code::kUnavailable, "cannot listen on " + options.endpoint);
-  if (::chmod(path.c_str(), options.socket_mode) != 0) {
-    return Fail(Code::kPermissionDenied, "cannot chmod " + path);
+  // Also when the socket existed (a mode the umask can only narrow).
+  if (::chmod(path->c_str(), options.socket_mode) != 0) {
+    return Fail(Code::kPermissionDenied, "cannot chmod " + *path);
   }
   log::Info("serving", {{"endpoint", options.endpoint}});
   return server;

@@ -31,12 +31,16 @@ Status CheckServer(std::string_view server) {
     return std::unexpected(Invalid(kParamServer, "is required (the hub's host name or IP)"));
   if (server.size() > 253)
     return std::unexpected(Invalid(kParamServer, "longer than 253 characters"));
-  for (char c : server) {
+  // An IPv6 literal is written [addr]: a bare ':' would read as a port in the libnfs URL.
+  bool bracketed = server.size() > 2 && server.front() == '[' && server.back() == ']';
+  std::string_view inner = bracketed ? server.substr(1, server.size() - 2) : server;
+  for (char c : inner) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '_';
+              c == '.' || c == '-' || c == '_' || (bracketed && c == ':');
     if (!ok) {
-      return std::unexpected(
-          Invalid(kParamServer, "'" + std::string(server) + "' is not a host name or IP address"));
+      return std::unexpected(Invalid(
+          kParamServer, "'" + std::string(server) +
+                            "' is not a host name or IP address (an IPv6 one is written [addr])"));
     }
   }
   return {};
@@ -49,6 +53,7 @@ Status CheckShare(std::string_view share) {
     return std::unexpected(
         Invalid(kParamShare, "must be an absolute export path, got '" + std::string(share) + "'"));
   }
+  if (auto s = CheckUrlSafe(share, kParamShare); !s) return s;
   auto rel = NormalizeRelativePath(share.substr(1), kParamShare);
   if (!rel) return std::unexpected(rel.error());
   if ("/" + *rel != share && !(share == "/" && rel->empty())) {
@@ -93,6 +98,34 @@ Result<CacheParams> ParseCacheParams(const StringMap& m, Consistency default_con
   if (!pf) return std::unexpected(pf.error());
   c.prefetch = *pf;
   return c;
+}
+
+Result<HubIdentityParams> ParseIdentity(const StringMap& m) {
+  HubIdentityParams id;
+  auto mode =
+      ParseEnum<HubIdentity>(m, kParamHubIdentity, HubIdentity::kCaller,
+                             {{"caller", HubIdentity::kCaller}, {"fixed", HubIdentity::kFixed}});
+  if (!mode) return std::unexpected(mode.error());
+  id.mode = *mode;
+  // 4294967295 is (uid_t)-1, "no change" to chown and never a real identity.
+  for (auto [key, field] : {std::pair{kParamHubUid, &id.uid}, {kParamHubGid, &id.gid}}) {
+    auto it = m.find(std::string(key));
+    if (it == m.end() || it->second.empty()) continue;
+    auto v = ParseInt(it->second, 0, 4294967294LL);
+    if (!v) return std::unexpected(Invalid(key, v.error().message()));
+    *field = static_cast<uint32_t>(*v);
+  }
+  std::string allow = Get(m, kParamAllowRoot, "false");
+  if (allow != "true" && allow != "false") {
+    return std::unexpected(Invalid(kParamAllowRoot, "must be true | false, got '" + allow + "'"));
+  }
+  id.allow_root = allow == "true";
+  if (!id.allow_root && (id.uid == 0 || id.gid == 0)) {
+    return std::unexpected(
+        Invalid(id.uid == 0 ? kParamHubUid : kParamHubGid,
+                "0 is root on the hub; set allowRoot: \"true\" as well to send requests as root"));
+  }
+  return id;
 }
 
 Result<double> ParseHubTimeout(const StringMap& m) {
@@ -156,6 +189,35 @@ std::string_view ToString(PrefetchMode p) {
   return "auto";
 }
 
+std::string_view ToString(HubIdentity i) { return i == HubIdentity::kFixed ? "fixed" : "caller"; }
+
+std::pair<uint32_t, uint32_t> HubIdentityParams::ForCaller(uint32_t caller_uid,
+                                                           uint32_t caller_gid) const {
+  if (mode == HubIdentity::kFixed) return {uid, gid};
+  if (caller_uid == 0 && !allow_root) return {uid, gid};
+  return {caller_uid, caller_gid};
+}
+
+Status CheckUrlSafe(std::string_view value, std::string_view what) {
+  for (char c : value) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f || c == ' ') {
+      return std::unexpected(Invalid(what, "contains whitespace or a control character"));
+    }
+    if (c == '?' || c == '&' || c == '=' || c == '#' || c == '%') {
+      return std::unexpected(Invalid(what, std::string("contains '") + c +
+                                               "', which would be read as a URL option or "
+                                               "escape; ? & = # % are not allowed"));
+    }
+  }
+  return {};
+}
+
+Status HubAddress::Validate() const {
+  if (auto s = CheckServer(server); !s) return s;
+  return CheckShare(share);
+}
+
 std::string HubAddress::NfsUrl() const {
   std::string url = "nfs://" + server + share + "?version=3&nfsport=" + std::to_string(nfs_port);
   if (mount_port != 0) url += "&mountport=" + std::to_string(mount_port);
@@ -196,9 +258,9 @@ Result<std::string> NormalizeRelativePath(std::string_view path, std::string_vie
 
 Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   static const std::vector<std::string_view> kKnown = {
-      kParamServer,     kParamShare,    kParamNfsPort,   kParamMountPort,
-      kParamMode,       kParamSubDir,   kParamOnDelete,  kParamConsistency,
-      kParamTtlSeconds, kParamPrefetch, kParamHubTimeout};
+      kParamServer,     kParamShare,       kParamNfsPort,     kParamMountPort,  kParamMode,
+      kParamSubDir,     kParamOnDelete,    kParamConsistency, kParamTtlSeconds, kParamPrefetch,
+      kParamHubTimeout, kParamHubIdentity, kParamHubUid,      kParamHubGid,     kParamAllowRoot};
   for (const auto& [k, v] : params) {
     if (k.starts_with("csi.storage.k8s.io/")) continue;
     bool known = false;
@@ -208,7 +270,8 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
           Error(Code::kInvalidArgument,
                 "unknown StorageClass parameter '" + k +
                     "' (known: server, share, nfsPort, mountPort, mode, subDir, "
-                    "onDelete, consistency, ttlSeconds, prefetch, hubTimeoutSeconds)"));
+                    "onDelete, consistency, ttlSeconds, prefetch, hubTimeoutSeconds, "
+                    "hubIdentity, hubUid, hubGid, allowRoot)"));
     }
   }
   VolumeParams p;
@@ -244,6 +307,7 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
 
   if (p.mode == VolumeMode::kScratch) {
     p.sub_dir = Get(params, kParamSubDir, "${pv.metadata.name}");
+    if (auto s = CheckUrlSafe(p.sub_dir, kParamSubDir); !s) return std::unexpected(s.error());
     if (p.sub_dir.empty()) {
       return std::unexpected(
           Invalid(kParamSubDir, "a scratch volume needs a sub-directory of its own"));
@@ -255,6 +319,8 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
     auto expanded = ExpandSubDir(p.sub_dir, sample, "pv");
     if (!expanded) return std::unexpected(expanded.error());
   } else {
+    if (auto s = CheckUrlSafe(Get(params, kParamSubDir), kParamSubDir); !s)
+      return std::unexpected(s.error());
     auto fixed = NormalizeRelativePath(Get(params, kParamSubDir), kParamSubDir);
     if (!fixed) return std::unexpected(fixed.error());
     if (Get(params, kParamSubDir).find("${") != std::string::npos) {
@@ -276,6 +342,9 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   auto timeout = ParseHubTimeout(params);
   if (!timeout) return std::unexpected(timeout.error());
   p.hub_timeout_seconds = *timeout;
+  auto identity = ParseIdentity(params);
+  if (!identity) return std::unexpected(identity.error());
+  p.identity = *identity;
   return p;
 }
 
@@ -320,6 +389,7 @@ Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
     out += value;
     i = end + 1;
   }
+  if (auto s = CheckUrlSafe(out, kParamSubDir); !s) return std::unexpected(s.error());
   auto norm = NormalizeRelativePath(out, kParamSubDir);
   if (!norm) return std::unexpected(norm.error());
   if (norm->empty()) return std::unexpected(Invalid(kParamSubDir, "expands to the share root"));
@@ -333,6 +403,7 @@ VolumeContext MakeVolumeContext(const VolumeParams& params, std::string path) {
   c.path = std::move(path);
   c.cache = params.cache;
   c.hub_timeout_seconds = params.hub_timeout_seconds;
+  c.identity = params.identity;
   return c;
 }
 
@@ -348,6 +419,10 @@ StringMap VolumeContext::ToMap() const {
   m[std::string(kParamTtlSeconds)] = std::to_string(cache.ttl_seconds);
   m[std::string(kParamPrefetch)] = std::string(ToString(cache.prefetch));
   m[std::string(kParamHubTimeout)] = std::to_string(static_cast<int>(hub_timeout_seconds));
+  m[std::string(kParamHubIdentity)] = std::string(ToString(identity.mode));
+  m[std::string(kParamHubUid)] = std::to_string(identity.uid);
+  m[std::string(kParamHubGid)] = std::to_string(identity.gid);
+  m[std::string(kParamAllowRoot)] = identity.allow_root ? "true" : "false";
   return m;
 }
 
@@ -371,6 +446,8 @@ Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
     }
   }
   // A context never carries a template: validate it as a fixed path.
+  if (auto s = CheckUrlSafe(path, has_path ? kCtxPath : kParamSubDir); !s)
+    return std::unexpected(s.error());
   auto norm = NormalizeRelativePath(path, has_path ? kCtxPath : kParamSubDir);
   if (!norm) return std::unexpected(norm.error());
   params[std::string(kParamSubDir)] = *norm;
@@ -394,10 +471,20 @@ Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
   return c;
 }
 
+namespace {
+
+std::string IdentityField(const HubIdentityParams& id) {
+  if (id.allow_root) return "|root";
+  if (id.uid == HubIdentityParams().uid && id.gid == HubIdentityParams().gid) return "";
+  return "|" + std::to_string(id.uid) + ":" + std::to_string(id.gid);
+}
+
+}  // namespace
+
 std::string VolumeId::Encode() const {
   return "spoke1|" + std::string(ToString(mode)) + "|" + std::string(ToString(on_delete)) + "|" +
          hub.server + "|" + std::to_string(hub.nfs_port) + "|" + std::to_string(hub.mount_port) +
-         "|" + hub.share + "|" + path;
+         "|" + hub.share + "|" + path + IdentityField(identity);
 }
 
 Result<VolumeId> VolumeId::Decode(std::string_view id) {
@@ -407,8 +494,8 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
   };
   if (id.size() > 2048) return bad("longer than 2048 bytes");
   auto parts = Split(id, '|');
-  if (parts.size() != 8)
-    return bad("expected 8 '|'-separated fields, got " + std::to_string(parts.size()));
+  if (parts.size() != 8 && parts.size() != 9)
+    return bad("expected 8 or 9 '|'-separated fields, got " + std::to_string(parts.size()));
   if (parts[0] != "spoke1")
     return bad("unknown version '" + std::string(parts[0]) + "' (expected spoke1)");
   VolumeId v;
@@ -439,13 +526,43 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
     v.on_delete = OnDelete::kArchive;
   else
     return bad("unknown onDelete '" + std::string(parts[2]) + "'");
+  if (auto s = CheckUrlSafe(parts[7], "path"); !s) return bad(s.error().message());
   auto path = NormalizeRelativePath(parts[7], "path");
   if (!path) return bad(path.error().message());
   if (v.mode == VolumeMode::kScratch && path->empty())
     return bad("a scratch volume cannot be the share root");
   v.hub = HubAddress{std::string(parts[3]), *nfs, *mnt, std::string(parts[6])};
   v.path = *path;
+  if (parts.size() == 9) {
+    if (parts[8] == "root") {
+      v.identity.allow_root = true;
+    } else {
+      size_t colon = parts[8].find(':');
+      auto uid = ParseInt(parts[8].substr(0, colon), 1, 4294967294LL);
+      auto gid = colon == std::string_view::npos
+                     ? uid
+                     : ParseInt(parts[8].substr(colon + 1), 1, 4294967294LL);
+      if (colon == std::string_view::npos || !uid || !gid)
+        return bad("identity field must be root or <uid>:<gid> (not 0)");
+      v.identity.uid = static_cast<uint32_t>(*uid);
+      v.identity.gid = static_cast<uint32_t>(*gid);
+    }
+    // One spelling per id: the default identity is written as no field.
+    if (IdentityField(v.identity).empty()) return bad("identity field holds the default");
+  }
   return v;
+}
+
+std::string VolumeMetricsLabel(std::string_view volume_id) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64: stable across builds and restarts
+  for (char c : volume_id) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "v";
+  for (int shift = 60; shift >= 0; shift -= 4) out.push_back(kHex[(h >> shift) & 0xf]);
+  return out;
 }
 
 Result<HubAddress> ParseNfsUrl(std::string_view url) {
@@ -464,7 +581,7 @@ Result<HubAddress> ParseNfsUrl(std::string_view url) {
       path_query.size() > path.size() ? path_query.substr(path.size() + 1) : "";
   HubAddress h;
   size_t colon = hostport.rfind(':');
-  if (colon != std::string_view::npos && hostport.find(']') == std::string_view::npos) {
+  if (colon != std::string_view::npos && !hostport.ends_with(']')) {
     auto p = ParseInt(hostport.substr(colon + 1), 1, 65535);
     if (!p) return bad("port: " + p.error().message());
     h.nfs_port = static_cast<uint16_t>(*p);

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/status.h"
 
@@ -18,11 +19,13 @@ enum class VolumeMode { kDataset, kScratch };
 enum class OnDelete { kDelete, kRetain, kArchive };
 enum class Consistency { kImmutable, kTtl, kStrict };
 enum class PrefetchMode { kOff, kReadAhead, kAuto };
+enum class HubIdentity { kCaller, kFixed };
 
 std::string_view ToString(VolumeMode m);
 std::string_view ToString(OnDelete d);
 std::string_view ToString(Consistency c);
 std::string_view ToString(PrefetchMode p);
+std::string_view ToString(HubIdentity i);
 
 // Where the NFS export lives. Explicit ports skip the portmapper (firewalled hubs, tests).
 struct HubAddress {
@@ -32,7 +35,11 @@ struct HubAddress {
   std::string share;        // absolute export path, e.g. /srv/datasets
 
   // nfs://server/share?nfsport=..&mountport=..&version=3 (libnfs URL of the share root).
+  // Only call on a validated address (Validate(), or any parser here): the URL is glued
+  // from the fields.
   std::string NfsUrl() const;
+  // server a host name or IP, share an absolute normalised path without URL metacharacters.
+  Status Validate() const;
   bool operator==(const HubAddress&) const = default;
 };
 
@@ -43,6 +50,22 @@ struct CacheParams {
   bool operator==(const CacheParams&) const = default;
 };
 
+// Who the hub sees (AUTH_SYS). kCaller: each FUSE request carries the caller's uid, gid and
+// groups; kFixed: every request is sent as uid/gid (all-squash). uid/gid are also the
+// identity of requests no caller makes (the agent's walk, prefetch and warm-up, and the
+// controller's provisioning). Without allow_root no request ever carries uid 0: a caller
+// with uid 0 is sent as uid/gid (like root_squash).
+struct HubIdentityParams {
+  HubIdentity mode = HubIdentity::kCaller;
+  uint32_t uid = 65534;  // nobody
+  uint32_t gid = 65534;  // nogroup
+  bool allow_root = false;
+
+  // The credential of a request made for the caller (uid, gid).
+  std::pair<uint32_t, uint32_t> ForCaller(uint32_t caller_uid, uint32_t caller_gid) const;
+  bool operator==(const HubIdentityParams&) const = default;
+};
+
 // Validated StorageClass parameters.
 struct VolumeParams {
   HubAddress hub;
@@ -51,6 +74,7 @@ struct VolumeParams {
   OnDelete on_delete = OnDelete::kDelete;
   CacheParams cache;
   double hub_timeout_seconds = 10;  // bound on every hub call made for this volume
+  HubIdentityParams identity{};
 };
 
 // StorageClass parameter names.
@@ -65,6 +89,10 @@ inline constexpr std::string_view kParamConsistency = "consistency";
 inline constexpr std::string_view kParamTtlSeconds = "ttlSeconds";
 inline constexpr std::string_view kParamPrefetch = "prefetch";
 inline constexpr std::string_view kParamHubTimeout = "hubTimeoutSeconds";
+inline constexpr std::string_view kParamHubIdentity = "hubIdentity";
+inline constexpr std::string_view kParamHubUid = "hubUid";
+inline constexpr std::string_view kParamHubGid = "hubGid";
+inline constexpr std::string_view kParamAllowRoot = "allowRoot";
 // Added by csi-provisioner --extra-create-metadata.
 inline constexpr std::string_view kMetaPvcName = "csi.storage.k8s.io/pvc/name";
 inline constexpr std::string_view kMetaPvcNamespace = "csi.storage.k8s.io/pvc/namespace";
@@ -90,6 +118,11 @@ Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
 // field in the error.
 Result<std::string> NormalizeRelativePath(std::string_view path, std::string_view what);
 
+// share, subDir and path end up in a libnfs URL, where '?', '&', '=', '#' and '%' would
+// start options (e.g. uid=0) or escapes: they are refused, with whitespace and control
+// characters. kInvalidArgument naming `what`.
+Status CheckUrlSafe(std::string_view value, std::string_view what);
+
 // What the node plugin and agent need to mount a volume.
 struct VolumeContext {
   HubAddress hub;
@@ -97,29 +130,38 @@ struct VolumeContext {
   std::string path;  // relative to the share
   CacheParams cache;
   double hub_timeout_seconds = 10;
+  HubIdentityParams identity{};
 
   bool read_only() const { return mode == VolumeMode::kDataset; }
   StringMap ToMap() const;
   // Accepts what ToMap() writes, and CSI inline-volume attributes (which give `subDir`
-  // instead of `path`). Errors name the key.
+  // instead of `path`). A scratch volume at the share root is refused. Errors name the key.
   static Result<VolumeContext> FromMap(const StringMap& ctx);
 };
 
 VolumeContext MakeVolumeContext(const VolumeParams& params, std::string path);
 
 // The CSI volume id: everything DeleteVolume and the node need without the parameters.
-//   spoke1|<mode>|<onDelete>|<server>|<nfsPort>|<mountPort>|<share>|<path>
+//   spoke1|<mode>|<onDelete>|<server>|<nfsPort>|<mountPort>|<share>|<path>[|<identity>]
+// <identity> is "<hubUid>:<hubGid>" or "root" (allowRoot), left out for the default
+// (65534:65534): the identity DeleteVolume uses on the hub.
 struct VolumeId {
   HubAddress hub;
   VolumeMode mode = VolumeMode::kScratch;
   OnDelete on_delete = OnDelete::kDelete;
-  std::string path;  // relative to the share
+  std::string path;              // relative to the share
+  HubIdentityParams identity{};  // uid, gid and allow_root only
 
   std::string Encode() const;
   // kInvalidArgument naming what is malformed.
   static Result<VolumeId> Decode(std::string_view id);
   bool operator==(const VolumeId&) const = default;
 };
+
+// The `volume` label of a volume's metrics and /healthz entry: "v" + 16 hex digits of a hash
+// of the id. Volume ids carry server, share and path, and kubelet's target paths carry pod
+// UIDs; neither belongs on an HTTP endpoint. `spokectl status` (root socket) maps them back.
+std::string VolumeMetricsLabel(std::string_view volume_id);
 
 // Parses nfs://server[:port]/share/path?nfsport=N&mountport=M (spokectl mount). The whole
 // URL path is the share; the volume path is "".

@@ -13,6 +13,17 @@ namespace {
 using csi::v1::VolumeCapability;
 using Caps = google::protobuf::RepeatedPtrField<VolumeCapability>;
 
+// What a volume id keeps of the identity: enough for DeleteVolume to act as CreateVolume did.
+HubIdentityParams IdIdentity(const HubIdentityParams& params) {
+  HubIdentityParams id;
+  id.allow_root = params.allow_root;
+  if (!params.allow_root) {
+    id.uid = params.uid;
+    id.gid = params.gid;
+  }
+  return id;
+}
+
 // A record is a few hundred bytes; anything much larger is not ours.
 constexpr size_t kMaxRecordBytes = 64 * 1024;
 
@@ -153,9 +164,10 @@ std::string ControllerServer::ArchiveName(const std::string& leaf,
 }
 
 Result<std::unique_ptr<ExportSession>> ControllerServer::Open(const HubAddress& hub,
-                                                              double timeout_seconds) {
+                                                              double timeout_seconds,
+                                                              const HubIdentityParams& identity) {
   auto secs = std::chrono::seconds(static_cast<int64_t>(std::ceil(timeout_seconds)));
-  return admin_->Open(hub, secs);
+  return admin_->Open(hub, secs, identity);
 }
 
 grpc::Status ControllerServer::CreateVolume(grpc::ServerContext*,
@@ -202,7 +214,7 @@ grpc::Status ControllerServer::CreateVolume(grpc::ServerContext*,
     path = *expanded;
   }
   StringMap canonical = CanonicalParameters(*params, path, explicit_timeout);
-  VolumeId id{params->hub, params->mode, params->on_delete, path};
+  VolumeId id{params->hub, params->mode, params->on_delete, path, IdIdentity(params->identity)};
   std::string id_text = id.Encode();
 
   {
@@ -255,7 +267,7 @@ grpc::Status ControllerServer::CreateVolume(grpc::ServerContext*,
 }
 
 Status ControllerServer::CreateDataset(const VolumeParams& params) {
-  auto session = Open(params.hub, params.hub_timeout_seconds);
+  auto session = Open(params.hub, params.hub_timeout_seconds, params.identity);
   if (!session) {
     if (session.error().code() == Code::kUnavailable) return std::unexpected(session.error());
     return Fail(Code::kReadOnly, session.error().message());  // -> FailedPrecondition
@@ -285,7 +297,7 @@ Result<csi::v1::Volume> ControllerServer::CreateScratch(const std::string& name,
                                                         const StringMap& canonical,
                                                         int64_t required, int64_t limit) {
   int64_t capacity = required > 0 ? required : limit;
-  auto session_or = Open(params.hub, params.hub_timeout_seconds);
+  auto session_or = Open(params.hub, params.hub_timeout_seconds, params.identity);
   if (!session_or) {
     if (session_or.error().code() == Code::kUnavailable) {
       return std::unexpected(session_or.error());
@@ -293,8 +305,11 @@ Result<csi::v1::Volume> ControllerServer::CreateScratch(const std::string& name,
     return Fail(Code::kReadOnly, session_or.error().message());
   }
   ExportSession& hub = **session_or;
-  VolumeRecord record{name, VolumeId{params.hub, params.mode, params.on_delete, path}.Encode(),
-                      canonical, capacity, Rfc3339(clock_())};
+  VolumeRecord record{
+      name,
+      VolumeId{params.hub, params.mode, params.on_delete, path, IdIdentity(params.identity)}
+          .Encode(),
+      canonical, capacity, Rfc3339(clock_())};
   std::string record_path = Join(path, kRecordFile);
   std::string where = params.hub.server + ":" + params.hub.share + "/" + path;
 
@@ -394,7 +409,7 @@ grpc::Status ControllerServer::DeleteVolume(grpc::ServerContext*,
 }
 
 Status ControllerServer::DeleteScratch(const VolumeId& id, const std::string& id_text) {
-  auto session_or = Open(id.hub, config_.hub_timeout_seconds);
+  auto session_or = Open(id.hub, config_.hub_timeout_seconds, id.identity);
   if (!session_or) {
     if (session_or.error().code() == Code::kUnavailable) {
       return std::unexpected(session_or.error());
@@ -474,7 +489,7 @@ grpc::Status ControllerServer::ValidateVolumeCapabilities(
         grpc::StatusCode::NOT_FOUND,
         "volume " + req->volume_id() + " does not exist (" + id.error().message() + ")");
   }
-  auto session = Open(id->hub, config_.hub_timeout_seconds);
+  auto session = Open(id->hub, config_.hub_timeout_seconds, id->identity);
   if (!session) {
     if (session.error().code() == Code::kUnavailable) return ToGrpcStatus(session.error());
     return grpc::Status(
@@ -534,7 +549,7 @@ grpc::Status ControllerServer::GetCapacity(grpc::ServerContext*,
       return grpc::Status::OK;
     }
   }
-  auto session = Open(params->hub, params->hub_timeout_seconds);
+  auto session = Open(params->hub, params->hub_timeout_seconds, params->identity);
   if (!session) return ToGrpcStatus(session.error());
   auto usage = (*session)->Usage();
   if (!usage) return ToGrpcStatus(usage.error());

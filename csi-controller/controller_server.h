@@ -80,7 +80,8 @@ class ControllerServer final : public csi::v1::Controller::Service {
     bool held_ = false;
   };
 
-  Result<std::unique_ptr<ExportSession>> Open(const HubAddress& hub, double timeout_seconds);
+  Result<std::unique_ptr<ExportSession>> Open(const HubAddress& hub, double timeout_seconds,
+                                              const HubIdentityParams& identity);
   Result<csi::v1::Volume> CreateScratch(const std::string& name, const VolumeParams& params,
                                         const std::string& path, const StringMap& canonical,
                                         int64_t required, int64_t limit);

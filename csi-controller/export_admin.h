@@ -65,9 +65,11 @@ class ExportAdmin {
   virtual ~ExportAdmin() = default;
   // Connects to `hub` and mounts its share. Every call made through the session (and the
   // mount itself) is bounded by `timeout`. kUnavailable when the hub does not answer;
-  // kNotFound / kPermissionDenied when the hub answers but refuses the share.
+  // kNotFound / kPermissionDenied when the hub answers but refuses the share. Every request
+  // carries identity.uid/gid (AUTH_SYS), or the process's own (root) when allow_root.
   virtual Result<std::unique_ptr<ExportSession>> Open(const HubAddress& hub,
-                                                      std::chrono::seconds timeout) = 0;
+                                                      std::chrono::seconds timeout,
+                                                      const HubIdentityParams& identity) = 0;
 };
 
 }  // namespace spoke::controller

@@ -246,7 +246,9 @@ class LibnfsSession : public ExportSession {
 }  // namespace
 
 Result<std::unique_ptr<ExportSession>> LibnfsExportAdmin::Open(const HubAddress& hub,
-                                                               std::chrono::seconds timeout) {
+                                                               std::chrono::seconds timeout,
+                                                               const HubIdentityParams& identity) {
+  if (auto s = hub.Validate(); !s) return std::unexpected(s.error());  // glued into a URL
   if (timeout.count() < 1) timeout = std::chrono::seconds(1);
   nfs_context* ctx = nfs_init_context();
   if (ctx == nullptr) return Fail(Code::kInternal, "nfs_init_context failed");
@@ -255,6 +257,11 @@ Result<std::unique_ptr<ExportSession>> LibnfsExportAdmin::Open(const HubAddress&
   nfs_set_timeout(ctx, static_cast<int>(timeout.count() * 1000));
   // The controller removes and re-creates names: a stale directory cache would lie.
   nfs_set_dircache(ctx, 0);
+  // Provisioning is no caller's request: it runs as the StorageClass's hubUid/hubGid.
+  if (!identity.allow_root) {
+    nfs_set_uid(ctx, static_cast<int>(identity.uid));
+    nfs_set_gid(ctx, static_cast<int>(identity.gid));
+  }
   auto session = std::make_unique<LibnfsSession>(ctx, hub, timeout);
   // The URL carries version=3 and the explicit ports (no portmapper when given).
   std::string url_text = hub.NfsUrl();

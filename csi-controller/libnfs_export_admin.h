@@ -10,8 +10,8 @@ namespace spoke::controller {
 
 class LibnfsExportAdmin : public ExportAdmin {
  public:
-  Result<std::unique_ptr<ExportSession>> Open(const HubAddress& hub,
-                                              std::chrono::seconds timeout) override;
+  Result<std::unique_ptr<ExportSession>> Open(const HubAddress& hub, std::chrono::seconds timeout,
+                                              const HubIdentityParams& identity) override;
 };
 
 }  // namespace spoke::controller

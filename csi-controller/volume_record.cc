@@ -58,6 +58,13 @@ StringMap CanonicalParameters(const VolumeParams& p, const std::string& path,
   if (explicit_hub_timeout) {
     m[std::string(kParamHubTimeout)] = std::to_string(static_cast<int>(p.hub_timeout_seconds));
   }
+  // Only a non-default identity is written, so records made before it existed still match.
+  if (p.identity != HubIdentityParams()) {
+    m[std::string(kParamHubIdentity)] = std::string(ToString(p.identity.mode));
+    m[std::string(kParamHubUid)] = std::to_string(p.identity.uid);
+    m[std::string(kParamHubGid)] = std::to_string(p.identity.gid);
+    m[std::string(kParamAllowRoot)] = p.identity.allow_root ? "true" : "false";
+  }
   return m;
 }
 

@@ -22,6 +22,23 @@ Status Apply(ConfigReader& r, NodeConfig* c,
     c->zone = topo.String("zone", c->zone);
     if (auto s = topo.Finish(); !s) return s;
   }
+  {
+    ConfigReader in = r.Child("inlineVolumes");
+    InlinePolicy& p = c->inline_volumes;
+    p.servers = in.StringList("servers", p.servers);
+    p.share_prefixes = in.StringList("sharePrefixes", p.share_prefixes);
+    p.modes = in.StringList("modes", p.modes);
+    for (const auto& prefix : p.share_prefixes) {
+      if (prefix.empty() || prefix.front() != '/' || (prefix.size() > 1 && prefix.back() == '/'))
+        in.Reject("sharePrefixes",
+                  "each must be an absolute path without a trailing '/', got '" + prefix + "'");
+    }
+    for (const auto& m : p.modes) {
+      if (m != "dataset" && m != "scratch")
+        in.Reject("modes", "each must be dataset or scratch, got '" + m + "'");
+    }
+    if (auto s = in.Finish(); !s) return s;
+  }
   double seconds = r.Seconds("agentTimeoutSeconds",
                              std::chrono::duration<double>(c->agent_timeout).count(), 1, 600);
   c->agent_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -38,7 +55,60 @@ Status Apply(ConfigReader& r, NodeConfig* c,
   return Ok();
 }
 
+bool UnderPrefix(const std::string& path, const std::string& prefix) {
+  if (prefix == "/") return true;
+  return path == prefix || (path.starts_with(prefix) && path[prefix.size()] == '/');
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out.empty() ? "none" : out;
+}
+
 }  // namespace
+
+Status InlinePolicy::Check(const std::map<std::string, std::string>& attrs) const {
+  auto get = [&](const char* k) {
+    auto it = attrs.find(k);
+    return it == attrs.end() ? std::string() : it->second;
+  };
+  auto refuse = [](std::string rule, std::string why) {
+    return Fail(Code::kInvalidArgument, "inline volume refused by the node's " + rule + ": " + why);
+  };
+  if (servers.empty() || share_prefixes.empty()) {
+    return refuse("inlineVolumes policy",
+                  "inline volumes are not enabled on this node (no servers or sharePrefixes "
+                  "allowed); use a PersistentVolumeClaim");
+  }
+  std::string server = get("server");
+  bool server_ok = false;
+  for (const auto& s : servers) server_ok = server_ok || s == server;
+  if (!server_ok) {
+    return refuse("inlineVolumes.servers",
+                  "server '" + server + "' is not one of " + Join(servers));
+  }
+  std::string share = get("share");
+  bool share_ok = false;
+  for (const auto& p : share_prefixes) share_ok = share_ok || UnderPrefix(share, p);
+  if (!share_ok) {
+    return refuse("inlineVolumes.sharePrefixes",
+                  "share '" + share + "' is not under " + Join(share_prefixes));
+  }
+  std::string mode = get("mode").empty() ? "dataset" : get("mode");
+  bool mode_ok = false;
+  for (const auto& m : modes) mode_ok = mode_ok || m == mode;
+  if (!mode_ok) {
+    return refuse("inlineVolumes.modes", "mode '" + mode + "' is not one of " + Join(modes));
+  }
+  for (const char* k : {"hubIdentity", "hubUid", "hubGid", "allowRoot"}) {
+    if (attrs.contains(k)) {
+      return refuse("inlineVolumes policy",
+                    std::string(k) + " is a StorageClass parameter; a pod spec cannot set it");
+    }
+  }
+  return Ok();
+}
 
 Status NodeConfig::Validate() const {
   if (node_id.empty()) return Fail(Code::kInvalidArgument, "--node-id is required");

@@ -6,16 +6,34 @@
 //   topology: {region: eu-west-1, zone: eu-west-1a}     # or env SPOKE_REGION / SPOKE_ZONE
 //   agentTimeoutSeconds: 30
 //   fuseKeeperSocket: /run/spoke/fuse-keeper.sock   # hold the agent's /dev/fuse fds (optional)
+//   inlineVolumes:                       # CSI inline (ephemeral) volumes; none when absent
+//     servers: [hub.example.com]         # exact server names or IPs
+//     sharePrefixes: [/srv/datasets]     # share, or a directory prefix of it
+//     modes: [dataset]                   # dataset | scratch
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace spoke::node {
+
+// Which inline volumes a pod author may ask for. A pod spec is not an admin object: without
+// an allow-list every inline volume is refused.
+struct InlinePolicy {
+  std::vector<std::string> servers;
+  std::vector<std::string> share_prefixes;
+  std::vector<std::string> modes = {"dataset"};
+
+  // kInvalidArgument naming the rule (inlineVolumes.servers, .sharePrefixes, .modes) that
+  // `attrs` (the pod's volumeAttributes) break. Identity parameters are StorageClass-only.
+  Status Check(const std::map<std::string, std::string>& attrs) const;
+};
 
 struct NodeConfig {
   std::string endpoint = "unix:///csi/csi.sock";
@@ -38,6 +56,7 @@ struct NodeConfig {
   // When set, the plugin embeds the fd keeper here: it holds a duplicate of every FUSE
   // connection the agent serves, so mounts stay connected across agent crashes and upgrades.
   std::string fuse_keeper_socket;
+  InlinePolicy inline_volumes;
 
   // Non-empty node id, absolute paths, state dir inside kubeletDir when enforced.
   Status Validate() const;

@@ -68,6 +68,16 @@ StringMap ToStringMap(const google::protobuf::Map<std::string, std::string>& m) 
 
 // The context to mount with: the request's (what CreateVolume returned), or when a CO sends
 // none (statically provisioned PVs often have no volumeAttributes), what the id encodes.
+// A scratch volume is written: at the share's root it would let one volume write over every
+// other volume's directory. Spoke never provisions one; a context must not ask for one either.
+Status RefuseScratchAtRoot(const VolumeContext& c) {
+  if (c.mode == VolumeMode::kScratch && c.path.empty()) {
+    return Fail(Code::kInvalidArgument,
+                "a scratch volume cannot be a share's root: set subDir to its own directory");
+  }
+  return Ok();
+}
+
 Result<VolumeContext> ContextFor(const VolumeId& id, const StringMap& request_context) {
   bool has_ours = false;
   for (const auto& [k, v] : request_context) {
@@ -76,6 +86,8 @@ Result<VolumeContext> ContextFor(const VolumeId& id, const StringMap& request_co
   if (has_ours) {
     auto c = VolumeContext::FromMap(request_context);
     if (!c) return std::unexpected(c.error().Wrap("volume_context"));
+    if (auto s = RefuseScratchAtRoot(*c); !s)
+      return std::unexpected(s.error().Wrap("volume_context"));
     return c;
   }
   VolumeContext c;
@@ -341,8 +353,12 @@ void NodeServer::BindHintFile(const std::string& staging, const std::string& tar
 
 grpc::Status NodeServer::PublishEphemeral(const csi::v1::NodePublishVolumeRequest& req,
                                           bool read_only) {
-  auto vctx = VolumeContext::FromMap(ToStringMap(req.volume_context()));
+  StringMap attrs = ToStringMap(req.volume_context());
+  if (auto s = config_.inline_volumes.Check(attrs); !s) return ToGrpc(s.error());
+  auto vctx = VolumeContext::FromMap(attrs);
   if (!vctx) return ToGrpc(vctx.error().Wrap("volume_context (inline volume attributes)"));
+  if (auto s = RefuseScratchAtRoot(*vctx); !s)
+    return ToGrpc(s.error().Wrap("volume_context (inline volume attributes)"));
   read_only = read_only || vctx->read_only();
   std::string dir = EphemeralDir(req.volume_id());
   std::error_code ec;

@@ -18,6 +18,9 @@ APT_PACKAGES=(
   nfs-ganesha nfs-ganesha-vfs rpcbind
   fio gnuplot-nox iproute2 procps psmisc util-linux kmod
   clang-format clang-tidy
+  # libFuzzer harnesses (fuzz/): clang 19 is the first whose concepts level lets libstdc++ 12
+  # expose std::expected; libclang-rt holds libFuzzer and the sanitizer runtimes.
+  clang-19 libclang-rt-19-dev
 )
 
 SUDO=""

@@ -254,7 +254,7 @@ class Experiment:
             with open(cfg, "w") as f:
                 f.write(f"socket: {d}/agent.sock\ncacheDir: {d}/cache\n"
                         f"cacheSizeBytes: {cache_bytes}\nblockSizeBytes: 1048576\n"
-                        f"stateDir: {d}/state\nmetricsAddress: 127.0.0.1:{free_port()}\n"
+                        f"stateDir: {d}/state\nmountRoots: [{self.work}]\nmetricsAddress: 127.0.0.1:{free_port()}\n"
                         "logLevel: info\nhub: {connections: 4, inflightPerConnection: 64, "
                         "requestTimeoutSeconds: 10}\n"
                         f"readAheadMaxBytes: {read_ahead}\n"

@@ -1,7 +1,10 @@
 #include "cache-agent/agent/agent_config.h"
 
 #include <cstdio>
+#include <cstdlib>
 
+#include "cache-agent/cache/block_cache.h"
+#include "cache-agent/remote/libnfs_remote.h"
 #include "common/config.h"
 
 namespace spoke::agent {
@@ -14,7 +17,33 @@ namespace {
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
+std::vector<std::string> ParseMountRoots(ConfigReader& r) {
+  std::vector<std::string> roots = r.StringList("mountRoots", AgentConfig().mount_roots);
+  if (roots.empty()) r.Reject("mountRoots", "must name at least one directory");
+  for (const std::string& root : roots) {
+    if (root.empty() || root.front() != '/' || root == "/" || NormalizeTarget(root) != root) {
+      r.Reject("mountRoots",
+               "each must be an absolute normalised directory other than /, got '" + root + "'");
+    }
+  }
+  return roots;
+}
+
 }  // namespace
+
+Result<std::string> ExpandMetricsAddress(std::string_view text,
+                                         const char* (*getenv_fn)(const char*)) {
+  constexpr std::string_view kVar = "${POD_IP}";
+  size_t pos = text.find(kVar);
+  if (pos == std::string_view::npos) return std::string(text);
+  const char* ip = getenv_fn("POD_IP");
+  if (ip == nullptr || *ip == '\0') {
+    return Fail(Code::kInvalidArgument, "uses ${POD_IP} but the environment has no POD_IP");
+  }
+  std::string host = ip;
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";  // IPv6 pod
+  return std::string(text.substr(0, pos)) + host + std::string(text.substr(pos + kVar.size()));
+}
 
 Status ParseHostPort(std::string_view text, std::string_view field, std::string* host, int* port) {
   auto bad = [&](std::string why) {
@@ -68,11 +97,12 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
   if (c.socket.size() >= 108) r.Reject("socket", "longer than a unix socket path may be (107)");
   c.cache_dir = absolute_path("cacheDir", c.cache_dir);
   c.state_dir = absolute_path("stateDir", c.state_dir);
-  c.block_size_bytes =
-      static_cast<uint32_t>(r.Size("blockSizeBytes", c.block_size_bytes, 4096, 1u << 20));
+  // The cache's lower bound; the upper one is libnfs' largest NFSv3 read (one request/block).
+  c.block_size_bytes = static_cast<uint32_t>(
+      r.Size("blockSizeBytes", c.block_size_bytes, BlockCache::Config::kMinBlockSize, 1u << 20));
   if (!IsPowerOfTwo(c.block_size_bytes)) {
     r.Reject("blockSizeBytes",
-             "must be a power of two (4Ki..1Mi), got " + std::to_string(c.block_size_bytes));
+             "must be a power of two (64Ki..1Mi), got " + std::to_string(c.block_size_bytes));
   }
   c.cache_size_bytes = r.Size("cacheSizeBytes", c.cache_size_bytes, 1, UINT64_MAX);
   // Fewer than 64 blocks cannot hold the read-ahead of even one reader.
@@ -82,6 +112,13 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
                                    std::to_string(c.cache_size_bytes));
   }
   c.metrics_address = r.String("metricsAddress", c.metrics_address);
+  if (auto expanded = ExpandMetricsAddress(
+          c.metrics_address, [](const char* n) -> const char* { return std::getenv(n); });
+      !expanded) {
+    r.Reject("metricsAddress", expanded.error().message());
+  } else {
+    c.metrics_address = *expanded;
+  }
   if (!c.metrics_address.empty()) {
     if (auto s = ParseHostPort(c.metrics_address, "metricsAddress", nullptr, nullptr); !s) {
       // The reader prefixes the file name; keep ParseHostPort's "metricsAddress: why".
@@ -98,7 +135,8 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
       static_cast<int>(hub.Int("inflightPerConnection", c.hub.inflight_per_connection, 1, 1024));
   c.hub.request_timeout_seconds =
       hub.Seconds("requestTimeoutSeconds", c.hub.request_timeout_seconds, 1, 600);
-  c.hub.retries = static_cast<int>(hub.Int("retries", c.hub.retries, 0, 100));
+  c.hub.retries =
+      static_cast<int>(hub.Int("retries", c.hub.retries, 0, LibnfsRemote::Config::kMaxRetries));
   (void)hub.Finish();
 
   c.read_ahead_max_bytes = r.Size("readAheadMaxBytes", c.read_ahead_max_bytes, 0, 16ull << 30);
@@ -112,6 +150,7 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
     r.Reject("readAheadMaxBytes", "must be at most half of cacheSizeBytes");
   }
   c.eviction_policy = r.Enum("evictionPolicy", c.eviction_policy, EvictionPolicyNames());
+  c.mount_roots = ParseMountRoots(r);
 
   if (auto s = r.Finish(); !s) return std::unexpected(s.error());
   return c;

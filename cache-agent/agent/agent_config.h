@@ -47,6 +47,9 @@ struct AgentConfig {
   uint64_t read_ahead_max_bytes = 64ull << 20;
   // One of EvictionPolicyNames(); exe/wiring.cc makes the policy.
   std::string eviction_policy = "lru";
+  // The only directories the agent mounts under (kubelet's, and one for spokectl): a request
+  // to mount elsewhere is refused, whoever sends it.
+  std::vector<std::string> mount_roots = {"/var/lib/kubelet", "/mnt/spoke"};
 
   // Host and port of metrics_address (valid only when it is not empty).
   std::string MetricsHost() const;
@@ -57,6 +60,12 @@ struct AgentConfig {
 // the file does not exist.
 Result<AgentConfig> LoadAgentConfig(const std::string& path);
 Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& source);
+
+// metricsAddress with "${POD_IP}" replaced by the environment's POD_IP (the chart sets it
+// from the downward API), so the agent listens on one address and not on every interface.
+// kInvalidArgument when POD_IP is used but not set.
+Result<std::string> ExpandMetricsAddress(std::string_view text,
+                                         const char* (*getenv_fn)(const char*));
 
 // "host:port" with a port in 1..65535 (IPv6 as [addr]:port). `field` names the setting.
 Status ParseHostPort(std::string_view text, std::string_view field, std::string* host, int* port);

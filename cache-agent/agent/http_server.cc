@@ -16,11 +16,11 @@ std::string HealthJson(const MountManager& mounts, bool serving) {
   size_t pending = 0;
   for (const MountStatus& m : mounts.List()) {
     nlohmann::json e;
-    e["volumeId"] = m.record.volume_id;
-    e["targetPath"] = m.record.target_path;
+    // No volume id, target path or hub error text: they name shares and pod UIDs
+    // (`spokectl status` on the root-only socket has them).
+    e["volume"] = VolumeMetricsLabel(m.record.volume_id);
     e["state"] = m.mounted ? "mounted" : "restoring";
     e["hubReachable"] = m.hub_reachable;
-    if (!m.last_error.empty()) e["lastError"] = m.last_error;
     if (!m.mounted) {
       ++pending;
       e["restoreAttempts"] = m.restore_attempts;

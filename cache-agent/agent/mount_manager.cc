@@ -60,6 +60,18 @@ Status ValidateTargetPath(const std::string& target) {
   return Ok();
 }
 
+Status CheckTargetUnderRoots(const std::string& target, const std::vector<std::string>& roots) {
+  if (roots.empty()) return Ok();
+  std::string list;
+  for (const std::string& root : roots) {
+    if (target.size() > root.size() + 1 && target.starts_with(root) && target[root.size()] == '/')
+      return Ok();
+    list += (list.empty() ? "" : ", ") + root;
+  }
+  return Fail(Code::kPermissionDenied,
+              "target_path: " + target + " is outside the agent's mountRoots (" + list + ")");
+}
+
 MountManager::MountManager(VolumeMounter& mounter, HostMounts& host, metrics::Registry& registry,
                            Options options)
     : mounter_(mounter),
@@ -75,6 +87,23 @@ MountManager::MountManager(VolumeMounter& mounter, HostMounts& host, metrics::Re
                                          "Stale FUSE mounts of a dead agent detached")) {}
 
 MountManager::~MountManager() { Shutdown(); }
+
+void MountManager::RemoveEntryAndSeries(const std::string& target) {
+  std::string volume_id;
+  bool still_mounted = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(target);
+    if (it == entries_.end()) return;
+    volume_id = it->second.record.volume_id;
+    entries_.erase(it);
+    for (const auto& [t, e] : entries_)
+      still_mounted = still_mounted || e.record.volume_id == volume_id;
+  }
+  // The volume's series go with its last mount: /metrics does not grow with every volume
+  // the node ever had.
+  if (!still_mounted) registry_.RemoveLabeled("volume", VolumeMetricsLabel(volume_id));
+}
 
 std::shared_ptr<std::mutex> MountManager::TargetLock(const std::string& target) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -92,6 +121,12 @@ Status MountManager::Start() {
                {{"file", options_.state_file}, {"error", records.error().message()}});
     records = std::vector<MountRecord>{};
   }
+  // The state file is trusted no more than a client: a target outside the roots is dropped.
+  std::erase_if(*records, [&](const MountRecord& r) {
+    auto s = CheckTargetUnderRoots(r.target_path, options_.mount_roots);
+    if (!s) log::Error("not restoring a mount", {{"error", s.error().message()}});
+    return !s;
+  });
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& r : *records) {
@@ -146,6 +181,7 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
   if (shut_down_) return Fail(Code::kUnavailable, "the agent is shutting down");
   if (auto s = ValidateVolumeId(volume_id); !s) return s;
   if (auto s = ValidateTargetPath(target_path); !s) return s;
+  if (auto s = CheckTargetUnderRoots(target_path, options_.mount_roots); !s) return s;
   auto context = VolumeContext::FromMap(volume_context);
   if (!context) {
     return Fail(Code::kInvalidArgument, Prefixed("volume_context", context.error()));
@@ -233,10 +269,7 @@ Status MountManager::Unmount(const std::string& target_path) {
   auto cleaned = CleanStaleMount(host_, target_path);
   if (!cleaned) return std::unexpected(cleaned.error());
   if (!known) return Ok();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    entries_.erase(target_path);
-  }
+  RemoveEntryAndSeries(target_path);
   UpdateGauges();
   log::Info("volume unmounted", {{"target", target_path}});
   return Persist();

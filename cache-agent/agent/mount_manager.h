@@ -36,6 +36,9 @@ Status ValidateVolumeId(const std::string& volume_id);
 // Absolute, normalised (no ".", "..", "//" or trailing '/'), not "/". kInvalidArgument naming
 // target_path.
 Status ValidateTargetPath(const std::string& target_path);
+// A valid target strictly inside one of `roots` (normalised absolute directories).
+// kPermissionDenied naming target_path and the roots otherwise.
+Status CheckTargetUnderRoots(const std::string& target_path, const std::vector<std::string>& roots);
 // Lexically normalises a path given by a client ("/a/b/" -> "/a/b").
 std::string NormalizeTarget(const std::string& path);
 
@@ -54,6 +57,9 @@ class MountManager {
     std::chrono::milliseconds retry_initial{1000};     // first restore retry
     std::chrono::milliseconds retry_max{60000};        // backoff cap
     std::chrono::milliseconds health_interval{10000};  // hub reachability refresh
+    // Targets must be strictly under one of these (AgentConfig::mount_roots). Empty: any
+    // valid target (unit tests of the table itself).
+    std::vector<std::string> mount_roots;
   };
 
   // `mounter`, `host` and `registry` must outlive the manager.
@@ -100,6 +106,8 @@ class MountManager {
   };
 
   std::shared_ptr<std::mutex> TargetLock(const std::string& target);
+  // Forgets the entry at `target` and, when no other target has its volume, its metrics.
+  void RemoveEntryAndSeries(const std::string& target);
   // Mounts at `target` (creating it, cleaning a stale mount). Caller holds the target lock.
   Result<std::unique_ptr<MountedVolume>> DoMount(const MountRecord& record,
                                                  const VolumeContext& context);

@@ -13,7 +13,7 @@ namespace spoke::agent {
 
 Status BlockCache::Config::Validate() const {
   if (dir.empty()) return Fail(Code::kInvalidArgument, "cache dir: must be set");
-  if (block_size < (64u << 10) || block_size > (16u << 20) ||
+  if (block_size < kMinBlockSize || block_size > kMaxBlockSize ||
       (block_size & (block_size - 1)) != 0) {
     return Fail(Code::kInvalidArgument,
                 "cache block_size: must be a power of two between 64 KiB and 16 MiB, got " +

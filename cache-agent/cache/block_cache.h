@@ -53,6 +53,8 @@ class BlockCache {
     uint64_t capacity_bytes = 10ull << 30;  // quota for block data
     uint32_t block_size = 1 << 20;          // 1 MiB = NFS rsize: one hub request per block
     unsigned io_depth = 64;                 // io_uring queue depth
+    static constexpr uint32_t kMinBlockSize = 64u << 10;
+    static constexpr uint32_t kMaxBlockSize = 16u << 20;
     Status Validate() const;
   };
 

@@ -83,10 +83,14 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
     return Fail(Code::kInvalidArgument, "server: the hub is not set in the volume context");
   auto path = NormalizeRelativePath(context.path, "path");
   if (!path) return std::unexpected(path.error());
-  metrics::Labels labels{{"volume", volume_id}};
+  metrics::Labels labels{{"volume", VolumeMetricsLabel(volume_id)}};
 
   LibnfsRemote::Config hub = config_.hub;
   if (context.hub_timeout_seconds > 0) hub.request_timeout_seconds = context.hub_timeout_seconds;
+  if (!context.identity.allow_root) {  // no request as root unless the StorageClass allows it
+    hub.uid = context.identity.uid;
+    hub.gid = context.identity.gid;
+  }
   auto remote = LibnfsRemote::Connect(context.hub, *path, hub, registry_, labels);
   if (!remote) return std::unexpected(remote.error());
   std::string hub_name = (*remote)->hub_name();

@@ -108,6 +108,7 @@ int Run(int argc, char** argv) {
   LinuxHostMounts host;
   MountManager::Options mo;
   mo.state_file = config->state_dir + "/mounts.json";
+  mo.mount_roots = config->mount_roots;
   auto manager = std::make_unique<MountManager>(**mounter, host, registry, mo);
   if (auto s = manager->Start(); !s) {
     log::Error("cannot restore mounts", {{"error", s.error().message()}});

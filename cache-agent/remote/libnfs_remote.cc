@@ -94,8 +94,12 @@ Status LibnfsRemote::Config::Validate() const {
     return bad("request_timeout_seconds: must be in 1..600, got " +
                std::to_string(request_timeout_seconds));
   }
-  if (retries < 0 || retries > 10)
-    return bad("retries: must be in 0..10, got " + std::to_string(retries));
+  if (retries < 0 || retries > kMaxRetries) {
+    return bad("retries: must be in 0.." + std::to_string(kMaxRetries) + ", got " +
+               std::to_string(retries));
+  }
+  if (uid < -1 || uid > 4294967294LL || gid < -1 || gid > 4294967294LL)
+    return bad("uid/gid: must be in 0..4294967294 (or -1, the process's own)");
   if (handle_cache_size < 16) return bad("handle_cache_size: must be >= 16");
   return Ok();
 }
@@ -120,6 +124,7 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
                                                             metrics::Registry* registry,
                                                             const metrics::Labels& labels) {
   if (auto st = config.Validate(); !st) return std::unexpected(st.error());
+  if (auto st = hub.Validate(); !st) return std::unexpected(st.error());  // glued into a URL
   std::unique_ptr<LibnfsRemote> r(new LibnfsRemote(hub, config, registry, labels));
   HubAddress h = hub;
   r->root_ = root.empty() ? "" : "/" + root;
@@ -140,6 +145,8 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
     o.request_timeout = timeout;
     o.rpc_timeout = rpc;
     o.handle_cache_size = config.handle_cache_size;
+    o.uid = config.uid;
+    o.gid = config.gid;
     LibnfsRemote* self = r.get();
     o.on_done = [self](const char* op, double s, const Error* e) { self->Record(op, s, e); };
     r->connections_.push_back(std::make_unique<NfsConnection>(std::move(o)));

@@ -43,12 +43,17 @@ class LibnfsRemote final : public RemoteFs {
     // Bound on every call, retries included: a dead hub gives an error after this.
     double request_timeout_seconds = 10;
     // Retries of a failed idempotent call (reads, stats) within the bound.
+    static constexpr int kMaxRetries = 10;
     int retries = 3;
     // Cached file handles per connection before unused ones are closed.
     size_t handle_cache_size = 8192;
     // Connect() waits until one connection is mounted (kUnavailable otherwise). false:
     // returns at once and calls fail with kTimeout until the hub answers (tests, lazy use).
     bool wait_for_mount = true;
+    // AUTH_SYS uid/gid of every request (nfs_set_uid/gid per context); -1 = the process's
+    // own (root in the agent). Set from the volume's hubUid/hubGid unless it allows root.
+    int64_t uid = -1;
+    int64_t gid = -1;
     // kInvalidArgument naming the field.
     Status Validate() const;
   };

@@ -366,6 +366,8 @@ void NfsConnection::StartMount() {
   nfs_set_timeout(ctx_, static_cast<int>(options_.rpc_timeout.count()));
   nfs_set_dircache(ctx_, 0);
   nfs_set_version(ctx_, NFS_V3);
+  if (options_.uid >= 0) nfs_set_uid(ctx_, static_cast<int>(options_.uid));
+  if (options_.gid >= 0) nfs_set_gid(ctx_, static_cast<int>(options_.gid));
   nfs_url* url = nfs_parse_url_dir(ctx_, options_.url.c_str());
   if (url == nullptr) {
     Teardown("bad URL: " + ErrorOf(ctx_));

@@ -75,6 +75,8 @@ class NfsConnection {
     std::chrono::milliseconds request_timeout{10000};
     std::chrono::milliseconds rpc_timeout{5000};  // libnfs' own per-RPC bound
     size_t handle_cache_size = 8192;
+    int64_t uid = -1;  // AUTH_SYS identity; -1 = libnfs' default (the process's)
+    int64_t gid = -1;
     // Called (loop thread) when a job finishes: op, seconds, error or null.
     std::function<void(const char*, double, const Error*)> on_done;
   };

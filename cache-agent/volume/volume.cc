@@ -48,7 +48,8 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   const VolumeContext& context = config.context;
   std::unique_ptr<Volume> vol(new Volume(config, cache, std::move(listeners)));
   metrics::Registry& reg = registry != nullptr ? *registry : vol->own_registry_;
-  metrics::Labels labels{{"volume", config.volume_id}};
+  // Hashed: metric labels carry no volume ids (share paths) or pod UIDs.
+  metrics::Labels labels{{"volume", VolumeMetricsLabel(config.volume_id)}};
   vol->remote_ = std::move(remote);
 
   MetadataCache::Config mc;
@@ -73,7 +74,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
                                                  fc, reg, labels);
 
   PrefetchDriver::Config pc;
-  pc.volume_id = config.volume_id;
+  pc.volume_id = VolumeMetricsLabel(config.volume_id);  // labels its metrics
   pc.mode = context.cache.prefetch;
   pc.read_ahead_max_bytes = config.read_ahead_max_bytes;
   // The volume's share of the cache for unverified prefetches: a quarter of it (as

@@ -20,6 +20,7 @@ cacheSizeBytes: $cache
 blockSizeBytes: 1Mi
 metricsAddress: 127.0.0.1:$(spoke_free_port)
 stateDir: $work/agent-state
+mountRoots: [$work]
 logLevel: info
 CONF
   local line

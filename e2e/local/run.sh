@@ -131,6 +131,7 @@ pids[controller]=$!
 cat > "$work/node.yaml" <<CONF
 kubeletDir: $kubelet
 topology: {region: e2e-region, zone: e2e-zone-a}
+inlineVolumes: {servers: [127.0.0.1], sharePrefixes: [$EXPORT], modes: [dataset]}
 agentTimeoutSeconds: 30
 CONF
 "$node_bin" --endpoint "unix://$work/node.sock" --node-id e2e-node --agent-socket "$work/agent.sock" \

@@ -133,6 +133,8 @@ expect_fail "parameters.onDelete" "${SC[@]}" --set 'storageClasses[1].parameters
 expect_fail "parameters.consistency" "${SC[@]}" --set 'storageClasses[1].parameters.consistency=eventual'
 expect_fail "parameters.prefetch" "${SC[@]}" --set 'storageClasses[1].parameters.prefetch=always'
 expect_fail "reclaimPolicy Retain" "${SC[@]}" --set 'storageClasses[0].reclaimPolicy=Delete'
+expect_fail "inlineVolumes.servers" --set inlineVolumes.enabled=true
+expect_fail "inlineVolumes.modes" "${SC[@]}" --set 'inlineVolumes.modes[0]=any'
 expect_fail "cache.sizeBytes" --set 'cache.sizeBytes=lots'
 expect_fail "cache.hostPath" --set 'cache.hostPath=relative/dir'
 expect_fail "kubeletDir" --set 'kubeletDir=var/lib/kubelet'

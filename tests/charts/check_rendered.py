@@ -22,7 +22,7 @@ SC_ENUMS = {"mode": {"dataset", "scratch"}, "onDelete": {"delete", "retain", "ar
             "consistency": {"immutable", "ttl", "strict"},
             "prefetch": {"off", "readahead", "auto"}}
 AGENT_KEYS = {"socket", "cacheDir", "cacheSizeBytes", "blockSizeBytes", "metricsAddress",
-              "stateDir", "hub", "logLevel"}
+              "mountRoots", "stateDir", "hub", "logLevel"}
 HUB_KEYS = {"connections", "inflightPerConnection", "requestTimeoutSeconds"}
 
 errors = []
@@ -93,8 +93,10 @@ def check_render(variant, path):
         check(drv["metadata"]["name"] == DRIVER, "CSIDriver name")
         check(s.get("attachRequired") is False, "CSIDriver attachRequired must be false")
         check(s.get("podInfoOnMount") is True, "CSIDriver podInfoOnMount must be true")
-        check(set(s.get("volumeLifecycleModes", [])) == {"Persistent", "Ephemeral"},
-              "CSIDriver volumeLifecycleModes must be Persistent + Ephemeral")
+        # Inline volumes are an admin's choice: only the all-features values enable them.
+        want_modes = {"Persistent", "Ephemeral"} if variant == "full" else {"Persistent"}
+        check(set(s.get("volumeLifecycleModes", [])) == want_modes,
+              f"CSIDriver volumeLifecycleModes must be {sorted(want_modes)}")
         check(s.get("fsGroupPolicy") == "File", "CSIDriver fsGroupPolicy must be File")
 
     cm = one(docs, "ConfigMap", "-config")
@@ -106,12 +108,18 @@ def check_render(variant, path):
         check(set(agent_cfg) == AGENT_KEYS, f"agent.yaml keys {sorted(agent_cfg)}")
         check(set(agent_cfg.get("hub", {})) == HUB_KEYS, "agent.yaml hub keys")
         check(agent_cfg.get("socket") == "/run/spoke/agent.sock", "agent.yaml socket")
-        check(agent_cfg.get("metricsAddress") == "0.0.0.0:9810", "agent.yaml metricsAddress")
+        check(agent_cfg.get("metricsAddress") == "${POD_IP}:9810", "agent.yaml metricsAddress")
+        check(agent_cfg.get("mountRoots") == [kubelet_dir], "agent.yaml mountRoots")
         want_size = {"default": "100Gi", "hyperpod": "1Ti", "full": 53687091200}[variant]
         check(agent_cfg.get("cacheSizeBytes") == want_size,
               f"agent.yaml cacheSizeBytes {agent_cfg.get('cacheSizeBytes')!r} != {want_size!r}")
         check(agent_cfg.get("blockSizeBytes") == "1Mi", "agent.yaml blockSizeBytes")
-        check(set(node_cfg) == {"kubeletDir", "topology"}, f"node.yaml keys {sorted(node_cfg)}")
+        want_node = {"kubeletDir", "topology"} | ({"inlineVolumes"} if variant == "full" else set())
+        check(set(node_cfg) == want_node, f"node.yaml keys {sorted(node_cfg)}")
+        if variant == "full":
+            check(node_cfg["inlineVolumes"] == {"servers": ["hub.spoke-e2e.svc.cluster.local"],
+                                                "sharePrefixes": ["/srv/export"],
+                                                "modes": ["dataset"]}, "node.yaml inlineVolumes")
         check(node_cfg.get("kubeletDir") == kubelet_dir, "node.yaml kubeletDir")
         check(set(node_cfg.get("topology", {})) == {"region", "zone"}, "node.yaml topology keys")
         check(set(ctl_cfg) == {"hubTimeoutSeconds", "archivePrefix"},
@@ -191,6 +199,10 @@ def check_render(variant, path):
         c = container(ps, "spoke-cache-agent")
         check(c.get("args") == ["--config=/etc/spoke/agent.yaml"], "agent args")
         check(c.get("securityContext", {}).get("privileged") is True, "agent privileged")
+        check(c.get("securityContext", {}).get("readOnlyRootFilesystem") is True,
+              "agent readOnlyRootFilesystem")
+        check({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+              in c.get("env", []), "agent POD_IP from the downward API")
         check(volume(ps, "fuse-device").get("hostPath") == {"path": "/dev/fuse",
                                                             "type": "CharDevice"}, "/dev/fuse")
         check(mount(c, "fuse-device").get("mountPath") == "/dev/fuse", "agent mounts /dev/fuse")

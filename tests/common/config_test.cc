@@ -117,5 +117,30 @@ TEST(ConfigReaderTest, WrongShapesAndSyntax) {
   EXPECT_NE(s.error().message().find("mode"), std::string::npos);
 }
 
+// A list or map used as a key once ended in std::terminate (an uncaught YAML exception).
+TEST(ConfigReaderTest, NonScalarKeyIsAnErrorNotACrash) {
+  for (const char* yaml : {"[a, b]: 1\n", "{a: 1}: 2\n", "? [x]\n: y\n"}) {
+    auto r = ConfigReader::LoadString(yaml, "t.yaml");
+    ASSERT_TRUE(r) << yaml;
+    auto s = r->Finish();
+    ASSERT_FALSE(s) << yaml;
+    EXPECT_NE(s.error().message().find("plain word"), std::string::npos) << s.error().message();
+  }
+}
+
+TEST(ConfigReaderTest, StringList) {
+  auto r = ConfigReader::LoadString("roots: [/a, /b]\nbad: [[x]]\none: /c\n", "t.yaml");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->StringList("roots", {}), (std::vector<std::string>{"/a", "/b"}));
+  EXPECT_EQ(r->StringList("absent", {"/d"}), (std::vector<std::string>{"/d"}));
+  r->StringList("bad", {});
+  auto s = r->Finish();
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("bad"), std::string::npos);
+  auto one = ConfigReader::LoadString("one: /c\n", "t.yaml");
+  one->StringList("one", {});
+  EXPECT_FALSE(one->Finish());
+}
+
 }  // namespace
 }  // namespace spoke

@@ -228,6 +228,124 @@ TEST(VolumeContextTest, RoundTripAndInlineSubDir) {
   EXPECT_NE(escape.error().message().find("path"), std::string::npos);
 }
 
+// A share of "/x?uid=1234&gid=1234" glued into a libnfs URL sets libnfs options: every URL
+// metacharacter, whitespace and NUL is refused in share, subDir and path, naming the field.
+TEST(VolumeParamsTest, UrlMetacharactersAreRejected) {
+  for (std::string bad :
+       {std::string("?"), std::string("&"), std::string("="), std::string("#"), std::string("%"),
+        std::string(" "), std::string("\t"), std::string(1, '\0')}) {
+    StringMap share = Base();
+    share["share"] = "/x" + bad + "uid=1234";
+    ExpectRejected(share, "share");
+    StringMap sub = Base();
+    sub["subDir"] = "a" + bad + "b";
+    ExpectRejected(sub, "subDir");
+    StringMap dataset = {
+        {"server", "h"}, {"share", "/s"}, {"mode", "dataset"}, {"subDir", "d" + bad}};
+    ExpectRejected(dataset, "subDir");
+    auto ctx = VolumeContext::FromMap({{"server", "h"}, {"share", "/s"}, {"path", "p" + bad}});
+    ASSERT_FALSE(ctx);
+    EXPECT_NE(ctx.error().message().find("path"), std::string::npos);
+    EXPECT_FALSE(VolumeId::Decode("spoke1|dataset|retain|h|2049|0|/s|p" + bad));
+  }
+  auto smuggled =
+      ParseVolumeParams({{"server", "h"}, {"share", "/x?uid=0&gid=0"}, {"mode", "dataset"}});
+  ASSERT_FALSE(smuggled);
+  EXPECT_NE(smuggled.error().message().find("'?'"), std::string::npos)
+      << smuggled.error().message();
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/x&uid=0"));
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/x%3Fuid=0"));
+  EXPECT_FALSE(HubAddress({"h", 2049, 0, "/x?uid=0"}).Validate());
+  EXPECT_TRUE(HubAddress({"h", 2049, 0, "/x"}).Validate());
+}
+
+TEST(VolumeParamsTest, HubIdentity) {
+  auto d = ParseVolumeParams(Base());
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->identity.mode, HubIdentity::kCaller);
+  EXPECT_EQ(d->identity.uid, 65534u);
+  EXPECT_EQ(d->identity.gid, 65534u);
+  EXPECT_FALSE(d->identity.allow_root);
+  // Root callers are squashed to hubUid/hubGid; others pass through.
+  EXPECT_EQ(d->identity.ForCaller(0, 0), std::make_pair(65534u, 65534u));
+  EXPECT_EQ(d->identity.ForCaller(1000, 100), std::make_pair(1000u, 100u));
+
+  StringMap fixed = Base();
+  fixed["hubIdentity"] = "fixed";
+  fixed["hubUid"] = "2000";
+  fixed["hubGid"] = "3000";
+  auto f = ParseVolumeParams(fixed);
+  ASSERT_TRUE(f) << f.error().message();
+  EXPECT_EQ(f->identity.ForCaller(1000, 100), std::make_pair(2000u, 3000u));
+  auto ctx = VolumeContext::FromMap(MakeVolumeContext(*f, "p").ToMap());
+  ASSERT_TRUE(ctx) << ctx.error().message();
+  EXPECT_EQ(ctx->identity, f->identity);
+
+  StringMap root = Base();
+  root["hubUid"] = "0";
+  auto refused = ParseVolumeParams(root);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("hubUid"), std::string::npos);
+  EXPECT_NE(refused.error().message().find("allowRoot"), std::string::npos);
+  root["allowRoot"] = "true";
+  auto allowed = ParseVolumeParams(root);
+  ASSERT_TRUE(allowed) << allowed.error().message();
+  EXPECT_EQ(allowed->identity.ForCaller(0, 0), std::make_pair(0u, 0u));
+
+  for (auto [k, v] : {std::pair{"hubIdentity", "root"},
+                      {"hubUid", "4294967295"},
+                      {"hubGid", "-1"},
+                      {"allowRoot", "yes"},
+                      {"hubUid", "x"}}) {
+    StringMap m = Base();
+    m[k] = v;
+    ExpectRejected(m, k);
+  }
+}
+
+// The id keeps what DeleteVolume needs of the identity; the default adds no field.
+TEST(VolumeIdTest, IdentityField) {
+  VolumeId id{HubAddress{"h", 2049, 0, "/s"}, VolumeMode::kScratch, OnDelete::kDelete, "p"};
+  EXPECT_EQ(id.Encode(), "spoke1|scratch|delete|h|2049|0|/s|p");
+  id.identity.uid = 2000;
+  id.identity.gid = 3000;
+  EXPECT_EQ(id.Encode(), "spoke1|scratch|delete|h|2049|0|/s|p|2000:3000");
+  EXPECT_EQ(VolumeId::Decode(id.Encode()).value_or(VolumeId{}), id);
+  VolumeId root = id;
+  root.identity = HubIdentityParams{};
+  root.identity.allow_root = true;
+  EXPECT_EQ(VolumeId::Decode(root.Encode()).value_or(VolumeId{}), root);
+  for (const char* bad : {"|0:0", "|65534:65534", "|2000", "|x:1", "|", "|ROOT"}) {
+    EXPECT_FALSE(VolumeId::Decode(std::string("spoke1|scratch|delete|h|2049|0|/s|p") + bad)) << bad;
+  }
+}
+
+// Found by fuzz_nfs_url: "hub:2050" was a valid server, and in the libnfs URL its ':' reads
+// as a port. IPv6 literals are bracketed; a port is only ever nfsPort.
+TEST(VolumeParamsTest, ServerCannotCarryAPort) {
+  StringMap m = Base();
+  m["server"] = "hub:2050";
+  ExpectRejected(m, "server");
+  m["server"] = "fd00::1";
+  ExpectRejected(m, "server");
+  m["server"] = "[fd00::1]";
+  EXPECT_TRUE(ParseVolumeParams(m));
+  EXPECT_FALSE(ParseNfsUrl("nfs://hubfs:mpl.com:2/data/"));
+  auto v6 = ParseNfsUrl("nfs://[fd00::1]:2050/x");
+  ASSERT_TRUE(v6) << v6.error().message();
+  EXPECT_EQ(v6->server, "[fd00::1]");
+  EXPECT_EQ(v6->nfs_port, 2050);
+  EXPECT_EQ(ParseNfsUrl(v6->NfsUrl()).value_or(HubAddress{}), *v6);
+}
+
+TEST(VolumeMetricsLabelTest, StableAndOpaque) {
+  std::string id = "spoke1|scratch|delete|h|2049|0|/srv/secret|team/pv-1";
+  EXPECT_EQ(VolumeMetricsLabel(id), VolumeMetricsLabel(id));
+  EXPECT_NE(VolumeMetricsLabel(id), VolumeMetricsLabel(id + "x"));
+  EXPECT_EQ(VolumeMetricsLabel(id).size(), 17u);
+  EXPECT_EQ(VolumeMetricsLabel(id).find("secret"), std::string::npos);
+}
+
 TEST(NfsUrlTest, ParseAndFormat) {
   HubAddress h{"127.0.0.1", 20491, 20492, "/srv/export"};
   EXPECT_EQ(h.NfsUrl(), "nfs://127.0.0.1/srv/export?version=3&nfsport=20491&mountport=20492");

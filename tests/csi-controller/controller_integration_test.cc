@@ -8,6 +8,7 @@
 #include <nfsc/libnfs.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,13 @@ namespace fs = std::filesystem;
 using csi::v1::VolumeCapability;
 using AM = VolumeCapability::AccessMode;
 using spoke::testing::TestHub;
+
+// The test's own writes behind the controller: as root, like an admin on the hub.
+const HubIdentityParams kRoot = [] {
+  HubIdentityParams i;
+  i.allow_root = true;
+  return i;
+}();
 
 csi::v1::CreateVolumeRequest Req(const HubAddress& hub, const std::string& name,
                                  const std::string& mode, const std::string& on_delete = "",
@@ -55,7 +63,12 @@ csi::v1::CreateVolumeRequest Req(const HubAddress& hub, const std::string& name,
 
 class ControllerIntegrationTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { hub_ = TestHub::Start().release(); }
+  static void SetUpTestSuite() {
+    hub_ = TestHub::Start().release();
+    // A shared scratch export: anyone may make a directory, as on a real hub. The controller
+    // provisions as hubUid/hubGid (nobody by default), never as root.
+    if (hub_) fs::permissions(hub_->export_dir(), fs::perms::all | fs::perms::sticky_bit);
+  }
   static void TearDownTestSuite() {
     delete hub_;
     hub_ = nullptr;
@@ -71,7 +84,8 @@ class ControllerIntegrationTest : public ::testing::Test {
   // leave its metadata cache stale).
   void Populate(const std::string& path) {
     LibnfsExportAdmin admin;
-    auto session = admin.Open(hub_->address(), std::chrono::seconds(5));
+    // As the volume's default identity (nobody), like a job squashed to it.
+    auto session = admin.Open(hub_->address(), std::chrono::seconds(5), HubIdentityParams{});
     ASSERT_TRUE(session) << session.error().message();
     ASSERT_TRUE((*session)->MakeDirs(path + "/a/b/c", 0755));
     ASSERT_TRUE((*session)->WriteFile(path + "/top.txt", "top"));
@@ -100,6 +114,11 @@ TEST_F(ControllerIntegrationTest, ScratchDeleteRemovesNestedTree) {
   ASSERT_TRUE(fs::is_directory(Export() + "/pv-del"));
   EXPECT_TRUE(fs::exists(Export() + "/pv-del/.spoke-volume.json"));
   EXPECT_EQ(fs::status(Export() + "/pv-del").permissions(), fs::perms::all);  // 0777
+  // Provisioned as hubUid/hubGid (default nobody), not as root.
+  struct stat st;
+  ASSERT_EQ(::stat((Export() + "/pv-del").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_gid, 65534u);
   Populate("pv-del");
   ASSERT_TRUE(fs::exists(Export() + "/pv-del/a/b/c/deep.bin"));
   // Same request again: same volume.
@@ -117,7 +136,7 @@ TEST_F(ControllerIntegrationTest, ScratchDeleteRemovesNestedTree) {
 TEST_F(ControllerIntegrationTest, ScratchDeleteDoesNotFollowSymlinks) {
   {
     LibnfsExportAdmin admin;
-    auto session = admin.Open(hub_->address(), std::chrono::seconds(5));
+    auto session = admin.Open(hub_->address(), std::chrono::seconds(5), kRoot);
     ASSERT_TRUE(session);
     ASSERT_TRUE((*session)->MakeDirs("outside/keep", 0755));
     ASSERT_TRUE((*session)->WriteFile("outside/keep/file", "precious"));
@@ -173,7 +192,7 @@ TEST_F(ControllerIntegrationTest, ScratchArchiveRenamesInSameParent) {
 TEST_F(ControllerIntegrationTest, DatasetExistingAndMissing) {
   {
     LibnfsExportAdmin admin;
-    auto session = admin.Open(hub_->address(), std::chrono::seconds(5));
+    auto session = admin.Open(hub_->address(), std::chrono::seconds(5), kRoot);
     ASSERT_TRUE(session);
     ASSERT_TRUE((*session)->MakeDirs("datasets/imagenet", 0755));
     ASSERT_TRUE((*session)->WriteFile("datasets/imagenet/shard-0", "data"));

@@ -273,6 +273,40 @@ TEST_F(ControllerServerTest, DeleteHonoursOnDelete) {
   EXPECT_TRUE(Delete(arc.volume().volume_id()).ok());
 }
 
+// Provisioning goes to the hub as hubUid/hubGid (nobody by default), root only with
+// allowRoot; the id carries the identity so that DeleteVolume uses the same one.
+TEST_F(ControllerServerTest, HubRequestsUseTheStorageClassIdentity) {
+  csi::v1::CreateVolumeResponse def, fixed, root;
+  ASSERT_TRUE(Create(ScratchReq("pv-def"), &def).ok());
+  EXPECT_FALSE(admin_->last_identity().allow_root);
+  EXPECT_EQ(admin_->last_identity().uid, 65534u);
+  EXPECT_EQ(def.volume().volume_context().at("allowRoot"), "false");
+
+  auto req = ScratchReq("pv-fixed");
+  (*req.mutable_parameters())["hubUid"] = "2000";
+  (*req.mutable_parameters())["hubGid"] = "3000";
+  ASSERT_TRUE(Create(req, &fixed).ok());
+  EXPECT_EQ(admin_->last_identity().uid, 2000u);
+  EXPECT_EQ(admin_->last_identity().gid, 3000u);
+  EXPECT_EQ(fixed.volume().volume_context().at("hubUid"), "2000");
+  ASSERT_TRUE(Create(ScratchReq("pv-def"), &def).ok());  // another Open in between
+  ASSERT_TRUE(Delete(fixed.volume().volume_id()).ok());
+  EXPECT_EQ(admin_->last_identity().uid, 2000u);
+  EXPECT_EQ(admin_->last_identity().gid, 3000u);
+
+  req = ScratchReq("pv-root");
+  (*req.mutable_parameters())["hubUid"] = "0";
+  auto s = Create(req, &root);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("allowRoot"), std::string::npos) << s.error_message();
+  (*req.mutable_parameters())["allowRoot"] = "true";
+  ASSERT_TRUE(Create(req, &root).ok());
+  EXPECT_TRUE(admin_->last_identity().allow_root);
+  auto id = VolumeId::Decode(root.volume().volume_id());
+  ASSERT_TRUE(id) << id.error().message();
+  EXPECT_TRUE(id->identity.allow_root);
+}
+
 TEST_F(ControllerServerTest, DeleteRefusesDirectoryThatIsNotProvablyOurs) {
   VolumeId id{HubAddress{"10.0.0.1", 2049, 0, "/srv/export"}, VolumeMode::kScratch,
               OnDelete::kDelete, "someone"};

@@ -119,8 +119,10 @@ class FakeSession : public ExportSession {
 }  // namespace
 
 Result<std::unique_ptr<ExportSession>> FakeExportAdmin::Open(const HubAddress& hub,
-                                                             std::chrono::seconds timeout) {
+                                                             std::chrono::seconds timeout,
+                                                             const HubIdentityParams& identity) {
   last_timeout_ = timeout;
+  last_identity_ = identity;
   std::lock_guard<std::mutex> lock(tree_->mu);
   ++tree_->opens;
   if (tree_->unavailable) {

@@ -58,13 +58,15 @@ struct FakeTree {
 class FakeExportAdmin : public ExportAdmin {
  public:
   explicit FakeExportAdmin(std::shared_ptr<FakeTree> tree) : tree_(std::move(tree)) {}
-  Result<std::unique_ptr<ExportSession>> Open(const HubAddress& hub,
-                                              std::chrono::seconds timeout) override;
+  Result<std::unique_ptr<ExportSession>> Open(const HubAddress& hub, std::chrono::seconds timeout,
+                                              const HubIdentityParams& identity) override;
   std::chrono::seconds last_timeout() const { return last_timeout_; }
+  HubIdentityParams last_identity() const { return last_identity_; }
 
  private:
   std::shared_ptr<FakeTree> tree_;
   std::chrono::seconds last_timeout_{0};
+  HubIdentityParams last_identity_;
 };
 
 }  // namespace spoke::controller::testing

@@ -52,5 +52,28 @@ TEST(NodeConfig, ErrorsNameTheKey) {
   EXPECT_NE(s.error().message().find("agentTimeoutSeconds"), std::string::npos);
 }
 
+TEST(NodeConfig, InlineVolumeAllowList) {
+  NodeConfig none;
+  ASSERT_TRUE(LoadNodeConfigString("", &none, Env({})));
+  EXPECT_TRUE(none.inline_volumes.servers.empty());  // no allow-list: every inline volume refused
+  NodeConfig c;
+  ASSERT_TRUE(LoadNodeConfigString(
+      "inlineVolumes: {servers: [hub], sharePrefixes: [/srv/data], modes: [dataset, scratch]}\n",
+      &c, Env({})));
+  EXPECT_EQ(c.inline_volumes.servers, std::vector<std::string>{"hub"});
+  EXPECT_EQ(c.inline_volumes.share_prefixes, std::vector<std::string>{"/srv/data"});
+  EXPECT_TRUE(c.inline_volumes.Check({{"server", "hub"}, {"share", "/srv/data/imagenet"}}));
+  EXPECT_FALSE(c.inline_volumes.Check({{"server", "hub"}, {"share", "/srv/database"}}));
+  for (const char* bad :
+       {"inlineVolumes: {sharePrefixes: [srv]}", "inlineVolumes: {sharePrefixes: [/srv/]}",
+        "inlineVolumes: {modes: [all]}", "inlineVolumes: {servers: hub}",
+        "inlineVolumes: {allow: []}"}) {
+    NodeConfig b;
+    auto s = LoadNodeConfigString(bad, &b, Env({}));
+    ASSERT_FALSE(s) << bad;
+    EXPECT_NE(s.error().message().find("inlineVolumes."), std::string::npos) << s.error().message();
+  }
+}
+
 }  // namespace
 }  // namespace spoke::node

@@ -68,6 +68,9 @@ class NodeServerTest : public ::testing::Test {
     config_.node_id = "node-1";
     config_.agent_socket = socket_;
     config_.state_dir = dir_ + "/state";
+    config_.inline_volumes.servers = {"10.0.0.5"};
+    config_.inline_volumes.share_prefixes = {"/srv/export"};
+    config_.inline_volumes.modes = {"dataset"};
     staging_ = dir_ + "/staging";
     fs::create_directories(staging_);
     fs::create_directories(dir_ + "/pods/a");
@@ -506,6 +509,49 @@ TEST_F(NodeServerTest, EphemeralWithBadAttributesIsInvalidAndLeavesNothing) {
   agent_->mount_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "hub down");
   EXPECT_CODE(Publish("csi-1", attrs, target_a_, false, MountCap(), false), UNAVAILABLE);
   EXPECT_FALSE(fs::exists(server_->EphemeralDir("csi-1")));
+}
+
+// A pod author asks for what the node's inlineVolumes allow-list does not allow: refused
+// with InvalidArgument naming the rule, before the agent is asked anything.
+TEST_F(NodeServerTest, InlineVolumeOutsideTheAllowListIsRefused) {
+  StringMap ok = {{"server", "10.0.0.5"},
+                  {"share", "/srv/export"},
+                  {"subDir", "datasets/imagenet"},
+                  {"mode", "dataset"},
+                  {"csi.storage.k8s.io/ephemeral", "true"}};
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* rule;
+  };
+  for (const Case& c : {Case{"server", "10.0.0.6", "inlineVolumes.servers"},
+                        Case{"share", "/srv/exportx", "inlineVolumes.sharePrefixes"},
+                        Case{"share", "/srv", "inlineVolumes.sharePrefixes"},
+                        Case{"mode", "scratch", "inlineVolumes.modes"},
+                        Case{"allowRoot", "true", "allowRoot"}, Case{"hubUid", "0", "hubUid"}}) {
+    StringMap attrs = ok;
+    attrs[c.key] = c.value;
+    auto s = Publish("csi-2", attrs, target_a_, false, MountCap(), false);
+    EXPECT_CODE(s, INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find(c.rule), std::string::npos) << s.error_message();
+  }
+  // Scratch at a share's root is refused even where scratch inline volumes are allowed.
+  config_.inline_volumes.modes = {"dataset", "scratch"};
+  MakeServer(socket_, std::chrono::milliseconds(2000));
+  StringMap root = ok;
+  root["mode"] = "scratch";
+  root.erase("subDir");
+  auto s = Publish("csi-2", root, target_a_, false, MountCap(), false);
+  EXPECT_CODE(s, INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("share's root"), std::string::npos) << s.error_message();
+  // Without an allow-list (the default) no inline volume is mounted.
+  config_.inline_volumes = {};
+  MakeServer(socket_, std::chrono::milliseconds(2000));
+  s = Publish("csi-2", ok, target_a_, false, MountCap(), false);
+  EXPECT_CODE(s, INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("not enabled"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(agent_->mount_calls().empty());
+  EXPECT_FALSE(fs::exists(server_->EphemeralDir("csi-2")));
 }
 
 TEST_F(NodeServerTest, StatsReportHubCapacityAndCacheFigures) {

@@ -107,6 +107,16 @@ template.
 {{- if not (regexMatch "^[0-9]+([KMGTPE]i?)?$" (include "spoke.size" .Values.cache.blockSizeBytes)) -}}
 {{- fail (printf "cache.blockSizeBytes %q: want bytes or a size like 1Mi" (include "spoke.size" .Values.cache.blockSizeBytes)) -}}
 {{- end -}}
+{{- if .Values.inlineVolumes.enabled -}}
+{{- if or (empty .Values.inlineVolumes.servers) (empty .Values.inlineVolumes.sharePrefixes) -}}
+{{- fail "inlineVolumes.enabled needs inlineVolumes.servers and inlineVolumes.sharePrefixes (the allow-list)" -}}
+{{- end -}}
+{{- range .Values.inlineVolumes.modes -}}
+{{- if not (has . (list "dataset" "scratch")) -}}
+{{- fail (printf "inlineVolumes.modes %q: want dataset or scratch" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has .Values.logLevel (list "debug" "info" "warn" "error")) -}}
 {{- fail (printf "logLevel %q: want debug, info, warn or error" .Values.logLevel) -}}
 {{- end -}}

@@ -100,6 +100,16 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
       {"hub: {inflightPerConnection: 5000}", "hub.inflightPerConnection:"},
       {"hub: {requestTimeoutSeconds: 0}", "hub.requestTimeoutSeconds:"},
       {"hub: {retries: -1}", "hub.retries:"},
+      // The bounds are the components' own: the hub pool takes at most 10 retries and the
+      // cache at least 64 KiB blocks, so such a file never reaches start-up.
+      {"hub: {retries: 11}", "hub.retries: must be in 0..10"},
+      {"blockSizeBytes: 4Ki", "blockSizeBytes: must be between 65536"},
+      {"mountRoots: [var/lib/kubelet]", "mountRoots: each must be an absolute"},
+      {"mountRoots: [/]", "mountRoots: each must be an absolute"},
+      {"mountRoots: [/a/../b]", "mountRoots: each must be an absolute"},
+      {"mountRoots: []", "mountRoots: must name at least one"},
+      {"mountRoots: /var/lib/kubelet", "mountRoots: expected a list"},
+      {"[a, b]: 1", "<key>: a setting's name must be a plain word"},
       {"hub: {conections: 4}", "hub.conections: unknown setting"},
       {"hub: 4", "hub: expected a map"},
       {"readAheadMaxBytes: 1Ki", "readAheadMaxBytes: must be at least one block"},
@@ -146,4 +156,34 @@ TEST(AgentConfigTest, EvictionPolicyMustBeAKnownName) {
 }
 
 }  // namespace
+TEST(AgentConfigTest, MountRootsDefaultAndSet) {
+  auto d = Parse("");
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->mount_roots, (std::vector<std::string>{"/var/lib/kubelet", "/mnt/spoke"}));
+  auto c = Parse("mountRoots: [/var/lib/kubelet, /srv/mnt]");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->mount_roots, (std::vector<std::string>{"/var/lib/kubelet", "/srv/mnt"}));
+}
+
+// The chart writes metricsAddress: "${POD_IP}:9810": one address, not every interface.
+TEST(AgentConfigTest, MetricsAddressOnThePodIp) {
+  auto env = [](const char* name) -> const char* {
+    return std::string_view(name) == "POD_IP" ? "10.1.2.3" : nullptr;
+  };
+  auto v6 = [](const char* name) -> const char* {
+    return std::string_view(name) == "POD_IP" ? "fd00::7" : nullptr;
+  };
+  auto none = [](const char*) -> const char* { return nullptr; };
+  EXPECT_EQ(ExpandMetricsAddress("${POD_IP}:9810", env).value_or(""), "10.1.2.3:9810");
+  EXPECT_EQ(ExpandMetricsAddress("${POD_IP}:9810", v6).value_or(""), "[fd00::7]:9810");
+  EXPECT_EQ(ExpandMetricsAddress("127.0.0.1:9810", none).value_or(""), "127.0.0.1:9810");
+  auto missing = ExpandMetricsAddress("${POD_IP}:9810", none);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message().find("POD_IP"), std::string::npos);
+  // The default never listens on all interfaces.
+  auto d = Parse("");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->MetricsHost(), "127.0.0.1");
+}
+
 }  // namespace spoke::agent

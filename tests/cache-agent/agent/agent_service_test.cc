@@ -340,8 +340,11 @@ TEST_F(AgentServiceTest, MetricsAndHealthOverHttp) {
   EXPECT_EQ(j["status"], "serving");
   EXPECT_EQ(j["hubReachable"], true);
   ASSERT_EQ(j["mounts"].size(), 1u);
-  EXPECT_EQ(j["mounts"][0]["targetPath"], Target("a"));
+  EXPECT_EQ(j["mounts"][0]["volume"], VolumeMetricsLabel(DatasetId()));
   EXPECT_EQ(j["mounts"][0]["state"], "mounted");
+  // Nothing naming a share, a target (pod UIDs) or the raw volume id over HTTP.
+  EXPECT_EQ(res->body.find(Target("a")), std::string::npos) << res->body;
+  EXPECT_EQ(res->body.find(DatasetId()), std::string::npos) << res->body;
 
   {
     std::lock_guard<std::mutex> l(world_->mu);
@@ -354,7 +357,8 @@ TEST_F(AgentServiceTest, MetricsAndHealthOverHttp) {
   EXPECT_EQ(res->status, 200);  // the agent serves; the hub being down is reported, not fatal
   j = nlohmann::json::parse(res->body);
   EXPECT_EQ(j["hubReachable"], false);
-  EXPECT_EQ(j["mounts"][0]["lastError"], "Command timed out");
+  EXPECT_EQ(j["mounts"][0]["hubReachable"], false);
+  EXPECT_EQ(res->body.find("Command timed out"), std::string::npos) << res->body;
   EXPECT_EQ(client.Get("/nope")->status, 404);
   http.Stop();
   EXPECT_FALSE(client.Get("/healthz"));

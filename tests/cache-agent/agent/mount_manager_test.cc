@@ -21,8 +21,9 @@ class MountManagerTest : public ::testing::Test {
  protected:
   MountManagerTest() : world_(std::make_shared<FakeWorld>()), mounter_(world_) {}
 
-  std::unique_ptr<MountManager> NewManager() {
+  std::unique_ptr<MountManager> NewManager(std::vector<std::string> roots = {}) {
     MountManager::Options o;
+    o.mount_roots = std::move(roots);
     o.state_file = state_file();
     o.retry_initial = std::chrono::milliseconds(20);
     o.retry_max = std::chrono::milliseconds(40);
@@ -50,6 +51,45 @@ TEST_F(MountManagerTest, MountIsIdempotentAndCreatesTheTarget) {
   ASSERT_NE(m->FindByVolume(DatasetId()), nullptr);
   EXPECT_EQ(m->FindByTarget(Target("a") + "/"), m->FindByVolume(DatasetId()));
   EXPECT_NE(registry_.Render().find("spoke_mounts 1"), std::string::npos);
+}
+
+// Whoever holds the socket, the agent mounts only under its mountRoots; a state file naming
+// another target is not restored either.
+TEST_F(MountManagerTest, TargetsOutsideTheMountRootsAreRefused) {
+  std::string root = dir_.path() + "/targets";
+  {
+    auto m = NewManager();  // no roots: a table written by an older agent
+    ASSERT_TRUE(m->Start());
+    ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), dir_.path() + "/elsewhere/x", true));
+    m->Shutdown();
+  }
+  world_->mount_calls = 0;
+  auto m = NewManager({root});
+  ASSERT_TRUE(m->Start());
+  for (std::string bad : {dir_.path() + "/etc/cron.d", root, root + "x/a", std::string("/etc")}) {
+    auto s = m->Mount(DatasetId(), DatasetContext(), bad, true);
+    ASSERT_FALSE(s) << bad;
+    EXPECT_EQ(s.error().code(), Code::kPermissionDenied);
+    EXPECT_NE(s.error().message().find("mountRoots"), std::string::npos) << s.error().message();
+    EXPECT_NE(s.error().message().find("target_path"), std::string::npos);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/etc"));
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  EXPECT_EQ(world_->mount_calls, 1);  // the old record outside the roots was not restored
+  EXPECT_EQ(m->FindByTarget(dir_.path() + "/elsewhere/x"), nullptr);
+}
+
+// A volume's series (labelled as its mounter labels them) go when its last mount goes.
+TEST_F(MountManagerTest, UnmountRemovesTheVolumesSeries) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  registry_.GetCounter("spoke_test_reads_total", "t", {{"volume", VolumeMetricsLabel(DatasetId())}})
+      .Inc();
+  EXPECT_NE(registry_.Render().find("spoke_test_reads_total{"), std::string::npos);
+  ASSERT_TRUE(m->Unmount(Target("a")));
+  EXPECT_EQ(registry_.Render().find("spoke_test_reads_total{"), std::string::npos)
+      << registry_.Render();
 }
 
 TEST_F(MountManagerTest, AnotherVolumeAtTheTargetIsAlreadyExists) {

@@ -108,6 +108,8 @@ class FuseMount : public ::testing::Test {
     }
     WriteFile(root + "/cold/uncached.bin", Pattern(3 * (1 << 20) + 17, 4242));
     fs::create_directories(hub_->export_dir() + "/scratch");
+    // The volume's directory as the controller makes it: writable by the volume's identity.
+    fs::permissions(hub_->export_dir() + "/scratch", fs::perms::all);
   }
   static void TearDownTestSuite() {
     delete proxy_;
@@ -241,7 +243,9 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   }
   auto f1 = vol->Figures();
   EXPECT_GT(f1.hub_read_bytes, 0u);
-  EXPECT_EQ(CacheMetrics().find("put_failures_total{volume=\"vol-data\"} 0") == std::string::npos,
+  // The volume's series carry its hashed label, not its id.
+  EXPECT_EQ(CacheMetrics().find("put_failures_total{volume=\"" + VolumeMetricsLabel("vol-data") +
+                                "\"} 0") == std::string::npos,
             false)
       << CacheMetrics();
   EXPECT_GT(f1.cache_bytes, 0u);
@@ -383,6 +387,11 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   std::string hub_dir = hub_->export_dir() + "/scratch";
   ASSERT_EQ(::mkdir((mnt.path() + "/out").c_str(), 0755), 0) << strerror(errno);
   EXPECT_TRUE(fs::is_directory(hub_dir + "/out"));
+  // The hub saw hubUid/hubGid (default nobody), not root: the volume does not allow root.
+  struct stat st;
+  ASSERT_EQ(::stat((hub_dir + "/out").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_gid, 65534u);
 
   std::string data = Pattern(3 * (1 << 20) + 4321, 77);
   int fd = ::open((mnt.path() + "/out/ckpt.bin").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);

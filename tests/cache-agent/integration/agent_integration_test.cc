@@ -74,6 +74,7 @@ class AgentIntegrationTest : public ::testing::Test {
         << "cacheDir: " << work_->path() << "/cache\n"
         << "cacheSizeBytes: 3Gi\n"  // 1 MiB slots: every small file takes one
         << "stateDir: " << work_->path() << "/state\n"
+        << "mountRoots: [" << work_->path() << "]\n"
         << "metricsAddress: 127.0.0.1:" << metrics_port_ << "\n"
         << "logLevel: info\n"
         << "hub: {connections: 4, inflightPerConnection: 64, requestTimeoutSeconds: 5}\n";

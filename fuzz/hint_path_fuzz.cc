@@ -1,0 +1,16 @@
+// NormalizeHintPath: every line a pod writes to .spoke-hints. Never crashes; what it accepts
+// is bounded and already normal: written back as a line (with a CRLF ending, whose CR the
+// function strips) it normalises to itself.
+#include "cache-agent/prefetch/hint_predictor.h"
+#include "fuzz/fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace spoke;
+  auto path = agent::NormalizeHintPath(fuzz::AsText(data, size));
+  if (!path) return 0;
+  SPOKE_FUZZ_CHECK(path->size() <= agent::kMaxHintPath);
+  SPOKE_FUZZ_CHECK(path->find('\0') == std::string::npos);
+  auto again = agent::NormalizeHintPath(*path + "\r");
+  SPOKE_FUZZ_CHECK(again.has_value() && *again == *path);
+  return 0;
+}
