@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <nfsc/libnfs-raw-nfs.h>
+#include <nfsc/libnfs-raw.h>
+#include <nfsc/libnfs-zdr.h>
 #include <nfsc/libnfs.h>
 #include <poll.h>
 #include <pthread.h>
@@ -363,6 +365,20 @@ void NfsConnection::StartMount() {
     return;
   }
   generation_++;
+  if (options_.auth) {
+    // The context's credential: every RPC it encodes from now on (mount included) carries
+    // it. One identity per context keeps multi-RPC calls (path lookups) consistent.
+    const Credentials& who = *options_.auth;
+    std::vector<uint32_t> groups(who.groups.begin(),
+                                 who.groups.begin() + std::min<size_t>(who.groups.size(), 16));
+    struct AUTH* auth = libnfs_authunix_create("spoke", who.uid, who.gid,
+                                               static_cast<uint32_t>(groups.size()), groups.data());
+    if (auth == nullptr) {
+      Teardown("could not create AUTH_SYS credential");
+      return;
+    }
+    rpc_set_auth(nfs_get_rpc_context(ctx_), auth);
+  }
   nfs_set_timeout(ctx_, static_cast<int>(options_.rpc_timeout.count()));
   nfs_set_dircache(ctx_, 0);
   nfs_set_version(ctx_, NFS_V3);

@@ -15,12 +15,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
 
 struct nfs_context;
@@ -75,6 +77,9 @@ class NfsConnection {
     std::chrono::milliseconds request_timeout{10000};
     std::chrono::milliseconds rpc_timeout{5000};  // libnfs' own per-RPC bound
     size_t handle_cache_size = 8192;
+    // AUTH_SYS identity of every RPC on this context; unset: libnfs' default (the
+    // process' own uid/gid).
+    std::optional<Credentials> auth;
     // Called (loop thread) when a job finishes: op, seconds, error or null.
     std::function<void(const char*, double, const Error*)> on_done;
   };
