@@ -2,14 +2,16 @@
 
 #include <fcntl.h>
 #include <nfsc/libnfs-raw-nfs.h>
-#include <nfsc/libnfs-raw.h>
-#include <nfsc/libnfs-zdr.h>
 #include <nfsc/libnfs.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+// libnfs-raw.h and libnfs-zdr.h need the definitions of libnfs.h first.
+#include <nfsc/libnfs-raw.h>
+#include <nfsc/libnfs-zdr.h>
 
 #include <algorithm>
 #include <cerrno>
