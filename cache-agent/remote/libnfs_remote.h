@@ -81,6 +81,8 @@ class LibnfsRemote final : public RemoteFs {
   Result<FileAttr> Stat(const std::string& path) override;
   Result<std::vector<DirEntry>> ReadDir(const std::string& path) override;
   void ReadAsync(const std::string& path, uint64_t offset, uint32_t length, ReadDone done) override;
+  void ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset, uint32_t length,
+                        CheckedReadDone done) override;
   Result<size_t> Write(const std::string& path, uint64_t offset, const char* data,
                        size_t length) override;
   Result<FileAttr> Create(const std::string& path, uint32_t mode) override;

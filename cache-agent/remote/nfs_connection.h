@@ -115,6 +115,8 @@ class NfsConnection {
   void DropHandle(const std::string& path);
   // Marks the job done; false when it already finished (timed out): then do not deliver.
   bool Finish(const std::shared_ptr<NfsJob>& job);
+  // Finishes the job with `e` now (no retry); nothing when it already finished.
+  void FinishWithError(const std::shared_ptr<NfsJob>& job, const Error& e);
   // One attempt failed with a negative errno: retries (transient errors, idempotent job,
   // inside the deadline) or finishes the job with an error.
   void AttemptFailed(const std::shared_ptr<NfsJob>& job, int err, const std::string& msg);
@@ -132,7 +134,6 @@ class NfsConnection {
   void ExpireJobs();
   void RunTimers();
   void RunAttempt(const std::shared_ptr<NfsJob>& job);
-  void FinishWithError(const std::shared_ptr<NfsJob>& job, const Error& e);
   void TrimHandles();
   void CloseHandle(NfsHandle& h);
   static void MountDone(int err, nfs_context* nfs, void* data, void* priv);

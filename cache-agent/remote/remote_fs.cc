@@ -30,6 +30,20 @@ Error NotSupported(const char* op) {
 }
 }  // namespace
 
+void RemoteFs::ReadCheckedAsync(const std::string&, uint64_t, uint64_t, uint32_t,
+                                CheckedReadDone done) {
+  done(std::unexpected(NotSupported("checked read")));
+}
+
+Result<RemoteFs::CheckedRead> RemoteFs::ReadChecked(const std::string& path, uint64_t file_id,
+                                                    uint64_t offset, uint32_t length) {
+  std::promise<Result<CheckedRead>> p;
+  auto f = p.get_future();
+  ReadCheckedAsync(path, file_id, offset, length,
+                   [&p](Result<CheckedRead> r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
 Result<FileAttr> RemoteFs::CreateAs(const Credentials&, const std::string&, uint32_t, CreateMode) {
   return std::unexpected(NotSupported("create"));
 }

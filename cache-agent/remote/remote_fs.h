@@ -89,6 +89,23 @@ class RemoteFs {
   // Never blocks for the network: many reads may be in flight at once.
   virtual void ReadAsync(const std::string& path, uint64_t offset, uint32_t length,
                          ReadDone done) = 0;
+  // A read of the file the caller knows by its id: bytes come only from the file whose NFS
+  // fileid is `file_id`. Handles are cached by path, so after the name was replaced on the
+  // hub (`mv new old` by another client) the handle is re-checked and re-opened; when the
+  // path now names another file (or none), the error is kNotFound with errno ESTALE and no
+  // bytes are delivered. `attr` are the file's attributes fetched together with the read
+  // (GETATTR pipelined with the READs): compare attr.ContentVersion() with the version the
+  // cached blocks belong to to detect a change of content. `data` has the full `length`
+  // unless the file ends first (a short hub reply mid-file is continued, never returned).
+  struct CheckedRead {
+    std::vector<char> data;
+    FileAttr attr;
+  };
+  using CheckedReadDone = std::function<void(Result<CheckedRead>)>;
+  virtual void ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset,
+                                uint32_t length, CheckedReadDone done);
+  Result<CheckedRead> ReadChecked(const std::string& path, uint64_t file_id, uint64_t offset,
+                                  uint32_t length);
   // Blocking read built on ReadAsync.
   Result<std::vector<char>> Read(const std::string& path, uint64_t offset, uint32_t length);
 

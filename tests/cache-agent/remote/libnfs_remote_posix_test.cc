@@ -305,5 +305,79 @@ TEST_F(LibnfsRemotePosix, RenameOverAndRmdirNotEmpty) {
   EXPECT_GT(st->total_files, 0u);
 }
 
+// Another node replaces a file by rename (the checkpoint pattern) while this node has a
+// handle cached for the name: a read of the old file id never returns the new file's
+// bytes, and a read of the new id never returns the old file's bytes through the cached
+// handle.
+TEST_F(LibnfsRemotePosix, CheckedReadNeverServesAnotherFileAfterRenameOnTheHub) {
+  auto node = Connect();
+  auto other = Connect();
+  ASSERT_TRUE(node && other);
+  ASSERT_TRUE(other->CreateAs(kAlice, "shared/ckpt.pt", 0644, CreateMode::kExclusive));
+  ASSERT_TRUE(other->WriteAs(kAlice, "shared/ckpt.pt", 0, "old-bytes", 9));
+  auto old_attr = node->Stat("shared/ckpt.pt");
+  ASSERT_TRUE(old_attr);
+  auto first = node->ReadChecked("shared/ckpt.pt", old_attr->file_id, 0, 100);
+  ASSERT_TRUE(first) << first.error().ToString();
+  EXPECT_EQ(std::string(first->data.begin(), first->data.end()), "old-bytes");
+  EXPECT_EQ(first->attr.file_id, old_attr->file_id);
+  EXPECT_EQ(first->attr.ContentVersion(), old_attr->ContentVersion());
+
+  ASSERT_TRUE(other->CreateAs(kAlice, "shared/ckpt.new", 0644, CreateMode::kExclusive));
+  ASSERT_TRUE(other->WriteAs(kAlice, "shared/ckpt.new", 0, "NEW", 3));
+  ASSERT_TRUE(other->RenameAs(kAlice, "shared/ckpt.new", "shared/ckpt.pt"));
+  auto new_attr = node->Stat("shared/ckpt.pt");
+  ASSERT_TRUE(new_attr);
+  ASSERT_NE(new_attr->file_id, old_attr->file_id);
+
+  // The old id: either the old file's own bytes (its cached handle still reaches the
+  // unlinked file, like an open fd) or ESTALE; never the new file's bytes.
+  auto stale = node->ReadChecked("shared/ckpt.pt", old_attr->file_id, 0, 100);
+  if (stale) {
+    EXPECT_EQ(std::string(stale->data.begin(), stale->data.end()), "old-bytes");
+    EXPECT_EQ(stale->attr.file_id, old_attr->file_id);
+  } else {
+    EXPECT_EQ(stale.error().ToErrno(), ESTALE) << stale.error().ToString();
+    EXPECT_EQ(stale.error().code(), Code::kNotFound);
+  }
+  // A node that never had a handle for the old file gets ESTALE for the old id.
+  auto cold = Connect();
+  ASSERT_TRUE(cold);
+  auto gone = cold->ReadChecked("shared/ckpt.pt", old_attr->file_id, 0, 100);
+  ASSERT_FALSE(gone) << std::string(gone->data.begin(), gone->data.end());
+  EXPECT_EQ(gone.error().ToErrno(), ESTALE) << gone.error().ToString();
+  // The new id: the new file's bytes, with its attributes.
+  auto fresh = node->ReadChecked("shared/ckpt.pt", new_attr->file_id, 0, 100);
+  ASSERT_TRUE(fresh) << fresh.error().ToString();
+  EXPECT_EQ(std::string(fresh->data.begin(), fresh->data.end()), "NEW");
+  EXPECT_EQ(fresh->attr.file_id, new_attr->file_id);
+  EXPECT_EQ(fresh->attr.size, 3u);
+
+  // A change in place shows in the attributes delivered with the read.
+  ASSERT_TRUE(other->WriteAs(kAlice, "shared/ckpt.pt", 3, "+more", 5));
+  auto grown = node->ReadChecked("shared/ckpt.pt", new_attr->file_id, 0, 100);
+  ASSERT_TRUE(grown) << grown.error().ToString();
+  EXPECT_EQ(std::string(grown->data.begin(), grown->data.end()), "NEW+more");
+  EXPECT_NE(grown->attr.ContentVersion(), fresh->attr.ContentVersion());
+}
+
+// A large read across the hub's READ size arrives whole, with checked and plain reads.
+TEST_F(LibnfsRemotePosix, CheckedReadIsWholeAcrossChunks) {
+  std::string data(3 * (1 << 20) + 5, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
+  std::ofstream(Hub("shared/big"), std::ios::binary) << data;
+  auto node = Connect();
+  ASSERT_TRUE(node);
+  auto a = node->Stat("shared/big");
+  ASSERT_TRUE(a);
+  auto r = node->ReadChecked("shared/big", a->file_id, 1 << 20, 1 << 20);
+  ASSERT_TRUE(r) << r.error().ToString();
+  ASSERT_EQ(r->data.size(), 1u << 20);
+  EXPECT_TRUE(std::equal(r->data.begin(), r->data.end(), data.begin() + (1 << 20)));
+  auto tail = node->ReadChecked("shared/big", a->file_id, data.size() - 5, 1 << 20);
+  ASSERT_TRUE(tail);
+  EXPECT_EQ(tail->data.size(), 5u);
+}
+
 }  // namespace
 }  // namespace spoke::agent
