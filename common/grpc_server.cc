@@ -97,8 +97,8 @@ Result<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& o
   ::umask(previous);
   if (!server) return Fail(Code::kUnavailable, "cannot listen on " + options.endpoint);
   // Also when the socket existed (a mode the umask can only narrow).
-  if (::chmod(path->c_str(), options.socket_mode) != 0) {
-    return Fail(Code::kPermissionDenied, "cannot chmod " + *path);
+  if (::chmod(path.c_str(), options.socket_mode) != 0) {
+    return Fail(Code::kPermissionDenied, "cannot chmod " + path);
   }
   log::Info("serving", {{"endpoint", options.endpoint}});
   return server;

@@ -91,6 +91,13 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
     hub.uid = context.identity.uid;
     hub.gid = context.identity.gid;
   }
+  // The same identity model for the calls made for a caller (the *As operations).
+  hub.identity_mode = context.identity.mode == HubIdentity::kFixed
+                          ? LibnfsRemote::Config::IdentityMode::kFixed
+                          : LibnfsRemote::Config::IdentityMode::kCaller;
+  hub.fixed_uid = context.identity.uid;
+  hub.fixed_gid = context.identity.gid;
+  hub.allow_root = context.identity.allow_root;
   auto remote = LibnfsRemote::Connect(context.hub, *path, hub, registry_, labels);
   if (!remote) return std::unexpected(remote.error());
   std::string hub_name = (*remote)->hub_name();

@@ -101,6 +101,7 @@ Status LibnfsRemote::Config::Validate() const {
   if (uid < -1 || uid > 4294967294LL || gid < -1 || gid > 4294967294LL)
     return bad("uid/gid: must be in 0..4294967294 (or -1, the process's own)");
   if (handle_cache_size < 16) return bad("handle_cache_size: must be >= 16");
+  if (max_identities < 1) return bad("max_identities: must be >= 1");
   return Ok();
 }
 
@@ -134,22 +135,11 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
   // retry fits.
   auto rpc =
       std::chrono::milliseconds(std::max<int64_t>(1000, (timeout.count() / 2) / 1000 * 1000));
+  r->hub_ = h;
+  r->request_timeout_ = timeout;
+  r->rpc_timeout_ = rpc;
   for (int i = 0; i < config.connections; ++i) {
-    NfsConnection::Options o;
-    o.url = h.NfsUrl();
-    o.root = r->root_;
-    o.hub = r->hub_name_;
-    o.index = i;
-    o.inflight_limit = config.inflight_per_connection;
-    o.retries = config.retries;
-    o.request_timeout = timeout;
-    o.rpc_timeout = rpc;
-    o.handle_cache_size = config.handle_cache_size;
-    o.uid = config.uid;
-    o.gid = config.gid;
-    LibnfsRemote* self = r.get();
-    o.on_done = [self](const char* op, double s, const Error* e) { self->Record(op, s, e); };
-    r->connections_.push_back(std::make_unique<NfsConnection>(std::move(o)));
+    r->connections_.push_back(std::make_unique<NfsConnection>(r->BaseOptions(i)));
   }
   if (config.wait_for_mount) {
     auto deadline = SteadyClock::now() + timeout;
@@ -172,7 +162,77 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
   return r;
 }
 
-LibnfsRemote::~LibnfsRemote() { connections_.clear(); }
+LibnfsRemote::~LibnfsRemote() {
+  {
+    std::lock_guard<std::mutex> lock(identities_mu_);
+    identities_.clear();
+  }
+  connections_.clear();
+}
+
+NfsConnection::Options LibnfsRemote::BaseOptions(int index) const {
+  NfsConnection::Options o;
+  o.url = hub_.NfsUrl();
+  o.root = root_;
+  o.hub = hub_name_;
+  o.index = index;
+  o.inflight_limit = config_.inflight_per_connection;
+  o.retries = config_.retries;
+  o.request_timeout = request_timeout_;
+  o.rpc_timeout = rpc_timeout_;
+  o.handle_cache_size = config_.handle_cache_size;
+  o.uid = config_.uid;
+  o.gid = config_.gid;
+  LibnfsRemote* self = const_cast<LibnfsRemote*>(this);
+  o.on_done = [self](const char* op, double s, const Error* e) { self->Record(op, s, e); };
+  return o;
+}
+
+Credentials LibnfsRemote::EffectiveIdentity(const Credentials& who) const {
+  if (config_.identity_mode == Config::IdentityMode::kFixed ||
+      (who.uid == 0 && !config_.allow_root)) {
+    return Credentials{config_.fixed_uid, config_.fixed_gid, {}};
+  }
+  Credentials c = who;
+  if (c.groups.size() > 16) c.groups.resize(16);  // AUTH_SYS carries at most 16
+  return c;
+}
+
+size_t LibnfsRemote::IdentityConnections() const {
+  std::lock_guard<std::mutex> lock(identities_mu_);
+  return identities_.size();
+}
+
+std::shared_ptr<NfsConnection> LibnfsRemote::ForIdentity(const Credentials& caller) {
+  Credentials who = EffectiveIdentity(caller);
+  std::string key = std::to_string(who.uid) + ":" + std::to_string(who.gid);
+  for (uint32_t g : who.groups) key += "," + std::to_string(g);
+  std::shared_ptr<NfsConnection> evicted;  // destroyed outside the lock (joins its thread)
+  std::lock_guard<std::mutex> lock(identities_mu_);
+  auto it = identities_.find(key);
+  if (it != identities_.end()) {
+    it->second.last_use = ++identity_clock_;
+    return it->second.conn;
+  }
+  if (identities_.size() >= config_.max_identities) {
+    auto lru = identities_.end();
+    for (auto i = identities_.begin(); i != identities_.end(); ++i) {
+      if (i->second.conn->load() > 0) continue;
+      if (lru == identities_.end() || i->second.last_use < lru->second.last_use) lru = i;
+    }
+    // All busy: go over the bound rather than fail a caller.
+    if (lru != identities_.end()) {
+      evicted = std::move(lru->second.conn);
+      identities_.erase(lru);
+    }
+  }
+  NfsConnection::Options o =
+      BaseOptions(static_cast<int>(config_.connections) + static_cast<int>(identities_.size()));
+  o.auth = who;
+  auto conn = std::make_shared<NfsConnection>(std::move(o));
+  identities_[key] = IdentityConn{conn, ++identity_clock_};
+  return conn;
+}
 
 std::string LibnfsRemote::Full(const std::string& path) const {
   if (path.empty()) return root_.empty() ? "/" : root_;
@@ -233,6 +293,9 @@ NfsConnection& LibnfsRemote::ForPath(const std::string& path) {
 
 void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
   for (auto& c : connections_) c->Invalidate(path);
+  // Identity connections cache handles too (writes as the caller).
+  std::lock_guard<std::mutex> lock(identities_mu_);
+  for (auto& [key, ic] : identities_) ic.conn->Invalidate(path);
 }
 
 namespace {
@@ -353,7 +416,7 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
             uint64_t want = std::min<uint64_t>(length - buf->size(), c.read_max());
             c.Call([&](nfs_context* ctx, auto tramp,
                        void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
-                   [&c, j, h, length, shared_done, buf, step, want](int err, void* data) {
+                   [&c, j, h, length, shared_done, buf, step](int err, void* data) {
                      if (err < 0) {
                        c.ReleaseHandle(h);
                        *step = nullptr;
@@ -361,7 +424,10 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
                      }
                      const char* bytes = static_cast<const char*>(data);
                      buf->insert(buf->end(), bytes, bytes + err);
-                     if (static_cast<uint64_t>(err) == want && buf->size() < length) {
+                     // A short reply is legal mid-file (the hub may cap a READ): ask for the
+                     // rest. Only an empty reply (end of file) ends a read short, so a
+                     // caller never takes a short block for the file's end.
+                     if (err > 0 && buf->size() < length && !j->finished) {
                        (*step)();  // more to read
                        return;
                      }
@@ -378,60 +444,224 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
   ForPath(path).Submit(job);
 }
 
+namespace {
+
+// A libnfs call producing an nfs_stat_64 (stat/lstat), delivered as FileAttr.
+template <typename Start>
+auto StatCall(Start start) {
+  return [start](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                 const std::function<void(FileAttr)>& deliver) {
+    c.Call([&](nfs_context* ctx, auto tramp, void* p) { return start(ctx, tramp, p); },
+           [&c, j, deliver](int err, void* data) {
+             if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+             FileAttr a = FromStat(*static_cast<nfs_stat_64*>(data));
+             if (c.Finish(j)) deliver(a);
+           });
+  };
+}
+
+// A namespace change by path, then LSTAT of `stat_path` for the attributes it delivers.
+template <typename Start>
+auto ChangeThenStat(Start start, std::string stat_path) {
+  return [start, stat_path](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                            const std::function<void(FileAttr)>& deliver) {
+    c.Call([&](nfs_context* ctx, auto tramp, void* p) { return start(ctx, tramp, p); },
+           [&c, j, stat_path, deliver](int err, void* data) {
+             if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+             c.Call([&](nfs_context* ctx, auto tramp,
+                        void* p) { return nfs_lstat64_async(ctx, stat_path.c_str(), tramp, p); },
+                    [&c, j, deliver](int err2, void* d2) {
+                      if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d2));
+                      FileAttr a = FromStat(*static_cast<nfs_stat_64*>(d2));
+                      if (c.Finish(j)) deliver(a);
+                    });
+           });
+  };
+}
+
+Status ToStatus(const Result<Unit>& r) {
+  if (!r) return std::unexpected(r.error());
+  return Ok();
+}
+
+}  // namespace
+
+Result<FileAttr> LibnfsRemote::StatOn(NfsConnection& conn, const std::string& path) {
+  auto job = NewJob("GETATTR", path, true, config_.request_timeout_seconds);
+  std::string p = Full(path);
+  return RunBlocking<FileAttr>(conn, in_flight_, job,
+                               StatCall([p](nfs_context* ctx, auto tramp, void* priv) {
+                                 return nfs_stat64_async(ctx, p.c_str(), tramp, priv);
+                               }));
+}
+
+void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset,
+                                    uint32_t length, CheckedReadDone done) {
+  if (length > kMaxRead) length = kMaxRead;
+  auto job = NewJob("READ", path, true, config_.request_timeout_seconds);
+  auto shared_done = std::make_shared<CheckedReadDone>(std::move(done));
+  job->on_error = [shared_done](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  std::string key = path;
+  job->attempt = [key, file_id, offset, length, shared_done](NfsConnection& c, nfs_context*,
+                                                             const std::shared_ptr<NfsJob>& j) {
+    c.GetHandle(
+        key, false,
+        [&c, j, key, file_id, offset, length, shared_done](int err, const char* msg,
+                                                           std::shared_ptr<NfsHandle> h) {
+          if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
+          // The READs and a GETATTR of the same handle go out together; the reply is delivered
+          // when both are back, and only when the handle is the file the caller means.
+          struct State {
+            std::vector<char> buf;
+            FileAttr attr;
+            int pending = 2;
+            int err = 0;
+            std::string msg;
+          };
+          auto st = std::make_shared<State>();
+          st->buf.reserve(length);
+          auto part_done = [&c, j, h, key, file_id, st, shared_done]() {
+            if (--st->pending > 0) return;
+            c.ReleaseHandle(h);
+            if (st->err < 0) return c.AttemptFailed(j, st->err, st->msg);
+            if (st->attr.file_id != file_id) {
+              // The cached handle (or the name) is another file now: never its bytes.
+              c.DropHandle(key);
+              if (j->attempts < 2) {
+                return c.AttemptFailed(j, -ESTALE, "the name now refers to another file");
+              }
+              return c.FinishWithError(
+                  j, Error::FromErrno(ESTALE, "hub " + c.hub() + ": READ of " + key +
+                                                  ": the name now refers to another file (fileid " +
+                                                  std::to_string(st->attr.file_id) + ", expected " +
+                                                  std::to_string(file_id) + ")"));
+            }
+            if (c.Finish(j)) (*shared_done)(CheckedRead{std::move(st->buf), st->attr});
+          };
+          auto fail = [st](int e, const std::string& m) {
+            if (st->err == 0) {
+              st->err = e;
+              st->msg = m;
+            }
+          };
+          c.Call([&](nfs_context* ctx, auto tramp,
+                     void* priv) { return nfs_fstat64_async(ctx, h->fh, tramp, priv); },
+                 [st, part_done, fail](int e, void* data) {
+                   if (e < 0) {
+                     fail(e, Msg(data));
+                   } else {
+                     st->attr = FromStat(*static_cast<nfs_stat_64*>(data));
+                   }
+                   part_done();
+                 });
+          auto step = std::make_shared<std::function<void()>>();
+          *step = [&c, j, h, offset, length, st, step, part_done, fail]() {
+            uint64_t at = offset + st->buf.size();
+            uint64_t want = std::min<uint64_t>(length - st->buf.size(), c.read_max());
+            c.Call([&](nfs_context* ctx, auto tramp,
+                       void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
+                   [j, length, st, step, part_done, fail](int e, void* data) {
+                     auto keep = *step;  // the chain ends unless re-armed below
+                     if (e < 0) {
+                       fail(e, Msg(data));
+                     } else {
+                       const char* bytes = static_cast<const char*>(data);
+                       st->buf.insert(st->buf.end(), bytes, bytes + e);
+                       // Short replies mid-file are continued; an empty one is the end.
+                       if (e > 0 && st->buf.size() < length && !j->finished && st->err == 0) {
+                         (*step)();
+                         return;
+                       }
+                     }
+                     *step = nullptr;
+                     part_done();
+                   });
+          };
+          (*step)();
+        });
+  };
+  in_flight_->Add(1);
+  ForPath(path).Submit(job);
+}
+
 Result<size_t> LibnfsRemote::Write(const std::string& path, uint64_t offset, const char* data,
                                    size_t length) {
+  return WriteOn(Writer(), path, offset, data, length);
+}
+
+Result<size_t> LibnfsRemote::WriteOn(NfsConnection& conn, const std::string& path, uint64_t offset,
+                                     const char* data, size_t length) {
   auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
   std::string key = path;
+  // The job owns its payload: after a timeout the caller's buffer may be reused while
+  // chunks are still queued on the loop.
+  auto payload = std::make_shared<const std::vector<char>>(data, data + length);
   return RunBlocking<size_t>(
-      Writer(), in_flight_, job,
-      [key, offset, data, length](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
-                                  const std::function<void(size_t)>& deliver) {
+      conn, in_flight_, job,
+      [key, offset, payload](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                             const std::function<void(size_t)>& deliver) {
         c.GetHandle(key, true,
-                    [&c, j, offset, data, length, deliver](int err, const char* msg,
-                                                           std::shared_ptr<NfsHandle> h) {
+                    [&c, j, offset, payload, deliver](int err, const char* msg,
+                                                      std::shared_ptr<NfsHandle> h) {
                       if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
                       auto done = std::make_shared<size_t>(0);
                       auto step = std::make_shared<std::function<void()>>();
-                      *step = [&c, j, h, offset, data, length, deliver, done, step]() {
-                        size_t want = std::min<size_t>(length - *done, c.write_max());
+                      *step = [&c, j, h, offset, payload, deliver, done, step]() {
+                        size_t want = std::min<size_t>(payload->size() - *done, c.write_max());
                         c.Call(
                             [&](nfs_context* ctx, auto tramp, void* priv) {
                               return nfs_pwrite_async(ctx, h->fh, offset + *done, want,
-                                                      data + *done, tramp, priv);
+                                                      payload->data() + *done, tramp, priv);
                             },
-                            [&c, j, h, length, deliver, done, step](int err, void* d) {
+                            [&c, j, h, payload, deliver, done, step](int err, void* d) {
                               if (err < 0) {
                                 c.ReleaseHandle(h);
                                 *step = nullptr;
                                 return c.AttemptFailed(j, err, Msg(d));
                               }
                               *done += static_cast<size_t>(err);
-                              if (err > 0 && *done < length) {
+                              // A job that already failed (deadline) issues no further chunk.
+                              if (!j->finished && err > 0 && *done < payload->size()) {
                                 (*step)();
                                 return;
                               }
                               c.ReleaseHandle(h);
                               auto keep = *step;
                               *step = nullptr;
+                              if (*done < payload->size() && err == 0 && !j->finished) {
+                                return c.AttemptFailed(j, -EIO, "hub accepted 0 bytes of a WRITE");
+                              }
                               if (c.Finish(j)) deliver(*done);
                             });
                       };
+                      if (payload->empty()) {
+                        c.ReleaseHandle(h);
+                        if (c.Finish(j)) deliver(0);
+                        return;
+                      }
                       (*step)();
                     });
       });
 }
 
 Result<FileAttr> LibnfsRemote::Create(const std::string& path, uint32_t mode) {
+  return CreateOn(Writer(), path, mode, CreateMode::kUnchecked);
+}
+
+Result<FileAttr> LibnfsRemote::CreateOn(NfsConnection& conn, const std::string& path, uint32_t mode,
+                                        CreateMode how) {
   auto job = NewJob("CREATE", path, false, config_.request_timeout_seconds);
   std::string p = Full(path);
+  // O_EXCL makes libnfs send CREATE3 GUARDED: the hub refuses an existing name (NFS3ERR_EXIST).
+  int flags = O_CREAT | O_RDWR | O_SYNC | (how == CreateMode::kExclusive ? O_EXCL : 0);
   auto r = RunBlocking<FileAttr>(
-      Writer(), in_flight_, job,
-      [p, mode](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
-                const std::function<void(FileAttr)>& deliver) {
+      conn, in_flight_, job,
+      [p, mode, flags](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                       const std::function<void(FileAttr)>& deliver) {
         c.Call(
             [&](nfs_context* ctx, auto tramp, void* priv) {
-              return nfs_create_async(ctx, p.c_str(), O_CREAT | O_RDWR | O_SYNC,
-                                      static_cast<int>(mode & 07777), tramp, priv);
+              return nfs_create_async(ctx, p.c_str(), flags, static_cast<int>(mode & 07777), tramp,
+                                      priv);
             },
             [&c, j, p, deliver](int err, void* data) {
               if (err < 0) return c.AttemptFailed(j, err, Msg(data));
@@ -455,58 +685,57 @@ Result<FileAttr> LibnfsRemote::Create(const std::string& path, uint32_t mode) {
 }
 
 Result<FileAttr> LibnfsRemote::Mkdir(const std::string& path, uint32_t mode) {
+  return MkdirOn(Writer(), path, mode);
+}
+
+Result<FileAttr> LibnfsRemote::MkdirOn(NfsConnection& conn, const std::string& path,
+                                       uint32_t mode) {
   auto job = NewJob("MKDIR", path, false, config_.request_timeout_seconds);
   std::string p = Full(path);
   return RunBlocking<FileAttr>(
-      Writer(), in_flight_, job,
-      [p, mode](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
-                const std::function<void(FileAttr)>& deliver) {
-        c.Call(
-            [&](nfs_context* ctx, auto tramp, void* priv) {
-              return nfs_mkdir2_async(ctx, p.c_str(), static_cast<int>(mode & 07777), tramp, priv);
-            },
-            [&c, j, p, deliver](int err, void* data) {
-              if (err < 0) return c.AttemptFailed(j, err, Msg(data));
-              c.Call([&](nfs_context* ctx, auto tramp,
-                         void* priv) { return nfs_stat64_async(ctx, p.c_str(), tramp, priv); },
-                     [&c, j, deliver](int err2, void* d2) {
-                       if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d2));
-                       FileAttr a = FromStat(*static_cast<nfs_stat_64*>(d2));
-                       if (c.Finish(j)) deliver(a);
-                     });
-            });
-      });
+      conn, in_flight_, job,
+      ChangeThenStat(
+          [p, mode](nfs_context* ctx, auto tramp, void* priv) {
+            return nfs_mkdir2_async(ctx, p.c_str(), static_cast<int>(mode & 07777), tramp, priv);
+          },
+          p));
 }
 
-Status LibnfsRemote::Unlink(const std::string& path) {
+Status LibnfsRemote::Unlink(const std::string& path) { return UnlinkOn(Writer(), path); }
+
+Status LibnfsRemote::UnlinkOn(NfsConnection& conn, const std::string& path) {
   auto job = NewJob("REMOVE", path, false, config_.request_timeout_seconds);
   std::string p = Full(path);
   InvalidateEverywhere(path);
-  auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
+  auto r = RunBlocking<Unit>(conn, in_flight_, job,
                              PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
                                return nfs_unlink_async(ctx, p.c_str(), tramp, priv);
                              }));
-  if (!r) return std::unexpected(r.error());
-  return Ok();
+  InvalidateEverywhere(path);
+  return ToStatus(r);
 }
 
-Status LibnfsRemote::Rmdir(const std::string& path) {
+Status LibnfsRemote::Rmdir(const std::string& path) { return RmdirOn(Writer(), path); }
+
+Status LibnfsRemote::RmdirOn(NfsConnection& conn, const std::string& path) {
   auto job = NewJob("RMDIR", path, false, config_.request_timeout_seconds);
   std::string p = Full(path);
-  auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
-                             PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
-                               return nfs_rmdir_async(ctx, p.c_str(), tramp, priv);
-                             }));
-  if (!r) return std::unexpected(r.error());
-  return Ok();
+  return ToStatus(RunBlocking<Unit>(conn, in_flight_, job,
+                                    PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
+                                      return nfs_rmdir_async(ctx, p.c_str(), tramp, priv);
+                                    })));
 }
 
 Status LibnfsRemote::Rename(const std::string& from, const std::string& to) {
+  return RenameOn(Writer(), from, to);
+}
+
+Status LibnfsRemote::RenameOn(NfsConnection& conn, const std::string& from, const std::string& to) {
   auto job = NewJob("RENAME", from, false, config_.request_timeout_seconds);
   std::string a = Full(from), b = Full(to);
   InvalidateEverywhere(from);
   InvalidateEverywhere(to);
-  auto r = RunBlocking<Unit>(Writer(), in_flight_, job,
+  auto r = RunBlocking<Unit>(conn, in_flight_, job,
                              PathCall([a, b](nfs_context* ctx, auto tramp, void* priv) {
                                return nfs_rename_async(ctx, a.c_str(), b.c_str(), tramp, priv);
                              }));
@@ -514,17 +743,19 @@ Status LibnfsRemote::Rename(const std::string& from, const std::string& to) {
   // again now that the rename is done.
   InvalidateEverywhere(from);
   InvalidateEverywhere(to);
-  if (!r) return std::unexpected(r.error());
-  return Ok();
+  return ToStatus(r);
 }
 
 Result<FileAttr> LibnfsRemote::SetAttr(const std::string& path, const SetAttrRequest& req) {
+  return SetAttrOn(Writer(), path, req);
+}
+
+Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string& path,
+                                         const SetAttrRequest& req) {
   std::string p = Full(path);
   auto run = [&](const char* op, auto start) -> Status {
     auto job = NewJob(op, path, false, config_.request_timeout_seconds);
-    auto r = RunBlocking<Unit>(Writer(), in_flight_, job, PathCall(start));
-    if (!r) return std::unexpected(r.error());
-    return Ok();
+    return ToStatus(RunBlocking<Unit>(conn, in_flight_, job, PathCall(start)));
   };
   if (req.mode) {
     int mode = static_cast<int>(*req.mode & 07777);
@@ -546,28 +777,158 @@ Result<FileAttr> LibnfsRemote::SetAttr(const std::string& path, const SetAttrReq
     auto st = run("SETATTR", [p, size](nfs_context* ctx, auto tramp, void* priv) {
       return nfs_truncate_async(ctx, p.c_str(), size, tramp, priv);
     });
+    InvalidateEverywhere(path);
     if (!st) return std::unexpected(st.error());
   }
-  if (req.atime || req.mtime) {
-    struct timespec at {
-    }, mt{};
-    if (!req.atime || !req.mtime) {
-      auto cur = Stat(path);
-      if (!cur) return std::unexpected(cur.error());
-      at = cur->atime;
-      mt = cur->mtime;
+  auto given = [](const std::optional<struct timespec>& t) {
+    return t && t->tv_nsec != UTIME_OMIT;
+  };
+  auto now = [](const std::optional<struct timespec>& t) { return t && t->tv_nsec == UTIME_NOW; };
+  if (given(req.atime) || given(req.mtime)) {
+    std::shared_ptr<std::array<struct timeval, 2>> times;  // null: both to the hub's clock
+    if (!(now(req.atime) && now(req.mtime))) {
+      // libnfs sets both times at once, from the client: an omitted one is re-sent as it
+      // is, a UTIME_NOW one next to an explicit one takes this node's clock.
+      struct timespec at {
+      }, mt{};
+      if (!given(req.atime) || !given(req.mtime)) {
+        auto cur = StatOn(conn, path);
+        if (!cur) return std::unexpected(cur.error());
+        at = cur->atime;
+        mt = cur->mtime;
+      }
+      struct timespec clock {};
+      clock_gettime(CLOCK_REALTIME, &clock);
+      if (given(req.atime)) at = now(req.atime) ? clock : *req.atime;
+      if (given(req.mtime)) mt = now(req.mtime) ? clock : *req.mtime;
+      times = std::make_shared<std::array<struct timeval, 2>>();
+      (*times)[0] = {at.tv_sec, at.tv_nsec / 1000};
+      (*times)[1] = {mt.tv_sec, mt.tv_nsec / 1000};
     }
-    if (req.atime) at = *req.atime;
-    if (req.mtime) mt = *req.mtime;
-    auto times = std::make_shared<std::array<struct timeval, 2>>();
-    (*times)[0] = {at.tv_sec, at.tv_nsec / 1000};
-    (*times)[1] = {mt.tv_sec, mt.tv_nsec / 1000};
     auto st = run("SETATTR", [p, times](nfs_context* ctx, auto tramp, void* priv) {
-      return nfs_utimes_async(ctx, p.c_str(), times->data(), tramp, priv);
+      return nfs_utimes_async(ctx, p.c_str(), times ? times->data() : nullptr, tramp, priv);
     });
     if (!st) return std::unexpected(st.error());
   }
-  return Stat(path);
+  return StatOn(conn, path);
+}
+
+// Calls made for a caller: the same bodies on the caller's identity connection.
+
+Result<FileAttr> LibnfsRemote::CreateAs(const Credentials& who, const std::string& path,
+                                        uint32_t mode, CreateMode how) {
+  auto conn = ForIdentity(who);
+  return CreateOn(*conn, path, mode, how);
+}
+
+Result<FileAttr> LibnfsRemote::MkdirAs(const Credentials& who, const std::string& path,
+                                       uint32_t mode) {
+  auto conn = ForIdentity(who);
+  return MkdirOn(*conn, path, mode);
+}
+
+Result<size_t> LibnfsRemote::WriteAs(const Credentials& who, const std::string& path,
+                                     uint64_t offset, const char* data, size_t length) {
+  auto conn = ForIdentity(who);
+  return WriteOn(*conn, path, offset, data, length);
+}
+
+Result<uint64_t> LibnfsRemote::AppendAs(const Credentials& who, const std::string& path,
+                                        const char* data, size_t length) {
+  auto conn = ForIdentity(who);
+  auto cur = StatOn(*conn, path);
+  if (!cur) return std::unexpected(cur.error());
+  auto w = WriteOn(*conn, path, cur->size, data, length);
+  if (!w) return std::unexpected(w.error());
+  return cur->size + *w;
+}
+
+Result<FileAttr> LibnfsRemote::SymlinkAs(const Credentials& who, const std::string& target,
+                                         const std::string& path) {
+  auto conn = ForIdentity(who);
+  auto job = NewJob("SYMLINK", path, false, config_.request_timeout_seconds);
+  std::string p = Full(path);
+  auto r = RunBlocking<FileAttr>(*conn, in_flight_, job,
+                                 ChangeThenStat(
+                                     [target, p](nfs_context* ctx, auto tramp, void* priv) {
+                                       return nfs_symlink_async(ctx, target.c_str(), p.c_str(),
+                                                                tramp, priv);
+                                     },
+                                     p));
+  InvalidateEverywhere(path);
+  return r;
+}
+
+Result<std::string> LibnfsRemote::ReadLink(const std::string& path) {
+  auto job = NewJob("READLINK", path, true, config_.request_timeout_seconds);
+  std::string p = Full(path);
+  return RunBlocking<std::string>(
+      LeastLoaded(), in_flight_, job,
+      [p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+          const std::function<void(std::string)>& deliver) {
+        c.Call([&](nfs_context* ctx, auto tramp,
+                   void* priv) { return nfs_readlink_async(ctx, p.c_str(), tramp, priv); },
+               [&c, j, deliver](int err, void* data) {
+                 if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+                 std::string target = data ? static_cast<const char*>(data) : "";
+                 if (c.Finish(j)) deliver(std::move(target));
+               });
+      });
+}
+
+Result<FileAttr> LibnfsRemote::LinkAs(const Credentials& who, const std::string& existing,
+                                      const std::string& path) {
+  auto conn = ForIdentity(who);
+  auto job = NewJob("LINK", path, false, config_.request_timeout_seconds);
+  std::string from = Full(existing), p = Full(path);
+  auto r =
+      RunBlocking<FileAttr>(*conn, in_flight_, job,
+                            ChangeThenStat(
+                                [from, p](nfs_context* ctx, auto tramp, void* priv) {
+                                  return nfs_link_async(ctx, from.c_str(), p.c_str(), tramp, priv);
+                                },
+                                p));
+  InvalidateEverywhere(path);
+  return r;
+}
+
+Result<FileAttr> LibnfsRemote::MknodAs(const Credentials& who, const std::string& path,
+                                       uint32_t mode, uint64_t rdev) {
+  auto conn = ForIdentity(who);
+  auto job = NewJob("MKNOD", path, false, config_.request_timeout_seconds);
+  std::string p = Full(path);
+  int m = static_cast<int>(mode);
+  int dev = static_cast<int>(rdev);
+  auto r = RunBlocking<FileAttr>(*conn, in_flight_, job,
+                                 ChangeThenStat(
+                                     [p, m, dev](nfs_context* ctx, auto tramp, void* priv) {
+                                       return nfs_mknod_async(ctx, p.c_str(), m, dev, tramp, priv);
+                                     },
+                                     p));
+  InvalidateEverywhere(path);
+  return r;
+}
+
+Result<FileAttr> LibnfsRemote::SetAttrAs(const Credentials& who, const std::string& path,
+                                         const SetAttrRequest& request) {
+  auto conn = ForIdentity(who);
+  return SetAttrOn(*conn, path, request);
+}
+
+Status LibnfsRemote::UnlinkAs(const Credentials& who, const std::string& path) {
+  auto conn = ForIdentity(who);
+  return UnlinkOn(*conn, path);
+}
+
+Status LibnfsRemote::RmdirAs(const Credentials& who, const std::string& path) {
+  auto conn = ForIdentity(who);
+  return RmdirOn(*conn, path);
+}
+
+Status LibnfsRemote::RenameAs(const Credentials& who, const std::string& from,
+                              const std::string& to) {
+  auto conn = ForIdentity(who);
+  return RenameOn(*conn, from, to);
 }
 
 Status LibnfsRemote::Fsync(const std::string& path) {

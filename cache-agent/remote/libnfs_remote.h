@@ -18,19 +18,20 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "cache-agent/remote/nfs_connection.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
-
-class NfsConnection;
 
 class LibnfsRemote final : public RemoteFs {
  public:
@@ -50,10 +51,23 @@ class LibnfsRemote final : public RemoteFs {
     // Connect() waits until one connection is mounted (kUnavailable otherwise). false:
     // returns at once and calls fail with kTimeout until the hub answers (tests, lazy use).
     bool wait_for_mount = true;
-    // AUTH_SYS uid/gid of every request (nfs_set_uid/gid per context); -1 = the process's
-    // own (root in the agent). Set from the volume's hubUid/hubGid unless it allows root.
+    // AUTH_SYS uid/gid of the calls without Credentials (walk, prefetch, warm-up); -1 = the
+    // process's own (root in the agent). Set from the volume's hubUid/hubGid unless it
+    // allows root.
     int64_t uid = -1;
     int64_t gid = -1;
+    // Identity of the *As calls on the hub. kCaller: the caller's Credentials (AUTH_SYS),
+    // uid 0 mapped to fixed_uid/fixed_gid unless allow_root. kFixed: every call as
+    // fixed_uid/fixed_gid with no groups (all-squash). The calls without Credentials
+    // (Create, Write, ...) use the agent's own identity.
+    enum class IdentityMode { kCaller, kFixed };
+    IdentityMode identity_mode = IdentityMode::kCaller;
+    uint32_t fixed_uid = 65534;
+    uint32_t fixed_gid = 65534;
+    bool allow_root = false;
+    // Identities with their own hub connection (one libnfs context carries one AUTH_SYS
+    // credential); the least recently used idle one is closed beyond this.
+    size_t max_identities = 64;
     // kInvalidArgument naming the field.
     Status Validate() const;
   };
@@ -73,6 +87,8 @@ class LibnfsRemote final : public RemoteFs {
   Result<FileAttr> Stat(const std::string& path) override;
   Result<std::vector<DirEntry>> ReadDir(const std::string& path) override;
   void ReadAsync(const std::string& path, uint64_t offset, uint32_t length, ReadDone done) override;
+  void ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset, uint32_t length,
+                        CheckedReadDone done) override;
   Result<size_t> Write(const std::string& path, uint64_t offset, const char* data,
                        size_t length) override;
   Result<FileAttr> Create(const std::string& path, uint32_t mode) override;
@@ -83,6 +99,32 @@ class LibnfsRemote final : public RemoteFs {
   Result<FileAttr> SetAttr(const std::string& path, const SetAttrRequest& request) override;
   Status Fsync(const std::string& path) override;
   Result<FsStat> StatFs() override;
+
+  Result<FileAttr> CreateAs(const Credentials& who, const std::string& path, uint32_t mode,
+                            CreateMode how) override;
+  Result<FileAttr> MkdirAs(const Credentials& who, const std::string& path, uint32_t mode) override;
+  Result<size_t> WriteAs(const Credentials& who, const std::string& path, uint64_t offset,
+                         const char* data, size_t length) override;
+  Result<uint64_t> AppendAs(const Credentials& who, const std::string& path, const char* data,
+                            size_t length) override;
+  Result<FileAttr> SymlinkAs(const Credentials& who, const std::string& target,
+                             const std::string& path) override;
+  Result<std::string> ReadLink(const std::string& path) override;
+  Result<FileAttr> LinkAs(const Credentials& who, const std::string& existing,
+                          const std::string& path) override;
+  Result<FileAttr> MknodAs(const Credentials& who, const std::string& path, uint32_t mode,
+                           uint64_t rdev) override;
+  Result<FileAttr> SetAttrAs(const Credentials& who, const std::string& path,
+                             const SetAttrRequest& request) override;
+  Status UnlinkAs(const Credentials& who, const std::string& path) override;
+  Status RmdirAs(const Credentials& who, const std::string& path) override;
+  Status RenameAs(const Credentials& who, const std::string& from, const std::string& to) override;
+
+  // The identity a caller's request reaches the hub with under this config.
+  Credentials EffectiveIdentity(const Credentials& who) const;
+  // Hub connections opened for caller identities so far (for tests and metrics).
+  size_t IdentityConnections() const;
+
   bool Reachable() const override;
   std::string LastError() const override;
 
@@ -103,6 +145,22 @@ class LibnfsRemote final : public RemoteFs {
   // than on each; spills to the least loaded one when that connection is full.
   NfsConnection& ForPath(const std::string& path);
   NfsConnection& Writer() { return *connections_[0]; }
+  // The connection whose context carries `who` (mapped by EffectiveIdentity); opened on
+  // first use.
+  std::shared_ptr<NfsConnection> ForIdentity(const Credentials& who);
+  NfsConnection::Options BaseOptions(int index) const;
+  // Shared bodies of the calls with and without Credentials.
+  Result<FileAttr> CreateOn(NfsConnection& c, const std::string& path, uint32_t mode,
+                            CreateMode how);
+  Result<FileAttr> MkdirOn(NfsConnection& c, const std::string& path, uint32_t mode);
+  Result<size_t> WriteOn(NfsConnection& c, const std::string& path, uint64_t offset,
+                         const char* data, size_t length);
+  Result<FileAttr> SetAttrOn(NfsConnection& c, const std::string& path,
+                             const SetAttrRequest& request);
+  Status UnlinkOn(NfsConnection& c, const std::string& path);
+  Status RmdirOn(NfsConnection& c, const std::string& path);
+  Status RenameOn(NfsConnection& c, const std::string& from, const std::string& to);
+  Result<FileAttr> StatOn(NfsConnection& c, const std::string& path);
   void InvalidateEverywhere(const std::string& path);
   // The libnfs path of a volume-relative path ("/root/path").
   std::string Full(const std::string& path) const;
@@ -115,6 +173,16 @@ class LibnfsRemote final : public RemoteFs {
   metrics::Labels labels_;
   metrics::Gauge* in_flight_;
   std::vector<std::unique_ptr<NfsConnection>> connections_;
+  HubAddress hub_;
+  std::chrono::milliseconds request_timeout_{10000};
+  std::chrono::milliseconds rpc_timeout_{5000};
+  mutable std::mutex identities_mu_;
+  struct IdentityConn {
+    std::shared_ptr<NfsConnection> conn;
+    uint64_t last_use = 0;
+  };
+  std::map<std::string, IdentityConn> identities_;  // guarded by identities_mu_
+  uint64_t identity_clock_ = 0;                     // guarded by identities_mu_
   std::atomic<bool> reachable_{true};
   mutable std::mutex error_mu_;
   std::string last_error_;  // guarded by error_mu_

@@ -9,6 +9,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+// libnfs-raw.h and libnfs-zdr.h need the definitions of libnfs.h first.
+#include <nfsc/libnfs-raw.h>
+#include <nfsc/libnfs-zdr.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -363,11 +367,27 @@ void NfsConnection::StartMount() {
     return;
   }
   generation_++;
+  if (options_.auth) {
+    // The context's credential: every RPC it encodes from now on (mount included) carries
+    // it. One identity per context keeps multi-RPC calls (path lookups) consistent.
+    const Credentials& who = *options_.auth;
+    std::vector<uint32_t> groups(who.groups.begin(),
+                                 who.groups.begin() + std::min<size_t>(who.groups.size(), 16));
+    struct AUTH* auth = libnfs_authunix_create("spoke", who.uid, who.gid,
+                                               static_cast<uint32_t>(groups.size()), groups.data());
+    if (auth == nullptr) {
+      Teardown("could not create AUTH_SYS credential");
+      return;
+    }
+    rpc_set_auth(nfs_get_rpc_context(ctx_), auth);
+  }
   nfs_set_timeout(ctx_, static_cast<int>(options_.rpc_timeout.count()));
   nfs_set_dircache(ctx_, 0);
   nfs_set_version(ctx_, NFS_V3);
-  if (options_.uid >= 0) nfs_set_uid(ctx_, static_cast<int>(options_.uid));
-  if (options_.gid >= 0) nfs_set_gid(ctx_, static_cast<int>(options_.gid));
+  if (!options_.auth) {  // nfs_set_uid would replace a caller's credential (and its groups)
+    if (options_.uid >= 0) nfs_set_uid(ctx_, static_cast<int>(options_.uid));
+    if (options_.gid >= 0) nfs_set_gid(ctx_, static_cast<int>(options_.gid));
+  }
   nfs_url* url = nfs_parse_url_dir(ctx_, options_.url.c_str());
   if (url == nullptr) {
     Teardown("bad URL: " + ErrorOf(ctx_));

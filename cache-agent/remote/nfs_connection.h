@@ -15,12 +15,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
 
 struct nfs_context;
@@ -75,7 +77,11 @@ class NfsConnection {
     std::chrono::milliseconds request_timeout{10000};
     std::chrono::milliseconds rpc_timeout{5000};  // libnfs' own per-RPC bound
     size_t handle_cache_size = 8192;
-    int64_t uid = -1;  // AUTH_SYS identity; -1 = libnfs' default (the process's)
+    // AUTH_SYS identity of every RPC on this context; unset: libnfs' default (the
+    // process' own uid/gid).
+    std::optional<Credentials> auth;
+    // Without `auth`: the uid/gid of the context (nfs_set_uid/gid); -1 = libnfs' default.
+    int64_t uid = -1;
     int64_t gid = -1;
     // Called (loop thread) when a job finishes: op, seconds, error or null.
     std::function<void(const char*, double, const Error*)> on_done;
@@ -112,6 +118,8 @@ class NfsConnection {
   void DropHandle(const std::string& path);
   // Marks the job done; false when it already finished (timed out): then do not deliver.
   bool Finish(const std::shared_ptr<NfsJob>& job);
+  // Finishes the job with `e` now (no retry); nothing when it already finished.
+  void FinishWithError(const std::shared_ptr<NfsJob>& job, const Error& e);
   // One attempt failed with a negative errno: retries (transient errors, idempotent job,
   // inside the deadline) or finishes the job with an error.
   void AttemptFailed(const std::shared_ptr<NfsJob>& job, int err, const std::string& msg);
@@ -129,7 +137,6 @@ class NfsConnection {
   void ExpireJobs();
   void RunTimers();
   void RunAttempt(const std::shared_ptr<NfsJob>& job);
-  void FinishWithError(const std::shared_ptr<NfsJob>& job, const Error& e);
   void TrimHandles();
   void CloseHandle(NfsHandle& h);
   static void MountDone(int err, nfs_context* nfs, void* data, void* priv);

@@ -1,5 +1,6 @@
 #include "cache-agent/remote/remote_fs.h"
 
+#include <cerrno>
 #include <future>
 
 namespace spoke::agent {
@@ -21,6 +22,65 @@ Result<std::vector<char>> RemoteFs::Read(const std::string& path, uint64_t offse
   auto f = p.get_future();
   ReadAsync(path, offset, length, [&p](Result<std::vector<char>> r) { p.set_value(std::move(r)); });
   return f.get();
+}
+
+namespace {
+Error NotSupported(const char* op) {
+  return Error::FromErrno(ENOSYS, std::string(op) + ": not supported by this hub client");
+}
+}  // namespace
+
+void RemoteFs::ReadCheckedAsync(const std::string&, uint64_t, uint64_t, uint32_t,
+                                CheckedReadDone done) {
+  done(std::unexpected(NotSupported("checked read")));
+}
+
+Result<RemoteFs::CheckedRead> RemoteFs::ReadChecked(const std::string& path, uint64_t file_id,
+                                                    uint64_t offset, uint32_t length) {
+  std::promise<Result<CheckedRead>> p;
+  auto f = p.get_future();
+  ReadCheckedAsync(path, file_id, offset, length,
+                   [&p](Result<CheckedRead> r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+Result<FileAttr> RemoteFs::CreateAs(const Credentials&, const std::string&, uint32_t, CreateMode) {
+  return std::unexpected(NotSupported("create"));
+}
+Result<FileAttr> RemoteFs::MkdirAs(const Credentials&, const std::string&, uint32_t) {
+  return std::unexpected(NotSupported("mkdir"));
+}
+Result<size_t> RemoteFs::WriteAs(const Credentials&, const std::string&, uint64_t, const char*,
+                                 size_t) {
+  return std::unexpected(NotSupported("write"));
+}
+Result<uint64_t> RemoteFs::AppendAs(const Credentials&, const std::string&, const char*, size_t) {
+  return std::unexpected(NotSupported("append"));
+}
+Result<FileAttr> RemoteFs::SymlinkAs(const Credentials&, const std::string&, const std::string&) {
+  return std::unexpected(NotSupported("symlink"));
+}
+Result<std::string> RemoteFs::ReadLink(const std::string&) {
+  return std::unexpected(NotSupported("readlink"));
+}
+Result<FileAttr> RemoteFs::LinkAs(const Credentials&, const std::string&, const std::string&) {
+  return std::unexpected(NotSupported("link"));
+}
+Result<FileAttr> RemoteFs::MknodAs(const Credentials&, const std::string&, uint32_t, uint64_t) {
+  return std::unexpected(NotSupported("mknod"));
+}
+Result<FileAttr> RemoteFs::SetAttrAs(const Credentials&, const std::string&,
+                                     const SetAttrRequest&) {
+  return std::unexpected(NotSupported("setattr"));
+}
+Status RemoteFs::UnlinkAs(const Credentials&, const std::string&) {
+  return std::unexpected(NotSupported("unlink"));
+}
+Status RemoteFs::RmdirAs(const Credentials&, const std::string&) {
+  return std::unexpected(NotSupported("rmdir"));
+}
+Status RemoteFs::RenameAs(const Credentials&, const std::string&, const std::string&) {
+  return std::unexpected(NotSupported("rename"));
 }
 
 }  // namespace spoke::agent

@@ -48,7 +48,23 @@ struct FsStat {
   uint64_t free_files = 0;
 };
 
-// Which attributes SetAttr changes.
+// Who a request is made for: sent to the hub as AUTH_SYS, so the hub's permission checks,
+// root squashing and ownership apply as for a kernel NFS client. At most 16 groups reach the
+// hub (the AUTH_SYS limit); extra ones are dropped.
+struct Credentials {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;  // supplementary groups
+  bool operator==(const Credentials&) const = default;
+};
+
+enum class CreateMode {
+  kUnchecked,  // an existing file is kept (open without O_EXCL)
+  kExclusive,  // O_EXCL: NFSv3 CREATE GUARDED; an existing name gives kAlreadyExists
+};
+
+// Which attributes SetAttr changes. A time whose tv_nsec is UTIME_NOW is set to the hub's
+// clock (SET_TO_SERVER_TIME); UTIME_OMIT (or no value) leaves it unchanged.
 struct SetAttrRequest {
   std::optional<uint32_t> mode;
   std::optional<uint32_t> uid;
@@ -73,6 +89,23 @@ class RemoteFs {
   // Never blocks for the network: many reads may be in flight at once.
   virtual void ReadAsync(const std::string& path, uint64_t offset, uint32_t length,
                          ReadDone done) = 0;
+  // A read of the file the caller knows by its id: bytes come only from the file whose NFS
+  // fileid is `file_id`. Handles are cached by path, so after the name was replaced on the
+  // hub (`mv new old` by another client) the handle is re-checked and re-opened; when the
+  // path now names another file (or none), the error is kNotFound with errno ESTALE and no
+  // bytes are delivered. `attr` are the file's attributes fetched together with the read
+  // (GETATTR pipelined with the READs): compare attr.ContentVersion() with the version the
+  // cached blocks belong to to detect a change of content. `data` has the full `length`
+  // unless the file ends first (a short hub reply mid-file is continued, never returned).
+  struct CheckedRead {
+    std::vector<char> data;
+    FileAttr attr;
+  };
+  using CheckedReadDone = std::function<void(Result<CheckedRead>)>;
+  virtual void ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset,
+                                uint32_t length, CheckedReadDone done);
+  Result<CheckedRead> ReadChecked(const std::string& path, uint64_t file_id, uint64_t offset,
+                                  uint32_t length);
   // Blocking read built on ReadAsync.
   Result<std::vector<char>> Read(const std::string& path, uint64_t offset, uint32_t length);
 
@@ -88,6 +121,46 @@ class RemoteFs {
   virtual Result<FileAttr> SetAttr(const std::string& path, const SetAttrRequest& request) = 0;
   virtual Status Fsync(const std::string& path) = 0;
   virtual Result<FsStat> StatFs() = 0;
+
+  // Namespace and data changes made for a caller (identity as in Credentials). The default
+  // implementations answer ENOSYS (Code::kIo) so a RemoteFs without them still builds.
+  // Codes beyond those of the calls above: kPermissionDenied (EACCES/EPERM from the hub),
+  // kAlreadyExists, kNotEmpty.
+  //
+  // Create: kExclusive gives kAlreadyExists when the name exists, also when another client
+  // created it first; exactly one of several racing exclusive creates succeeds.
+  virtual Result<FileAttr> CreateAs(const Credentials& who, const std::string& path, uint32_t mode,
+                                    CreateMode how);
+  virtual Result<FileAttr> MkdirAs(const Credentials& who, const std::string& path, uint32_t mode);
+  // Writes `length` bytes at `offset`, stably; the bytes are copied before the call returns
+  // its first chunk, so `data` is not read after the call returned (also on timeout).
+  virtual Result<size_t> WriteAs(const Credentials& who, const std::string& path, uint64_t offset,
+                                 const char* data, size_t length);
+  // O_APPEND: writes at the hub's current size (GETATTR, then WRITE at that offset) and
+  // returns the size after the write. Not atomic against other clients appending at the
+  // same moment (NFSv3 has no append).
+  virtual Result<uint64_t> AppendAs(const Credentials& who, const std::string& path,
+                                    const char* data, size_t length);
+  // symlink(target, path): `target` is stored verbatim.
+  virtual Result<FileAttr> SymlinkAs(const Credentials& who, const std::string& target,
+                                     const std::string& path);
+  virtual Result<std::string> ReadLink(const std::string& path);
+  // link(existing, path): a new name for the same file (same file_id, nlink + 1).
+  virtual Result<FileAttr> LinkAs(const Credentials& who, const std::string& existing,
+                                  const std::string& path);
+  // mknod/mkfifo: `mode` carries the type (S_IFIFO, S_IFCHR, S_IFBLK, S_IFSOCK); `rdev`
+  // is used for devices.
+  virtual Result<FileAttr> MknodAs(const Credentials& who, const std::string& path, uint32_t mode,
+                                   uint64_t rdev);
+  // chmod/chown/truncate/utimens, applied in that order; returns the attributes after.
+  // Truncating to 0 is how open(O_TRUNC) is carried to the hub.
+  virtual Result<FileAttr> SetAttrAs(const Credentials& who, const std::string& path,
+                                     const SetAttrRequest& request);
+  virtual Status UnlinkAs(const Credentials& who, const std::string& path);
+  // kNotEmpty for a directory with entries.
+  virtual Status RmdirAs(const Credentials& who, const std::string& path);
+  // Atomic on the hub; replaces an existing file, or an empty directory when `from` is one.
+  virtual Status RenameAs(const Credentials& who, const std::string& from, const std::string& to);
 
   // Health as last observed: false after a request failed with kTimeout/kUnavailable and no
   // request has succeeded since. `last_error` is empty when healthy.
