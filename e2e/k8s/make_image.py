@@ -18,6 +18,13 @@ import tarfile
 import tempfile
 
 
+def layer_name(name):
+    """A tar member's name as it goes into the layer: relative, no "./" prefix."""
+    if name.startswith("./"):
+        name = name[2:]
+    return name.lstrip("/").rstrip("/")
+
+
 def build_layer(path, base, adds):
     added = {dest.lstrip("/") for _, dest, _ in adds}
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as layer:
@@ -25,10 +32,12 @@ def build_layer(path, base, adds):
         if base:
             with tarfile.open(base) as rootfs:
                 for member in rootfs:
-                    name = member.name.lstrip("./").rstrip("/")
+                    name = layer_name(member.name)
                     if not name or name in added:
                         continue
                     member.name = name
+                    if member.islnk():  # hard links name another member of the layer
+                        member.linkname = layer_name(member.linkname)
                     parents.add(name)
                     data = rootfs.extractfile(member) if member.isreg() else None
                     layer.addfile(member, data)

@@ -89,6 +89,7 @@ chmod 755 "$W"
 declare -A pids=()        # name -> pid of every daemon this script started
 declare -A sysctl_saved=()
 iptables_rules=()         # "table chain rule..." of every rule this script added
+netns_before=$(ls /run/netns 2>/dev/null || true)
 kubelet_dir_created=0
 kubelet_dir_mounted=0
 bridge_created=0
@@ -124,10 +125,10 @@ alive() { # name: dies naming the daemon and its log if it exited
   die "$1 exited (log above)"
 }
 wait_for() { # seconds what command...: polls the command until it succeeds
-  local deadline=$((SECONDS + $1)) what=$2
+  local secs=$1 what=$2 deadline=$((SECONDS + $1))
   shift 2
   until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || die "$what not within $(( $1 ))s"
+    [ $SECONDS -lt $deadline ] || die "$what: not within ${secs}s"
     sleep 0.2
   done
 }
@@ -207,10 +208,11 @@ teardown() {
   for m in $(mounts_under "$KUBELET_DIR" | grep -vx "$KUBELET_DIR"); do umount -l "$m"; done
   [ $kubelet_dir_mounted = 1 ] && umount -l "$KUBELET_DIR"
   for m in $(mounts_under "$W"); do umount -l "$m"; done
-  for m in $(mounts_under /run/netns | grep -vx /run/netns); do
-    ip netns delete "$(basename "$m")" 2>/dev/null || umount -l "$m"
+  # Pod network namespaces CRI failed to remove (only after a crash): the cni-* ones that
+  # appeared during this run.
+  for m in $(ls /run/netns 2>/dev/null | grep '^cni-'); do
+    grep -qx "$m" <<<"$netns_before" || ip netns delete "$m"
   done
-  for m in $(mounts_under /run/containerd | grep -vx /run/containerd); do umount -l "$m"; done
   [ $kubelet_dir_created = 1 ] && rm -rf "$KUBELET_DIR"
   # kubelet's cgroups (cgroupfs driver, cgroup v1): deepest first, in every hierarchy.
   for m in /sys/fs/cgroup/*/kubepods; do
@@ -420,8 +422,8 @@ start containerd containerd --config "$W/containerd/config.toml"
 ctr_() { ctr --address "$W/containerd/containerd.sock" -n k8s.io "$@"; }
 wait_for 30 "containerd answering" ctr_ version
 for f in "$K8S_TOOLS"/images/*.tar "$spoke_tar"; do
-  ctr_ images import --no-unpack=false "$f" >/dev/null 2>"$W/logs/import.log" ||
-    ctr_ images import "$f" >/dev/null || die "ctr images import $f failed"
+  ctr_ images import "$f" >>"$W/logs/import.log" 2>&1 ||
+    { tail -5 "$W/logs/import.log" >&2; die "ctr images import $f failed"; }
 done
 log "images: $(ctr_ images ls -q | grep -c '^localhost/')"
 
@@ -450,7 +452,7 @@ start kube-controller-manager kube-controller-manager --kubeconfig "$W/admin.kub
   --authentication-kubeconfig "$W/admin.kubeconfig" --authorization-kubeconfig "$W/admin.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
-  --use-service-account-credentials=true --controllers '*,-nodeipam,-cloud-node-lifecycle'
+  --use-service-account-credentials=true
 start kube-scheduler kube-scheduler --kubeconfig "$W/admin.kubeconfig" \
   --authentication-kubeconfig "$W/admin.kubeconfig" --authorization-kubeconfig "$W/admin.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false
@@ -564,8 +566,8 @@ step "helm upgrade"
 helm upgrade "$RELEASE" "$ROOT/charts/spoke" --namespace "$DRIVER_NS" --reuse-values \
   --set logLevel=info --wait --timeout "$TIMEOUT" >"$W/logs/helm-upgrade.log" 2>&1 ||
   { cat "$W/logs/helm-upgrade.log" >&2; die "helm upgrade did not become ready within $TIMEOUT"; }
-kubectl -n "$DRIVER_NS" rollout status "daemonset/$RELEASE-spoke-agent" --timeout="$TIMEOUT" >/dev/null
-kubectl -n "$DRIVER_NS" rollout status "daemonset/$RELEASE-spoke-node" --timeout="$TIMEOUT" >/dev/null
+kubectl -n "$DRIVER_NS" rollout status "$(wl_daemonset agent)" --timeout="$TIMEOUT" >/dev/null
+kubectl -n "$DRIVER_NS" rollout status "$(wl_daemonset node)" --timeout="$TIMEOUT" >/dev/null
 wl_apply dataset-pvc.yaml
 wl_verify_job spoke-verify-after-upgrade >/dev/null
 wl_delete_workloads

@@ -41,6 +41,11 @@ wl_agent_on() { # NODE -> name of the agent pod on it
     -o jsonpath='{.items[0].metadata.name}'
 }
 
+wl_daemonset() { # COMPONENT (node|agent) -> daemonset/NAME of this release
+  kubectl -n "$DRIVER_NS" get daemonset -o name \
+    -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component="$1"
+}
+
 wl_dump_pod() { # NAMESPACE POD
   kubectl -n "$1" describe pod "$2" >&2 || true
   kubectl -n "$1" logs "$2" --all-containers --prefix --tail=50 >&2 || true
@@ -83,7 +88,9 @@ wl_check_dataset_cold_warm() {
   wl_apply dataset-pvc.yaml
   kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Bound pvc/dataset --timeout="$TIMEOUT" \
     >/dev/null || { kubectl -n "$NS" describe pvc dataset >&2; die "PVC dataset not Bound within $TIMEOUT"; }
-  read -r node bytes < <(wl_verify_job spoke-verify-cold)
+  local r
+  r=$(wl_verify_job spoke-verify-cold)
+  read -r node bytes <<<"$r"
   agent=$(wl_agent_on "$node")
   [ -n "$agent" ] || die "no running agent pod on node $node"
   hub1=$(wl_metric spoke_hub_read_bytes_total "$agent")
@@ -91,7 +98,8 @@ wl_check_dataset_cold_warm() {
   log "cold run on $node: dataset $bytes bytes, from the hub $hub1 bytes (agent $agent)"
   [ "$hub1" -ge "$bytes" ] ||
     die "cold read fetched $hub1 bytes from the hub, less than the dataset's $bytes: data did not come through the agent"
-  read -r node2 bytes < <(wl_verify_job spoke-verify-warm)
+  r=$(wl_verify_job spoke-verify-warm)
+  read -r node2 bytes <<<"$r"
   if [ "$node2" != "$node" ]; then
     log "warm run landed on $node2, not $node: cache check skipped"
     return
@@ -178,9 +186,10 @@ wl_delete_agent_under_reader() {
 wl_restart_node_plugin() {
   kubectl -n "$DRIVER_NS" delete pod --wait --timeout="$TIMEOUT" \
     -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=node >/dev/null
-  kubectl -n "$DRIVER_NS" rollout status "daemonset/$RELEASE-spoke-node" --timeout="$TIMEOUT" >&2 ||
+  kubectl -n "$DRIVER_NS" rollout status "$(wl_daemonset node)" --timeout="$TIMEOUT" >&2 ||
     die "node plugin DaemonSet did not roll out again within $TIMEOUT"
-  wl_verify_job spoke-verify-after-node-restart >/dev/null
+  local r
+  r=$(wl_verify_job spoke-verify-after-node-restart)
 }
 
 # wl_check_volume_stats NODE SECONDS NEED_HEALTH: kubelet's volume metrics list the dataset
