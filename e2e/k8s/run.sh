@@ -101,7 +101,8 @@ free_port() {
 start() { # name command... (output to $W/logs/name.log)
   local name=$1
   shift
-  "$@" >"$W/logs/$name.log" 2>&1 &
+  # 8>&-: daemons must not inherit the run lock (containerd's shims would hold it forever).
+  "$@" >"$W/logs/$name.log" 2>&1 8>&- &
   pids[$name]=$!
 }
 stop_pid() { # name [seconds]
@@ -224,8 +225,7 @@ teardown() {
     read -r -a r <<<"${iptables_rules[$i]}"
     iptables -w -t "${r[0]}" -D "${r[1]}" "${r[@]:2}"
   done
-  # Portmap and bridge plugins' leftovers (CNI-* chains) are per-pod and removed with the pods;
-  # anything still named CNI- after a crash is flushed here.
+  # CNI chains (none with this network config; only a crashed plugin could leave some).
   for c in $(iptables -w -t nat -S 2>/dev/null | awk '/^-N CNI-/ { print $2 }'); do
     iptables -w -t nat -F "$c"
   done
@@ -275,7 +275,7 @@ log "bridge $BRIDGE $BRIDGE_IP/24; forwarding to/from $ext_if and out of $POD_CI
 
 step "hub: nfs-ganesha on $BRIDGE_IP + dataset"
 mkdir -p "$W/hub"
-eval "$(SPOKE_HUB_BIND_ADDR=$BRIDGE_IP "$ROOT/scripts/spoke-hub" start "$W/hub")"  # NFS_PORT MOUNT_PORT EXPORT
+eval "$(SPOKE_HUB_BIND_ADDR=$BRIDGE_IP "$ROOT/scripts/spoke-hub" start "$W/hub" 8>&-)"  # NFS_PORT MOUNT_PORT EXPORT
 export HUB_SERVER=$BRIDGE_IP HUB_SHARE=$EXPORT NFS_PORT MOUNT_PORT DATASET_SUBDIR=datasets/e2e
 ds=$EXPORT/$DATASET_SUBDIR
 mkdir -p "$ds"
@@ -313,8 +313,8 @@ if [ ! -f "$rootfs" ]; then
     >"$W/logs/mmdebstrap.log" 2>&1 || { tail -20 "$W/logs/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
   mv "$rootfs.tmp" "$rootfs"
 fi
-bin_hash=$(sha256sum "${spoke_bins[@]}" "$HERE/make_image.py" "$rootfs" |
-  awk '{ print $1 }' | sha256sum | cut -c1-12)
+bin_hash=$({ sha256sum "${spoke_bins[@]}" "$HERE/make_image.py"; echo "$rootfs"; } |
+  sha256sum | cut -c1-12)
 export SPOKE_IMAGE=localhost/spoke:e2e-$bin_hash
 spoke_tar=$IMAGE_CACHE/spoke-$bin_hash.tar
 if [ ! -f "$spoke_tar" ]; then
@@ -324,17 +324,13 @@ if [ ! -f "$spoke_tar" ]; then
   python3 "$HERE/make_image.py" --tag "$SPOKE_IMAGE" --out "$spoke_tar" --base "$rootfs" "${adds[@]}"
 fi
 # The image must hold every library the binaries need (the Dockerfile's ldd check).
-libs_dir=$W/image-libs
-mkdir -p "$libs_dir"
-tar -xf "$rootfs" -C "$libs_dir" --wildcards './usr/lib/x86_64-linux-gnu/*' './lib/x86_64-linux-gnu/*' \
-  2>/dev/null || tar -xf "$rootfs" -C "$libs_dir" --wildcards 'usr/lib/x86_64-linux-gnu/*' 2>/dev/null || true
+image_files=$(tar -tf "$rootfs" | sed 's|^\./||')
 for b in "${spoke_bins[@]}"; do
   for lib in $(objdump -p "$b" | awk '/NEEDED/ { print $2 }'); do
-    [ -e "$libs_dir/usr/lib/x86_64-linux-gnu/$lib" ] || [ -e "$libs_dir/lib/x86_64-linux-gnu/$lib" ] ||
+    grep -qx "usr/lib/x86_64-linux-gnu/$lib" <<<"$image_files" ||
       die "$(basename "$b") needs $lib, which the image's packages ($packages) do not provide"
   done
 done
-rm -rf "$libs_dir"
 log "$SPOKE_IMAGE ($(du -m "$spoke_tar" | cut -f1) MiB)"
 
 step "pki and kubeconfigs"
@@ -413,8 +409,7 @@ cat >"$W/cni/net.d/10-spoke-e2e.conflist" <<EOF
      "hairpinMode": true,
      "ipam": {"type": "host-local", "dataDir": "$W/cni/ipam",
               "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$BRIDGE_IP"}]],
-              "routes": [{"dst": "0.0.0.0/0"}]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+              "routes": [{"dst": "0.0.0.0/0"}]}}
   ]
 }
 EOF
@@ -434,7 +429,7 @@ start etcd etcd --name e2e --data-dir "$W/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-  --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls ""
+  --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT"
 start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --advertise-address "$BRIDGE_IP" --bind-address "$BRIDGE_IP" --secure-port "$API_PORT" \
   --service-cluster-ip-range "$SERVICE_CIDR" --allow-privileged=true \
