@@ -90,6 +90,8 @@ declare -A pids=()        # name -> pid of every daemon this script started
 declare -A sysctl_saved=()
 iptables_rules=()         # "table chain rule..." of every rule this script added
 netns_before=$(ls /run/netns 2>/dev/null || true)
+chains_before=$(for t in filter nat mangle; do
+  iptables -w -t $t -S 2>/dev/null | awk -v t=$t '/^-N / { print t, $2 }'; done)
 kubelet_dir_created=0
 kubelet_dir_mounted=0
 bridge_created=0
@@ -225,14 +227,16 @@ teardown() {
     read -r -a r <<<"${iptables_rules[$i]}"
     iptables -w -t "${r[0]}" -D "${r[1]}" "${r[@]:2}"
   done
-  # CNI chains (none with this network config; only a crashed plugin could leave some).
-  for c in $(iptables -w -t nat -S 2>/dev/null | awk '/^-N CNI-/ { print $2 }'); do
-    iptables -w -t nat -F "$c"
-  done
-  for c in $(iptables -w -t nat -S 2>/dev/null | awk '/^-N CNI-/ { print $2 }'); do
-    iptables -w -t nat -S | awk -v c="$c" '$0 ~ "-j " c "( |$)" && /^-A/' | sed 's/^-A/-D/' |
-      while read -r line; do eval "iptables -w -t nat $line"; done
-    iptables -w -t nat -X "$c"
+  # Chains that appeared during the run and --cleanup left (kubelet's KUBE-FIREWALL; CNI-*
+  # only after a crashed plugin): references first, then the chains.
+  for table in filter nat mangle; do
+    for c in $(iptables -w -t $table -S 2>/dev/null | awk '/^-N (KUBE|CNI)-/ { print $2 }'); do
+      grep -qx "$table $c" <<<"$chains_before" && continue
+      iptables -w -t $table -F "$c"
+      iptables -w -t $table -S | awk -v c="$c" '/^-A/ && $0 ~ ("-j " c "( |$)")' |
+        sed 's/^-A /-D /' | while read -r -a rule; do iptables -w -t $table "${rule[@]}"; done
+      iptables -w -t $table -X "$c"
+    done
   done
   [ $bridge_created = 1 ] && ip link delete "$BRIDGE"
   for k in "${!sysctl_saved[@]}"; do
@@ -320,7 +324,12 @@ spoke_tar=$IMAGE_CACHE/spoke-$bin_hash.tar
 if [ ! -f "$spoke_tar" ]; then
   rm -f "$IMAGE_CACHE"/spoke-*.tar
   adds=()
-  for b in "${!spoke_bins[@]}"; do adds+=(--add "${spoke_bins[$b]}:/usr/local/bin/$b:755"); done
+  mkdir -p "$W/image-bin"
+  for b in "${!spoke_bins[@]}"; do
+    # Without debug info: a smaller image imports faster (the build dir keeps the symbols).
+    objcopy --strip-debug "${spoke_bins[$b]}" "$W/image-bin/$b"
+    adds+=(--add "$W/image-bin/$b:/usr/local/bin/$b:755")
+  done
   python3 "$HERE/make_image.py" --tag "$SPOKE_IMAGE" --out "$spoke_tar" --base "$rootfs" "${adds[@]}"
 fi
 # The image must hold every library the binaries need (the Dockerfile's ldd check).
