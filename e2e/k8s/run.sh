@@ -447,7 +447,8 @@ start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT"
   --kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
   --service-account-issuer https://kubernetes.default.svc --authorization-mode Node,RBAC \
-  --profiling=false --enable-priority-and-fairness=false
+  --kubelet-preferred-address-types InternalIP --profiling=false \
+  --enable-priority-and-fairness=false
 wait_for 60 "kube-apiserver ready" kubectl get --raw /readyz
 alive etcd
 

@@ -38,7 +38,7 @@ wl_agent_on() { # NODE -> name of the agent pod on it
   kubectl -n "$DRIVER_NS" get pods \
     -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=agent \
     --field-selector spec.nodeName="$1",status.phase=Running \
-    -o jsonpath='{.items[0].metadata.name}'
+    -o jsonpath='{.items[*].metadata.name}' | awk '{ print $1 }'
 }
 
 wl_daemonset() { # COMPONENT (node|agent) -> daemonset/NAME of this release
@@ -152,8 +152,12 @@ wl_reader_report() {
   ok=$(grep -c ' ok$' <<<"$lines" || true)
   failed=$(grep -c ' FAIL:' <<<"$lines" || true)
   log "reader pod: $ok passes ok, $failed failed"
-  grep ' FAIL:' <<<"$lines" | head -3 | while read -r l; do log "  reader: $l"; done
-  grep ' ok$' <<<"$lines" | tail -1 | while read -r l; do log "  reader (last ok): $l"; done
+  # (awk, not head: head closing the pipe early fails the pipeline under pipefail)
+  awk '/ FAIL:/ && n++ < 3' <<<"$lines" | while read -r l; do log "  reader: $l"; done
+  awk '/ ok$/ { last = $0 } END { if (last != "") print last }' <<<"$lines" |
+    while read -r l; do log "  reader (last ok pass): $l"; done
+  awk '/ FAIL:/ { last = $0 } END { if (last != "") print last }' <<<"$lines" |
+    while read -r l; do log "  reader (last failed pass): $l"; done
   return 0
 }
 
