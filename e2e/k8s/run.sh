@@ -297,7 +297,9 @@ for j, mb in enumerate((6, 11)):
     with open(os.path.join(root, "big files", "part-%d.tar" % j), "wb") as f:
         f.write(rng.randbytes(mb << 20))
 PY
-(cd "$ds" && find . -type f -print0 | sort -z | xargs -0 sha256sum > SHA256SUMS)
+# (Written elsewhere first: a SHA256SUMS being written must not list itself.)
+(cd "$ds" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$W/SHA256SUMS"
+mv "$W/SHA256SUMS" "$ds/SHA256SUMS"
 log "dataset: $(wc -l <"$ds/SHA256SUMS") files, $(du -sm "$ds" | cut -f1) MiB on $BRIDGE_IP ports $NFS_PORT/$MOUNT_PORT"
 
 step "image: Spoke from Debian packages"

@@ -51,17 +51,49 @@ wl_dump_pod() { # NAMESPACE POD
   kubectl -n "$1" logs "$2" --all-containers --prefix --tail=50 >&2 || true
 }
 
+# wl_poll SECONDS WHAT COMMAND...: runs COMMAND (prints a state) until it prints "done" or
+# "failed"; dies on "failed" or when SECONDS pass. Failing fast beats waiting out a timeout.
+wl_poll() {
+  local secs=$1 what=$2 deadline=$((SECONDS + $1)) state
+  shift 2
+  while :; do
+    state=$("$@" 2>/dev/null || true)
+    case $state in
+      done) return 0 ;;
+      failed) return 1 ;;
+    esac
+    [ $SECONDS -lt $deadline ] || { log "$what: not done within ${secs}s (state: ${state:-none})"; return 1; }
+    sleep 1
+  done
+}
+wl_secs() { local t=${TIMEOUT%s}; echo "${t:-180}"; }
+
+wl_pod_state() { # POD -> done | failed | <phase>
+  case $(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}') in
+    Succeeded) echo done ;;
+    Failed) echo failed ;;
+    *) kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}' ;;
+  esac
+}
+
 # wl_wait_pod_done POD: waits until the pod Succeeded; dies with its logs if it failed or timed
 # out.
 wl_wait_pod_done() {
-  local phase
-  if ! kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded "pod/$1" \
-       --timeout="$TIMEOUT" >/dev/null; then
-    phase=$(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+  if ! wl_poll "$(wl_secs)" "pod $1" wl_pod_state "$1"; then
     wl_dump_pod "$NS" "$1"
-    die "pod $1 did not succeed within $TIMEOUT (phase: ${phase:-unknown})"
+    die "pod $1 did not succeed (phase: $(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null))"
   fi
   kubectl -n "$NS" logs "$1" >&2
+}
+
+wl_job_state() { # JOB -> done | failed | running
+  local st
+  st=$(kubectl -n "$NS" get job "$1" -o jsonpath='{.status.succeeded}/{.status.failed}')
+  case $st in
+    [1-9]*/*) echo done ;;
+    */[1-9]*) echo failed ;;
+    *) echo running ;;
+  esac
 }
 
 # wl_verify_job JOB: runs verify-job.yaml as JOB to completion; prints "NODE BYTES" (the node
@@ -69,10 +101,10 @@ wl_wait_pod_done() {
 wl_verify_job() {
   local job=$1 out
   wl_apply verify-job.yaml JOB="$job"
-  if ! kubectl -n "$NS" wait --for=condition=complete "job/$job" --timeout="$TIMEOUT" >/dev/null; then
+  if ! wl_poll "$(wl_secs)" "Job $job" wl_job_state "$job"; then
     kubectl -n "$NS" describe job "$job" >&2 || true
     kubectl -n "$NS" logs "job/$job" >&2 || true
-    die "verify Job $job did not complete within $TIMEOUT"
+    die "verify Job $job did not succeed (logs above)"
   fi
   out=$(kubectl -n "$NS" logs "job/$job")
   log "$job: $out"
