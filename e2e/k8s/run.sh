@@ -242,13 +242,13 @@ teardown() {
   for k in "${!sysctl_saved[@]}"; do
     [ "$(sysctl -n "$k" 2>/dev/null)" = "${sysctl_saved[$k]}" ] || sysctl -qw "$k=${sysctl_saved[$k]}"
   done
-  log "teardown took $(elapsed "$t_down") s"
   if [ "${KEEP_WORKDIR:-0}" = 1 ] || [ $rc -ne 0 ]; then
     rm -rf "$W/containerd/root" "$W/etcd"
     log "logs kept in $W/logs"
   else
     rm -rf "$W"
   fi
+  timings+=("$(printf '%-34s %6ss' teardown "$(elapsed "$t_down")")")
   log "step timings:"
   for t in "${timings[@]}"; do log "  $t"; done
   log "$([ $rc -eq 0 ] && echo PASS || echo "FAIL (rc=$rc)") in $(elapsed) s"
