@@ -319,7 +319,8 @@ if [ ! -f "$rootfs" ]; then
     >"$W/logs/mmdebstrap.log" 2>&1 || { tail -20 "$W/logs/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
   mv "$rootfs.tmp" "$rootfs"
 fi
-bin_hash=$({ sha256sum "${spoke_bins[@]}" "$HERE/make_image.py"; echo "$rootfs"; } |
+# (run.sh itself is an input: it decides what goes into the image.)
+bin_hash=$({ sha256sum "${spoke_bins[@]}" "$HERE/make_image.py" "$0"; echo "$rootfs"; } |
   sha256sum | cut -c1-12)
 export SPOKE_IMAGE=localhost/spoke:e2e-$bin_hash
 spoke_tar=$IMAGE_CACHE/spoke-$bin_hash.tar
