@@ -66,4 +66,5 @@ if [ ! -x "$VENV/bin/kubernetes-validate" ] || \
   $SUDO python3 -m venv "$VENV"
   $SUDO "$VENV/bin/pip" install -q "kubernetes-validate==${KUBE_VALIDATE_VERSION}"
 fi
+"$(dirname "$0")/install-k8s.sh"  # one-node Kubernetes for e2e/k8s (pinned, built once)
 echo "install-deps: all present"

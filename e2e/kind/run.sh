@@ -8,10 +8,11 @@
 # 2. builds the Spoke image (Dockerfile) and the hub image (hub.Dockerfile), loads both;
 # 3. runs the nfs-ganesha hub (hub.yaml) exporting a generated dataset + SHA256SUMS;
 # 4. helm installs charts/spoke with values-kind.yaml (dataset StorageClass -> the hub);
-# 5. a Job verifies every file through a ReadOnlyMany PVC (sha256sum -c), twice: cold, then
-#    warm; the agent's /metrics must show misses after the first run and hits after the second;
-# 6. a pod with a CSI inline volume verifies the dataset too;
-# 7. cleanup (trap): diagnostics on failure, then the cluster is deleted.
+# 5. the shared workloads of e2e/workloads (as e2e/k8s runs them): dataset PVC read cold then
+#    warm (bytes from the hub, per the agent's /metrics), scratch PVC written then read by
+#    another pod, a CSI inline volume, the agent pod deleted under a reader (reported), a node
+#    plugin restart, kubelet's volume metrics; then no FUSE mount may be left on the nodes;
+# 6. cleanup (trap): diagnostics on failure, then the cluster is deleted.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -76,63 +77,28 @@ helm install "$RELEASE" "$ROOT/charts/spoke" --namespace "$DRIVER_NS" \
   -f "$HERE/values-kind.yaml" --wait --timeout "$TIMEOUT"
 kubectl get csidriver spoke.csi.dev
 
-# metric NAME POD: sum of a counter over all its label sets, from the agent's /metrics
-# (through the API server's pod proxy: no port-forward process to manage).
-metric() {
-  kubectl get --raw "/api/v1/namespaces/$DRIVER_NS/pods/$2:9810/proxy/metrics" |
-    awk -v name="$1" '$1 == name || index($1, name "{") == 1 { sum += $NF } END { printf "%d\n", sum }'
-}
+# The workloads and checks e2e/k8s runs too (e2e/workloads/lib.sh).
+export SPOKE_IMAGE=$IMAGE HUB_SERVER=spoke-hub.spoke-e2e.svc.cluster.local HUB_SHARE=/srv/export \
+  NFS_PORT=2049 MOUNT_PORT=20048 DATASET_SUBDIR=dataset NS DRIVER_NS RELEASE TIMEOUT
+. "$ROOT/e2e/workloads/lib.sh"
 
-# run_verify_job: runs the verify Job to completion, prints the node it ran on.
-run_verify_job() {
-  kubectl -n "$NS" delete job spoke-verify --ignore-not-found --wait >/dev/null
-  kubectl apply -f "$HERE/workload.yaml" >/dev/null
-  kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Bound pvc/dataset --timeout="$TIMEOUT" >&2
-  if ! kubectl -n "$NS" wait --for=condition=complete job/spoke-verify --timeout="$TIMEOUT" >&2; then
-    kubectl -n "$NS" logs job/spoke-verify >&2 || true
-    die "verify Job did not complete"
-  fi
-  kubectl -n "$NS" logs job/spoke-verify >&2
-  kubectl -n "$NS" get pods -l app.kubernetes.io/name=spoke-verify \
-    -o jsonpath='{.items[0].spec.nodeName}'
-}
-
-agent_on() { # node -> agent pod name
-  kubectl -n "$DRIVER_NS" get pods \
-    -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=agent \
-    --field-selector spec.nodeName="$1" -o jsonpath='{.items[0].metadata.name}'
-}
-
-log "cold read: PVC + Job (sha256sum -c over the dataset)"
-node=$(run_verify_job)
-agent=$(agent_on "$node")
-[ -n "$agent" ] || die "no agent pod on node $node"
-misses=$(metric spoke_cache_misses_total "$agent")
-hits_cold=$(metric spoke_cache_hits_total "$agent")
-log "after the cold run on $node: spoke_cache_misses_total=$misses spoke_cache_hits_total=$hits_cold"
-[ "$misses" -gt 0 ] || die "spoke_cache_misses_total is $misses after a cold read: data did not come through the agent"
-
-log "warm read: the same Job again"
-node2=$(run_verify_job)
-if [ "$node2" = "$node" ]; then
-  hits=$(metric spoke_cache_hits_total "$agent")
-  log "after the warm run: spoke_cache_hits_total=$hits"
-  [ "$hits" -gt "$hits_cold" ] || die "spoke_cache_hits_total did not grow on a warm re-read ($hits_cold -> $hits)"
-else
-  log "warm run landed on $node2, not $node: hit check skipped"
-fi
-
+log "dataset PVC: cold read, then warm read from another pod"
+wl_check_dataset_cold_warm
+log "scratch PVC: written by one pod, read by the next"
+wl_check_scratch
 log "CSI inline volume"
-kubectl apply -f "$HERE/inline-pod.yaml" >/dev/null
-kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded pod/spoke-inline-verify \
-  --timeout="$TIMEOUT" || { kubectl -n "$NS" logs spoke-inline-verify >&2 || true; die "inline volume pod did not succeed"; }
-kubectl -n "$NS" logs spoke-inline-verify >&2
+wl_check_inline
+log "agent pod deleted under a reader"
+wl_delete_agent_under_reader
+log "node plugin pod restart"
+wl_restart_node_plugin
+log "kubelet volume metrics (kind's kubelet refreshes them every minute)"
+wl_start_reader 150
+wl_check_volume_stats "$(kubectl -n "$NS" get pod spoke-reader -o jsonpath='{.spec.nodeName}')" 120 0
+kubectl -n "$NS" delete pod spoke-reader --wait --timeout="$TIMEOUT" >/dev/null
 
 log "unpublish/unstage: deleting the workloads leaves no Spoke mount on the nodes"
-kubectl -n "$NS" delete pod spoke-inline-verify --wait >/dev/null
-kubectl -n "$NS" delete job spoke-verify --wait >/dev/null
-kubectl -n "$NS" wait --for=delete pod -l app.kubernetes.io/name=spoke-verify --timeout="$TIMEOUT" || true
-kubectl -n "$NS" delete pvc dataset --wait >/dev/null
+wl_delete_workloads
 # Unmounts happen asynchronously after the pods are gone: give kubelet a little time.
 for n in $(kind get nodes --name "$CLUSTER"); do
   left=1
