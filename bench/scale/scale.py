@@ -125,6 +125,11 @@ def main():
         return r.stdout
 
     rows = []
+
+    def row(k, v):
+        row(k, v))
+        log("%s: %s" % (k, v))
+
     try:
         out = subprocess.run([hub, "start", hub_dir], capture_output=True, text=True,
                              timeout=60, check=True).stdout
@@ -171,24 +176,24 @@ def main():
         # The big directory first, cold: a stat inside it before anything listed it.
         t = time.monotonic()
         os.lstat(os.path.join(tree_mnt, "big", "e%07d" % (a.big_dir // 2)))
-        rows.append(("stat in big dir (cold, %d entries)" % a.big_dir,
+        row("stat in big dir (cold, %d entries)" % a.big_dir,
                      "%.2f s" % (time.monotonic() - t)))
         t = time.monotonic()
         n = len(os.listdir(os.path.join(tree_mnt, "big")))
-        rows.append(("ls big dir (%d entries)" % n, "%.2f s" % (time.monotonic() - t)))
+        row("ls big dir (%d entries)" % n, "%.2f s" % (time.monotonic() - t)))
         t = time.monotonic()
         os.lstat(os.path.join(tree_mnt, "big", "e%07d" % (a.big_dir // 3)))
-        rows.append(("stat in big dir (after ls)", "%.3f s" % (time.monotonic() - t)))
+        row("stat in big dir (after ls)", "%.3f s" % (time.monotonic() - t)))
 
         rss1 = rss_kb(agent.pid)
         t = time.monotonic()
         entries, dirs = walk(tree_mnt)
         walk_s = time.monotonic() - t
         rss2 = rss_kb(agent.pid)
-        rows.append(("walk (%d entries, %d dirs)" % (entries, dirs), "%.1f s" % walk_s))
-        rows.append(("agent RSS before/after walk", "%d / %d MiB" % (rss1 // 1024, rss2 // 1024)))
+        row("walk (%d entries, %d dirs)" % (entries, dirs), "%.1f s" % walk_s))
+        row("agent RSS before/after walk", "%d / %d MiB" % (rss1 // 1024, rss2 // 1024)))
         per = (rss2 - rss0) * 1024 / max(1, entries)
-        rows.append(("RSS per cached inode (goal <= 300 B)", "%.0f B" % per))
+        row("RSS per cached inode (goal <= 300 B)", "%.0f B" % per))
         stats = subprocess.run([ctl_bin, "--socket", sock, "stats", tree_mnt],
                                capture_output=True, text=True, timeout=60).stdout
         log("spokectl stats after the walk:\n" + stats)
@@ -201,18 +206,30 @@ def main():
         def unlink(i):
             os.unlink(os.path.join(sc_mnt, "c%07d" % i))
 
+        def timed(fn):
+            def run(i):
+                t = time.monotonic()
+                fn(i)
+                return time.monotonic() - t
+            return run
+
         cycle_rss = []
         for c in range(a.cycles):
             t = time.monotonic()
-            list(pool.map(create, range(a.cycle_files)))
-            list(pool.map(unlink, range(a.cycle_files)))
+            creates = sorted(pool.map(timed(create), range(a.cycle_files)))
+            unlinks = sorted(pool.map(timed(unlink), range(a.cycle_files)))
+            if c == 0 and creates:
+                row("create / unlink latency, cycle 1 (median, max)",
+                    "%.2f s, %.2f s / %.2f s, %.2f s (%d threads)"
+                    % (creates[len(creates) // 2], creates[-1], unlinks[len(unlinks) // 2],
+                       unlinks[-1], a.threads))
             cycle_rss.append(rss_kb(agent.pid))
             log("cycle %d: %d files created + unlinked in %.1f s, agent RSS %d KiB"
                 % (c + 1, a.cycle_files, time.monotonic() - t, cycle_rss[-1]))
         if cycle_rss:
-            rows.append(("RSS after create/unlink cycles (MiB)",
+            row("RSS after create/unlink cycles (MiB)",
                          " ".join("%d" % (k // 1024) for k in cycle_rss)))
-            rows.append(("RSS growth first -> last cycle",
+            row("RSS growth first -> last cycle",
                          "%+d KiB (%+.0f B per file-cycle)"
                          % (cycle_rss[-1] - cycle_rss[0],
                             (cycle_rss[-1] - cycle_rss[0]) * 1024 /
