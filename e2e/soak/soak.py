@@ -82,6 +82,7 @@ class Ledger:
         self.reads_ok = 0
         self.records_acked = 0
         self.hidden_records = 0
+        self.checksum_failures = None
         self.longest = (0.0, "")
         self.inflight = {}        # thread id -> (op, path, start)
 
@@ -291,6 +292,18 @@ class Cluster:
                     pass
             time.sleep(0.2)
         return False
+
+    def metric(self, name):
+        """Sum of a metric's series in the agent's /metrics; None when unavailable."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
+                                        timeout=5) as r:
+                body = r.read().decode()
+        except OSError:
+            return None
+        vals = [float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+                if line.startswith(name + " ") or line.startswith(name + "{")]
+        return sum(vals) if vals else None
 
     def kill_agent(self):
         with self.agent_lock:
@@ -820,6 +833,8 @@ def main():
         if cluster.rss_max_kb / 1024 > args.rss_budget_mb:
             ledger.add_violation("agent RSS peaked at %.0f MiB, budget %.0f MiB"
                                  % (cluster.rss_max_kb / 1024, args.rss_budget_mb))
+        # Since the last agent start: the flips it detected (the rest were never re-read).
+        ledger.checksum_failures = cluster.metric("spoke_checksum_failures_total")
         report(args, ledger, counts, cluster, lost)
         ok = not ledger.violations
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
@@ -862,6 +877,8 @@ def report(args, ledger, counts, cluster, lost):
           % (ledger.longest[0], ledger.longest[1], args.request_bound))
     print("agent:             %d restart(s), peak RSS %.0f MiB (budget %.0f MiB)"
           % (cluster.agent_restarts, cluster.rss_max_kb / 1024, args.rss_budget_mb))
+    print("cache checksums:   %s failures detected by the agent since its last start"
+          % ("?" if ledger.checksum_failures is None else "%d" % ledger.checksum_failures))
     if ledger.violations:
         print("VIOLATIONS (%d):" % len(ledger.violations))
         seen = collections.Counter()
