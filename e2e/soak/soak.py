@@ -402,9 +402,10 @@ def reader(cluster, ledger, names, stop, rng):
                         versions, _ = ledger.allowed(name)
                         ledger.add_violation(
                             "wrong bytes: %s read whole: %d bytes match none of its %d versions "
-                            "(sizes %s; first difference from the latest at offset %s)"
+                            "(sizes %s; first difference from the latest at offset %s; by "
+                            "block: %s)"
                             % (name, len(data), len(versions), [len(v) for v in versions],
-                               first_diff(data, versions[-1])))
+                               first_diff(data, versions[-1]), describe_mix(data, 0, versions)))
                     else:
                         with ledger.lock:
                             ledger.bytes_verified += len(data)
@@ -422,9 +423,9 @@ def reader(cluster, ledger, names, stop, rng):
                         if not any(v[off:off + n] == b for v in versions):
                             ledger.add_violation(
                                 "wrong bytes: %s pread(%d bytes at %d) returned %d bytes that "
-                                "match none of its %d versions (sizes %s)"
+                                "match none of its %d versions (sizes %s; by block: %s)"
                                 % (name, n, off, len(b), len(versions),
-                                   [len(v) for v in versions]))
+                                   [len(v) for v in versions], describe_mix(b, off, versions)))
                         else:
                             with ledger.lock:
                                 ledger.bytes_verified += len(b)
@@ -441,6 +442,20 @@ def is_partial(name):
     """Files only read at random offsets: some of their blocks are cached, others not, so a
     change on the hub can show up as a mix of old and new blocks."""
     return name.startswith("d3/p")
+
+
+def describe_mix(data, off, versions, block=1 << 20):
+    """Which version each 1 MiB-aligned piece of data (read at off) matches: e.g. 'v0 v1' is
+    old bytes in the first block and new ones in the second (a mix); '-' matches none."""
+    out = []
+    pos = off
+    while pos < off + len(data):
+        end = min(off + len(data), (pos // block + 1) * block)
+        piece = data[pos - off:end - off]
+        hits = [str(i) for i, v in enumerate(versions) if v[pos:end] == piece]
+        out.append("@%d:%s" % (pos, ("v" + "/v".join(hits)) if hits else "-"))
+        pos = end
+    return " ".join(out)
 
 
 def first_diff(a, b):
@@ -814,9 +829,11 @@ def main():
                 try:
                     with open(os.path.join(cluster.ds_mnt, name), "rb") as f:
                         data = ledger.timed("read", name, f.read)
-                    if hashlib.sha256(data).hexdigest() not in ledger.allowed(name)[1]:
-                        ledger.add_violation("wrong bytes: %s in the final pass (%d bytes)"
-                                             % (name, len(data)))
+                    versions, shas = ledger.allowed(name)
+                    if hashlib.sha256(data).hexdigest() not in shas:
+                        ledger.add_violation("wrong bytes: %s in the final pass (%d bytes; by "
+                                             "block: %s)" % (name, len(data),
+                                                             describe_mix(data, 0, versions)))
                     else:
                         ledger.bytes_verified += len(data)
                 except OSError as e:
