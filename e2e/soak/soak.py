@@ -900,7 +900,8 @@ def report(args, ledger, counts, cluster, lost):
         print("VIOLATIONS (%d):" % len(ledger.violations))
         seen = collections.Counter()
         for v in ledger.violations:
-            key = v.split(":")[0]
+            key = ("error with cause " + v.split(" with cause ")[1].split(" ")[0]
+                   if " with cause " in v else v.split(":")[0])
             seen[key] += 1
             if seen[key] <= 10:
                 print("  - " + v)
