@@ -879,7 +879,8 @@ def tail_log(path, n=30):
 
 def report(args, ledger, counts, cluster, lost):
     by_cause = collections.Counter(e[0] for e in ledger.errors)
-    by_op = collections.Counter("%s/%s" % (e[0], e[1]) for e in ledger.errors)
+    by_op = collections.Counter("%s/%s/%s" % (e[0], e[1], errno.errorcode.get(e[3], e[3]))
+                                for e in ledger.errors)
     print("\n==== soak summary (seed %d, %.0f s) ====" % (args.seed, args.duration))
     print("faults injected:   %s" % (", ".join("%s=%d" % kv for kv in sorted(counts.items()))
                                      or "none"))
@@ -888,7 +889,7 @@ def report(args, ledger, counts, cluster, lost):
           % (ledger.records_acked, lost, ledger.hidden_records))
     print("errors by cause:   %s" % (", ".join("%s=%d" % kv for kv in sorted(by_cause.items()))
                                      or "none"))
-    print("errors by op:      %s" % (", ".join("%s=%d" % kv for kv in sorted(by_op.items()))
+    print("errors by op/errno: %s" % (", ".join("%s=%d" % kv for kv in sorted(by_op.items()))
                                      or "none"))
     print("longest request:   %.2f s (%s), bound %.0f s"
           % (ledger.longest[0], ledger.longest[1], args.request_bound))
