@@ -30,7 +30,7 @@ if [ $sanitize -eq 1 ]; then
   build build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOKE_SANITIZE=ON
   # ASan cannot run under csi-sanity's timing or the chart tests' tools: unit + integration.
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
-  (cd build/asan && ctest --output-on-failure -j2 --timeout 900 -L 'unit|integration' "$@") || status=$?
+  (cd build/asan && ctest --output-on-failure -j2 --timeout 900 -L 'unit|integration|soak' "$@") || status=$?
 fi
 
 # Fuzzing: each libFuzzer harness for a bounded time from its corpus in fuzz/corpus/.

@@ -2,10 +2,22 @@
 // emulate a WAN link where `tc netem` is not available.
 //
 //   spoke-wan-proxy --delay-ms 30 --route 127.0.0.1:3049=127.0.0.1:2049 [--route ...]
-//                   [--rate-mbytes 0] [--stats-file PATH]
+//                   [--rate-mbytes 0] [--stats-file PATH] [--control-socket PATH]
 //
 // --stats-file: every 200 ms the proxy rewrites PATH with "<bytes to target> <bytes from
 // target>" summed over all routes, so benchmarks can report bytes over the WAN.
+//
+// --control-socket: a unix socket taking one text command per line, each answered with one
+// line ("ok ..." or "error ..."), to inject faults for a bounded time (tests, fault soaks):
+//   latency MS SECONDS      add MS to the one-way delay of data arriving in the next SECONDS
+//   bandwidth KBPS SECONDS  cap each direction of each connection at KBPS KiB/s
+//   blackhole SECONDS       hold all data (new and existing connections) for SECONDS, then
+//                           deliver it, like a partition that heals (TCP would retransmit)
+//   reset [SECONDS]         abort every open connection now (RST); for SECONDS more, abort
+//                           every new connection at once
+//   clear                   end every fault now
+//   status                  the faults active and their remaining seconds
+// Without --control-socket the proxy behaves exactly as before.
 //
 // Each chunk is stamped when it arrives and written at arrival + delay; sleeps are never
 // serialised per chunk, so the delay adds latency without capping throughput (the link
@@ -15,6 +27,7 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +39,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +51,117 @@ using Clock = std::chrono::steady_clock;
 
 std::atomic<uint64_t> g_bytes_up{0};    // client -> target (requests)
 std::atomic<uint64_t> g_bytes_down{0};  // target -> client (data)
+
+// Faults injected through the control socket. Each ends at its own deadline; a default
+// (expired) deadline means the fault is off.
+class Faults {
+ public:
+  struct Snapshot {
+    std::chrono::microseconds extra_delay{0};
+    double rate_bytes_per_s = 0;  // 0: no cap from a fault
+    Clock::time_point blackhole_until{};
+    bool refuse_new = false;
+  };
+
+  Snapshot Now() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Clock::time_point now = Clock::now();
+    Snapshot s;
+    if (now < latency_until_) s.extra_delay = extra_delay_;
+    if (now < bandwidth_until_) s.rate_bytes_per_s = rate_;
+    if (now < blackhole_until_) s.blackhole_until = blackhole_until_;
+    s.refuse_new = now < reset_until_;
+    return s;
+  }
+  Clock::time_point BlackholeUntil() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return blackhole_until_;
+  }
+  void SetLatency(std::chrono::microseconds extra, Clock::duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    extra_delay_ = extra;
+    latency_until_ = Clock::now() + d;
+  }
+  void SetBandwidth(double bytes_per_s, Clock::duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    rate_ = bytes_per_s;
+    bandwidth_until_ = Clock::now() + d;
+  }
+  void SetBlackhole(Clock::duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blackhole_until_ = Clock::now() + d;
+  }
+  void SetRefuseNew(Clock::duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reset_until_ = Clock::now() + d;
+  }
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    latency_until_ = bandwidth_until_ = blackhole_until_ = reset_until_ = Clock::time_point{};
+  }
+  std::string Describe() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Clock::time_point now = Clock::now();
+    auto left = [now](Clock::time_point until) {
+      return std::chrono::duration<double>(until - now).count();
+    };
+    std::ostringstream out;
+    out.precision(3);
+    out << std::fixed;
+    if (now < latency_until_) {
+      out << " latency=" << extra_delay_.count() / 1000.0 << "ms:" << left(latency_until_) << "s";
+    }
+    if (now < bandwidth_until_) {
+      out << " bandwidth=" << rate_ / 1024 << "KiB/s:" << left(bandwidth_until_) << "s";
+    }
+    if (now < blackhole_until_) out << " blackhole:" << left(blackhole_until_) << "s";
+    if (now < reset_until_) out << " reset:" << left(reset_until_) << "s";
+    std::string s = out.str();
+    return s.empty() ? " none" : s;
+  }
+
+ private:
+  std::mutex mu_;
+  std::chrono::microseconds extra_delay_{0};
+  double rate_ = 0;
+  Clock::time_point latency_until_{}, bandwidth_until_{}, blackhole_until_{}, reset_until_{};
+};
+
+Faults g_faults;
+
+// Open connections, so that a reset can abort them all.
+class Connections {
+ public:
+  void Add(int cfd, int sfd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.insert({cfd, sfd});
+  }
+  void Remove(int cfd, int sfd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.erase({cfd, sfd});
+  }
+  // Zero linger makes the final close() send RST instead of FIN; shutdown wakes the pipes'
+  // blocked reads so the connection's threads end and close both sockets.
+  size_t ResetAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto [cfd, sfd] : open_) {
+      Abort(cfd);
+      Abort(sfd);
+    }
+    return open_.size();
+  }
+  static void Abort(int fd) {
+    linger l{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::shutdown(fd, SHUT_RDWR);
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::pair<int, int>> open_;
+};
+
+Connections g_connections;
 
 struct Endpoint {
   std::string host;
@@ -92,7 +218,7 @@ class Pipe {
       buf.resize(static_cast<size_t>(n));
       counter_->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(Chunk{Clock::now() + delay_, std::move(buf)});
+      queue_.push_back(Chunk{Clock::now() + delay_ + g_faults.Now().extra_delay, std::move(buf)});
       cv_.notify_one();
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -112,13 +238,20 @@ class Pipe {
         queue_.pop_front();
       }
       Clock::time_point due = c.due;
-      if (rate_ > 0) {
+      double rate = rate_;
+      double fault_rate = g_faults.Now().rate_bytes_per_s;
+      if (fault_rate > 0 && (rate <= 0 || fault_rate < rate)) rate = fault_rate;
+      if (rate > 0) {
         auto tx = std::chrono::duration_cast<Clock::duration>(
-            std::chrono::duration<double>(static_cast<double>(c.data.size()) / rate_));
+            std::chrono::duration<double>(static_cast<double>(c.data.size()) / rate));
         next_free = std::max(next_free, Clock::now()) + tx;
         due = std::max(due, next_free);
       }
       std::this_thread::sleep_until(due);
+      // A blackhole holds the chunk until it ends; it may be extended or cleared meanwhile.
+      for (Clock::time_point hold; (hold = g_faults.BlackholeUntil()) > Clock::now();) {
+        std::this_thread::sleep_until(std::min(hold, Clock::now() + std::chrono::milliseconds(50)));
+      }
       size_t off = 0;
       while (off < c.data.size()) {
         ssize_t n = ::write(to_, c.data.data() + off, c.data.size() - off);
@@ -155,6 +288,11 @@ void Serve(Route route, std::chrono::microseconds delay, double rate) {
   for (;;) {
     int cfd = ::accept(lfd, nullptr, nullptr);
     if (cfd < 0) continue;
+    if (g_faults.Now().refuse_new) {
+      Connections::Abort(cfd);
+      ::close(cfd);
+      continue;
+    }
     std::thread([cfd, route, delay, rate] {
       int sfd = ::socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in ta = ToAddr(route.target);
@@ -167,19 +305,125 @@ void Serve(Route route, std::chrono::microseconds delay, double rate) {
       ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       ::setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       Pipe up(cfd, sfd, delay, rate, &g_bytes_up), down(sfd, cfd, delay, rate, &g_bytes_down);
+      g_connections.Add(cfd, sfd);
       std::thread t([&] { down.Run(); });
       up.Run();
       t.join();
+      g_connections.Remove(cfd, sfd);
       ::close(cfd);
       ::close(sfd);
     }).detach();
   }
 }
 
+// A fault's duration: bounded so that a forgotten fault cannot outlive a test run by much.
+bool ParseSeconds(const std::string& s, Clock::duration* d) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !(v > 0) || v > 3600) return false;
+  *d = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(v));
+  return true;
+}
+
+bool ParsePositive(const std::string& s, double* v) {
+  char* end = nullptr;
+  *v = std::strtod(s.c_str(), &end);
+  return !s.empty() && *end == '\0' && *v > 0 && *v < 1e12;
+}
+
+// Runs one control command; returns the reply line (without the newline).
+std::string Control(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> w;
+  for (std::string t; in >> t;) w.push_back(t);
+  if (w.empty()) return "error empty command";
+  const std::string& cmd = w[0];
+  Clock::duration d{};
+  double v = 0;
+  if (cmd == "latency" && w.size() == 3) {
+    if (!ParsePositive(w[1], &v)) return "error latency: bad MS '" + w[1] + "'";
+    if (!ParseSeconds(w[2], &d)) return "error latency: bad SECONDS '" + w[2] + "' (0 < s <= 3600)";
+    g_faults.SetLatency(std::chrono::microseconds(static_cast<int64_t>(v * 1000)), d);
+    return "ok latency";
+  }
+  if (cmd == "bandwidth" && w.size() == 3) {
+    if (!ParsePositive(w[1], &v)) return "error bandwidth: bad KBPS '" + w[1] + "'";
+    if (!ParseSeconds(w[2], &d)) {
+      return "error bandwidth: bad SECONDS '" + w[2] + "' (0 < s <= 3600)";
+    }
+    g_faults.SetBandwidth(v * 1024, d);
+    return "ok bandwidth";
+  }
+  if (cmd == "blackhole" && w.size() == 2) {
+    if (!ParseSeconds(w[1], &d)) return "error blackhole: bad SECONDS '" + w[1] + "'";
+    g_faults.SetBlackhole(d);
+    return "ok blackhole";
+  }
+  if (cmd == "reset" && (w.size() == 1 || w.size() == 2)) {
+    if (w.size() == 2) {
+      if (!ParseSeconds(w[1], &d)) return "error reset: bad SECONDS '" + w[1] + "'";
+      g_faults.SetRefuseNew(d);
+    }
+    return "ok reset " + std::to_string(g_connections.ResetAll()) + " connections";
+  }
+  if (cmd == "clear" && w.size() == 1) {
+    g_faults.Clear();
+    return "ok clear";
+  }
+  if (cmd == "status" && w.size() == 1) return "ok" + g_faults.Describe();
+  return "error unknown command '" + line +
+         "' (latency MS SECONDS | bandwidth KBPS SECONDS | blackhole SECONDS | reset [SECONDS] "
+         "| clear | status)";
+}
+
+void ServeControl(int lfd) {
+  for (;;) {
+    int c = ::accept(lfd, nullptr, nullptr);
+    if (c < 0) continue;
+    std::thread([c] {
+      std::string buf;
+      char tmp[512];
+      for (;;) {
+        ssize_t n = ::read(c, tmp, sizeof tmp);
+        if (n <= 0) break;
+        buf.append(tmp, static_cast<size_t>(n));
+        if (buf.size() > 4096) break;  // not a command
+        for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+          std::string line = buf.substr(0, nl);
+          buf.erase(0, nl + 1);
+          if (!line.empty() && line.back() == '\r') line.pop_back();
+          std::string reply = Control(line) + "\n";
+          if (::write(c, reply.data(), reply.size()) != static_cast<ssize_t>(reply.size())) break;
+        }
+      }
+      ::close(c);
+    }).detach();
+  }
+}
+
+int ListenControl(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) {
+    std::fprintf(stderr, "spoke-wan-proxy: --control-socket path too long: %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  ::unlink(path.c_str());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 16) != 0) {
+    std::fprintf(stderr, "spoke-wan-proxy: cannot listen on %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+    std::exit(1);
+  }
+  return fd;
+}
+
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: spoke-wan-proxy --delay-ms N --route LISTEN_HOST:PORT=TARGET_HOST:PORT "
-               "[--route ...] [--rate-mbytes MB_PER_S] [--stats-file PATH]\n");
+               "[--route ...] [--rate-mbytes MB_PER_S] [--stats-file PATH] "
+               "[--control-socket PATH]\n");
   std::exit(2);
 }
 
@@ -188,7 +432,7 @@ void Serve(Route route, std::chrono::microseconds delay, double rate) {
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   double delay_ms = -1, rate_mb = 0;
-  std::string stats_file;
+  std::string stats_file, control_socket;
   std::vector<Route> routes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -200,6 +444,8 @@ int main(int argc, char** argv) {
       rate_mb = std::atof(v.c_str());
     } else if (a == "--stats-file") {
       stats_file = v;
+    } else if (a == "--control-socket") {
+      control_socket = v;
     } else if (a == "--route") {
       size_t eq = v.find('=');
       Route r;
@@ -215,6 +461,7 @@ int main(int argc, char** argv) {
   }
   if (delay_ms < 0 || routes.empty()) Usage();
   auto delay = std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000));
+  if (!control_socket.empty()) std::thread(ServeControl, ListenControl(control_socket)).detach();
   std::vector<std::thread> servers;
   for (const Route& r : routes) servers.emplace_back(Serve, r, delay, rate_mb * 1e6);
   if (!stats_file.empty()) {
