@@ -138,7 +138,7 @@ TEST(Volume, FiguresCountReadsAndTakeTheMissLatencyFromOnePlace) {
   // The figure is the fetcher's histogram (one observation per read that waited), not a
   // second measurement overwriting it.
   auto& hist = rig.registry.GetHistogram("spoke_demand_miss_seconds", "",
-                                         metrics::Labels{{"volume", "vol"}});
+                                         metrics::Labels{{"volume", VolumeMetricsLabel("vol")}});
   ASSERT_GE(hist.Count(), 1u);
   EXPECT_NEAR(f.demand_miss_latency_ms_avg, hist.Sum() * 1e3 / static_cast<double>(hist.Count()),
               0.01);
