@@ -357,9 +357,11 @@ def targets(scenarios):
     if cold and stage:
         add("time to first batch: spoke-cold < stage-in", f"{cold.first:.2f} s vs {stage.first:.2f} s",
             cold.first < stage.first)
-        note = "" if cold.epochs == 3 and stage.epochs == 3 else f" ({cold.epochs} epochs)"
-        add("total time for 3 epochs: spoke-cold < stage-in" + note,
-            f"{cold.total:.1f} s vs {stage.total:.1f} s", cold.total < stage.total)
+        same = cold.epochs == stage.epochs
+        add(f"total time for {cold.epochs} epochs: spoke-cold < stage-in",
+            f"{cold.total:.1f} s vs {stage.total:.1f} s"
+            + ("" if same else f" (stage-in ran {stage.epochs} epoch(s))"),
+            cold.total < stage.total if same else None)
     return lines
 
 
@@ -412,7 +414,9 @@ def main(argv):
     elif len(configs) > 1:
         out.append("")
         out.append("Warning: the summaries come from different loader configurations.")
-    first = scenarios[0].s
+    # The footer's cache figures: the first scenario that had a cache (local-direct has none).
+    first = next((x.s for x in scenarios if x.s.get("cache_size_bytes") is not None),
+                 scenarios[0].s)
     if first.get("dataset_bytes") is not None:
         ds, cache = first.get("dataset_bytes"), first.get("cache_size_bytes")
         line = f"Dataset {human_bytes(ds)}"

@@ -68,7 +68,7 @@ PRESETS = {
     "short": {"samples": 960, "nospoke_batches": 10, "epochs": {
         "local-direct": 2, "co-located": 3, "remote-no-spoke": 1, "spoke-cold": 3,
         "spoke-warm": 2, "stage-in": 3, "spoke-hints": 3, HALF_CACHE: 3}},
-    "demo": {"samples": 4000, "nospoke_batches": 10, "epochs": {
+    "demo": {"samples": 4000, "nospoke_batches": 8, "epochs": {
         "local-direct": 1, "co-located": 1, "remote-no-spoke": 1, "spoke-cold": 3,
         "spoke-warm": 1, "stage-in": 1, "spoke-hints": 1, HALF_CACHE: 2}},
     "full": {"samples": 20000, "nospoke_batches": 20, "epochs": {
