@@ -140,7 +140,7 @@ ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] 
   echo
   echo "| ratio | large | small | target |"
   echo "|---|---:|---:|---|"
-  echo "| warm / passthrough_ll | $(ratio "${mbps[warm,large]}" "${mbps[passthrough_ll,large]}") | $(ratio "${mbps[warm,small]}" "${mbps[passthrough_ll,small]}") | >= 0.9 |"
+  echo "| warm / passthrough_ll | $(ratio "${mbps[warm,large]}" "${mbps[passthrough_ll,large]}") | $(ratio "${mbps[warm,small]}" "${mbps[passthrough_ll,small]}") | >= 1.0 (issue 16) |"
   echo "| cold ${RTT_MS}ms / cold 0ms | $(ratio "${mbps[cold ${RTT_MS}ms,large]}" "${mbps[cold 0ms,large]}") | $(ratio "${mbps[cold ${RTT_MS}ms,small]}" "${mbps[cold 0ms,small]}") | large >= 0.5 |"
   echo
   echo "spokectl stats after the passes (WAN mount):"

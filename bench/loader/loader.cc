@@ -193,6 +193,17 @@ bool WriteHints(const std::string& path, const std::vector<std::string>& files) 
   return true;
 }
 
+// The first max_batches batches of plan (all of them when max_batches is 0); each worker keeps
+// the indices it had below the cut, so the sample is built exactly as in the full epoch.
+EpochPlan TruncatePlan(EpochPlan plan, uint32_t max_batches) {
+  if (max_batches == 0 || plan.batches.size() <= max_batches) return plan;
+  plan.batches.resize(max_batches);
+  for (auto& indices : plan.per_worker) {
+    std::erase_if(indices, [&](uint32_t idx) { return idx >= max_batches; });
+  }
+  return plan;
+}
+
 }  // namespace
 
 Status LoaderConfig::Validate() const {
@@ -226,7 +237,8 @@ RunResult Loader::Run() {
 
   for (uint32_t epoch = 0; epoch < config_.epochs; ++epoch) {
     const EpochPlan plan =
-        PlanEpoch(manifest_, config_.seed, epoch, config_.batch, config_.workers);
+        TruncatePlan(PlanEpoch(manifest_, config_.seed, epoch, config_.batch, config_.workers),
+                     config_.max_batches);
     EpochState state;
     state.done.resize(plan.batches.size());
     std::vector<std::thread> workers;

@@ -39,6 +39,9 @@ struct LoaderConfig {
   uint64_t chunk_bytes = 1 << 20;
   // posix_fadvise(DONTNEED) after each file so a rerun is not served by the page cache.
   bool drop_cache = false;
+  // Stop each epoch after this many batches (0 = the whole epoch): a sample of an epoch too
+  // slow to run in full (e.g. a remote mount without a cache), at the same per-batch pace.
+  uint32_t max_batches = 0;
 
   // Returns kInvalidArgument naming the flag.
   Status Validate() const;

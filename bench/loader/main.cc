@@ -48,6 +48,7 @@ constexpr char kUsage[] = R"(usage:
                    [--csv out.csv] [--json out.json|-] [--label NAME] [--hints-file PATH]
                    [--verify] [--drop-cache] [--chunk-kib K] [--window N]
                    [--log-level debug|info|warn|error] [--open-delay-ms D]
+                   [--max-batches N]
 run's workload defaults to the one in the dataset's MANIFEST; its preset gives every loader
 flag's default, and flags override it.
 )";
@@ -146,9 +147,11 @@ int Gen(int argc, char** argv) {
 int Run(int argc, char** argv) {
   Args args = Parse(argc, argv, 2, {"verify", "drop-cache"});
   if (int rc = CheckUnknown(
-          args, {"dir", "workload", "epochs", "batch", "workers", "prefetch-factor", "accelerators",
-                 "compute-ms", "seed", "csv", "json", "label", "hints-file", "verify", "drop-cache",
-                 "chunk-kib", "window", "log-level", "open-delay-ms"})) {
+          args,
+          {"dir",           "workload",   "epochs",     "batch",     "workers", "prefetch-factor",
+           "accelerators",  "compute-ms", "seed",       "csv",       "json",    "label",
+           "hints-file",    "verify",     "drop-cache", "chunk-kib", "window",  "log-level",
+           "open-delay-ms", "max-batches"})) {
     return rc;
   }
   if (auto level = args.Get("log-level")) {
@@ -187,6 +190,7 @@ int Run(int argc, char** argv) {
   args.Number("accelerators", config.accelerators);
   args.Number("compute-ms", config.compute_ms);
   args.Number("seed", config.seed);
+  args.Number("max-batches", config.max_batches);
   uint64_t chunk_kib = config.chunk_bytes >> 10;
   args.Number("chunk-kib", chunk_kib);
   config.chunk_bytes = chunk_kib << 10;
@@ -246,6 +250,7 @@ int Run(int argc, char** argv) {
         {"verify", config.verify},
         {"hints", !config.hints_file.empty()},
         {"window", summary_options.window},
+        {"max_batches", config.max_batches},
         {"ideal_samples_per_s", config.compute_ms > 0
                                     ? config.batch * config.accelerators / (config.compute_ms / 1e3)
                                     : 0.0}};

@@ -5,7 +5,17 @@
     summarize.py --wan spoke-cold=1.2e9 --stage-in stage-in=41.5 *.json
     summarize.py --targets *.json          # also: the issue's targets, met or missed
 
-One row per JSON file, in the order given. Columns: steady samples/s (% of the never-stalled
+First table (when a `local-direct` row is given): per scenario, epoch 1 (cold) time and its
+speed ratio to local-direct's epoch 1 (local time / scenario time: 1.00 = as fast as reading
+a local copy directly) and to co-located's, the steady epochs' ratio (epochs 2.., or every
+epoch where all are warm: local-direct, spoke-warm, stage-in's training), the warm-up (batches
+of epoch 1 before the first full 10-batch window at 95 % of local-direct's steady rate) and
+the bytes read from the hub per epoch (the agent's counter; the WAN proxy's where there is
+no agent: stage-in's first epoch then includes the copy). A scenario run on a sample of each
+epoch (`sample_batches`, remote-no-spoke) has its epoch time extrapolated to the whole epoch.
+With --targets, issue 16's targets follow it.
+
+Second table, one row per JSON file, in the order given. Columns: steady samples/s (% of the never-stalled
 rate, and as a ratio of the `co-located` row when there is one), AU over the whole run and
 after the warm-up, warm-up batches, stalls after the warm-up, time to first batch, total
 time, bytes over the WAN (whole scenario, and per epoch after the first).
@@ -24,10 +34,17 @@ Definitions of the loader's figures: bench/loader/README.md. Standard library on
 """
 
 import argparse
+import csv
 import json
+import math
+import os
 import sys
 
 COLOCATED = "co-located"
+LOCAL = "local-direct"
+HALF_CACHE = "spoke-cache-0.5x"
+# Scenarios whose every epoch is a steady one (no cold cache to fill).
+ALL_EPOCHS_STEADY = (LOCAL, "spoke-warm", "stage-in")
 
 
 def human_bytes(n):
@@ -55,7 +72,7 @@ def parse_pairs(pairs, flag):
 
 
 class Scenario:
-    def __init__(self, summary, wan, stage):
+    def __init__(self, summary, wan, stage, json_dir=None):
         self.s = summary
         self.label = summary.get("label") or summary.get("workload", "?")
         self.wan = wan.get(self.label, summary.get("wan_bytes"))
@@ -73,6 +90,61 @@ class Scenario:
         self.per_epoch = summary.get("wan_bytes_per_epoch")
         self.hub = summary.get("hub_bytes")
         self.epochs = summary.get("config", {}).get("epochs")
+        self.window = int(summary.get("config", {}).get("window", 10) or 10)
+        # The CSV next to the JSON when the results folder moved since the run.
+        path = summary.get("csv")
+        if path and not os.path.isfile(path) and json_dir is not None:
+            path = os.path.join(json_dir, os.path.basename(path))
+        self.rows = read_batches(path)
+        ends = summary.get("epoch_end_s")
+        if not ends and self.rows:
+            by = {}
+            for r in self.rows:
+                by[r["epoch"]] = max(by.get(r["epoch"], 0.0), r["completion_s"])
+            ends = [by[e] for e in sorted(by)]
+        ends = ends or []
+        self.epoch_times = [ends[0]] + [b - a for a, b in zip(ends, ends[1:])] if ends else []
+        # A sample of each epoch: scale its time to the whole epoch.
+        self.sample = int(summary.get("sample_batches") or
+                          summary.get("config", {}).get("max_batches") or 0)
+        batch = summary.get("config", {}).get("batch")
+        files = summary.get("dataset_files")
+        self.full_batches = math.ceil(files / batch) if files and batch else None
+        self.scale = 1.0
+        if self.sample and self.full_batches and self.sample < self.full_batches:
+            self.scale = self.full_batches / self.sample
+        else:
+            self.sample = 0
+
+    def cold_time(self):
+        """Epoch 1 as the user sees it (stage-in: its copy included), whole-epoch scaled."""
+        if not self.epoch_times:
+            return None
+        return self.epoch_times[0] * self.scale + self.stage_in
+
+    def steady_time(self):
+        """Mean time of the steady epochs, or None when there is none."""
+        if self.label in ALL_EPOCHS_STEADY:
+            times = self.epoch_times
+        else:
+            times = self.epoch_times[1:]
+        return sum(times) / len(times) * self.scale if times else None
+
+    def warmup_vs(self, rate):
+        """Batches of epoch 1 before the first full window at >= 95 % of `rate`, or None."""
+        first = [r for r in self.rows if r["epoch"] == 0]
+        for i in range(self.window - 1, len(first)):
+            if first[i]["rate"] >= 0.95 * rate:
+                return i - (self.window - 1)
+        return None
+
+    def hub_per_epoch(self):
+        """(bytes per epoch, source) from the agent's counter, else the WAN proxy's."""
+        if self.s.get("hub_bytes_per_epoch") is not None:
+            return self.s["hub_bytes_per_epoch"], "hub"
+        if self.s.get("wan_bytes_per_epoch") is not None:
+            return self.s["wan_bytes_per_epoch"], "wan"
+        return None, None
 
     def after_first(self):
         """WAN bytes per epoch after the first: mean, or None."""
@@ -80,6 +152,122 @@ class Scenario:
             return None
         rest = self.per_epoch[1:]
         return sum(rest) / len(rest)
+
+
+def read_batches(path):
+    """The loader's per-batch CSV (epoch, completion_s, window rate), [] when unreadable."""
+    if not path or not os.path.isfile(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for rec in csv.DictReader(f):
+            rows.append({"seq": int(rec["seq"]), "epoch": int(rec["epoch"]),
+                         "completion_s": float(rec["completion_s"]),
+                         "rate": float(rec["window_samples_per_s"])})
+    rows.sort(key=lambda r: r["seq"])
+    return rows
+
+
+def ratio(ref, t):
+    return None if ref is None or t is None or t <= 0 else ref / t
+
+
+def fmt_ratio(r):
+    return "n/a" if r is None else f"{r:.2f}x"
+
+
+def local_table(scenarios):
+    """The issue-16 table: every scenario against local-direct (and co-located)."""
+    by = {x.label: x for x in scenarios}
+    local, colo = by.get(LOCAL), by.get(COLOCATED)
+    if local is None:
+        return []
+    ds = local.s.get("dataset_bytes")
+    header = ["scenario", "epoch 1 (cold) s", "epoch 1 vs local-direct",
+              "epoch 1 vs co-located", "steady epochs vs local-direct",
+              "warm-up batches (95 % of local)", "hub bytes per epoch (x dataset)"]
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    notes = []
+    for x in scenarios:
+        cold = x.cold_time()
+        cell = "n/a" if cold is None else f"{cold:.1f}"
+        if x.stage_in:
+            cell += f" ({x.stage_in:.1f} copy)"
+        if x.sample:
+            cell = "~" + cell
+            notes.append(f"{x.label}: {x.sample} of {x.full_batches} batches per epoch run; "
+                         "its times are extrapolated to the whole epoch (x"
+                         f"{x.scale:.1f}), its bytes are the sample's.")
+        steady = ratio(local.steady_time(), x.steady_time())
+        w = x.warmup_vs(local.steady)
+        first_n = sum(1 for r in x.rows if r["epoch"] == 0)
+        warm = str(w) if w is not None else f"never (in {first_n})"
+        per, src = x.hub_per_epoch()
+        if x.label == LOCAL:
+            hub = "0 (no hub)"
+        elif per is None:
+            hub = "n/a"
+        else:
+            parts = [human_bytes(b) + (f" ({b / ds:.2f}x)" if ds else "") for b in per]
+            hub = ", ".join(parts)
+            if src == "wan":
+                hub += " (WAN" + (", copy in epoch 1)" if x.stage_in else ")")
+        out.append("| " + " | ".join([
+            x.label, cell, fmt_ratio(ratio(local.cold_time(), cold)),
+            fmt_ratio(ratio(colo.cold_time(), cold)) if colo else "n/a",
+            fmt_ratio(steady) if steady is not None else "n/a (1 epoch)", warm, hub]) + " |")
+    out.append("")
+    out.append("Ratios are speeds: local-direct's time / the scenario's (1.00x = as fast as "
+               "reading a local copy directly). local-direct: steady "
+               f"{local.steady:.1f} samples/s, epoch 1 {local.cold_time():.1f} s.")
+    out += [""] + notes if notes else []
+    return out
+
+
+def local_targets(scenarios):
+    """Issue 16's targets against local-direct, met or missed, with the margin."""
+    by = {x.label: x for x in scenarios}
+    local = by.get(LOCAL)
+    if local is None:
+        return []
+    lines = ["| target (issue 16) | figure | met? |", "|---|---:|---|"]
+
+    def add(name, figure, ok):
+        verdict = "n/a" if ok is None else ("**met**" if ok else "**missed**")
+        lines.append(f"| {name} | {figure} | {verdict} |")
+
+    cold, hints, half = by.get("spoke-cold"), by.get("spoke-hints"), by.get(HALF_CACHE)
+    if cold:
+        r = ratio(local.cold_time(), cold.cold_time())
+        add("cold epoch (spoke-cold) >= 0.9x local-direct", fmt_ratio(r),
+            None if r is None else r >= 0.9)
+        r = ratio(local.steady_time(), cold.steady_time())
+        add("steady epochs (spoke-cold) >= 0.99x local-direct", fmt_ratio(r),
+            None if r is None else r >= 0.99)
+        w = cold.warmup_vs(local.steady)
+        add("warm-up unaided (spoke-cold) <= 20 batches", "never" if w is None else str(w),
+            w is not None and w <= 20)
+    if hints:
+        w = hints.warmup_vs(local.steady)
+        add("warm-up with hints (spoke-hints) <= 5 batches", "never" if w is None else str(w),
+            w is not None and w <= 5)
+    if half:
+        r = ratio(local.steady_time(), half.steady_time())
+        add("dataset 2x cache: steady epochs >= 0.95x local-direct", fmt_ratio(r),
+            None if r is None else r >= 0.95)
+        per, _ = half.hub_per_epoch()
+        ds, cache = half.s.get("dataset_bytes"), half.s.get("cache_size_bytes")
+        if per and len(per) > 1 and ds and cache and ds > cache:
+            later = sum(per[1:]) / len(per[1:])
+            misfit = ds - cache
+            add("dataset 2x cache: hub bytes per later epoch <= 1.05x the part that does not "
+                "fit", f"{human_bytes(later)} = {later / misfit:.2f}x of {human_bytes(misfit)}",
+                later <= 1.05 * misfit)
+        else:
+            add("dataset 2x cache: hub bytes per later epoch <= 1.05x the part that does not "
+                "fit", "n/a (one epoch, or the dataset fits)", None)
+    return lines
 
 
 def table(scenarios):
@@ -169,9 +357,11 @@ def targets(scenarios):
     if cold and stage:
         add("time to first batch: spoke-cold < stage-in", f"{cold.first:.2f} s vs {stage.first:.2f} s",
             cold.first < stage.first)
-        note = "" if cold.epochs == 3 and stage.epochs == 3 else f" ({cold.epochs} epochs)"
-        add("total time for 3 epochs: spoke-cold < stage-in" + note,
-            f"{cold.total:.1f} s vs {stage.total:.1f} s", cold.total < stage.total)
+        same = cold.epochs == stage.epochs
+        add(f"total time for {cold.epochs} epochs: spoke-cold < stage-in",
+            f"{cold.total:.1f} s vs {stage.total:.1f} s"
+            + ("" if same else f" (stage-in ran {stage.epochs} epoch(s))"),
+            cold.total < stage.total if same else None)
     return lines
 
 
@@ -201,12 +391,20 @@ def main(argv):
                                "time_to_first_batch_s") if k not in summary]
         if missing:
             sys.exit(f"summarize.py: {path}: not a spoke-loader summary (missing {missing})")
-        scenarios.append(Scenario(summary, wan, stage))
+        scenarios.append(Scenario(summary, wan, stage, os.path.dirname(path)))
         c = summary.get("config", {})
         configs.add((summary.get("workload"), c.get("batch"), c.get("workers"),
                      c.get("accelerators"), c.get("compute_ms")))
 
-    out = table(scenarios)
+    out = []
+    lt = local_table(scenarios)
+    if lt:
+        out += lt
+        if args.targets:
+            out += [""] + local_targets(scenarios)
+        out += ["", "Details (steady rates and warm-up against each scenario's own steady "
+                "rate; ratios against co-located):", ""]
+    out += table(scenarios)
     if len(configs) == 1:
         w, b, wk, a, c = next(iter(configs))
         epochs = ", ".join(f"{x.label} {x.epochs}" for x in scenarios)
@@ -216,7 +414,9 @@ def main(argv):
     elif len(configs) > 1:
         out.append("")
         out.append("Warning: the summaries come from different loader configurations.")
-    first = scenarios[0].s
+    # The footer's cache figures: the first scenario that had a cache (local-direct has none).
+    first = next((x.s for x in scenarios if x.s.get("cache_size_bytes") is not None),
+                 scenarios[0].s)
     if first.get("dataset_bytes") is not None:
         ds, cache = first.get("dataset_bytes"), first.get("cache_size_bytes")
         line = f"Dataset {human_bytes(ds)}"

@@ -5,6 +5,8 @@ One generated dataset on an NFS hub (nfs-ganesha on loopback), a 60 ms WAN (spok
 30 ms each way), and these scenarios, each with a fresh agent (own cacheDir, stateDir,
 socket, metrics port):
 
+  local-direct     the loader reading the dataset's directory on the local disk directly (no
+                   FUSE, no hub): what a user compares against; every ratio is against it
   co-located       Spoke mounting the hub directly (no WAN delay), cache + prefetch on
   remote-no-spoke  through the WAN, prefetch off, strict consistency (close-to-open, no page
                    cache), and the smallest cache the agent accepts (64 blocks = 64 MiB: the
@@ -17,6 +19,12 @@ socket, metrics port):
   spoke-hints      through the WAN, empty cache, the loader disclosing each epoch's order
                    (<mount>/.spoke-hints when the agent serves it, else `spokectl hint` fed
                    from a FIFO the loader writes each epoch's order to)
+  spoke-cache-0.5x through the WAN, empty cache half the dataset's size, evictionPolicy
+                   nothrash: a dataset twice the cache
+
+Presets (--preset, default demo): short = a quick run (960 samples), demo = what
+scripts/demo.sh runs (4000 samples, ~6 minutes on 2 cores), full = the RESULTS.md run (20000
+samples, ~2.2 GB, about an hour). Each gives the dataset size and every scenario's epochs.
 
 Then plot.gp -> samples-per-s.png and summarize.py -> results.md (+ the targets).
 Needs root (FUSE mounts, /proc/sys/vm/drop_caches). Stops everything it started (by pid) and
@@ -46,14 +54,34 @@ import summarize  # noqa: E402  (bench/two-region/summarize.py)
 
 MIB = 1 << 20
 MIN_CACHE = 64 * MIB  # the agent's minimum cacheSizeBytes
-ALL_SCENARIOS = ["co-located", "remote-no-spoke", "spoke-cold", "spoke-warm", "stage-in",
-                 "spoke-hints"]
+ALL_SCENARIOS = ["local-direct", "co-located", "remote-no-spoke", "spoke-cold", "spoke-warm",
+                 "stage-in", "spoke-hints", "spoke-cache-0.5x"]
 WORKLOADS = ("report", "resnet50", "unet3d", "shards")
-# Dataset sizes. Full: ~200 batches per epoch (report: 54 s/epoch at the ideal rate). Short:
-# about a quarter, so that the whole --short run (six scenarios) takes ~5 minutes.
-SAMPLES = {("report", True): 960, ("resnet50", True): 2400, ("unet3d", True): 168,
-           ("shards", True): 3200, ("report", False): 6400, ("resnet50", False): 8000,
-           ("unet3d", False): 504, ("shards", False): 12800}
+HALF_CACHE = "spoke-cache-0.5x"
+HALF_FRACTION = 0.5
+HALF_POLICY = "nothrash"
+# Per preset: report samples (other workloads: SAMPLES_OTHER), epochs per scenario, and the
+# batches remote-no-spoke runs of its epoch (a sample: ~12 samples/s would take 5 minutes per
+# 4000 files; 0 = the whole epoch). demo: 125 batches of 32 per epoch, ~32 s per epoch at
+# 250 ms per batch, 446 MB, ten epochs in all so that scripts/demo.sh stays near 10 minutes.
+PRESETS = {
+    "short": {"samples": 960, "nospoke_batches": 10, "epochs": {
+        "local-direct": 2, "co-located": 3, "remote-no-spoke": 1, "spoke-cold": 3,
+        "spoke-warm": 2, "stage-in": 3, "spoke-hints": 3, HALF_CACHE: 3}},
+    "demo": {"samples": 4000, "nospoke_batches": 8, "epochs": {
+        "local-direct": 1, "co-located": 1, "remote-no-spoke": 1, "spoke-cold": 3,
+        "spoke-warm": 1, "stage-in": 1, "spoke-hints": 1, HALF_CACHE: 2}},
+    "full": {"samples": 20000, "nospoke_batches": 20, "epochs": {
+        "local-direct": 2, "co-located": 2, "remote-no-spoke": 1, "spoke-cold": 3,
+        "spoke-warm": 2, "stage-in": 2, "spoke-hints": 3, HALF_CACHE: 3}},
+}
+SAMPLES_OTHER = {("resnet50", "short"): 2400, ("unet3d", "short"): 168,
+                 ("shards", "short"): 3200, ("resnet50", "demo"): 4000,
+                 ("unet3d", "demo"): 168, ("shards", "demo"): 6400,
+                 ("resnet50", "full"): 20000, ("unet3d", "full"): 1008,
+                 ("shards", "full"): 20000}
+# The issue's loader: 250 ms of compute per batch of 32 (~14 MB/s of ~110 KB samples).
+REPORT_COMPUTE_MS = 250
 SEED = 1
 
 
@@ -110,18 +138,29 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="bench/two-region/two_region.py", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--short", action="store_true",
-                    help="a quick run (small dataset); the demo uses it")
+    ap.add_argument("--preset", choices=tuple(PRESETS), default="demo",
+                    help="dataset size and epochs per scenario (default demo)")
+    ap.add_argument("--short", action="store_const", const="short", dest="preset",
+                    help="= --preset short: a quick run (960 samples)")
+    ap.add_argument("--full", action="store_const", const="full", dest="preset",
+                    help="= --preset full: 20000 samples (~2.2 GB), for bench/RESULTS.md")
     ap.add_argument("--workload", default="report", choices=WORKLOADS,
                     help="bench/loader preset (default report)")
     ap.add_argument("--samples", type=int, help="dataset size in samples "
                     "(default: per workload, smaller with --short)")
-    ap.add_argument("--epochs", type=int, default=3,
-                    help="epochs for co-located, spoke-cold, stage-in, spoke-hints (default 3)")
-    ap.add_argument("--warm-epochs", type=int, default=2,
-                    help="epochs of spoke-warm (default 2; 0 skips it)")
+    ap.add_argument("--epochs", type=int,
+                    help="epochs of every scenario but spoke-warm and remote-no-spoke "
+                    "(default: the preset's)")
+    ap.add_argument("--warm-epochs", type=int,
+                    help="epochs of spoke-warm (default: the preset's; 0 skips it)")
     ap.add_argument("--nospoke-epochs", type=int,
-                    help="epochs of remote-no-spoke (default: 1 with --short, else --epochs)")
+                    help="epochs of remote-no-spoke (default 1)")
+    ap.add_argument("--nospoke-batches", type=int,
+                    help="batches per epoch of remote-no-spoke, a sample (default: the "
+                    "preset's; 0 = whole epochs)")
+    ap.add_argument("--compute-ms", type=float,
+                    help=f"compute per batch (default {REPORT_COMPUTE_MS} for report, else "
+                    "the loader's preset)")
     ap.add_argument("--cache-fraction", type=float, default=2.0,
                     help="Spoke cache size = F x dataset size (default 2: the dataset fits; "
                     "e.g. 0.5 for a dataset twice the cache). Floor: 64 MiB (agent minimum)")
@@ -135,8 +174,8 @@ def parse_args(argv):
                     help="comma-separated subset (default: all, in the order above)")
     ap.add_argument("--delay-ms", type=int, default=30,
                     help="one-way WAN delay (default 30 = 60 ms RTT)")
-    ap.add_argument("--stage-streams", type=int, default=8,
-                    help="parallel cp streams of stage-in (default 8)")
+    ap.add_argument("--stage-streams", type=int, default=32,
+                    help="parallel cp streams of stage-in (default 32)")
     ap.add_argument("--out", help="results (default bench/two-region/results/<workload>-<UTC "
                     "time>)")
     ap.add_argument("--build-dir", default="build",
@@ -151,15 +190,35 @@ def parse_args(argv):
         ap.error(f"--scenarios: unknown {unknown or 'empty list'}; choose from "
                  f"{','.join(ALL_SCENARIOS)}")
     a.scenarios = scenarios
+    a.short = a.preset == "short"
+    preset = PRESETS[a.preset]
     if a.samples is None:
-        a.samples = SAMPLES[(a.workload, a.short)]
-    if a.nospoke_epochs is None:
-        a.nospoke_epochs = 1 if a.short else a.epochs
-    for flag, v in (("--samples", a.samples), ("--epochs", a.epochs),
-                    ("--nospoke-epochs", a.nospoke_epochs), ("--delay-ms", a.delay_ms + 1),
-                    ("--stage-streams", a.stage_streams), ("--warm-epochs", a.warm_epochs + 1)):
+        a.samples = (preset["samples"] if a.workload == "report"
+                     else SAMPLES_OTHER[(a.workload, a.preset)])
+    if a.compute_ms is None and a.workload == "report":
+        a.compute_ms = REPORT_COMPUTE_MS
+    for flag, v in (("--epochs", a.epochs), ("--nospoke-epochs", a.nospoke_epochs)):
+        if v is not None and v <= 0:
+            ap.error(f"{flag} must be positive")
+    for flag, v in (("--warm-epochs", a.warm_epochs), ("--nospoke-batches", a.nospoke_batches)):
+        if v is not None and v < 0:
+            ap.error(f"{flag} must be >= 0")
+    a.epochs_of = dict(preset["epochs"])
+    if a.epochs is not None:
+        for s in a.epochs_of:
+            if s not in ("spoke-warm", "remote-no-spoke"):
+                a.epochs_of[s] = a.epochs
+    if a.warm_epochs is not None:
+        a.epochs_of["spoke-warm"] = a.warm_epochs
+    a.epochs_of["remote-no-spoke"] = a.nospoke_epochs or 1
+    if a.nospoke_batches is None:
+        a.nospoke_batches = preset["nospoke_batches"]
+    for flag, v in (("--samples", a.samples), ("--delay-ms", a.delay_ms + 1),
+                    ("--stage-streams", a.stage_streams)):
         if v <= 0:
             ap.error(f"{flag} must be positive")
+    if a.compute_ms is not None and a.compute_ms < 0:
+        ap.error("--compute-ms must be >= 0")
     if a.cache_fraction <= 0:
         ap.error("--cache-fraction must be positive")
     return a
@@ -242,7 +301,7 @@ class Experiment:
                     return int(line.rsplit(":", 1)[1])
         raise Failure(f"agent {name}: no metricsAddress in agent.yaml")
 
-    def start_agent(self, name, cache_bytes, read_ahead=64 * MIB):
+    def start_agent(self, name, cache_bytes, read_ahead=64 * MIB, policy=None):
         """Fresh dirs unless they exist (then it is a restart on the same cache and state).
         (readAheadMaxBytes is at least one block; prefetch-off agents get one: unused.)"""
         d = self.agent_dir(name)
@@ -258,7 +317,7 @@ class Experiment:
                         "logLevel: info\nhub: {connections: 4, inflightPerConnection: 64, "
                         "requestTimeoutSeconds: 10}\n"
                         f"readAheadMaxBytes: {read_ahead}\n"
-                        f"evictionPolicy: {self.a.eviction_policy}\n")
+                        f"evictionPolicy: {policy or self.a.eviction_policy}\n")
         port = self.metrics_port(name)
         p = self.spawn([self.agent_bin, "--config", cfg], f"{d}/agent.log")
         self.agents[name] = p
@@ -380,7 +439,7 @@ class Experiment:
         p = self.spawn([self.loader_bin, "run", "--dir", data_dir, "--epochs", str(epochs),
                         "--seed", str(SEED), "--drop-cache", "--label", label,
                         "--json", f"{self.out}/{label}.json", "--csv", f"{self.out}/{label}.csv",
-                        *extra], f"{self.out}/{label}.log")
+                        *self.compute_flags(), *extra], f"{self.out}/{label}.log")
         rc = p.wait()
         self.procs.remove(p)
         if rc != 0:
@@ -392,6 +451,12 @@ class Experiment:
         for line in tail(f"{self.out}/{label}.log", 12).splitlines():
             print(f"    [{label}] {line}", file=sys.stderr)
         return t0
+
+    def compute_flags(self):
+        return [] if self.a.compute_ms is None else ["--compute-ms", f"{self.a.compute_ms:g}"]
+
+    def epochs(self, scenario):
+        return self.a.epochs_of[scenario]
 
     def annotate(self, label, t0, **fields):
         base = {"dataset_bytes": self.dataset_bytes, "dataset_files": self.dataset_files,
@@ -467,6 +532,7 @@ class Experiment:
                             else self.dataset_bytes)
         self.cache_bytes = max(MIN_CACHE, int(self.basis_bytes * self.a.cache_fraction)
                                // MIB * MIB)
+        self.half_cache_bytes = max(MIN_CACHE, int(self.basis_bytes * HALF_FRACTION) // MIB * MIB)
         log(f"dataset: {self.a.workload}, {self.a.samples} samples, {self.dataset_files} files, "
             f"{self.dataset_bytes} bytes (gen {time.monotonic() - t:.2f} s); cache footprint "
             f"{self.footprint_bytes} bytes; Spoke cache {self.cache_bytes} bytes "
@@ -497,30 +563,42 @@ class Experiment:
                                 capture_output=True, text=True).stdout.strip() or "unknown"
         with open(f"{self.out}/run.txt", "w") as f:
             f.write(
-                f"command: bench/two-region/two_region.py{' --short' if a.short else ''} "
-                f"--workload {a.workload} --samples {a.samples} --epochs {a.epochs} "
-                f"--warm-epochs {a.warm_epochs} --nospoke-epochs {a.nospoke_epochs} "
+                f"command: bench/two-region/two_region.py --preset {a.preset} "
+                f"--workload {a.workload} --samples {a.samples} "
+                f"--nospoke-batches {a.nospoke_batches} "
+                f"--compute-ms {'preset' if a.compute_ms is None else f'{a.compute_ms:g}'} "
                 f"--cache-fraction {a.cache_fraction:g} --cache-basis {a.cache_basis} "
                 f"--eviction-policy {a.eviction_policy} --delay-ms {a.delay_ms} "
                 f"--stage-streams {a.stage_streams}\n"
+                f"epochs: {', '.join(f'{k} {v}' for k, v in a.epochs_of.items())}\n"
                 f"commit: {commit}\n"
                 f"machine: {machine_line()}, "
                 f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
                 f"dataset: {a.workload}, {a.samples} samples, {self.dataset_files} files, "
                 f"{self.dataset_bytes} bytes (cache footprint in 1 MiB blocks: "
                 f"{self.footprint_bytes}); Spoke cache {self.cache_bytes} bytes = "
-                f"{a.cache_fraction:g} x {a.cache_basis}; remote-no-spoke/stage-in cache "
-                f"{MIN_CACHE} bytes\n")
+                f"{a.cache_fraction:g} x {a.cache_basis}; {HALF_CACHE} cache {self.half_cache_bytes} "
+                f"bytes ({HALF_POLICY}); remote-no-spoke/stage-in cache {MIN_CACHE} bytes\n")
 
     # ------------------------------------------------------------ scenarios
+    def local_direct(self):
+        """The loader on the dataset's directory on the local disk (the hub's export, read
+        by the loader itself): no FUSE, no NFS, no WAN."""
+        n = self.epochs("local-direct")
+        log(f"scenario local-direct: the loader on {self.export} directly, {n} epoch(s)")
+        t0 = self.measure("none", "local-direct", self.export, n)
+        self.annotate("local-direct", t0, wan_path="none")
+        self.done.append("local-direct")
+
     def co_located(self):
         """Spoke on the hub directly (no WAN)."""
+        n = self.epochs("co-located")
         log(f"scenario co-located: agent on the hub directly, cache + prefetch auto, "
-            f"{self.a.epochs} epochs")
+            f"{n} epochs")
         mnt = f"{self.work}/mnt-co-located"
         self.start_agent("co-located", self.cache_bytes)
         m = self.mount("co-located", self.direct_url, mnt, "--prefetch", "auto")
-        t0 = self.measure("co-located", "co-located", mnt, self.a.epochs)
+        t0 = self.measure("co-located", "co-located", mnt, n)
         self.save_stats("co-located", mnt, "co-located")
         self.unmount("co-located", mnt)
         self.stop_agent("co-located")
@@ -530,35 +608,40 @@ class Experiment:
 
     def remote_no_spoke(self):
         """Same mount path, prefetch off, strict consistency, minimal cache."""
-        n = self.a.nospoke_epochs
+        n = self.epochs("remote-no-spoke")
+        sample = self.a.nospoke_batches
         log(f"scenario remote-no-spoke: WAN, prefetch off, strict, cache {MIN_CACHE} bytes "
-            f"(agent minimum), {n} epoch(s)")
+            f"(agent minimum), {n} epoch(s)" + (f" of {sample} batches" if sample else ""))
         mnt = f"{self.work}/mnt-remote-no-spoke"
         self.start_agent("remote-no-spoke", MIN_CACHE, MIB)
         m = self.mount("remote-no-spoke", self.wan_url, mnt, "--prefetch", "off",
                        "--consistency", "strict")
-        t0 = self.measure("remote-no-spoke", "remote-no-spoke", mnt, n)
+        extra = ["--max-batches", str(sample)] if sample else []
+        t0 = self.measure("remote-no-spoke", "remote-no-spoke", mnt, n, *extra)
         self.save_stats("remote-no-spoke", mnt, "remote-no-spoke")
         self.unmount("remote-no-spoke", mnt)
         self.stop_agent("remote-no-spoke")
-        self.annotate("remote-no-spoke", t0, mount_s=m, cache_size_bytes=MIN_CACHE)
+        self.annotate("remote-no-spoke", t0, mount_s=m, cache_size_bytes=MIN_CACHE,
+                      sample_batches=sample)
         self.done.append("remote-no-spoke")
 
     def spoke_cold_warm(self, cold, warm):
         """Cold cache, several epochs; then warm after an agent restart."""
         a = self.a
         mnt = f"{self.work}/mnt-spoke"
-        log(f"scenario spoke-cold: WAN, Spoke (prefetch auto), empty cache, {a.epochs} epochs")
+        log(f"scenario spoke-cold: WAN, Spoke (prefetch auto), empty cache, "
+            f"{self.epochs('spoke-cold')} epochs")
         self.start_agent("spoke", self.cache_bytes)
         m = self.mount("spoke", self.wan_url, mnt, "--prefetch", "auto")
-        t0 = self.measure("spoke", "spoke-cold", mnt, a.epochs)
+        t0 = self.measure("spoke", "spoke-cold", mnt, self.epochs("spoke-cold"))
         self.save_stats("spoke", mnt, "spoke-cold", metrics=True)
         self.annotate("spoke-cold", t0, mount_s=m, cache_size_bytes=self.cache_bytes)
         if cold:
             self.done.append("spoke-cold")
-        if warm and a.warm_epochs > 0:
+        warm_epochs = self.epochs("spoke-warm")
+        if warm and warm_epochs > 0:
             log(f"scenario spoke-warm: agent restarted on the same cacheDir/stateDir, "
-                f"{a.warm_epochs} epochs")
+                f"{warm_epochs} epochs")
             self.stop_agent("spoke")
             t = time.monotonic()
             self.start_agent("spoke", self.cache_bytes)
@@ -575,7 +658,7 @@ class Experiment:
                 self.force_unmount(mnt)
                 self.mount("spoke", self.wan_url, mnt, "--prefetch", "auto")
             m = time.monotonic() - t
-            t0 = self.measure("spoke", "spoke-warm", mnt, a.warm_epochs)
+            t0 = self.measure("spoke", "spoke-warm", mnt, warm_epochs)
             self.save_stats("spoke", mnt, "spoke-warm")
             self.annotate("spoke-warm", t0, mount_s=m, cache_size_bytes=self.cache_bytes,
                           mount_restored=int(restored))
@@ -588,7 +671,7 @@ class Experiment:
         a cold minimal cache), then train from the local copy."""
         a = self.a
         log(f"scenario stage-in: copy over the WAN with {a.stage_streams} cp streams, then "
-            f"{a.epochs} epochs locally")
+            f"{self.epochs('stage-in')} epochs locally")
         mnt = f"{self.work}/mnt-stage"
         local = f"{self.work}/local-copy"
         trace = f"{self.out}/stage-in.trace"
@@ -621,7 +704,7 @@ class Experiment:
         self.unmount("stage", mnt)
         self.stop_agent("stage")
         os.sync()
-        t0 = self.measure("none", "stage-in", local, a.epochs)
+        t0 = self.measure("none", "stage-in", local, self.epochs("stage-in"))
         # The trace's hub column ends with "-" after the agent stopped; annotate uses the proxy's.
         self.annotate("stage-in", t0, mount_s=m, stage_in_s=stage_s,
                       stage_streams=a.stage_streams, cache_size_bytes=MIN_CACHE)
@@ -652,8 +735,8 @@ class Experiment:
             os.mkfifo(hints_file)
             feeder = self.start_hint_feeder(mnt, hints_file)
         log(f"scenario spoke-hints: WAN, Spoke, empty cache, hints via {channel}, "
-            f"{self.a.epochs} epochs")
-        t0 = self.measure("hints", "spoke-hints", mnt, self.a.epochs, "--hints-file",
+            f"{self.epochs('spoke-hints')} epochs")
+        t0 = self.measure("hints", "spoke-hints", mnt, self.epochs("spoke-hints"), "--hints-file",
                           hints_file)
         if feeder:
             self.stop_hint_feeder(feeder, hints_file)
@@ -663,6 +746,22 @@ class Experiment:
         self.annotate("spoke-hints", t0, mount_s=m, cache_size_bytes=self.cache_bytes,
                       hint_channel=channel)
         self.done.append("spoke-hints")
+
+    def half_cache(self):
+        """Spoke over the WAN with a cache half the dataset's size and the nothrash policy."""
+        n = self.epochs(HALF_CACHE)
+        log(f"scenario {HALF_CACHE}: WAN, Spoke, empty cache of {self.half_cache_bytes} bytes "
+            f"({HALF_FRACTION:g} x the dataset), evictionPolicy {HALF_POLICY}, {n} epochs")
+        mnt = f"{self.work}/mnt-half"
+        self.start_agent("half", self.half_cache_bytes, policy=HALF_POLICY)
+        m = self.mount("half", self.wan_url, mnt, "--prefetch", "auto")
+        t0 = self.measure("half", HALF_CACHE, mnt, n)
+        self.save_stats("half", mnt, HALF_CACHE, metrics=True)
+        self.unmount("half", mnt)
+        self.stop_agent("half")
+        self.annotate(HALF_CACHE, t0, mount_s=m, cache_size_bytes=self.half_cache_bytes,
+                      eviction_policy=HALF_POLICY)
+        self.done.append(HALF_CACHE)
 
     def start_hint_feeder(self, mnt, fifo):
         stop = threading.Event()
@@ -735,6 +834,8 @@ class Experiment:
         self.check()
         self.setup()
         want = set(self.a.scenarios)
+        if "local-direct" in want:
+            self.local_direct()
         if "co-located" in want:
             self.co_located()
         if "remote-no-spoke" in want:
@@ -745,6 +846,8 @@ class Experiment:
             self.stage_in()
         if "spoke-hints" in want:
             self.spoke_hints()
+        if HALF_CACHE in want:
+            self.half_cache()
         self.report()
         return 1 if self.loader_failed else 0
 

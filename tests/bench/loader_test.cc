@@ -321,6 +321,25 @@ TEST(GenerateAndRun, VerifyCatchesACorruptSample) {
   EXPECT_EQ(Loader(config, *m, storage, clock).Run().verify_failures, 0u);
 }
 
+TEST(GenerateAndRun, MaxBatchesStopsEachEpochEarly) {
+  TempDir dir;
+  auto m = Generate({dir.path(), Workload::kResnet50, 40, 9, 0});
+  ASSERT_TRUE(m);
+  PosixStorage storage(dir.path());
+  ManualClock clock;
+  LoaderConfig config = SmallConfig();
+  config.epochs = 2;
+  config.max_batches = 2;
+  const RunResult r = Loader(config, *m, storage, clock).Run();
+  ASSERT_EQ(r.records.size(), 4u);  // 2 batches in each of 2 epochs
+  EXPECT_EQ(r.records[1].epoch, 0u);
+  EXPECT_EQ(r.records[1].batch, 1u);
+  EXPECT_EQ(r.records[2].epoch, 1u);
+  EXPECT_EQ(r.records[2].batch, 0u);
+  config.max_batches = 1000;  // more than the epoch has: the whole epoch
+  EXPECT_GT(Loader(config, *m, storage, clock).Run().records.size(), 4u);
+}
+
 TEST(GenerateAndRun, ShardsStreamAndVerify) {
   TempDir dir;
   auto m = Generate({dir.path(), Workload::kShards, 60, 3, 1 << 20});
