@@ -107,6 +107,10 @@ bool BlockFetcher::Has(const BlockKey& key) const {
   return inflight_.contains(key);
 }
 
+bool BlockFetcher::WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const {
+  return cache_ == nullptr || cache_->WouldAdmit(key, hint);
+}
+
 double BlockFetcher::demand_miss_latency_ms_avg() const {
   uint64_t n = demand_miss_count_.load();
   return n == 0 ? 0 : demand_miss_micros_.load() / 1000.0 / static_cast<double>(n);

@@ -89,6 +89,9 @@ class BlockFetcher {
   bool Cached(const FileRef& file, uint64_t index) const;
   // True when the block is cached or being fetched (PrefetchSink::Has).
   bool Has(const BlockKey& key) const;
+  // True when the cache would admit the block now (PrefetchSink::WouldAdmit); true without
+  // a cache (nothing to refuse).
+  bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const;
   uint32_t block_size() const { return config_.block_size; }
   uint64_t volume_key() const { return volume_; }
   // Drops the cached blocks of file `file_id` of this volume (0 = every file). Returns the

@@ -273,6 +273,11 @@ class FakeBlockCache : public BlockCache {
     lookups_++;
     return blocks_.contains(key);
   }
+  bool WouldAdmit(const BlockKey&, const AdmissionHint& hint) const override {
+    return hint.origin == kDemand || !refuse_prefetches_;
+  }
+  // WouldAdmit answers no for every prefetch (a full cache whose policy refuses them).
+  void RefusePrefetches(bool r) { refuse_prefetches_ = r; }
   uint64_t Evict(uint64_t volume, uint64_t file_id) override {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t n = 0;
@@ -329,6 +334,7 @@ class FakeBlockCache : public BlockCache {
   std::atomic<int> puts_{0};
   mutable std::atomic<uint64_t> lookups_{0};
   std::atomic<bool> fail_puts_{false};
+  std::atomic<bool> refuse_prefetches_{false};
 };
 
 }  // namespace spoke::agent::testing
