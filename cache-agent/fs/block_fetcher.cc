@@ -30,6 +30,9 @@ Status BlockFetcher::Config::Validate() const {
     return Fail(Code::kInvalidArgument, "block_size: must be a power of two >= 4096");
   if (max_hub_inflight < 1) return Fail(Code::kInvalidArgument, "max_hub_inflight: must be >= 1");
   if (store_threads < 1) return Fail(Code::kInvalidArgument, "store_threads: must be >= 1");
+  if (store_queue_bytes_max < block_size) {
+    return Fail(Code::kInvalidArgument, "store_queue_bytes_max: must be >= block_size");
+  }
   if (demand_reserved < 0) return Fail(Code::kInvalidArgument, "demand_reserved: must be >= 0");
   if (read_deadline <= std::chrono::milliseconds(0)) {
     return Fail(Code::kInvalidArgument, "read_deadline: must be > 0");
@@ -219,6 +222,7 @@ bool BlockFetcher::DropExpiredLocked(const FetchPtr& f, SteadyTime now) {
 
 void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
   bool store = false;
+  bool prefetched = false;  // its bytes stay in prefetch_bytes_ until stored
   {
     std::lock_guard<std::mutex> lock(mu_);
     hub_inflight_--;
@@ -230,10 +234,13 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
       f->result = std::unexpected(r.error());
     }
     f->done = true;
-    if (f->counted_prefetch) {
+    // A prefetched block's bytes stay counted until it is stored (StoreLoop): its buffer
+    // is held until then.
+    if (f->counted_prefetch && !store) {
       prefetch_bytes_ -= f->length;
       f->counted_prefetch = false;
     }
+    prefetched = f->counted_prefetch;
     // Until it is stored, later askers join this finished fetch instead of re-reading.
     if (!store) {
       f->settled = true;
@@ -243,11 +250,30 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
   }
   done_cv_.notify_all();
   if (store) {
+    bool queued = false;
     {
       std::lock_guard<std::mutex> lock(store_mu_);
-      store_q_.emplace_back(f, Result<std::vector<char>>{});
+      const uint64_t size = (*f->result)->size();
+      // Prefetches are bounded by prefetch_bytes_max already; demand blocks by this bound.
+      if (prefetched || store_q_bytes_ + size <= config_.store_queue_bytes_max) {
+        store_q_.emplace_back(f, Result<std::vector<char>>{});
+        store_q_bytes_ += size;
+        queued = true;
+      }
     }
-    store_cv_.notify_one();
+    if (queued) {
+      store_cv_.notify_one();
+    } else {
+      store_skips_++;
+      put_failures_->Inc();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        f->settled = true;
+        auto it = inflight_.find(f->key);
+        if (it != inflight_.end() && it->second == f) inflight_.erase(it);
+      }
+      done_cv_.notify_all();
+    }
   }
   Dispatch();
   std::lock_guard<std::mutex> lock(mu_);
@@ -263,6 +289,7 @@ void BlockFetcher::StoreLoop() {
       if (store_q_.empty()) return;
       f = std::move(store_q_.front().first);
       store_q_.pop_front();
+      store_q_bytes_ -= (*f->result)->size();
     }
     const auto& data = **f->result;
     AdmissionHint hint{f->stored_as_demand ? kDemand : f->expert, f->predicted_use};
@@ -277,6 +304,10 @@ void BlockFetcher::StoreLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       f->settled = true;
+      if (f->counted_prefetch) {
+        prefetch_bytes_ -= f->length;
+        f->counted_prefetch = false;
+      }
       auto it = inflight_.find(f->key);
       if (it != inflight_.end() && it->second == f) inflight_.erase(it);
     }

@@ -71,6 +71,10 @@ class BlockFetcher {
     std::chrono::milliseconds read_deadline{20000};
     // Threads that store fetched blocks into the cache (disk I/O off the network loops).
     int store_threads = 2;
+    // Bytes of fetched blocks waiting for a store thread. Prefetched blocks count against
+    // prefetch_bytes_max until stored (so a slow cache disk slows prefetching down); a
+    // demand block that would exceed this bound is served but not cached.
+    uint64_t store_queue_bytes_max = 256ull << 20;
     Status Validate() const;
   };
 
@@ -129,6 +133,8 @@ class BlockFetcher {
   uint64_t demand_miss_reads() const { return demand_miss_count_.load(); }
   // Demand fetches never sent: every reader of them had passed its deadline.
   uint64_t expired_drops() const { return expired_drops_.load(); }
+  // Demand blocks served but not cached because the store queue was full.
+  uint64_t store_skips() const { return store_skips_.load(); }
 
  private:
   struct Fetch;
@@ -166,12 +172,14 @@ class BlockFetcher {
   std::atomic<uint64_t> prefetch_bytes_{0};
   std::atomic<uint64_t> prefetch_blocks_{0};
   std::atomic<uint64_t> expired_drops_{0};  // demand fetches dropped at their deadline
+  std::atomic<uint64_t> store_skips_{0};    // demand blocks not cached: store queue full
   std::atomic<uint64_t> demand_miss_count_{0};
   std::atomic<uint64_t> demand_miss_micros_{0};
 
   std::mutex store_mu_;
   std::condition_variable store_cv_;
   std::deque<std::pair<FetchPtr, Result<std::vector<char>>>> store_q_;  // guarded by store_mu_
+  uint64_t store_q_bytes_ = 0;                                          // guarded by store_mu_
   bool store_stop_ = false;                                             // guarded by store_mu_
   std::vector<std::thread> storers_;
 
