@@ -1,6 +1,8 @@
 // spoke-sim: replays the generated traces through the real prefetcher and eviction
 // policies over a simulated WAN and prints one row per trace x prefetch mode x policy.
-//   spoke-sim [--scale S] [--trace NAME] [--markdown] [--rtt-ms N] [--gbps N]
+//   spoke-sim [--scale S] [--trace NAME] [--markdown] [--epochs] [--fetch-then-admit]
+//             [--rtt-ms N] [--gbps N]
+// --fetch-then-admit: prefetches cross the WAN before the cache is asked (the old order).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,8 +17,8 @@ namespace {
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: spoke-sim [--scale S] [--trace NAME] [--markdown] [--epochs] [--rtt-ms N] "
-               "[--gbps N]\n");
+               "usage: spoke-sim [--scale S] [--trace NAME] [--markdown] [--epochs] "
+               "[--fetch-then-admit] [--rtt-ms N] [--gbps N]\n");
 }
 
 std::string Experts(const SimResult& r) {
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
   std::string only;
   bool markdown = false;
   bool epochs = false;
+  bool admission_before_fetch = true;
   WanConfig wan;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -47,6 +50,8 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (a == "--epochs") {
       epochs = true;
+    } else if (a == "--fetch-then-admit") {
+      admission_before_fetch = false;
     } else if (a == "--markdown") {
       markdown = true;
     } else if (a == "--rtt-ms" && i + 1 < argc) {
@@ -80,6 +85,7 @@ int main(int argc, char** argv) {
         c.wan = wan;
         c.mode = m;
         c.policy = p;
+        c.admission_before_fetch = admission_before_fetch;
         const SimResult r = RunSim(t, c);
         uint64_t reads = 0, hits = 0;
         for (size_t e = 1; e < r.epochs.size(); ++e) {
@@ -99,11 +105,11 @@ int main(int argc, char** argv) {
             const auto& x = r.epochs[e];
             std::printf(
                 "|   epoch %zu | reads %llu | hit %.3f | late %llu | miss %llu | stall "
-                "%.2f s | end %.1f s | churn %.2f |\n",
+                "%.2f s | end %.1f s | churn %.2f | WAN %.0f MiB |\n",
                 e + 1, static_cast<unsigned long long>(x.block_reads), x.HitRate(),
                 static_cast<unsigned long long>(x.late_blocks),
                 static_cast<unsigned long long>(x.demand_miss_blocks), x.stall_seconds / r.workers,
-                x.end_seconds, x.churn);
+                x.end_seconds, x.churn, static_cast<double>(x.wan_bytes) / (1 << 20));
           }
         }
         std::fflush(stdout);

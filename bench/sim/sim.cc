@@ -78,6 +78,10 @@ class SimCache {
       : capacity_(capacity), policy_(policy) {}
   void SetListener(agent::CacheListener* l) { listener_ = l; }
   bool Contains(const BlockKey& k) const { return blocks_.contains(k); }
+  // BlockCache::WouldAdmit: room, or a victim the policy would give.
+  bool WouldAdmit(const BlockKey& k, uint64_t len, const AdmissionHint& hint) const {
+    return blocks_.contains(k) || used_ + len <= capacity_ || policy_.WouldAdmit(hint);
+  }
   bool Read(const BlockKey& k) {
     auto it = blocks_.find(k);
     if (it == blocks_.end()) return false;
@@ -139,6 +143,8 @@ class SimFetcher final : public agent::PrefetchSink {
              const std::vector<TraceFile>& files, SimResult& r)
       : c_(c), q_(q), now_(now), cache_(cache), files_(files), r_(r) {}
   void SetScheduler(agent::PrefetchScheduler* s) { scheduler_ = s; }
+  // The loader's epoch (index into SimResult::epochs) for the per-epoch WAN bytes.
+  void SetEpoch(const size_t* epoch) { epoch_ = epoch; }
 
   uint64_t Length(const BlockKey& k) const {
     const uint64_t size = files_[k.file_id - 1].size;
@@ -164,6 +170,9 @@ class SimFetcher final : public agent::PrefetchSink {
   }
   uint64_t InFlightBytes() const override { return prefetch_bytes_; }
   bool Has(const BlockKey& k) const override { return cache_.Contains(k) || fetches_.contains(k); }
+  bool WouldAdmit(const BlockKey& k, const AdmissionHint& hint) const override {
+    return !c_.admission_before_fetch || cache_.WouldAdmit(k, Length(k), hint);
+  }
   bool Pending(const BlockKey& k) const { return fetches_.contains(k); }
 
   // A demand read of `k`: fetched at demand priority unless it is already being fetched.
@@ -230,6 +239,9 @@ class SimFetcher final : public agent::PrefetchSink {
     auto node = fetches_.extract(k);
     Fetch& f = node.mapped();
     r_.wan_bytes += f.len;
+    if (epoch_ != nullptr && !r_.epochs.empty()) {
+      r_.epochs[std::min(*epoch_, r_.epochs.size() - 1)].wan_bytes += f.len;
+    }
     if (f.origin == kDemand) {
       r_.wan_demand_bytes += f.len;
     } else {
@@ -253,6 +265,7 @@ class SimFetcher final : public agent::PrefetchSink {
   const std::vector<TraceFile>& files_;
   SimResult& r_;
   agent::PrefetchScheduler* scheduler_ = nullptr;
+  const size_t* epoch_ = nullptr;
   std::unordered_map<BlockKey, Fetch, BlockKeyHash> fetches_;
   std::deque<BlockKey> demand_q_, prefetch_q_;
   uint32_t active_ = 0;
@@ -306,6 +319,7 @@ class Runner {
       cache_.SetListener(scheduler_.get());
       fetcher_.SetScheduler(scheduler_.get());
     }
+    fetcher_.SetEpoch(&epoch_done_);
     workers_.resize(t.workers.size());
   }
 

@@ -74,6 +74,9 @@ struct SimConfig {
   agent::PrefetchScheduler::ExpertSet experts;  // tracker experts (hints only in kExpertsHints)
   bool read_ahead = true;  // add SequentialPredictor (the read-ahead expert) in modes >= kReadAhead
   bool walk_tree = true;   // AddTreeFile for every file before the run
+  // The scheduler asks the cache before a prefetch crosses the WAN (PrefetchSink::WouldAdmit);
+  // off: every prefetch is fetched and the policy may refuse it on arrival.
+  bool admission_before_fetch = true;
   // Called after every read with the virtual time (tests watch budgets evolve).
   std::function<void(double now, const agent::PrefetchScheduler&)> on_read;
 };
@@ -85,7 +88,8 @@ struct EpochResult {
   uint64_t demand_miss_blocks = 0;
   double stall_seconds = 0;  // summed over workers
   double end_seconds = 0;
-  double churn = 0;  // share of the cache's blocks at the previous epoch end gone at this one
+  double churn = 0;        // share of the cache's blocks at the previous epoch end gone at this one
+  uint64_t wan_bytes = 0;  // blocks that arrived over the WAN during the epoch
   double HitRate() const { return block_reads ? double(hit_blocks) / block_reads : 0; }
 };
 

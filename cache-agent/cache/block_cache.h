@@ -68,6 +68,10 @@ class BlockCache {
   virtual Status Put(const BlockKey& key, const char* data, size_t length,
                      const AdmissionHint& hint) = 0;
   virtual bool Contains(const BlockKey& key) const = 0;
+  // Whether a Put of `key` with `hint` would be admitted now (cached already, free room, or
+  // the eviction policy would find a victim); changes nothing. The prefetcher asks before a
+  // block crosses the WAN. A later Put may still be refused: the cache moves on meanwhile.
+  virtual bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const = 0;
   // Drops every block of a volume (file_id == 0) or of one file. Returns blocks dropped.
   virtual uint64_t Evict(uint64_t volume, uint64_t file_id) = 0;
   // Bytes held for one volume.

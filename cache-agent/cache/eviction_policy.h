@@ -24,6 +24,11 @@ class EvictionPolicy {
   // should only be refused when nothing is evictable.
   virtual std::optional<BlockKey> PickVictim(const BlockKey& incoming,
                                              const AdmissionHint& hint) = 0;
+
+  // Whether PickVictim would find a victim for a block with `hint` now, changing nothing.
+  // The prefetcher asks before a block crosses the WAN, so that a block the policy would
+  // refuse is not fetched at all. Asked only when the cache has no free room.
+  virtual bool WouldAdmit(const AdmissionHint& hint) const = 0;
 };
 
 // O(1) LRU; a prefetch never evicts an unread prefetched block predicted to be needed sooner

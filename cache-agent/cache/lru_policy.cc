@@ -25,14 +25,16 @@ void LruPolicy::OnRemove(const BlockKey& key) {
   map_.erase(it);
 }
 
-std::optional<BlockKey> LruPolicy::PickVictim(const BlockKey& incoming, const AdmissionHint& hint) {
-  if (lru_.empty()) return std::nullopt;
+std::optional<BlockKey> LruPolicy::PickVictim(const BlockKey&, const AdmissionHint& hint) {
+  if (!WouldAdmit(hint)) return std::nullopt;
+  return lru_.back().key;
+}
+
+bool LruPolicy::WouldAdmit(const AdmissionHint& hint) const {
+  if (lru_.empty()) return false;
   const Node& victim = lru_.back();
-  if (hint.origin != kDemand && victim.hint.origin != kDemand && !victim.read &&
-      victim.hint.predicted_use < hint.predicted_use) {
-    return std::nullopt;
-  }
-  return victim.key;
+  return !(hint.origin != kDemand && victim.hint.origin != kDemand && !victim.read &&
+           victim.hint.predicted_use < hint.predicted_use);
 }
 
 std::unique_ptr<EvictionPolicy> MakeLruPolicy() { return std::make_unique<LruPolicy>(); }

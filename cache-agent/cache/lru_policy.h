@@ -25,6 +25,7 @@ class LruPolicy final : public EvictionPolicy {
   void OnAccess(const BlockKey& key) override;
   void OnRemove(const BlockKey& key) override;
   std::optional<BlockKey> PickVictim(const BlockKey& incoming, const AdmissionHint& hint) override;
+  bool WouldAdmit(const AdmissionHint& hint) const override;
 
   size_t size() const { return map_.size(); }
 

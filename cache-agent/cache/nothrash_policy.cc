@@ -145,4 +145,29 @@ std::optional<BlockKey> NoThrashPolicy::PickVictim(const BlockKey&, const Admiss
   return std::nullopt;
 }
 
+// PickVictim's decision, without its side effects (sizing the segments on first use, growing
+// the transient share). Kept step for step in line with PickVictim.
+bool NoThrashPolicy::WouldAdmit(const AdmissionHint& hint) const {
+  if (nodes_.empty()) return false;
+  if (hint.origin == kDemand) return true;  // demand takes a victim while anything is cached
+  // Before the first PickVictim the segments are unsized: the first one gives transient its
+  // share from the stable set.
+  if (!full_) return true;
+  if (!stable_.empty()) {
+    const Node& tail = nodes_.at(stable_.back());
+    const double stale = config_.stale_factor * static_cast<double>(std::max<size_t>(capacity_, 1));
+    if (static_cast<double>(clock_ - tail.last_access) > stale) return true;
+  }
+  if (stable_.size() > stable_cap_) return true;
+  if (!by_deadline_.empty() && by_deadline_.begin()->first.first < clock_) return true;
+  const bool predicted = hint.predicted_use < kNever / 2;
+  const bool timely =
+      predicted && hint.predicted_use < static_cast<double>(std::max<size_t>(capacity_, 1));
+  if (!by_due_.empty() && predicted) {
+    const double incoming_due = static_cast<double>(clock_) + std::max(0.0, hint.predicted_use);
+    if (by_due_.rbegin()->first.first > incoming_due) return true;
+  }
+  return timely && !stable_.empty() && capacity_ - stable_cap_ < max_transient_;
+}
+
 }  // namespace spoke::agent

@@ -69,6 +69,7 @@ class NoThrashPolicy final : public EvictionPolicy {
   void OnAccess(const BlockKey& key) override;
   void OnRemove(const BlockKey& key) override;
   std::optional<BlockKey> PickVictim(const BlockKey& incoming, const AdmissionHint& hint) override;
+  bool WouldAdmit(const AdmissionHint& hint) const override;
 
   // Introspection (tests, stats).
   size_t stable_blocks() const { return stable_.size(); }

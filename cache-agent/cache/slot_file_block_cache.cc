@@ -32,6 +32,7 @@ void SlotFileBlockCache::Publish(const BlockKey& key, Entry e, const AdmissionHi
                      std::max(slots_->extent(e.slot),
                               static_cast<uint32_t>(kHeaderBytes + AlignUp(e.length, kIoAlign))));
   index_[key] = e;
+  by_file_[key.volume][key.file_id].insert(key);
   policy_->OnInsert(key, hint);
   stats_.used_bytes += e.length;
   volume_bytes_[key.volume] += e.length;
@@ -265,6 +266,17 @@ Result<uint64_t> SlotFileBlockCache::MakeRoomLocked(const BlockKey& key, const A
   return *slot;
 }
 
+bool SlotFileBlockCache::WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const {
+  std::lock_guard lock(mu_);
+  if (stats_.degraded || closed_) return false;
+  if (index_.contains(key) || writing_.contains(key)) return true;
+  if (slots_->free_count() > 0 &&
+      stats_.disk_bytes + ChargeLocked(config_.block_size) <= disk_quota_) {
+    return true;
+  }
+  return policy_->WouldAdmit(hint);
+}
+
 bool SlotFileBlockCache::Contains(const BlockKey& key) const {
   std::lock_guard lock(mu_);
   return !stats_.degraded && index_.contains(key);
@@ -278,14 +290,23 @@ uint64_t SlotFileBlockCache::Evict(uint64_t volume, uint64_t file_id) {
     for (auto& [key, w] : writing_) {
       if (Matches(key, volume, file_id)) w.cancelled = true;
     }
-    for (auto it = index_.begin(); it != index_.end();) {
-      auto next = std::next(it);
-      if (Matches(it->first, volume, file_id)) {
-        // The slot stays out of the free list until its header is invalidated below.
-        slots.push_back(it->second.slot);
-        DropLocked(it, events, /*release_slot=*/false);
+    std::vector<BlockKey> keys;
+    if (auto v = by_file_.find(volume); v != by_file_.end()) {
+      const auto take = [&keys](const auto& file_keys) {
+        keys.insert(keys.end(), file_keys.begin(), file_keys.end());
+      };
+      if (file_id == 0) {
+        for (const auto& [id, file_keys] : v->second) take(file_keys);
+      } else if (auto f = v->second.find(file_id); f != v->second.end()) {
+        take(f->second);
       }
-      it = next;
+    }
+    for (const BlockKey& key : keys) {
+      auto it = index_.find(key);
+      if (it == index_.end()) continue;
+      // The slot stays out of the free list until its header is invalidated below.
+      slots.push_back(it->second.slot);
+      DropLocked(it, events, /*release_slot=*/false);
     }
     if (slots.empty() || closed_) {
       for (uint64_t s : slots) slots_->AddFree(s);
@@ -395,6 +416,13 @@ void SlotFileBlockCache::DropLocked(Index::iterator it, std::vector<Event>& even
   auto vb = volume_bytes_.find(key.volume);
   if (vb != volume_bytes_.end() && (vb->second -= e.length) == 0) volume_bytes_.erase(vb);
   m_bytes_->Set(static_cast<int64_t>(stats_.used_bytes));
+  if (auto v = by_file_.find(key.volume); v != by_file_.end()) {
+    if (auto f = v->second.find(key.file_id); f != v->second.end()) {
+      f->second.erase(key);
+      if (f->second.empty()) v->second.erase(f);
+    }
+    if (v->second.empty()) by_file_.erase(v);
+  }
   index_.erase(it);
   if (release_slot) slots_->Release(e.slot);
 }

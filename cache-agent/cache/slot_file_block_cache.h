@@ -50,6 +50,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cache-agent/cache/block_cache.h"
@@ -107,6 +108,7 @@ class SlotFileBlockCache final : public BlockCache {
   Status Put(const BlockKey& key, const char* data, size_t length,
              const AdmissionHint& hint) override;
   bool Contains(const BlockKey& key) const override;
+  bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const override;
   uint64_t Evict(uint64_t volume, uint64_t file_id) override;
   uint64_t VolumeBytes(uint64_t volume) const override;
   BlockCacheStats Stats() const override;
@@ -205,6 +207,11 @@ class SlotFileBlockCache final : public BlockCache {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // slot unpinned, in-flight op finished
   Index index_;                 // guarded by mu_
+  // index_'s keys by volume and file, so that Evict of a file (an `rm -rf` of many files)
+  // costs the blocks of that file, not a scan of the whole index under mu_.
+  std::unordered_map<uint64_t,
+                     std::unordered_map<uint64_t, std::unordered_set<BlockKey, BlockKeyHash>>>
+      by_file_;                                                  // guarded by mu_
   std::unordered_map<BlockKey, Writing, BlockKeyHash> writing_;  // guarded by mu_
   std::unique_ptr<SlotSpace> slots_;                             // set at Open, then guarded by mu_
   std::unordered_map<uint64_t, uint64_t> volume_bytes_;          // guarded by mu_

@@ -1,5 +1,6 @@
 #include "cache-agent/exe/fuse_volume_mounter.h"
 
+#include <chrono>
 #include <utility>
 
 #include "cache-agent/fuse/fuse_adapter.h"
@@ -109,6 +110,9 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
   vc.read_ahead_max_bytes = config_.read_ahead_max_bytes;
   vc.prefetch_bytes_max = config_.prefetch_bytes_max;
   vc.max_hub_inflight = hub.connections * hub.inflight_per_connection;
+  // One hub timeout on the wire plus as long again queued behind other reads.
+  vc.read_deadline = std::chrono::milliseconds(
+      static_cast<int64_t>(2 * 1000 * hub.request_timeout_seconds));
   vc.walk_concurrency = config_.walk_concurrency;
   vc.block_size = config_.block_size;
   auto volume =

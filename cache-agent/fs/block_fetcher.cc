@@ -1,5 +1,6 @@
 #include "cache-agent/fs/block_fetcher.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
@@ -11,7 +12,10 @@ struct BlockFetcher::Fetch {
   std::string path;
   uint64_t offset = 0;
   uint32_t length = 0;
-  bool demand = false;
+  int cls = 0;                    // BlockFetcher::Class
+  bool stored_as_demand = false;  // asked for by a reader or warm-up: no expert to credit
+  std::chrono::steady_clock::time_point deadline{};  // latest reader deadline (demand)
+  bool warm_waiter = false;  // a warm-up waits for it: never dropped at a reader deadline
   ExpertId expert = kDemand;
   double predicted_use = kUnknownUse;
   bool dispatched = false;
@@ -26,6 +30,13 @@ Status BlockFetcher::Config::Validate() const {
     return Fail(Code::kInvalidArgument, "block_size: must be a power of two >= 4096");
   if (max_hub_inflight < 1) return Fail(Code::kInvalidArgument, "max_hub_inflight: must be >= 1");
   if (store_threads < 1) return Fail(Code::kInvalidArgument, "store_threads: must be >= 1");
+  if (store_queue_bytes_max < block_size) {
+    return Fail(Code::kInvalidArgument, "store_queue_bytes_max: must be >= block_size");
+  }
+  if (demand_reserved < 0) return Fail(Code::kInvalidArgument, "demand_reserved: must be >= 0");
+  if (read_deadline <= std::chrono::milliseconds(0)) {
+    return Fail(Code::kInvalidArgument, "read_deadline: must be > 0");
+  }
   return Ok();
 }
 
@@ -56,7 +67,8 @@ BlockFetcher::~BlockFetcher() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
-    for (auto* q : {&demand_q_, &prefetch_q_}) {
+    for (auto& q_ref : queues_) {
+      auto* q = &q_ref;
       for (auto& f : *q) {
         if (f->dispatched || f->done) continue;
         f->done = true;
@@ -107,25 +119,33 @@ bool BlockFetcher::Has(const BlockKey& key) const {
   return inflight_.contains(key);
 }
 
+bool BlockFetcher::WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const {
+  return cache_ == nullptr || cache_->WouldAdmit(key, hint);
+}
+
 double BlockFetcher::demand_miss_latency_ms_avg() const {
   uint64_t n = demand_miss_count_.load();
   return n == 0 ? 0 : demand_miss_micros_.load() / 1000.0 / static_cast<double>(n);
 }
 
-BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, bool demand,
-                                          ExpertId expert, double predicted_use, bool* created) {
+BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, Class cls,
+                                          ExpertId expert, double predicted_use,
+                                          SteadyTime deadline, bool* created) {
   BlockKey key = Key(file, index);
   *created = false;
   auto it = inflight_.find(key);
   if (it != inflight_.end()) {
     FetchPtr f = it->second;
-    if (demand && !f->demand) {
-      f->demand = true;  // promoted: goes ahead of the remaining prefetches
+    if (cls == kDemandClass) f->deadline = std::max(f->deadline, deadline);
+    if (cls == kWarmClass) f->warm_waiter = true;
+    if (cls < f->cls) {
+      f->cls = cls;  // promoted: goes ahead of the less urgent classes
+      f->stored_as_demand = true;
       if (f->counted_prefetch) {
         prefetch_bytes_ -= f->length;
         f->counted_prefetch = false;
       }
-      if (!f->dispatched) demand_q_.push_back(f);
+      if (!f->dispatched) queues_[cls].push_back(f);
     }
     return f;
   }
@@ -134,18 +154,19 @@ BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, b
   f->path = file.path;
   f->offset = index * config_.block_size;
   f->length = BlockLength(file, index);
-  f->demand = demand;
+  f->cls = cls;
+  f->stored_as_demand = cls != kPrefetchClass;
+  f->deadline = deadline;
+  f->warm_waiter = cls == kWarmClass;
   f->expert = expert;
   f->predicted_use = predicted_use;
   inflight_[key] = f;
-  if (demand) {
-    demand_q_.push_back(f);
-  } else {
+  if (cls == kPrefetchClass) {
     f->counted_prefetch = true;
     prefetch_bytes_ += f->length;
     prefetch_blocks_++;
-    prefetch_q_.push_back(f);
   }
+  queues_[cls].push_back(f);
   *created = true;
   return f;
 }
@@ -155,17 +176,22 @@ void BlockFetcher::Dispatch() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
+    const int background_slots =
+        std::max(1, config_.max_hub_inflight -
+                        std::min(config_.demand_reserved, config_.max_hub_inflight - 1));
+    const SteadyTime now = std::chrono::steady_clock::now();
     while (hub_inflight_ < config_.max_hub_inflight) {
       FetchPtr f;
-      while (!demand_q_.empty() && !f) {
-        f = demand_q_.front();
-        demand_q_.pop_front();
-        if (f->dispatched || f->done) f = nullptr;
-      }
-      while (!f && !prefetch_q_.empty()) {
-        f = prefetch_q_.front();
-        prefetch_q_.pop_front();
-        if (f->dispatched || f->done) f = nullptr;
+      for (int cls = kDemandClass; cls < kClasses && !f; ++cls) {
+        if (cls != kDemandClass && hub_inflight_ >= background_slots) break;
+        auto& q = queues_[cls];
+        while (!q.empty() && !f) {
+          f = q.front();
+          q.pop_front();
+          // Stale entries: dispatched, done, or promoted (queued again in a higher class).
+          if (f->dispatched || f->done || f->cls != cls) f = nullptr;
+          if (f && cls == kDemandClass && DropExpiredLocked(f, now)) f = nullptr;
+        }
       }
       if (!f) break;
       f->dispatched = true;
@@ -180,8 +206,23 @@ void BlockFetcher::Dispatch() {
   }
 }
 
+bool BlockFetcher::DropExpiredLocked(const FetchPtr& f, SteadyTime now) {
+  // Every reader of it has given up (the latest deadline passed) and no warm-up waits.
+  if (f->cls == kDemandClass && !f->warm_waiter && f->deadline < now) {
+    f->done = true;
+    f->settled = true;
+    f->result = std::unexpected(
+        Error(Code::kTimeout, "hub read of " + f->path + " still queued at its read deadline"));
+    inflight_.erase(f->key);
+    expired_drops_++;
+    return true;
+  }
+  return false;
+}
+
 void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
   bool store = false;
+  bool prefetched = false;  // its bytes stay in prefetch_bytes_ until stored
   {
     std::lock_guard<std::mutex> lock(mu_);
     hub_inflight_--;
@@ -193,10 +234,13 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
       f->result = std::unexpected(r.error());
     }
     f->done = true;
-    if (f->counted_prefetch) {
+    // A prefetched block's bytes stay counted until it is stored (StoreLoop): its buffer
+    // is held until then.
+    if (f->counted_prefetch && !store) {
       prefetch_bytes_ -= f->length;
       f->counted_prefetch = false;
     }
+    prefetched = f->counted_prefetch;
     // Until it is stored, later askers join this finished fetch instead of re-reading.
     if (!store) {
       f->settled = true;
@@ -206,11 +250,30 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
   }
   done_cv_.notify_all();
   if (store) {
+    bool queued = false;
     {
       std::lock_guard<std::mutex> lock(store_mu_);
-      store_q_.emplace_back(f, Result<std::vector<char>>{});
+      const uint64_t size = (*f->result)->size();
+      // Prefetches are bounded by prefetch_bytes_max already; demand blocks by this bound.
+      if (prefetched || store_q_bytes_ + size <= config_.store_queue_bytes_max) {
+        store_q_.emplace_back(f, Result<std::vector<char>>{});
+        store_q_bytes_ += size;
+        queued = true;
+      }
     }
-    store_cv_.notify_one();
+    if (queued) {
+      store_cv_.notify_one();
+    } else {
+      store_skips_++;
+      put_failures_->Inc();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        f->settled = true;
+        auto it = inflight_.find(f->key);
+        if (it != inflight_.end() && it->second == f) inflight_.erase(it);
+      }
+      done_cv_.notify_all();
+    }
   }
   Dispatch();
   std::lock_guard<std::mutex> lock(mu_);
@@ -226,9 +289,10 @@ void BlockFetcher::StoreLoop() {
       if (store_q_.empty()) return;
       f = std::move(store_q_.front().first);
       store_q_.pop_front();
+      store_q_bytes_ -= (*f->result)->size();
     }
     const auto& data = **f->result;
-    AdmissionHint hint{f->demand ? kDemand : f->expert, f->predicted_use};
+    AdmissionHint hint{f->stored_as_demand ? kDemand : f->expert, f->predicted_use};
     auto st = cache_->Put(f->key, data.data(), data.size(), hint);
     if (!st) {
       // Served anyway: a full or failed cache costs a re-fetch later, never a read.
@@ -240,6 +304,10 @@ void BlockFetcher::StoreLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       f->settled = true;
+      if (f->counted_prefetch) {
+        prefetch_bytes_ -= f->length;
+        f->counted_prefetch = false;
+      }
       auto it = inflight_.find(f->key);
       if (it != inflight_.end() && it->second == f) inflight_.erase(it);
     }
@@ -247,16 +315,21 @@ void BlockFetcher::StoreLoop() {
   }
 }
 
-Result<BlockData> BlockFetcher::Wait(const FetchPtr& f) {
+Result<BlockData> BlockFetcher::Wait(const FetchPtr& f, SteadyTime deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return f->done; });
+  if (!done_cv_.wait_until(lock, deadline, [&] { return f->done; })) {
+    return std::unexpected(Error(
+        Code::kTimeout, "hub read of " + f->path + " did not complete by the read deadline (" +
+                            (f->dispatched ? "sent" : "still queued") + ")"));
+  }
   return f->result;
 }
 
 std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
     const FileRef& file, uint64_t first, uint64_t count, uint64_t* hits,
-    const std::function<void(uint64_t hits)>& before_wait) {
+    const std::function<void(uint64_t hits)>& before_wait, std::optional<SteadyTime> deadline) {
   auto start = std::chrono::steady_clock::now();
+  const SteadyTime until = deadline.value_or(start + config_.read_deadline);
   std::vector<Result<BlockData>> out(count, std::unexpected(Error(Code::kInternal, "not fetched")));
   std::vector<std::pair<size_t, FetchPtr>> waits;
   uint64_t nhits = 0;
@@ -284,7 +357,7 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
       out[i] = std::unexpected(Error(Code::kCancelled, "volume is shutting down"));
       continue;
     }
-    waits.emplace_back(i, Join(file, index, true, kDemand, 0, &created));
+    waits.emplace_back(i, Join(file, index, kDemandClass, kDemand, 0, until, &created));
   }
   hits_->Inc(nhits);
   misses_->Inc(waits.size());
@@ -292,7 +365,7 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
   if (!waits.empty()) Dispatch();
   if (before_wait) before_wait(nhits);
   if (waits.empty()) return out;
-  for (auto& [i, f] : waits) out[i] = Wait(f);
+  for (auto& [i, f] : waits) out[i] = Wait(f, until);
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
                                                                   start)
                 .count();
@@ -319,8 +392,8 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
       break;
     }
     bool created;
-    Join(file, index, false, req.expert,
-         req.predicted_use + static_cast<double>(index - req.first_block), &created);
+    Join(file, index, kPrefetchClass, req.expert,
+         req.predicted_use + static_cast<double>(index - req.first_block), SteadyTime{}, &created);
     queued = true;
   }
   if (queued) Dispatch();
@@ -335,14 +408,16 @@ Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_
     bool created;
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Fail(Code::kCancelled, "volume is shutting down");
-    auto f = Join(file, index, true, kDemand, 0, &created);
+    auto f = Join(file, index, kWarmClass, kDemand, 0, SteadyTime{}, &created);
     waits.emplace_back(std::move(f), created);
   }
   if (!waits.empty()) Dispatch();
   uint64_t bytes = 0;
   std::optional<Error> first_error;
   for (auto& [f, ours] : waits) {
-    auto r = Wait(f);
+    // Bounded: once sent, the hub's request timeout ends it; the cancelled flag of the
+    // warm-up stops the caller between calls.
+    auto r = Wait(f, SteadyTime::max());
     {
       // Warm-up promises the blocks are in the cache when it returns.
       std::unique_lock<std::mutex> lock(mu_);

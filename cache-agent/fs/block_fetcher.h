@@ -2,8 +2,15 @@
 //
 // - Cache first, hub on a miss; a block being fetched is fetched once: later askers (demand
 //   or prefetch) join the fetch in flight.
-// - Demand fetches go before prefetches: two queues, demand drained first, and prefetch
-//   bytes in flight are capped so prefetch never fills the pipe that demand needs.
+// - Three priority classes, one queue each, drained in order: demand (readers), warm-up
+//   (Warm: control-plane warm-up and hints), prefetch (the prefetcher). A block asked for
+//   in a higher class is promoted. Warm-up and prefetch together never take the last
+//   `demand_reserved` hub slots, and prefetch bytes queued or in flight are capped, so
+//   neither fills the pipe that demand needs.
+// - Every reader's request has one deadline (`read_deadline` from when it reached the
+//   fetcher, or the caller's), covering its time in the queue as well as on the hub: a
+//   reader waits no longer, and a demand fetch still queued when every reader of it gave up
+//   is dropped rather than sent.
 // - A failed cache Put (kNoSpace, kIo) never fails a read: the fetched bytes are served.
 // - A null cache means "cache disabled": reads pass through (still de-duplicated).
 //
@@ -16,12 +23,14 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -54,8 +63,18 @@ class BlockFetcher {
     int max_hub_inflight = 256;
     // Prefetch bytes queued or in flight; the rest of the pipe is kept for demand.
     uint64_t prefetch_bytes_max = 192ull << 20;
+    // Hub slots warm-up and prefetch may not take (capped to max_hub_inflight - 1).
+    int demand_reserved = 32;
+    // A reader's request fails with kTimeout when its blocks are not there this long after
+    // it reached the fetcher (queue time included). About twice the hub's request timeout:
+    // one hub timeout plus time queued behind other demand.
+    std::chrono::milliseconds read_deadline{20000};
     // Threads that store fetched blocks into the cache (disk I/O off the network loops).
     int store_threads = 2;
+    // Bytes of fetched blocks waiting for a store thread. Prefetched blocks count against
+    // prefetch_bytes_max until stored (so a slow cache disk slows prefetching down); a
+    // demand block that would exceed this bound is served but not cached.
+    uint64_t store_queue_bytes_max = 256ull << 20;
     Status Validate() const;
   };
 
@@ -73,22 +92,28 @@ class BlockFetcher {
   // up in the cache once. `before_wait` (optional) is called with the hit count after the
   // lookups and before waiting for the hub, so a prefetcher hears of the read one round trip
   // earlier. A read that waited for the hub is one demand miss: its wait is recorded once.
+  // Blocks not there by `deadline` (default: now + read_deadline) give kTimeout.
   std::vector<Result<BlockData>> GetBlocks(
       const FileRef& file, uint64_t first, uint64_t count, uint64_t* hits = nullptr,
-      const std::function<void(uint64_t hits)>& before_wait = nullptr);
+      const std::function<void(uint64_t hits)>& before_wait = nullptr,
+      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
   // Queues a prefetch of the request's blocks that are neither cached nor in flight; block
   // i of the request is stored with AdmissionHint{request.expert, request.predicted_use + i}.
   // false when the prefetch budget is used up (the blocks before it stay queued).
   bool Prefetch(const PrefetchRequest& request);
   uint64_t PrefetchBytesInFlight() const { return prefetch_bytes_.load(); }
-  // Fetches (cache miss) blocks into the cache, waiting for them: warm-up and hints.
-  // Counts as demand but not as a reader's hit/miss. Returns hub bytes read.
+  // Fetches (cache miss) blocks into the cache, waiting for them: warm-up and hints. Queued
+  // in the warm-up class (after readers, before prefetches); stored as demand blocks; not
+  // counted as a reader's hit/miss. Returns hub bytes read.
   Result<uint64_t> Warm(const FileRef& file, uint64_t first, uint64_t count);
 
   bool Cached(const FileRef& file, uint64_t index) const;
   // True when the block is cached or being fetched (PrefetchSink::Has).
   bool Has(const BlockKey& key) const;
+  // True when the cache would admit the block now (PrefetchSink::WouldAdmit); true without
+  // a cache (nothing to refuse).
+  bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const;
   uint32_t block_size() const { return config_.block_size; }
   uint64_t volume_key() const { return volume_; }
   // Drops the cached blocks of file `file_id` of this volume (0 = every file). Returns the
@@ -106,20 +131,31 @@ class BlockFetcher {
   // Mean time readers waited for the hub, per read that missed (GetBlocks calls that waited).
   double demand_miss_latency_ms_avg() const;
   uint64_t demand_miss_reads() const { return demand_miss_count_.load(); }
+  // Demand fetches never sent: every reader of them had passed its deadline.
+  uint64_t expired_drops() const { return expired_drops_.load(); }
+  // Demand blocks served but not cached because the store queue was full.
+  uint64_t store_skips() const { return store_skips_.load(); }
 
  private:
   struct Fetch;
   using FetchPtr = std::shared_ptr<Fetch>;
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  // Priority classes, most urgent first (index into queues_).
+  enum Class : int { kDemandClass = 0, kWarmClass = 1, kPrefetchClass = 2, kClasses = 3 };
   BlockKey Key(const FileRef& f, uint64_t index) const;
   uint32_t BlockLength(const FileRef& f, uint64_t index) const;
-  // Returns the fetch for the block, creating it (queued with `demand` priority) or
-  // promoting an existing prefetch to demand.
-  FetchPtr Join(const FileRef& file, uint64_t index, bool demand, ExpertId expert,
-                double predicted_use, bool* created);
+  // Returns the fetch for the block, creating it (queued in class `cls`) or promoting an
+  // existing one to `cls` when that is more urgent. `deadline`: a reader's (demand only).
+  FetchPtr Join(const FileRef& file, uint64_t index, Class cls, ExpertId expert,
+                double predicted_use, SteadyTime deadline, bool* created);
   void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
   void OnFetched(const FetchPtr& f, Result<std::vector<char>> r);
   void StoreLoop();
-  Result<BlockData> Wait(const FetchPtr& f);
+  // kTimeout when `f` is not done by `deadline`.
+  Result<BlockData> Wait(const FetchPtr& f, SteadyTime deadline);
+  // A demand fetch still queued after every reader's deadline: fails it instead of sending
+  // it. mu_ held.
+  bool DropExpiredLocked(const FetchPtr& f, SteadyTime now);
 
   RemoteFs& remote_;
   BlockCache* cache_;
@@ -129,19 +165,21 @@ class BlockFetcher {
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
   std::unordered_map<BlockKey, FetchPtr, BlockKeyHash> inflight_;  // guarded by mu_
-  std::deque<FetchPtr> demand_q_;                                  // guarded by mu_
-  std::deque<FetchPtr> prefetch_q_;                                // guarded by mu_
+  std::deque<FetchPtr> queues_[kClasses];                          // guarded by mu_
   int hub_inflight_ = 0;                                           // guarded by mu_
   int callbacks_pending_ = 0;  // hub reads whose callback has not returned; guarded by mu_
   bool stopping_ = false;      // guarded by mu_
   std::atomic<uint64_t> prefetch_bytes_{0};
   std::atomic<uint64_t> prefetch_blocks_{0};
+  std::atomic<uint64_t> expired_drops_{0};  // demand fetches dropped at their deadline
+  std::atomic<uint64_t> store_skips_{0};    // demand blocks not cached: store queue full
   std::atomic<uint64_t> demand_miss_count_{0};
   std::atomic<uint64_t> demand_miss_micros_{0};
 
   std::mutex store_mu_;
   std::condition_variable store_cv_;
   std::deque<std::pair<FetchPtr, Result<std::vector<char>>>> store_q_;  // guarded by store_mu_
+  uint64_t store_q_bytes_ = 0;                                          // guarded by store_mu_
   bool store_stop_ = false;                                             // guarded by store_mu_
   std::vector<std::thread> storers_;
 

@@ -43,13 +43,16 @@ namespace spoke::agent {
 
 // PrefetchSink over a BlockFetcher: Submit = BlockFetcher::Prefetch (prefetch queue, behind
 // demand reads), InFlightBytes = its prefetch bytes queued or in flight, Has = cached or
-// being fetched.
+// being fetched, WouldAdmit = the cache's admission answer.
 class FetcherPrefetchSink final : public PrefetchSink {
  public:
   explicit FetcherPrefetchSink(BlockFetcher& fetcher) : fetcher_(fetcher) {}
   bool Submit(const PrefetchRequest& request) override { return fetcher_.Prefetch(request); }
   uint64_t InFlightBytes() const override { return fetcher_.PrefetchBytesInFlight(); }
   bool Has(const BlockKey& key) const override { return fetcher_.Has(key); }
+  bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const override {
+    return fetcher_.WouldAdmit(key, hint);
+  }
 
  private:
   BlockFetcher& fetcher_;

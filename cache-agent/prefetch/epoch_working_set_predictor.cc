@@ -33,7 +33,9 @@ void EpochWorkingSetPredictor::Predict(uint64_t budget_bytes, uint32_t block_siz
       if (contiguous) cursor_ = i + 1;
       continue;
     }
+    const size_t first_new = out->size();
     const Emit e = EmitFile(f, 0, tracker_.file(f).Blocks(block_size), rank, &budget, out);
+    for (size_t k = first_new; k < out->size(); ++k) (*out)[k].within_epoch = true;
     if (contiguous && e.all_present) {
       cursor_ = i + 1;
     } else {

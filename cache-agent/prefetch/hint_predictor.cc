@@ -1,5 +1,7 @@
 #include "cache-agent/prefetch/hint_predictor.h"
 
+#include <algorithm>
+
 namespace spoke::agent {
 
 Result<std::string> NormalizeHintPath(std::string_view line) {
@@ -37,13 +39,20 @@ HintPredictor::HintPredictor(const AccessTracker& tracker, const BlockPresence& 
                              Options options)
     : TrackerExpert(tracker, presence), options_(options) {}
 
+uint64_t HintPredictor::HintBytes(size_t path_length) {
+  // The path in queue_ and as a key of waiting_, a queue Entry, a hash node and its deque.
+  return 2 * uint64_t{path_length} + sizeof(Entry) + 128;
+}
+
 void HintPredictor::AddLine(std::string_view line, HintCounts* counts) {
   auto path = NormalizeHintPath(line);
-  if (!path || pending_ >= options_.max_pending) {
+  if (!path || pending_ >= options_.max_pending ||
+      pending_bytes_ + HintBytes(path->size()) > options_.max_pending_bytes) {
     ++counts->rejected;
     return;
   }
   ++counts->accepted;
+  pending_bytes_ += HintBytes(path->size());
   waiting_[*path].push_back(base_ + queue_.size());
   queue_.push_back(Entry{std::move(*path), false});
   ++pending_;
@@ -115,6 +124,7 @@ void HintPredictor::PopConsumed() {
     } else if (head.counted) {
       --consumed_past_head_;
     }
+    pending_bytes_ -= HintBytes(head.path.size());
     queue_.pop_front();
     ++base_;
   }
@@ -144,19 +154,34 @@ void HintPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
   uint64_t budget = budget_bytes / block_size;
   double rank = 0;
   size_t scanned = 0;
+  bool dropped = false;
   for (size_t i = 0; i < queue_.size() && budget > 0 && scanned < options_.max_scan; ++i) {
-    const Entry& e = queue_[i];
+    Entry& e = queue_[i];
     if (e.consumed) continue;
     ++scanned;
     const auto f = tracker_.Find(e.path);
     if (!f) {
+      // Names nothing the volume has: drop it (it would hold memory and scan time forever).
       ++unresolved_;
+      auto it = waiting_.find(e.path);
+      if (it != waiting_.end()) {
+        std::erase(it->second, base_ + i);
+        if (it->second.empty()) waiting_.erase(it);
+      }
+      e.consumed = true;
+      --pending_;
+      if (i != 0) {
+        e.counted = true;
+        ++consumed_past_head_;
+      }
+      dropped = true;
       continue;
     }
     const uint64_t blocks = tracker_.file(*f).Blocks(block_size);
     EmitFile(*f, 0, blocks, rank, &budget, out);
     rank += static_cast<double>(blocks);
   }
+  if (dropped) PopConsumed();
 }
 
 }  // namespace spoke::agent

@@ -8,8 +8,13 @@
 // A hint path is relative to the volume root. Rejected (counted, skipped, never resolved):
 // empty lines, absolute paths, any "." or ".." component, NUL bytes, a path longer than
 // kMaxHintPath or a component longer than kMaxHintComponent. "a//b" is normalised to "a/b",
-// a trailing "\r" is dropped. Accepted paths that name no known file are skipped when they
-// come up (counted as unresolved).
+// a trailing "\r" is dropped. An accepted path that names no file known to the volume when
+// it comes up for prefetching is dropped (counted as unresolved).
+//
+// Memory: the queued hints of a volume hold at most `max_pending` lines and
+// `max_pending_bytes` bytes (HintBytes: the path twice, in the queue and in the lookup
+// map, plus the bookkeeping around them); a hint beyond either bound is rejected (counted)
+// rather than queued, so a job flooding `.spoke-hints` cannot grow the agent.
 //
 // Hints are consumed as the job opens the hinted files; a hint left behind by more than
 // `stale_after` later consumed hints is dropped (the job skipped it).
@@ -47,15 +52,17 @@ struct HintCounts {
 class HintPredictor final : public TrackerExpert {
  public:
   struct Options {
-    size_t max_pending = 1 << 20;  // queued hints; more are rejected (memory bound)
-    size_t stale_after = 4096;     // see header
-    size_t max_scan = 8192;        // hints looked at per Predict call
+    size_t max_pending = 1 << 20;              // queued hints; more are rejected (memory bound)
+    uint64_t max_pending_bytes = 64ull << 20;  // their accounted bytes (HintBytes)
+    size_t stale_after = 4096;                 // see header
+    size_t max_scan = 8192;                    // hints looked at per Predict call
   };
   HintPredictor(const AccessTracker& tracker, const BlockPresence& presence, Options options);
   HintPredictor(const AccessTracker& tracker, const BlockPresence& presence)
       : HintPredictor(tracker, presence, Options{}) {}
 
   std::string_view name() const override { return "hints"; }
+  bool disclosed() const override { return true; }
 
   // Parses newline-separated paths. A final line without '\n' is kept until more text
   // arrives or FlushHints() (a write may end mid-line).
@@ -68,6 +75,10 @@ class HintPredictor final : public TrackerExpert {
                std::vector<PrefetchRequest>* out) override;
 
   size_t pending() const { return pending_; }
+  // Bytes accounted for the queued hints (at most Options::max_pending_bytes).
+  uint64_t pending_bytes() const { return pending_bytes_; }
+  // Accounted cost of one queued hint of `path_length` bytes.
+  static uint64_t HintBytes(size_t path_length);
   uint64_t unresolved() const { return unresolved_; }
   uint64_t total_accepted() const { return total_.accepted; }
   uint64_t total_rejected() const { return total_.rejected; }
@@ -86,6 +97,7 @@ class HintPredictor final : public TrackerExpert {
   uint64_t base_ = 0;  // sequence number of queue_.front()
   std::unordered_map<std::string, std::deque<uint64_t>> waiting_;  // path -> sequence numbers
   size_t pending_ = 0;
+  uint64_t pending_bytes_ = 0;  // HintBytes of every entry in queue_
   size_t consumed_past_head_ = 0;
   std::string partial_;
   uint64_t unresolved_ = 0;

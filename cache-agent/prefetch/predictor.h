@@ -58,12 +58,20 @@ struct PrefetchRequest {
   uint64_t block_count = 0;
   double predicted_use = kUnknownUse;  // lower = needed sooner (rank or seconds)
   ExpertId expert = kDemand;           // set by the scheduler from the predictor's id
+  // A set prediction: the blocks are read some time in the current epoch, in an unknown
+  // order (predicted_use is then only an expected position, for eviction). The scheduler
+  // judges such a block against the epoch (used if read before the epoch ends), not
+  // against its rank: a shuffled loader reads most of them long after any fixed rank.
+  bool within_epoch = false;
 };
 
 class Predictor {
  public:
   virtual ~Predictor() = default;
   virtual std::string_view name() const = 0;
+  // True when the predictions are the job's own disclosure (hints), not a guess from its
+  // past: the scheduler budgets such an expert at its prior before its first verdict.
+  virtual bool disclosed() const { return false; }
 
   virtual void OnOpen(const OpenEvent& e) {}
   virtual void OnRead(const ReadEvent& e) {}

@@ -30,6 +30,9 @@ Status PrefetchScheduler::Config::Validate() const {
   if (!(cutoff >= 0 && cutoff < 1)) {
     return Fail(Code::kInvalidArgument, "prefetch: cutoff must be in [0, 1)");
   }
+  if (!(unproven_share >= 0 && unproven_share <= 1)) {
+    return Fail(Code::kInvalidArgument, "prefetch: unproven_share must be in [0, 1]");
+  }
   if (!(coverage_decay > 0 && coverage_decay < 1)) {
     return Fail(Code::kInvalidArgument, "prefetch: coverage_decay must be in (0, 1)");
   }
@@ -92,7 +95,7 @@ bool PrefetchScheduler::Presence::Present(const TrackedFile& f, uint64_t block) 
 }
 
 bool PrefetchScheduler::PresentLocked(const BlockKey& key) const {
-  return pending_.contains(key) || sink_.Has(key);
+  return pending_.contains(key) || declined_.contains(key) || sink_.Has(key);
 }
 
 PrefetchScheduler::Expert* PrefetchScheduler::ExpertById(ExpertId id) {
@@ -145,8 +148,7 @@ void PrefetchScheduler::Tick() {
   std::lock_guard lock(mu_);
   DrainVerdictsLocked();
   if (clock_.Now() - last_event_ > config_.idle_release && !pending_.empty()) {
-    while (!pending_.empty()) ApplyVerdictLocked(pending_.begin()->first, Verdict::kExpired);
-    deadlines_ = {};
+    ReleaseAllLocked();
     return;
   }
   ExpireLocked();
@@ -214,17 +216,37 @@ void PrefetchScheduler::DrainVerdictsLocked() {
   }
 }
 
-void PrefetchScheduler::ApplyVerdictLocked(const BlockKey& key, Verdict v) {
+PrefetchScheduler::Expert* PrefetchScheduler::RemovePendingLocked(const BlockKey& key,
+                                                                  uint64_t* bytes) {
   auto it = pending_.find(key);
-  if (it == pending_.end()) return;
+  if (it == pending_.end()) return nullptr;
   Expert* x = ExpertById(it->second.expert);
-  const uint64_t bytes = it->second.bytes;
+  *bytes = it->second.bytes;
   pending_.erase(it);
   --outstanding_blocks_;
-  outstanding_bytes_ -= bytes;
+  outstanding_bytes_ -= *bytes;
+  if (x != nullptr) {
+    --x->outstanding;
+    x->outstanding_bytes -= *bytes;
+  }
+  return x;
+}
+
+void PrefetchScheduler::ReleaseAllLocked() {
+  while (!pending_.empty()) {
+    uint64_t bytes = 0;
+    Expert* x = RemovePendingLocked(pending_.begin()->first, &bytes);
+    if (x != nullptr) ++x->released;
+  }
+  deadlines_ = {};
+  epoch_pending_.clear();
+}
+
+void PrefetchScheduler::ApplyVerdictLocked(const BlockKey& key, Verdict v) {
+  uint64_t bytes = 0;
+  Expert* x = RemovePendingLocked(key, &bytes);
   if (x == nullptr) return;
-  --x->outstanding;
-  x->outstanding_bytes -= bytes;
+  ++x->verdicts;
   const double hit = v == Verdict::kUsed ? 1.0 : 0.0;
   x->precision += config_.precision_decay * (hit - x->precision);
   if (v == Verdict::kUsed) {
@@ -244,7 +266,27 @@ void PrefetchScheduler::CoverageLocked(ExpertId served_by) {
   }
 }
 
+void PrefetchScheduler::ExpireEpochsLocked() {
+  const uint64_t now = tracker_.blocks_read();
+  if (tracker_.epoch() != seen_epoch_) {
+    seen_epoch_ = tracker_.epoch();
+    epoch_started_at_ = now;
+  }
+  // The slack covers reads of the old epoch that the tracker counts in the new one.
+  if (now < epoch_started_at_ + config_.min_horizon_blocks) return;
+  while (!epoch_pending_.empty() && epoch_pending_.begin()->first < seen_epoch_) {
+    const auto node = epoch_pending_.extract(epoch_pending_.begin());
+    for (const BlockKey& key : node.mapped()) {
+      auto it = pending_.find(key);
+      if (it != pending_.end() && it->second.epoch == node.key()) {
+        ApplyVerdictLocked(key, Verdict::kExpired);
+      }
+    }
+  }
+}
+
 void PrefetchScheduler::ExpireLocked() {
+  ExpireEpochsLocked();
   const uint64_t now = tracker_.blocks_read();
   while (!deadlines_.empty() && deadlines_.top().at <= now) {
     const Deadline d = deadlines_.top();
@@ -257,16 +299,22 @@ void PrefetchScheduler::ExpireLocked() {
 }
 
 void PrefetchScheduler::UpdateAllowancesLocked() {
+  // Only demonstrated precision earns budget: an expert without verdicts must not outrank
+  // (or out-budget) one that was proven right, whatever the prior.
+  const auto earned = [](const Expert& x) { return x.verdicts > 0 || x.predictor->disclosed(); };
   double best = 0;
   for (const Expert& x : experts_) {
-    if (x.precision >= config_.cutoff) best = std::max(best, x.precision);
+    if (earned(x) && x.precision >= config_.cutoff) best = std::max(best, x.precision);
   }
   const uint64_t floor = uint64_t{config_.exploration_blocks} * config_.block_size;
+  const auto space = static_cast<double>(config_.space_budget_bytes);
   for (Expert& x : experts_) {
     uint64_t a = 0;
-    if (best > 0 && x.precision >= config_.cutoff) {
+    if (!earned(x)) {
+      a = static_cast<uint64_t>(space * config_.unproven_share);
+    } else if (best > 0 && x.precision >= config_.cutoff) {
       const double r = x.precision / best;
-      a = static_cast<uint64_t>(static_cast<double>(config_.space_budget_bytes) * r * r);
+      a = static_cast<uint64_t>(space * r * r);
     }
     x.allowance = std::max(a, floor);
   }
@@ -282,10 +330,30 @@ void PrefetchScheduler::ScheduleLocked() {
   std::vector<Expert*> order;
   order.reserve(experts_.size());
   for (Expert& x : experts_) order.push_back(&x);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Expert* a, const Expert* b) { return a->precision > b->precision; });
+  std::stable_sort(order.begin(), order.end(), [](const Expert* a, const Expert* b) {
+    const bool pa = a->verdicts > 0 || a->predictor->disclosed();
+    const bool pb = b->verdicts > 0 || b->predictor->disclosed();
+    if (pa != pb) return pa;  // proven experts first
+    return a->precision > b->precision;
+  });
 
   const uint64_t now = tracker_.blocks_read();
+  if (!declined_.empty() && (now >= declined_until_ || tracker_.epoch() != declined_epoch_)) {
+    declined_.clear();  // the cache moved on: ask again
+  }
+  // Asks the cache before the block crosses the WAN; remembers a refusal (see header).
+  const auto admitted = [&](const PrefetchRequest& p, uint64_t block, ExpertId by) {
+    const BlockKey key = Key(p.file_id, p.version, block);
+    const double use = p.predicted_use + static_cast<double>(block - p.first_block);
+    if (sink_.WouldAdmit(key, AdmissionHint{by, use})) return true;
+    if (declined_.empty()) {
+      declined_until_ = now + config_.min_horizon_blocks;
+      declined_epoch_ = tracker_.epoch();
+    }
+    declined_.insert(key);
+    ++declined_total_;
+    return false;
+  };
   for (Expert* x : order) {
     if (outstanding_bytes_ + bs > config_.space_budget_bytes) return;
     if (x->outstanding_bytes + bs > x->allowance) continue;
@@ -301,7 +369,7 @@ void PrefetchScheduler::ScheduleLocked() {
       uint64_t b = p.first_block;
       while (b < end) {
         // Skip what is outstanding, cached or being fetched (de-dup across experts).
-        if (PresentLocked(Key(p.file_id, p.version, b))) {
+        if (PresentLocked(Key(p.file_id, p.version, b)) || !admitted(p, b, x->id)) {
           ++b;
           continue;
         }
@@ -312,7 +380,8 @@ void PrefetchScheduler::ScheduleLocked() {
           if (inflight + bytes + len > config_.max_inflight_bytes ||
               outstanding_bytes_ + bytes + len > config_.space_budget_bytes ||
               x->outstanding_bytes + bytes + len > x->allowance ||
-              PresentLocked(Key(p.file_id, p.version, b + n))) {
+              PresentLocked(Key(p.file_id, p.version, b + n)) ||
+              (n > 0 && !admitted(p, b + n, x->id))) {
             break;
           }
           bytes += len;
@@ -331,10 +400,23 @@ void PrefetchScheduler::ScheduleLocked() {
         inflight = sink_.InFlightBytes();
         for (uint64_t i = 0; i < n; ++i) {
           const BlockKey key = Key(p.file_id, p.version, b + i);
+          if (r.within_epoch) {
+            pending_[key] = Pending{x->id, 0, length(b + i), tracker_.epoch()};
+            std::vector<BlockKey>& list = epoch_pending_[tracker_.epoch()];
+            // Blocks read since stay listed: compact so a long epoch does not grow it.
+            if (list.size() >= 2 * outstanding_blocks_ + 1024) {
+              std::erase_if(list, [&](const BlockKey& k) {
+                auto p = pending_.find(k);
+                return p == pending_.end() || p->second.epoch != tracker_.epoch();
+              });
+            }
+            list.push_back(key);
+            continue;
+          }
           const double rank = std::max(0.0, r.predicted_use + static_cast<double>(i));
           const uint64_t deadline =
               now + config_.min_horizon_blocks + static_cast<uint64_t>(2 * rank);
-          pending_[key] = Pending{x->id, deadline, length(b + i)};
+          pending_[key] = Pending{x->id, deadline, length(b + i), kOrdered};
           deadlines_.push(Deadline{deadline, key});
         }
         outstanding_blocks_ += n;
@@ -366,6 +448,8 @@ PrefetchStats PrefetchScheduler::Stats() const {
       e.used_blocks = x.used;
       e.wasted_blocks = x.wasted;
       e.expired_blocks = x.expired;
+      e.released_blocks = x.released;
+      e.proven = x.verdicts > 0;
       e.outstanding_blocks = x.outstanding;
       e.budget_bytes = x.allowance;
       s.experts.push_back(std::move(e));
@@ -375,10 +459,13 @@ PrefetchStats PrefetchScheduler::Stats() const {
     s.demand_miss_blocks = demand_miss_blocks_;
     s.outstanding_bytes = outstanding_bytes_;
     s.sink_refusals = sink_refusals_;
+    s.admission_declined_blocks = declined_total_;
     if (hints_ != nullptr) {
       s.hints_accepted = hints_->total_accepted();
       s.hints_rejected = hints_->total_rejected();
       s.hints_pending = hints_->pending();
+      s.hints_pending_bytes = hints_->pending_bytes();
+      s.hints_unresolved = hints_->unresolved();
     }
   }
   s.inflight_bytes = sink_.InFlightBytes();

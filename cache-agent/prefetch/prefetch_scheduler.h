@@ -7,20 +7,31 @@
 //
 // Scoring. Every block the scheduler submits is "outstanding" for the expert that proposed
 // it until a verdict: used (the volume read it: seen in OnRead, or the cache's
-// OnPrefetchUsed), wasted (the cache evicted it unread: OnPrefetchWasted) or expired (not
-// read within min_horizon + 2 x its predicted rank block reads: a prediction that comes true
-// much later than predicted was not timely either; also what happens to a block the cache
-// refused to admit). Each verdict moves the expert's
+// OnPrefetchUsed), wasted (the cache evicted it unread: OnPrefetchWasted) or expired. An
+// ordered prediction expires when it is not read within min_horizon + 2 x its predicted
+// rank block reads (a prediction that comes true much later than predicted was not timely
+// either; also what happens to a block the cache refused to admit). A set prediction
+// (PrefetchRequest::within_epoch: this epoch, order unknown) expires when the epoch it was
+// made in has ended and min_horizon more blocks were read. Each verdict moves the expert's
 // precision p (an exponentially decayed average, weight `precision_decay` per verdict,
-// starting at `prior_precision`). Coverage is the decayed share of the volume's
-// non-cached block reads (demand misses + prefetched blocks read) that the expert served.
+// starting at `prior_precision`). A volume that goes idle (`idle_release`) releases its
+// outstanding blocks without a verdict: the job stopping proves no expert wrong. Coverage
+// is the decayed share of the volume's non-cached block reads (demand misses + prefetched
+// blocks read) that the expert served.
 //
 // Budgets. Space: the bytes outstanding over all experts stay <= space_budget_bytes (the
-// cache space prefetching may hold before it is proven useful). An expert's own allowance
-// is space_budget x (p / p_best)^2, or just `exploration_blocks` when p < `cutoff`.
+// cache space prefetching may hold before it is proven useful). Budget follows demonstrated
+// precision: an expert with at least one verdict and p >= `cutoff` may hold
+// space_budget x (p / p_best)^2 (p_best over such experts); one below `cutoff` keeps
+// `exploration_blocks`; one without any verdict yet holds only an exploration allowance,
+// space_budget x `unproven_share` (at least `exploration_blocks`), enough for its first
+// verdicts to arrive quickly even for a set prediction read in random order — except an
+// expert whose predictions the job disclosed (hints: Predictor::disclosed), which starts at
+// its prior like a proven one.
 // Bandwidth: the fetcher's prefetch bytes in flight (PrefetchSink::InFlightBytes) stay
-// <= max_inflight_bytes; experts are asked in order of precision, so the best ones get the
-// bandwidth first; demand reads never wait for prefetches (the fetcher queues them first).
+// <= max_inflight_bytes; proven experts are asked first, in order of precision, then the
+// unproven ones, so the best ones get the bandwidth first; demand reads never wait for
+// prefetches (the fetcher queues them first).
 // A wrong expert cannot lose much: it has at most its allowance outstanding, and from
 // p = 1 it falls below `cutoff` after ceil(log(cutoff) / log(1 - decay)) wasted verdicts
 // (15 with the defaults), after which it keeps only `exploration_blocks`. So after it turns
@@ -28,6 +39,12 @@
 //
 // De-duplication: a block that is outstanding, cached or being fetched is never submitted
 // again; the first (most precise) expert to propose a block owns it.
+//
+// Admission before fetch: a block the cache would not admit now (PrefetchSink::WouldAdmit:
+// full, and the eviction policy refuses it) is not submitted; it counts as declined (no
+// verdict: the expert may be right, the cache has no room for it) and is treated as present
+// until min_horizon_blocks more blocks were read or the epoch changes, so that experts move
+// on instead of proposing it again at every event.
 //
 // Eviction: each request carries predicted_use = the proposing expert's rank (blocks the
 // volume is expected to read before this one), which the fetcher passes in AdmissionHint so
@@ -48,6 +65,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <queue>
@@ -55,6 +73,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cache-agent/cache/block_cache.h"
@@ -81,6 +100,9 @@ class PrefetchSink {
   virtual uint64_t InFlightBytes() const = 0;
   // True when the block is cached or being fetched.
   virtual bool Has(const BlockKey& key) const = 0;
+  // True when the cache would admit the block with `hint` now (BlockCache::WouldAdmit): the
+  // scheduler does not send a block over the WAN that the eviction policy would refuse.
+  virtual bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const = 0;
 };
 
 struct ExpertStats {
@@ -90,9 +112,11 @@ struct ExpertStats {
   double coverage = 0;
   uint64_t predicted_blocks = 0;  // submitted to the fetcher
   uint64_t used_blocks = 0;
-  uint64_t wasted_blocks = 0;   // evicted unread, or expired (below)
-  uint64_t expired_blocks = 0;  // not read within the horizon
+  uint64_t wasted_blocks = 0;    // evicted unread, or expired (below)
+  uint64_t expired_blocks = 0;   // not read within the horizon
+  uint64_t released_blocks = 0;  // given up without a verdict (the volume went idle)
   uint64_t outstanding_blocks = 0;
+  bool proven = false;        // has had a verdict: its budget follows its precision
   uint64_t budget_bytes = 0;  // current allowance of outstanding bytes
 };
 
@@ -108,10 +132,13 @@ struct PrefetchStats {
   uint64_t outstanding_bytes = 0;   // submitted and without verdict
   uint64_t space_budget_bytes = 0;
   uint64_t max_inflight_bytes = 0;
-  uint64_t sink_refusals = 0;  // Submit returned false
+  uint64_t sink_refusals = 0;              // Submit returned false
+  uint64_t admission_declined_blocks = 0;  // not fetched: the cache would not admit them
   uint64_t hints_accepted = 0;
   uint64_t hints_rejected = 0;
   uint64_t hints_pending = 0;
+  uint64_t hints_pending_bytes = 0;  // accounted memory of the queued hints
+  uint64_t hints_unresolved = 0;     // dropped: named no file of the volume
 
   double DemandMissLatencyMsAvg() const {
     return demand_miss_reads == 0 ? 0 : demand_miss_seconds * 1e3 / demand_miss_reads;
@@ -133,6 +160,7 @@ class PrefetchScheduler final : public CacheListener {
     double precision_decay = 1.0 / 16;  // weight of one verdict
     double prior_precision = 0.5;       // an unproven expert: half right
     double cutoff = 0.4;                // below: exploration budget only
+    double unproven_share = 1.0 / 8;    // of space_budget, for an expert without verdicts
     uint32_t exploration_blocks = 4;    // a failed expert keeps probing with this many
     uint64_t min_horizon_blocks = 256;  // expiry slack (block reads)
     double coverage_decay = 1.0 / 256;  // weight of one non-cached block read
@@ -198,16 +226,19 @@ class PrefetchScheduler final : public CacheListener {
     ExpertId id = kDemand;
     double precision = 0;
     double coverage = 0;
-    uint64_t predicted = 0, used = 0, wasted = 0, expired = 0;
+    uint64_t predicted = 0, used = 0, wasted = 0, expired = 0, released = 0;
+    uint64_t verdicts = 0;
     uint64_t outstanding = 0;        // blocks
     uint64_t outstanding_bytes = 0;  // their bytes (short last blocks count what they hold)
     uint64_t allowance = 0;          // bytes
   };
   struct Pending {
     ExpertId expert = kDemand;
-    uint64_t deadline = 0;  // block clock
+    uint64_t deadline = 0;  // block clock (ordered predictions)
     uint64_t bytes = 0;
+    uint64_t epoch = kOrdered;  // the epoch of a set prediction (within_epoch)
   };
+  static constexpr uint64_t kOrdered = ~uint64_t{0};
   struct Deadline {
     uint64_t at;
     BlockKey key;
@@ -229,7 +260,11 @@ class PrefetchScheduler final : public CacheListener {
   bool PresentLocked(const BlockKey& key) const;
   void DrainVerdictsLocked();
   void ApplyVerdictLocked(const BlockKey& key, Verdict v);
+  // Drops `key` from the outstanding set; returns its expert (nullptr if unknown) and bytes.
+  Expert* RemovePendingLocked(const BlockKey& key, uint64_t* bytes);
+  void ReleaseAllLocked();
   void ExpireLocked();
+  void ExpireEpochsLocked();
   void UpdateAllowancesLocked();
   void ScheduleLocked();
   Expert* ExpertById(ExpertId id);
@@ -246,11 +281,21 @@ class PrefetchScheduler final : public CacheListener {
   HintPredictor* hints_ = nullptr;
   std::unordered_map<BlockKey, Pending, BlockKeyHash> pending_;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  // Set predictions by the epoch they were made in (expired when it has ended).
+  std::map<uint64_t, std::vector<BlockKey>> epoch_pending_;
+  uint64_t seen_epoch_ = 0;        // tracker epoch when last looked at
+  uint64_t epoch_started_at_ = 0;  // block clock when seen_epoch_ started
   uint64_t outstanding_blocks_ = 0;
   uint64_t outstanding_bytes_ = 0;
   uint64_t used_bytes_ = 0, wasted_bytes_ = 0;
   uint64_t demand_miss_blocks_ = 0;
   uint64_t sink_refusals_ = 0;
+  // Blocks the cache would not admit (not fetched); present to the experts until
+  // declined_until_ (block clock) or the epoch changes.
+  std::unordered_set<BlockKey, BlockKeyHash> declined_;
+  uint64_t declined_until_ = 0;
+  uint64_t declined_epoch_ = 0;
+  uint64_t declined_total_ = 0;
   SteadyTime last_event_{};
   std::vector<PrefetchRequest> proposals_;  // scratch
 

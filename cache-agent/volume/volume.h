@@ -10,6 +10,7 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,6 +43,8 @@ class Volume {
     uint64_t prefetch_bytes_max = 256ull << 20;
     // Hub reads in flight (the hub pool's connections x inflight).
     int max_hub_inflight = 256;
+    // A reader's request gives kTimeout after this, queue time included (BlockFetcher).
+    std::chrono::milliseconds read_deadline{20000};
     // Directories listed at once by the mount-time metadata walk.
     int walk_concurrency = 8;
     // Block size when there is no cache; otherwise the cache's.

@@ -146,6 +146,29 @@ TEST_P(BlockCacheFsTest, PutGetRoundTripFullAndShortBlocks) {
   EXPECT_EQ(cache->Put(K(9), other.data(), kBlock + 1, {}).error().code(), Code::kInvalidArgument);
 }
 
+// WouldAdmit answers what Put would do, without doing it: free room admits; a full cache
+// admits demand, and a prefetch only when the policy would find it a victim.
+TEST_P(BlockCacheFsTest, WouldAdmitMatchesPutAndChangesNothing) {
+  TempDir dir(GetParam());
+  auto [cache, faulty] = Open(Cfg(dir.path(), 4));
+  ASSERT_TRUE(cache);
+  const AdmissionHint soon{1, 5};
+  const AdmissionHint late{1, 500};
+  const AdmissionHint demand{};
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(cache->WouldAdmit(K(i), late)) << "free room admits";
+    ASSERT_TRUE(PutK(*cache, K(i), kBlock, soon));  // unread prefetches, due soon
+  }
+  // Full of unread prefetches due sooner: LRU refuses a later prefetch, admits demand.
+  EXPECT_FALSE(cache->WouldAdmit(K(10), late));
+  EXPECT_TRUE(cache->WouldAdmit(K(10), demand));
+  EXPECT_TRUE(cache->WouldAdmit(K(2), late)) << "a cached key is admitted (a no-op Put)";
+  EXPECT_EQ(cache->Stats().blocks, 4u);
+  EXPECT_EQ(cache->Stats().rejected_admissions, 0u) << "asking is not refusing";
+  EXPECT_EQ(PutK(*cache, K(10), kBlock, late).error().code(), Code::kNoSpace);
+  EXPECT_TRUE(PutK(*cache, K(11), kBlock, demand));
+}
+
 TEST_P(BlockCacheFsTest, CorruptDataIsCaughtDroppedAndRefetchable) {
   TempDir dir(GetParam());
   metrics::Registry reg;
@@ -509,6 +532,35 @@ TEST(BlockCacheTest, EvictDropsAVolumeOrAFileAndStaysEvictedAfterACrash) {
   EXPECT_TRUE(after->Contains(K(0, 1, 11)));
   EXPECT_FALSE(after->Contains(K(0, 1, 10)));
   EXPECT_FALSE(after->Contains(K(0, 2, 10)));
+}
+
+// Evict finds a file's blocks through the per-file index: it stays exact through policy
+// evictions, re-puts, versions and a restart (the index is rebuilt as blocks are loaded).
+TEST(BlockCacheTest, PerFileIndexStaysExactThroughEvictionsAndRestart) {
+  TempDir dir;
+  {
+    auto [cache, faulty] = Open(Cfg(dir.path(), 4));
+    ASSERT_TRUE(cache);
+    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(PutK(*cache, K(i, 7, 10)));
+    ASSERT_TRUE(PutK(*cache, K(0, 7, 11)));  // LRU evicts file 10's blocks 0 and 1
+    ASSERT_TRUE(PutK(*cache, K(1, 7, 11)));
+    EXPECT_EQ(cache->Evict(7, 10), 2u);
+    EXPECT_EQ(cache->Evict(7, 10), 0u);
+    BlockKey v2 = K(0, 7, 11);
+    v2.version = 2;  // another version of file 11: evicted with it
+    ASSERT_TRUE(PutK(*cache, v2));
+    EXPECT_EQ(cache->Evict(7, 11), 3u);
+    EXPECT_EQ(cache->Stats().blocks, 0u);
+    ASSERT_TRUE(PutK(*cache, K(0, 7, 10)));
+    ASSERT_TRUE(PutK(*cache, K(0, 8, 10)));  // same file id, another volume
+    ASSERT_TRUE(cache->Close());
+  }
+  auto [after, faulty] = Open(Cfg(dir.path(), 4));
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->Evict(7, 10), 1u);
+  EXPECT_TRUE(after->Contains(K(0, 8, 10)));
+  EXPECT_EQ(after->Evict(8, 0), 1u);
+  EXPECT_EQ(after->Stats().blocks, 0u);
 }
 
 TEST(BlockCacheTest, RestartKeepsRecencyOrder) {

@@ -261,7 +261,8 @@ class FakeBlockCache : public BlockCache {
   }
   Status Put(const BlockKey& key, const char* data, size_t length,
              const AdmissionHint& hint) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    put_cv_.wait(lock, [&] { return !hold_puts_; });
     puts_++;
     if (fail_puts_) return Fail(Code::kIo, "cache disk failed");
     blocks_[key] = std::vector<char>(data, data + length);
@@ -273,6 +274,19 @@ class FakeBlockCache : public BlockCache {
     lookups_++;
     return blocks_.contains(key);
   }
+  bool WouldAdmit(const BlockKey&, const AdmissionHint& hint) const override {
+    return hint.origin == kDemand || !refuse_prefetches_;
+  }
+  // Puts wait until released (a slow cache disk).
+  void HoldPuts(bool hold) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hold_puts_ = hold;
+    }
+    put_cv_.notify_all();
+  }
+  // WouldAdmit answers no for every prefetch (a full cache whose policy refuses them).
+  void RefusePrefetches(bool r) { refuse_prefetches_ = r; }
   uint64_t Evict(uint64_t volume, uint64_t file_id) override {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t n = 0;
@@ -329,6 +343,9 @@ class FakeBlockCache : public BlockCache {
   std::atomic<int> puts_{0};
   mutable std::atomic<uint64_t> lookups_{0};
   std::atomic<bool> fail_puts_{false};
+  std::atomic<bool> refuse_prefetches_{false};
+  std::condition_variable put_cv_;
+  bool hold_puts_ = false;  // guarded by mu_
 };
 
 }  // namespace spoke::agent::testing

@@ -199,6 +199,31 @@ TEST(PrefetchDriver, HintFileWritesCacheTheHintedFilesBeforeTheyAreRead) {
   EXPECT_EQ(root->size(), 1u);  // train
 }
 
+// A job flooding .spoke-hints (80 MiB of lines through the control file) cannot grow the
+// agent: the volume's queued hints stay within their byte budget, the rest is rejected and
+// counted, and hints naming no file are dropped and counted.
+TEST(PrefetchDriver, HintFloodThroughTheControlFileStaysWithinBudget) {
+  Rig rig(PrefetchMode::kAuto, 10, /*space_budget_blocks=*/8, /*read_only=*/true);
+  auto h = rig.fs->Open(kHintIno, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(h) << h.error().ToString();
+  const uint64_t budget = HintPredictor::Options{}.max_pending_bytes;
+  std::string chunk;
+  for (int i = 0; i < 16384; ++i) chunk += "flood/dir/of/no/file/" + std::to_string(i) + "\n";
+  uint64_t offset = 0;
+  while (offset < 80ull << 20) {
+    auto n = rig.fs->Write(h->handle, offset, chunk.data(), chunk.size());
+    ASSERT_TRUE(n) << n.error().ToString();
+    offset += *n;
+    ASSERT_LE(rig.driver->Stats().hints_pending_bytes, budget);
+  }
+  ASSERT_TRUE(rig.fs->Release(h->handle));
+  const PrefetchStats st = rig.driver->Stats();
+  EXPECT_LE(st.hints_pending_bytes, budget);
+  EXPECT_GT(st.hints_rejected, 0u) << "the flood never reached the hint budget";
+  EXPECT_GT(st.hints_unresolved, 0u);
+  EXPECT_EQ(st.hints_accepted, st.hints_pending + st.hints_unresolved);
+}
+
 TEST(PrefetchDriver, HintFileCreateSetattrAndGuards) {
   Rig rig(PrefetchMode::kAuto, 2, 256, /*read_only=*/false);
   auto created = rig.fs->Create(kRootIno, std::string(kHintFileName), 0644, O_WRONLY | O_CREAT);

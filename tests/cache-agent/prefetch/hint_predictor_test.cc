@@ -86,7 +86,40 @@ TEST(HintPredictor, ProposesHintedFilesInOrderAndConsumesThem) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].path, "f1");
   EXPECT_EQ(out[1].path, "f2");
-  EXPECT_GT(hints.unresolved(), 0u);
+  EXPECT_EQ(hints.unresolved(), 1u) << "an unresolved hint is counted once, then dropped";
+}
+
+// A flood of hints stays within the volume's hint budget: lines beyond it are rejected and
+// counted, the accounted bytes never exceed it, and consuming hints frees room again.
+TEST(HintPredictor, FloodStaysWithinTheHintBudget) {
+  AccessTracker::Config tc;
+  tc.block_size = 1 << 20;
+  AccessTracker tracker(tc);
+  NothingPresent none;
+  HintPredictor::Options o;
+  o.max_pending_bytes = 1 << 20;
+  o.max_pending = 1u << 30;  // only the byte bound applies
+  HintPredictor hints(tracker, none, o);
+  const std::string dir(200, 'd');
+  uint64_t accepted = 0, rejected = 0;
+  for (int w = 0; w < 200; ++w) {  // 200 writes of 64 KiB lines: 12.5 MiB of hints
+    std::string text;
+    for (int i = 0; i < 256; ++i) text += dir + "/f" + std::to_string(w * 256 + i) + "\n";
+    const HintCounts c = hints.AddHints(text);
+    accepted += c.accepted;
+    rejected += c.rejected;
+    ASSERT_LE(hints.pending_bytes(), o.max_pending_bytes);
+  }
+  EXPECT_GT(rejected, 0u);
+  EXPECT_EQ(accepted, hints.pending());
+  EXPECT_GE(hints.pending_bytes(), o.max_pending_bytes - HintPredictor::HintBytes(dir.size() + 8));
+  // None of them names a file: the next prediction drops what it scans, freeing budget.
+  std::vector<PrefetchRequest> out;
+  hints.Predict(64 << 20, 1 << 20, &out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_LT(hints.pending(), accepted);
+  EXPECT_EQ(hints.unresolved(), accepted - hints.pending());
+  EXPECT_GT(hints.AddHints("x\n").accepted, 0u);
 }
 
 }  // namespace

@@ -54,6 +54,57 @@ TEST(NoThrashPolicy, CyclicWorkingSetTwiceTheCacheKeepsAStableHalf) {
   EXPECT_GE(static_cast<double>(hits) / reads, 0.95 * 0.5);
 }
 
+// WouldAdmit is PickVictim's answer without its side effects: asked before every PickVictim
+// of a workload mixing demand, timely and untimely prefetches and reads, they agree.
+TEST(NoThrashPolicy, WouldAdmitAgreesWithPickVictim) {
+  NoThrashPolicy policy;
+  const size_t capacity = 64;
+  std::unordered_set<uint64_t> blocks;
+  uint64_t next = 0, checks = 0, refusals = 0;
+  uint64_t rng = 12345;
+  const auto rand = [&rng](uint64_t n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (rng >> 33) % n;
+  };
+  for (int step = 0; step < 20000; ++step) {
+    if (!blocks.empty() && rand(3) == 0) {  // read a cached block
+      auto it = blocks.begin();
+      std::advance(it, rand(std::min<size_t>(blocks.size(), 8)));
+      policy.OnAccess(K(*it));
+      continue;
+    }
+    AdmissionHint hint = kDemandHint;
+    switch (rand(3)) {
+      case 0:
+        hint = AdmissionHint{1, static_cast<double>(rand(16))};
+        break;  // timely
+      case 1:
+        hint = AdmissionHint{2, static_cast<double>(1000 + rand(4000))};
+        break;  // set
+      default:
+        break;
+    }
+    const uint64_t i = next++;
+    if (blocks.size() >= capacity) {
+      const bool would = policy.WouldAdmit(hint);
+      const auto victim = policy.PickVictim(K(i), hint);
+      ASSERT_EQ(would, victim.has_value()) << "step " << step;
+      ++checks;
+      if (!victim) {
+        ++refusals;
+        continue;
+      }
+      blocks.erase(victim->file_id);
+      policy.OnRemove(*victim);
+    }
+    blocks.insert(i);
+    policy.OnInsert(K(i), hint);
+  }
+  EXPECT_GT(checks, 1000u);
+  EXPECT_GT(refusals, 100u);  // both answers were exercised
+  EXPECT_GT(checks - refusals, 100u);
+}
+
 TEST(NoThrashPolicy, DemandIsNeverRefused) {
   NoThrashPolicy policy;
   Cache c(policy, 10);

@@ -2,8 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
+#include <map>
 #include <memory>
+#include <numeric>
+#include <random>
+#include <string>
 #include <unordered_set>
 
 namespace spoke::agent {
@@ -28,6 +33,12 @@ class FakeSink final : public PrefetchSink {
   }
   uint64_t InFlightBytes() const override { return inflight_bytes; }
   bool Has(const BlockKey& k) const override { return fetching.contains(k); }
+  bool WouldAdmit(const BlockKey& k, const AdmissionHint& hint) const override {
+    asked_admission.push_back({k, hint});
+    return admit;
+  }
+  bool admit = true;  // what the "cache" answers
+  mutable std::vector<std::pair<BlockKey, AdmissionHint>> asked_admission;
   void CompleteAll() {
     inflight.clear();
     inflight_bytes = 0;
@@ -114,6 +125,223 @@ TEST(PrefetchScheduler, WrongExpertLosesItsBudgetWithinBoundedPredictions) {
   EXPECT_LE(st.outstanding_bytes, c.space_budget_bytes);
 }
 
+// Predicts nothing: an expert that never had a verdict.
+class SilentExpert final : public Predictor {
+ public:
+  std::string_view name() const override { return "silent"; }
+  void Predict(uint64_t, uint32_t, std::vector<PrefetchRequest>*) override {}
+};
+
+const ExpertStats& StatsOf(const PrefetchStats& s, ExpertId id) { return s.experts[id - 1]; }
+
+// Reads block after block of the big file: ScriptedExpert's predictions come true.
+void ReadSequentially(PrefetchScheduler& s, FakeSink& sink, uint64_t* block, int count) {
+  ReadEvent r;
+  r.handle = 1;
+  r.path = "big";
+  r.file_id = 7;
+  r.version = 1;
+  r.file_size = kFileBlocks * kBs;
+  r.length = kBs;
+  for (int i = 0; i < count; ++i) {
+    r.offset = (*block)++ * kBs;
+    r.hit = sink.fetching.contains(BlockKey{1, 7, 1, r.offset / kBs});
+    s.OnRead(r);
+    sink.CompleteAll();
+    s.Tick();
+  }
+}
+
+// The working set is a set: a shuffled loader reads its blocks anywhere in the epoch. While
+// the metadata walk is still feeding the tree, the first predictions see a small set; they
+// must still count as used when the loader reaches them late in the epoch, not expire.
+TEST(PrefetchScheduler, SetPredictionsAreJudgedAgainstTheEpochNotARank) {
+  ManualClock clock;
+  FakeSink sink;
+  PrefetchScheduler::Config c;
+  c.volume_key = 1;
+  c.block_size = kBs;
+  c.space_budget_bytes = 4096ull * kBs;  // the cache holds the whole set
+  c.max_inflight_bytes = 64ull * kBs;
+  PrefetchScheduler s(c, clock, sink);
+  s.AddTrackerExperts({.directory = false, .replay = false, .working_set = true, .hints = false});
+  constexpr int kFiles = 3000;
+  const auto path = [](int i) { return "train/s" + std::to_string(i); };
+  // The walk delivers 100 files, the expert predicts from them, then the rest arrives.
+  for (int i = 0; i < 100; ++i) s.AddTreeFile(path(i), 100 + i, 1, kBs / 2);
+  s.Tick();
+  ASSERT_GT(sink.fetching.size(), 0u);
+  for (int i = 100; i < kFiles; ++i) s.AddTreeFile(path(i), 100 + i, 1, kBs / 2);
+
+  std::vector<int> order(kFiles);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(7);
+  std::shuffle(order.begin(), order.end(), rng);
+  uint64_t handle = 0;
+  for (int i : order) {
+    OpenEvent o{
+        .handle = ++handle, .path = path(i), .file_id = 100u + i, .version = 1, .size = kBs / 2};
+    s.OnOpen(o);
+    ReadEvent r{.handle = handle,
+                .path = path(i),
+                .file_id = 100u + i,
+                .version = 1,
+                .file_size = kBs / 2,
+                .offset = 0,
+                .length = kBs / 2};
+    r.hit = sink.fetching.contains(BlockKey{1, r.file_id, 1, 0});
+    s.OnRead(r);
+    s.OnClose(CloseEvent{.handle = handle});
+    sink.CompleteAll();
+    s.Tick();
+  }
+  const PrefetchStats st = s.Stats();
+  ASSERT_EQ(st.experts.size(), 1u);
+  const ExpertStats& ws = st.experts[0];
+  EXPECT_GT(ws.used_blocks, kFiles * 9u / 10) << "the working set did not cover the epoch";
+  EXPECT_EQ(ws.expired_blocks, 0u) << "set predictions read within the epoch expired";
+  EXPECT_GT(ws.precision, 0.9);
+  EXPECT_EQ(ws.budget_bytes, c.space_budget_bytes);
+}
+
+// A set prediction that the epoch did not read is wrong: it expires once the next epoch is
+// under way.
+TEST(PrefetchScheduler, SetPredictionsUnreadByTheEpochExpire) {
+  ManualClock clock;
+  FakeSink sink;
+  PrefetchScheduler::Config c;
+  c.volume_key = 1;
+  c.block_size = kBs;
+  c.space_budget_bytes = 4096ull * kBs;
+  c.max_inflight_bytes = 4096ull * kBs;
+  c.unproven_share = 1;
+  c.min_horizon_blocks = 16;
+  PrefetchScheduler s(c, clock, sink);
+  s.AddTrackerExperts({.directory = false, .replay = false, .working_set = true, .hints = false});
+  // 200 files in the tree; the loader only ever reads the first 100 (two epochs).
+  const auto path = [](int i) { return "d/f" + std::to_string(i); };
+  for (int i = 0; i < 200; ++i) s.AddTreeFile(path(i), 100 + i, 1, kBs);
+  s.Tick();
+  EXPECT_EQ(sink.fetching.size(), 200u);
+  uint64_t handle = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (int i = 0; i < 100; ++i) {
+      s.OnOpen(OpenEvent{
+          .handle = ++handle, .path = path(i), .file_id = 100u + i, .version = 1, .size = kBs});
+      s.OnRead(ReadEvent{.handle = handle,
+                         .path = path(i),
+                         .file_id = 100u + i,
+                         .version = 1,
+                         .file_size = kBs,
+                         .offset = 0,
+                         .length = kBs,
+                         .hit = true});
+      s.OnClose(CloseEvent{.handle = handle});
+    }
+  }
+  const ExpertStats ws = s.Stats().experts[0];
+  EXPECT_EQ(ws.used_blocks, 100u);
+  EXPECT_EQ(ws.expired_blocks, 100u);
+  EXPECT_EQ(ws.outstanding_blocks, 0u);
+}
+
+// The job stopping is no verdict: releasing the outstanding blocks of an idle volume must
+// not drag a right expert's precision down.
+TEST(PrefetchScheduler, IdleReleaseFreesSpaceWithoutAVerdict) {
+  ManualClock clock;
+  FakeSink sink;
+  PrefetchScheduler::Config c;
+  c.volume_key = 1;
+  c.block_size = kBs;
+  c.space_budget_bytes = 256ull * kBs;
+  c.max_inflight_bytes = 64ull * kBs;
+  PrefetchScheduler s(c, clock, sink);
+  const ExpertId id = s.AddExpert(std::make_unique<ScriptedExpert>());
+  uint64_t block = 0;
+  ReadSequentially(s, sink, &block, 500);
+  PrefetchStats st = s.Stats();
+  ASSERT_GT(StatsOf(st, id).outstanding_blocks, 0u);
+  const double precision = StatsOf(st, id).precision;
+  const uint64_t wasted = StatsOf(st, id).wasted_blocks;
+  EXPECT_GT(precision, 0.95);
+
+  clock.Advance(c.idle_release + std::chrono::seconds(1));
+  s.Tick();
+  st = s.Stats();
+  EXPECT_EQ(st.outstanding_bytes, 0u);
+  EXPECT_GT(StatsOf(st, id).released_blocks, 0u);
+  EXPECT_EQ(StatsOf(st, id).wasted_blocks, wasted);
+  EXPECT_DOUBLE_EQ(StatsOf(st, id).precision, precision);
+  EXPECT_EQ(StatsOf(st, id).budget_bytes, c.space_budget_bytes);
+}
+
+// Budget follows demonstrated precision: an expert without a single verdict holds only an
+// exploration allowance, also when the proven expert has fallen below the cutoff.
+TEST(PrefetchScheduler, ExpertsWithoutVerdictsHoldOnlyAnExplorationAllowance) {
+  ManualClock clock;
+  FakeSink sink;
+  PrefetchScheduler::Config c;
+  c.volume_key = 1;
+  c.block_size = kBs;
+  c.space_budget_bytes = 256ull * kBs;
+  c.max_inflight_bytes = 16ull * kBs;
+  PrefetchScheduler s(c, clock, sink);
+  auto owned = std::make_unique<ScriptedExpert>();
+  ScriptedExpert* scripted = owned.get();
+  const ExpertId right = s.AddExpert(std::move(owned));
+  const ExpertId silent = s.AddExpert(std::make_unique<SilentExpert>());
+  const uint64_t exploration =
+      std::max<uint64_t>(uint64_t{c.exploration_blocks} * kBs,
+                         static_cast<uint64_t>(c.unproven_share * c.space_budget_bytes));
+  uint64_t block = 0;
+  ReadSequentially(s, sink, &block, 1000);
+  PrefetchStats st = s.Stats();
+  EXPECT_TRUE(StatsOf(st, right).proven);
+  EXPECT_EQ(StatsOf(st, right).budget_bytes, c.space_budget_bytes);
+  EXPECT_FALSE(StatsOf(st, silent).proven);
+  EXPECT_EQ(StatsOf(st, silent).budget_bytes, exploration);
+
+  scripted->wrong = true;  // the proven expert falls below the cutoff
+  ReadSequentially(s, sink, &block, 1000);
+  st = s.Stats();
+  EXPECT_LT(StatsOf(st, right).precision, c.cutoff);
+  EXPECT_EQ(StatsOf(st, silent).budget_bytes, exploration);
+}
+
+// Admission before fetch: a block the cache would refuse is not sent over the WAN, gives
+// its expert no verdict, and is asked about again once the cache had time to move on.
+TEST(PrefetchScheduler, BlocksTheCacheWouldRefuseAreNotFetched) {
+  ManualClock clock;
+  FakeSink sink;
+  sink.admit = false;
+  PrefetchScheduler::Config c;
+  c.volume_key = 1;
+  c.block_size = kBs;
+  c.space_budget_bytes = 64ull * kBs;
+  c.max_inflight_bytes = 16ull * kBs;
+  c.min_horizon_blocks = 32;
+  PrefetchScheduler s(c, clock, sink);
+  const ExpertId id = s.AddExpert(std::make_unique<ScriptedExpert>());
+  uint64_t block = 0;
+  ReadSequentially(s, sink, &block, 8);
+  PrefetchStats st = s.Stats();
+  EXPECT_TRUE(sink.fetching.empty()) << "a refused block crossed the WAN";
+  EXPECT_GT(st.admission_declined_blocks, 0u);
+  EXPECT_EQ(st.outstanding_bytes, 0u);
+  EXPECT_EQ(StatsOf(st, id).wasted_blocks + StatsOf(st, id).used_blocks, 0u);
+  ASSERT_FALSE(sink.asked_admission.empty());
+  EXPECT_EQ(sink.asked_admission.front().second.origin, id);
+  // The refusals are remembered: the next events do not ask the cache about them again.
+  const size_t asked = sink.asked_admission.size();
+  s.Tick();
+  EXPECT_EQ(sink.asked_admission.size(), asked);
+
+  sink.admit = true;  // room appeared; after min_horizon block reads the scheduler asks again
+  ReadSequentially(s, sink, &block, 40);
+  EXPECT_FALSE(sink.fetching.empty());
+  EXPECT_GT(s.Stats().experts[0].used_blocks, 0u);
+}
+
 TEST(PrefetchScheduler, DeduplicatesAcrossExpertsAndStaysWithinBudgets) {
   ManualClock clock;
   FakeSink sink;
@@ -122,6 +350,7 @@ TEST(PrefetchScheduler, DeduplicatesAcrossExpertsAndStaysWithinBudgets) {
   c.block_size = kBs;
   c.space_budget_bytes = 32ull * kBs;
   c.max_inflight_bytes = 8ull * kBs;
+  c.unproven_share = 1;  // neither expert has a verdict yet: let both ask for everything
   PrefetchScheduler s(c, clock, sink);
   s.AddExpert(std::make_unique<ScriptedExpert>());
   s.AddExpert(std::make_unique<ScriptedExpert>());  // proposes the very same blocks
