@@ -47,6 +47,16 @@ struct AgentConfig {
   uint64_t read_ahead_max_bytes = 64ull << 20;
   // One of EvictionPolicyNames(); exe/wiring.cc makes the policy.
   std::string eviction_policy = "lru";
+  // The fd keeper that holds a duplicate of each mount's /dev/fuse fd, so that mounts outlive
+  // this process (docs/agent-restarts.md), e.g. /run/spoke/fuse-keeper.sock. "" (default) =
+  // none: SIGTERM ends the sessions, a restart re-creates the mounts and open files break.
+  // In Kubernetes: the node plugin's socket on a shared hostPath.
+  std::string fuse_keeper_socket;
+  // Start a detached spoke-fuse-keeper at fuse_keeper_socket when none answers (spokectl use
+  // outside Kubernetes). Off in the chart: the node plugin is the keeper there.
+  bool fuse_keeper_start = true;
+  // How long SIGTERM waits for requests already read to be answered before handing over.
+  double handover_timeout_seconds = 5;
 
   // Host and port of metrics_address (valid only when it is not empty).
   std::string MetricsHost() const;
