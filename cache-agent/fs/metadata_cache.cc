@@ -88,7 +88,7 @@ uint64_t MetadataCache::StableIno(uint64_t file_id) const {
   uint64_t ino = x % (kStableInoLimit - kRootIno - 1) + kRootIno + 1;
   while (true) {
     auto it = nodes_.find(ino);
-    if (it == nodes_.end() || !it->second.attr_valid || it->second.attr.file_id == file_id) {
+    if (it == nodes_.end() || it->second.attr.file_id == file_id) {
       return ino;
     }
     ino = ino + 1 < kStableInoLimit ? ino + 1 : kRootIno + 1;
