@@ -325,6 +325,14 @@ void OpStatfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &s);
 }
 
+// The same for a new mount and a takeover, so that libfuse negotiates the same INIT reply.
+std::string SessionOptions(const FuseAdapter::Options& options) {
+  std::string opts =
+      "fsname=spoke,subtype=spoke,default_permissions,max_read=" + std::to_string(kMaxIo);
+  if (options.allow_other) opts += ",allow_other";
+  return opts;
+}
+
 const fuse_lowlevel_ops& Ops() {
   static const fuse_lowlevel_ops ops = [] {
     fuse_lowlevel_ops o{};
@@ -382,9 +390,7 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
                 "mount point '" + options.mountpoint + "' is not an existing directory");
   }
   std::unique_ptr<FuseAdapter> a(new FuseAdapter(fs, options));
-  std::string opts =
-      "fsname=spoke,subtype=spoke,default_permissions,max_read=" + std::to_string(kMaxIo);
-  if (options.allow_other) opts += ",allow_other";
+  std::string opts = SessionOptions(options);
   // Read-only volumes are not mounted "ro": the hint control file (.spoke-hints) must stay
   // writable; VolumeFs answers EROFS to every other change.
   fuse_args args = FUSE_ARGS_INIT(0, nullptr);
@@ -451,8 +457,11 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
   if (!init) return std::unexpected(init.error());
   std::unique_ptr<FuseAdapter> a(new FuseAdapter(fs, options));
   a->adopted_ = true;
+  std::string opts = SessionOptions(options);
   fuse_args args = FUSE_ARGS_INIT(0, nullptr);
   fuse_opt_add_arg(&args, "spoke");
+  fuse_opt_add_arg(&args, "-o");
+  fuse_opt_add_arg(&args, opts.c_str());
   a->session_ = fuse_session_new(&args, &Ops(), sizeof(fuse_lowlevel_ops), a.get());
   fuse_opt_free_args(&args);
   if (a->session_ == nullptr) return Fail(Code::kIo, "fuse_session_new failed");
