@@ -471,12 +471,13 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
     a->session_ = nullptr;
     return std::unexpected(io.error());
   }
-  struct stat mst {};
-  if (::stat(options.mountpoint.c_str(), &mst) == 0) a->dev_ = mst.st_dev;
   if (auto s = a->StartSession(std::move(*io)); !s) {
     (void)a->HandOver(std::chrono::milliseconds(0));  // leave the mount to the keeper
     return std::unexpected(s.error());
   }
+  // Only now: a stat of the mount point is a request to this very session.
+  struct stat mst {};
+  if (::stat(options.mountpoint.c_str(), &mst) == 0) a->dev_ = mst.st_dev;
   if (a->io_->resend_outcome() == fuse::ResendOutcome::kUnsupported) {
     log::Warn("the kernel cannot resend requests the previous agent had read (Linux < 6.9); "
               "they are aborted after the grace period",
