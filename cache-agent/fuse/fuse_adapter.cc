@@ -254,10 +254,6 @@ void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
-  fuse_reply_err(req, 0);  // writes are on the hub when write() returns
-}
-
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info* fi) {
   if (!EnsureHandle(req, "fsync", ino, fi)) return;
   auto r = Self(req)->fs().Fsync(fi->fh);
@@ -348,7 +344,9 @@ const fuse_lowlevel_ops& Ops() {
     o.open = OpOpen;
     o.read = OpRead;
     o.release = OpRelease;
-    o.flush = OpFlush;
+    // No flush handler: libfuse answers ENOSYS once and the kernel stops sending FLUSH on
+    // close (writes are on the hub when write() returns, so there is nothing to flush). A
+    // close() then never waits for the agent, also while it restarts.
     o.fsync = OpFsync;
     o.write = OpWrite;
     o.create = OpCreate;

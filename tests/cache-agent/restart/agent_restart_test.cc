@@ -153,14 +153,19 @@ class AgentRestartTest : public ::testing::Test {
   }
 
   pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+    // Everything the child needs is prepared before fork(): the readers allocate all the time,
+    // and a child of a multi-threaded process must not (malloc's lock may be held).
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
     pid_t pid = ::fork();
     if (pid == 0) {
       int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      std::vector<char*> argv;
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
+      // Nothing of the test's (least of all its files on the mount: an agent closing one of
+      // those when it dies would wait for its own answer).
+      ::close_range(3, ~0u, 0);
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
@@ -271,14 +276,14 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
     threads.emplace_back([&, r] {
       std::mt19937_64 rng(100 + r);
       const size_t big = static_cast<size_t>(r) % files_.size();
-      int long_fd = ::open((mnt_ + "/" + files_[big]).c_str(), O_RDONLY);
+      int long_fd = ::open((mnt_ + "/" + files_[big]).c_str(), O_RDONLY | O_CLOEXEC);
       if (long_fd < 0) o.Error("open " + files_[big] + ": " + std::strerror(errno));
       std::vector<char> buf(256 << 10);
       while (!stop.load()) {
         size_t i = rng() % files_.size();
         const std::string& want = want_[i];
         auto t0 = Clock::now();
-        int fd = ::open((mnt_ + "/" + files_[i]).c_str(), O_RDONLY);
+        int fd = ::open((mnt_ + "/" + files_[i]).c_str(), O_RDONLY | O_CLOEXEC);
         o.read_stall.Record(t0);
         if (fd < 0) {
           o.Error("open " + files_[i] + ": " + std::strerror(errno));
@@ -326,7 +331,7 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   // Writer: checksummed records appended through one fd; a record counts once write()
   // returned its full size (the agent acknowledges only what the hub has).
   threads.emplace_back([&] {
-    int fd = ::open((mnt_ + "/journal.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int fd = ::open((mnt_ + "/journal.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
       o.Error(std::string("create journal.log: ") + std::strerror(errno));
       return;
