@@ -152,6 +152,17 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
   }
   c.eviction_policy = r.Enum("evictionPolicy", c.eviction_policy, EvictionPolicyNames());
   c.mount_roots = ParseMountRoots(r);
+  c.fuse_keeper_socket = r.String("fuseKeeperSocket", c.fuse_keeper_socket);
+  if (!c.fuse_keeper_socket.empty() && c.fuse_keeper_socket.front() != '/') {
+    r.Reject("fuseKeeperSocket",
+             "must be an absolute path or \"\" (no keeper), got '" + c.fuse_keeper_socket + "'");
+  }
+  if (c.fuse_keeper_socket.size() >= 108) {
+    r.Reject("fuseKeeperSocket", "longer than a unix socket path may be (107)");
+  }
+  c.fuse_keeper_start = r.Bool("fuseKeeperStart", c.fuse_keeper_start);
+  c.handover_timeout_seconds =
+      r.Seconds("handoverTimeoutSeconds", c.handover_timeout_seconds, 0, 600);
 
   if (auto s = r.Finish(); !s) return std::unexpected(s.error());
   return c;

@@ -50,6 +50,16 @@ struct AgentConfig {
   // The only directories the agent mounts under (kubelet's, and one for spokectl): a request
   // to mount elsewhere is refused, whoever sends it.
   std::vector<std::string> mount_roots = {"/var/lib/kubelet", "/mnt/spoke"};
+  // The fd keeper that holds a duplicate of each mount's /dev/fuse fd, so that mounts outlive
+  // this process (docs/agent-restarts.md), e.g. /run/spoke/fuse-keeper.sock. "" (default) =
+  // none: SIGTERM ends the sessions, a restart re-creates the mounts and open files break.
+  // In Kubernetes: the node plugin's socket on a shared hostPath.
+  std::string fuse_keeper_socket;
+  // Start a detached spoke-fuse-keeper at fuse_keeper_socket when none answers (spokectl use
+  // outside Kubernetes). Off in the chart: the node plugin is the keeper there.
+  bool fuse_keeper_start = true;
+  // How long SIGTERM waits for requests already read to be answered before handing over.
+  double handover_timeout_seconds = 5;
 
   // Host and port of metrics_address (valid only when it is not empty).
   std::string MetricsHost() const;

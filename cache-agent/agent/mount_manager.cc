@@ -1,7 +1,13 @@
 #include "cache-agent/agent/mount_manager.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "common/fd_keeper.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -84,7 +90,166 @@ MountManager::MountManager(VolumeMounter& mounter, HostMounts& host, metrics::Re
       restore_failures_(registry.GetCounter("spoke_mount_restore_failures_total",
                                             "Failed attempts to restore a mount at start-up")),
       stale_cleaned_(registry.GetCounter("spoke_stale_mounts_cleaned_total",
-                                         "Stale FUSE mounts of a dead agent detached")) {}
+                                         "Stale FUSE mounts of a dead agent detached")),
+      adopted_(registry.GetCounter("spoke_mounts_adopted_total",
+                                   "FUSE connections taken over from a previous agent")) {}
+
+std::string MountManager::KeeperKey(const std::string& target) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char c : target) h = (h ^ c) * 1099511628211ull;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "mount-%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+bool MountManager::PutToKeeper(const MountRecord& record, MountedVolume& volume) {
+  if (options_.keeper_socket.empty() || volume.fuse_fd() < 0) return false;
+  auto takeover = nlohmann::json::parse(volume.takeover_json(), nullptr, false);
+  if (takeover.is_discarded() || !takeover.is_object()) {
+    log::Error("the mount has no takeover record; not kept", {{"target", record.target_path}});
+    return false;
+  }
+  nlohmann::json meta;
+  meta["target"] = record.target_path;
+  meta["volume_id"] = record.volume_id;
+  meta["read_only"] = record.read_only;
+  meta["context"] = record.volume_context;
+  meta["takeover"] = std::move(takeover);
+  FdKeeperClient keeper(options_.keeper_socket, options_.keeper_timeout);
+  if (auto s = keeper.Put(KeeperKey(record.target_path), meta.dump(), volume.fuse_fd()); !s) {
+    log::Warn("the fd keeper did not take the mount's connection (retrying in the background); "
+              "until it does, an agent crash ends this mount",
+              {{"target", record.target_path},
+               {"keeper", options_.keeper_socket},
+               {"error", s.error().message()}});
+    return false;
+  }
+  return true;
+}
+
+void MountManager::ForgetInKeeper(const std::string& target) {
+  if (options_.keeper_socket.empty()) return;
+  FdKeeperClient keeper(options_.keeper_socket, options_.keeper_timeout);
+  if (auto r = keeper.Del(KeeperKey(target)); !r) {
+    log::Warn("cannot remove the mount from the fd keeper",
+              {{"target", target}, {"error", r.error().message()}});
+  }
+}
+
+std::vector<std::string> MountManager::AdoptKept(const std::vector<MountRecord>& records) {
+  std::vector<std::string> adopted;
+  if (options_.keeper_socket.empty()) return adopted;
+  FdKeeperClient keeper(options_.keeper_socket, options_.keeper_timeout);
+  auto kept = keeper.List();
+  if (!kept) {
+    log::Warn("no fd keeper: mounts of the previous run are re-created",
+              {{"keeper", options_.keeper_socket}, {"error", kept.error().message()}});
+    return adopted;
+  }
+  std::map<std::string, const MountRecord*> by_target;
+  for (const auto& r : records) by_target[r.target_path] = &r;
+  for (KeptFd& k : *kept) {
+    auto meta = nlohmann::json::parse(k.metadata_json, nullptr, false);
+    std::string target = meta.is_object() ? meta.value("target", "") : "";
+    std::string volume_id = meta.is_object() ? meta.value("volume_id", "") : "";
+    auto it = by_target.find(target);
+    bool ours = it != by_target.end() && it->second->volume_id == volume_id &&
+                KeeperKey(target) == k.key && meta.contains("takeover");
+    Result<std::unique_ptr<MountedVolume>> volume =
+        Fail(Code::kNotFound, "not in the mount table");
+    if (ours) {
+      const MountRecord& r = *it->second;
+      auto context = VolumeContext::FromMap(r.volume_context);
+      volume = context ? mounter_.Adopt(r.volume_id, *context, target,
+                                        r.read_only || context->read_only(), std::move(k.fd),
+                                        meta["takeover"].dump())
+                       : Result<std::unique_ptr<MountedVolume>>(std::unexpected(context.error()));
+    }
+    if (!volume) {
+      // Nobody will serve this connection: detach it so that its users get an error instead
+      // of waiting forever, and let the keeper close it. The mount is then re-created.
+      log::Error("cannot take over a kept FUSE connection; detaching it",
+                 {{"key", k.key}, {"target", target}, {"error", volume.error().message()}});
+      k.fd.Reset();
+      if (!target.empty()) (void)host_.DetachUnmount(target);
+      (void)keeper.Del(k.key);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = entries_[target];
+      e.volume = std::shared_ptr<MountedVolume>(std::move(*volume));
+      e.kept = true;
+    }
+    adopted_.Inc();
+    adopted.push_back(target);
+    log::Info("mount taken over from the previous agent",
+              {{"volume", volume_id}, {"target", target}});
+  }
+  return adopted;
+}
+
+std::chrono::steady_clock::time_point MountManager::SyncKeeper() {
+  auto now = std::chrono::steady_clock::now();
+  std::vector<std::pair<MountRecord, std::shared_ptr<MountedVolume>>> mounted;
+  std::vector<std::string> lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [target, e] : entries_) {
+      if (!e.volume) continue;
+      if (e.volume->connection_lost()) {
+        lost.push_back(target);
+        continue;
+      }
+      if (e.volume->fuse_fd() >= 0) mounted.emplace_back(e.record, e.volume);
+    }
+  }
+  // An aborted connection (old kernel, orphaned requests): re-create the mount.
+  for (const auto& target : lost) {
+    std::shared_ptr<MountedVolume> v;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.find(target);
+      if (it == entries_.end()) continue;
+      v = std::move(it->second.volume);
+      it->second.kept = false;
+      it->second.next_retry = now;
+      it->second.backoff = options_.retry_initial;
+    }
+    ForgetInKeeper(target);
+    if (v) (void)v->Unmount();
+  }
+  if (options_.keeper_socket.empty() || mounted.empty()) return now + options_.keeper_interval;
+  FdKeeperClient keeper(options_.keeper_socket, options_.keeper_timeout);
+  auto kept = keeper.List();
+  std::set<std::string> keys;
+  if (kept) {
+    for (const auto& k : *kept) keys.insert(k.key);
+  }
+  bool all = kept.has_value();
+  for (auto& [record, volume] : mounted) {
+    if (kept && keys.contains(KeeperKey(record.target_path))) continue;
+    bool ok = kept && PutToKeeper(record, *volume);
+    if (ok) log::Info("connection given to the fd keeper again", {{"target", record.target_path}});
+    all = all && ok;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(record.target_path);
+    if (it != entries_.end() && it->second.volume == volume) it->second.kept = ok;
+  }
+  if (all) {
+    keeper_backoff_ = std::chrono::milliseconds(0);
+    return now + options_.keeper_interval;
+  }
+  keeper_backoff_ = std::min(std::max(keeper_backoff_ * 2, options_.keeper_interval),
+                             options_.keeper_backoff_max);
+  if (!kept) {
+    log::Warn("fd keeper unreachable; retrying",
+              {{"keeper", options_.keeper_socket},
+               {"retry_in_ms", keeper_backoff_.count()},
+               {"error", kept.error().message()}});
+  }
+  return now + keeper_backoff_;
+}
 
 MountManager::~MountManager() { Shutdown(); }
 
@@ -137,9 +302,13 @@ Status MountManager::Start() {
       entries_[r.target_path] = std::move(e);
     }
   }
-  // Stale mounts first, synchronously: they are local and fast, and a pod reading through
+  // Connections the keeper held through the restart: served again before anything else, so
+  // their users see only a pause.
+  std::vector<std::string> adopted = AdoptKept(*records);
+  // Stale mounts next, synchronously: they are local and fast, and a pod reading through
   // one gets ENOTCONN until it is gone.
   for (const auto& r : *records) {
+    if (std::find(adopted.begin(), adopted.end(), r.target_path) != adopted.end()) continue;
     auto cleaned = CleanStaleMount(host_, r.target_path);
     if (!cleaned) {
       log::Error("cannot clean a stale mount",
@@ -149,8 +318,9 @@ Status MountManager::Start() {
     }
   }
   UpdateGauges();
-  if (!records->empty()) {
-    log::Info("restoring mounts of the previous run", {{"count", records->size()}});
+  if (records->size() > adopted.size()) {
+    log::Info("restoring mounts of the previous run",
+              {{"count", records->size() - adopted.size()}, {"taken_over", adopted.size()}});
   }
   bg_ = std::thread([this] { BackgroundLoop(); });
   return Ok();
@@ -228,7 +398,14 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
   UpdateGauges();
   log::Info("volume mounted",
             {{"volume", volume_id}, {"target", target_path}, {"read_only", read_only}});
-  if (auto s = Persist(); !s) {
+  auto persisted = Persist();
+  if (persisted) {
+    std::shared_ptr<MountedVolume> v = FindByTarget(target_path);
+    bool kept = v && PutToKeeper(record, *v);
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_[target_path].kept = kept;
+  }
+  if (auto s = persisted; !s) {
     // Unpersisted mounts would be lost on restart without kubelet knowing: undo.
     log::Error("cannot persist the mount table; undoing the mount",
                {{"target", target_path}, {"error", s.error().message()}});
@@ -265,6 +442,8 @@ Status MountManager::Unmount(const std::string& target_path) {
       return s;
     }
   }
+  // The connection is gone with the mount; the keeper's duplicate must not outlive it.
+  ForgetInKeeper(target_path);
   // Also covers a pending restore and a mount left by a dead agent we never knew about.
   auto cleaned = CleanStaleMount(host_, target_path);
   if (!cleaned) return std::unexpected(cleaned.error());
@@ -360,6 +539,7 @@ void MountManager::RetryPending(bool force) {
     Entry& e = it->second;
     if (volume) {
       e.volume = std::shared_ptr<MountedVolume>(std::move(*volume));
+      e.kept = PutToKeeper(e.record, *e.volume);  // small local call, bounded
       e.last_error.clear();
       log::Info("mount restored",
                 {{"volume", record.volume_id}, {"target", target}, {"attempts", e.attempts + 1}});
@@ -410,14 +590,16 @@ void MountManager::RunBackgroundOnce(bool force_retry) {
 
 void MountManager::BackgroundLoop() {
   auto next_health = std::chrono::steady_clock::now();
+  auto next_keeper = std::chrono::steady_clock::now() + options_.keeper_interval;
   while (true) {
+    if (std::chrono::steady_clock::now() >= next_keeper) next_keeper = SyncKeeper();
     RetryPending(false);
     if (std::chrono::steady_clock::now() >= next_health) {
       RefreshHealth();
       next_health = std::chrono::steady_clock::now() + options_.health_interval;
     }
-    // Sleep until the next retry or health check is due.
-    auto wake = next_health;
+    // Sleep until the next retry, health or keeper check is due.
+    auto wake = std::min(next_health, next_keeper);
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [target, e] : entries_) {
@@ -427,6 +609,40 @@ void MountManager::BackgroundLoop() {
     std::unique_lock<std::mutex> bl(bg_mu_);
     if (bg_cv_.wait_until(bl, wake, [this] { return stop_; })) return;
   }
+}
+
+void MountManager::HandOver(std::chrono::milliseconds drain) {
+  if (shut_down_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> bl(bg_mu_);
+    stop_ = true;
+  }
+  bg_cv_.notify_all();
+  if (bg_.joinable()) bg_.join();
+  std::vector<std::pair<MountRecord, std::shared_ptr<MountedVolume>>> mounted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [target, e] : entries_) {
+      if (e.volume) mounted.emplace_back(e.record, std::move(e.volume));
+    }
+  }
+  // A restarted keeper may lack some connections: PUT them all (replacing is harmless).
+  size_t handed = 0;
+  for (const auto& [record, volume] : mounted) {
+    if (!PutToKeeper(record, *volume)) {
+      log::Warn("no fd keeper holds this mount: unmounting it (the next agent mounts it again)",
+                {{"target", record.target_path}});
+      (void)volume->Unmount();
+      continue;
+    }
+    if (auto s = volume->HandOver(drain); !s) {
+      log::Warn("hand-over left requests unanswered (the next agent's resend covers them)",
+                {{"target", record.target_path}, {"error", s.error().message()}});
+    }
+    ++handed;
+  }
+  UpdateGauges();
+  log::Info("FUSE connections handed over", {{"count", handed}, {"unmounted", mounted.size() - handed}});
 }
 
 void MountManager::Shutdown() {

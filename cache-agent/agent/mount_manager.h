@@ -4,6 +4,11 @@
 // FUSE mount left by a dead agent is detached first, then the volume is mounted again. A
 // restore that fails (hub down) is retried in the background with exponential backoff, so
 // start-up never waits on the WAN.
+//
+// With an fd keeper (docs/agent-restarts.md) mounts outlive the agent: each mount's /dev/fuse
+// fd is PUT to the keeper once served, and a starting agent takes over every kept connection
+// whose target is in mounts.json instead of re-creating the mount; HandOver() (SIGTERM) stops
+// serving without unmounting. The background thread re-PUTs whatever a restarted keeper lost.
 #pragma once
 
 #if !__has_include("spoke_layer/agent.h")
@@ -60,6 +65,11 @@ class MountManager {
     // Targets must be strictly under one of these (AgentConfig::mount_roots). Empty: any
     // valid target (unit tests of the table itself).
     std::vector<std::string> mount_roots;
+    // The fd keeper's socket; "" = no keeper (mounts die with the agent).
+    std::string keeper_socket;
+    std::chrono::milliseconds keeper_timeout{2000};    // bound on one keeper call
+    std::chrono::milliseconds keeper_interval{2000};   // check the keeper has every fd
+    std::chrono::milliseconds keeper_backoff_max{30000};
   };
 
   // `mounter`, `host` and `registry` must outlive the manager.
@@ -90,6 +100,14 @@ class MountManager {
   // Agent shutdown: stops the background thread and ends every FUSE session (lazy unmount);
   // keeps mounts.json so the next start restores them. Idempotent.
   void Shutdown();
+  // Agent hand-over (SIGTERM with a keeper): stops the background thread, makes sure the
+  // keeper has every connection, then stops serving each mount without unmounting (waiting up
+  // to `drain` for requests already read). Mounts without a kept fd are unmounted as in
+  // Shutdown(). Idempotent; Shutdown() afterwards does nothing more.
+  void HandOver(std::chrono::milliseconds drain);
+
+  // The keeper key of the mount at `target` (a printable, bounded digest of the path).
+  static std::string KeeperKey(const std::string& target);
 
   // Runs one round of background work now (restores due, hub health). For tests.
   void RunBackgroundOnce(bool force_retry);
@@ -103,6 +121,7 @@ class MountManager {
     std::chrono::steady_clock::time_point next_retry{};
     bool hub_reachable = true;
     std::string last_error;
+    bool kept = false;  // the keeper holds this mount's fd
   };
 
   std::shared_ptr<std::mutex> TargetLock(const std::string& target);
@@ -116,7 +135,15 @@ class MountManager {
   void BackgroundLoop();
   void RetryPending(bool force);
   void RefreshHealth();
-
+  // Takes over the connections the keeper holds for `records` (by target); returns the targets
+  // adopted. Connections kept for targets not in `records` are aborted and forgotten.
+  std::vector<std::string> AdoptKept(const std::vector<MountRecord>& records);
+  // PUTs `volume`'s connection under its target's key. False when the keeper did not take it.
+  bool PutToKeeper(const MountRecord& record, MountedVolume& volume);
+  // Re-PUTs mounts the keeper lacks (it restarted); re-creates mounts whose connection was
+  // aborted. Returns when the keeper should be checked next.
+  std::chrono::steady_clock::time_point SyncKeeper();
+  void ForgetInKeeper(const std::string& target);
   VolumeMounter& mounter_;
   HostMounts& host_;
   metrics::Registry& registry_;
@@ -137,6 +164,8 @@ class MountManager {
   metrics::Gauge& pending_gauge_;
   metrics::Counter& restore_failures_;
   metrics::Counter& stale_cleaned_;
+  metrics::Counter& adopted_;
+  std::chrono::milliseconds keeper_backoff_{0};  // GUARDED_BY(bg_mu_ thread): bg thread only
 };
 
 }  // namespace spoke::agent

@@ -8,6 +8,7 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cache-agent/volume/volume_figures.h"
+#include "common/fd_passing.h"
 #include "common/status.h"
 #include "common/volume.h"
 
@@ -41,6 +43,18 @@ class MountedVolume {
   virtual HintFigures Hint(const std::vector<std::string>& paths) = 0;
   // Ends the FUSE session and unmounts the target (lazily if busy). Idempotent.
   virtual Status Unmount() = 0;
+
+  // Agent restarts (docs/agent-restarts.md). The /dev/fuse fd serving the mount (-1: none)
+  // and the JSON object a successor needs to take the connection over (the recorded INIT).
+  virtual int fuse_fd() const { return -1; }
+  virtual std::string takeover_json() const { return "{}"; }
+  // Stops serving without unmounting: requests wait in the kernel for the next agent, which
+  // takes the connection over from the keeper. kTimeout when requests read were left
+  // unanswered after `timeout` (the successor's resend covers them on Linux 6.9+).
+  virtual Status HandOver(std::chrono::milliseconds /*timeout*/) { return Ok(); }
+  // True once the connection was aborted (an adopted one whose lost requests could not be
+  // resent): the mount is dead and must be re-created.
+  virtual bool connection_lost() const { return false; }
 };
 
 class VolumeMounter {
@@ -52,6 +66,15 @@ class VolumeMounter {
                                                        const VolumeContext& context,
                                                        const std::string& target_path,
                                                        bool read_only) = 0;
+  // Serves a live FUSE connection an earlier agent mounted at `target_path`: `fuse_fd` is the
+  // keeper's duplicate, `takeover_json` what that agent's takeover_json() returned.
+  virtual Result<std::unique_ptr<MountedVolume>> Adopt(const std::string& /*volume_id*/,
+                                                       const VolumeContext& /*context*/,
+                                                       const std::string& /*target_path*/,
+                                                       bool /*read_only*/, UniqueFd /*fuse_fd*/,
+                                                       const std::string& /*takeover_json*/) {
+    return Fail(Code::kInternal, "this mounter cannot take FUSE connections over");
+  }
 };
 
 }  // namespace spoke::agent

@@ -38,6 +38,15 @@ class FuseMountedVolume final : public MountedVolume {
     if (fuse_ == nullptr) return Ok();
     return fuse_->Unmount();
   }
+  int fuse_fd() const override { return fuse_ == nullptr ? -1 : fuse_->session_fd(); }
+  std::string takeover_json() const override {
+    return fuse_ == nullptr ? "{}" : fuse_->init_json();
+  }
+  Status HandOver(std::chrono::milliseconds timeout) override {
+    if (fuse_ == nullptr) return Ok();
+    return fuse_->HandOver(timeout);
+  }
+  bool connection_lost() const override { return fuse_ != nullptr && fuse_->connection_lost(); }
 
   Volume& volume() { return *volume_; }
   void Serve(std::unique_ptr<FuseAdapter> fuse) { fuse_ = std::move(fuse); }
@@ -78,6 +87,19 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
                                                                 const VolumeContext& context,
                                                                 const std::string& target_path,
                                                                 bool read_only) {
+  return Serve(volume_id, context, target_path, read_only, UniqueFd(), "");
+}
+
+Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Adopt(
+    const std::string& volume_id, const VolumeContext& context, const std::string& target_path,
+    bool read_only, UniqueFd fuse_fd, const std::string& takeover_json) {
+  if (!fuse_fd.valid()) return Fail(Code::kInvalidArgument, "fuse_fd: not a descriptor");
+  return Serve(volume_id, context, target_path, read_only, std::move(fuse_fd), takeover_json);
+}
+
+Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(
+    const std::string& volume_id, const VolumeContext& context, const std::string& target_path,
+    bool read_only, UniqueFd fuse_fd, const std::string& takeover_json) {
   if (auto st = config_.Validate(); !st) return std::unexpected(st.error());
   if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
   if (context.hub.server.empty())
@@ -127,7 +149,9 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
   fo.ttl_seconds = context.cache.ttl_seconds;
   fo.allow_other = config_.allow_other;
   fo.registry = registry_;
-  auto fuse = FuseAdapter::Mount(vol->volume().fs(), fo);
+  auto fuse = fuse_fd.valid() ? FuseAdapter::Adopt(vol->volume().fs(), fo, std::move(fuse_fd),
+                                                   takeover_json)
+                              : FuseAdapter::Mount(vol->volume().fs(), fo);
   if (!fuse) return std::unexpected(fuse.error());
   vol->Serve(std::move(*fuse));
   log::Info("volume ready", {{"volume", volume_id},

@@ -54,8 +54,20 @@ class FuseVolumeMounter final : public VolumeMounter {
                                                const VolumeContext& context,
                                                const std::string& target_path,
                                                bool read_only) override;
+  // The same stack, serving a connection an earlier agent mounted (docs/agent-restarts.md).
+  Result<std::unique_ptr<MountedVolume>> Adopt(const std::string& volume_id,
+                                               const VolumeContext& context,
+                                               const std::string& target_path, bool read_only,
+                                               UniqueFd fuse_fd,
+                                               const std::string& takeover_json) override;
 
  private:
+  // Opens the volume's stack and serves it: a new mount, or a takeover when `fuse_fd` is valid.
+  Result<std::unique_ptr<MountedVolume>> Serve(const std::string& volume_id,
+                                               const VolumeContext& context,
+                                               const std::string& target_path, bool read_only,
+                                               UniqueFd fuse_fd, const std::string& takeover_json);
+
   Config config_;
   BlockCache* cache_;
   metrics::Registry* registry_;

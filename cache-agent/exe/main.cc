@@ -3,8 +3,10 @@
 //
 //   spoke-cache-agent --config /etc/spoke/agent.yaml [--log-level debug|info|warn|error]
 //
-// SIGTERM/SIGINT: stop HTTP, end the FUSE sessions (lazy unmount), close the cache (persist
-// its index). mounts.json is kept, so the next start mounts the same volumes again.
+// SIGTERM/SIGINT: stop HTTP, hand every FUSE connection over (stop reading, answer what was
+// read; no unmount: the fd keeper holds the connections and the next agent takes them over,
+// docs/agent-restarts.md), close the cache (persist its index). Without a keeper the sessions
+// end (lazy unmount). mounts.json is kept, so the next start serves the same volumes again.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include "cache-agent/agent/host_mounts.h"
 #include "cache-agent/agent/http_server.h"
 #include "cache-agent/agent/mount_manager.h"
+#include "cache-agent/exe/keeper_launch.h"
 #include "cache-agent/exe/wiring.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
@@ -94,6 +97,15 @@ int Run(int argc, char** argv) {
   }
   ::chmod(config->state_dir.c_str(), 0700);
 
+  if (!config->fuse_keeper_socket.empty() && config->fuse_keeper_start) {
+    if (auto s = EnsureFuseKeeper(config->fuse_keeper_socket,
+                                  config->state_dir + "/fuse-keeper.log", std::chrono::seconds(5));
+        !s) {
+      log::Warn("no fd keeper: mounts will not outlive this agent",
+                {{"error", s.error().message()}});
+    }
+  }
+
   metrics::Registry registry;
   auto cache = OpenAgentCache(*config, registry);
   if (!cache) {
@@ -109,6 +121,9 @@ int Run(int argc, char** argv) {
   MountManager::Options mo;
   mo.state_file = config->state_dir + "/mounts.json";
   mo.mount_roots = config->mount_roots;
+  mo.keeper_socket = config->fuse_keeper_socket;
+  const auto drain = std::chrono::milliseconds(
+      static_cast<int64_t>(config->handover_timeout_seconds * 1000));
   auto manager = std::make_unique<MountManager>(**mounter, host, registry, mo);
   if (auto s = manager->Start(); !s) {
     log::Error("cannot restore mounts", {{"error", s.error().message()}});
@@ -133,7 +148,12 @@ int Run(int argc, char** argv) {
   go.socket_mode = 0600;  // root only: the API mounts file systems
   auto served = ServeUntilSignal(go, {&service}, [&] {
     http.Stop();
-    manager->Shutdown();
+    // An upgrade or restart must not end the mounts: only NodeUnstage / spokectl unmount do.
+    if (!config->fuse_keeper_socket.empty()) {
+      manager->HandOver(drain);
+    } else {
+      manager->Shutdown();
+    }
   });
   int rc = 0;
   if (!served) {

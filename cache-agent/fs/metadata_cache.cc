@@ -76,13 +76,59 @@ Result<std::string> MetadataCache::PathOf(uint64_t ino) const {
   return PathLocked(ino);
 }
 
+// Inode numbers outlive the agent process in the kernel (until FORGET), so a new agent must
+// give each file the number an earlier one gave it: a hash of the hub's fileid (the hub
+// exports one file system per volume). Below kStableInoLimit (the hint file lives above);
+// a collision with another file takes the next free number (vanishingly rare for 62 bits).
+uint64_t MetadataCache::StableIno(uint64_t file_id) const {
+  uint64_t x = file_id + 0x9e3779b97f4a7c15ull;  // splitmix64 finaliser
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  uint64_t ino = x % (kStableInoLimit - kRootIno - 1) + kRootIno + 1;
+  while (true) {
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end() || it->second.attr.file_id == file_id) {
+      return ino;
+    }
+    ino = ino + 1 < kStableInoLimit ? ino + 1 : kRootIno + 1;
+  }
+}
+
+Status MetadataCache::KnowInode(uint64_t ino) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (nodes_.contains(ino)) return Ok();
+  }
+  // Unknown: a number an earlier agent gave the kernel. The tree walk meets every file of the
+  // volume and numbers it the same way; wait for it (bounded) to reach this one.
+  {
+    std::lock_guard<std::mutex> wl(walk_mu_);
+    if (!walk_started_) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+  }
+  auto deadline = std::chrono::steady_clock::now() + config_.unknown_inode_wait;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (nodes_.contains(ino)) return Ok();
+    }
+    if (walk_done_.load() || stop_.load() || std::chrono::steady_clock::now() >= deadline) break;
+    std::unique_lock<std::mutex> wl(walk_mu_);
+    walk_cv_.wait_for(wl, std::chrono::milliseconds(20));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (nodes_.contains(ino)) return Ok();
+  return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino) +
+                                   " (not found by the walk of the volume)");
+}
+
 uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr) {
   uint64_t ino;
   auto it = by_file_id_.find(attr.file_id);
   if (it != by_file_id_.end() && nodes_.contains(it->second) && it->second != kRootIno) {
     ino = it->second;
   } else {
-    ino = next_ino_++;
+    ino = StableIno(attr.file_id);
     by_file_id_[attr.file_id] = ino;
   }
   Node& n = nodes_[ino];
@@ -120,6 +166,7 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
 }
 
 Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
+  SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -147,6 +194,7 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
 }
 
 Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
+  SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = nodes_.find(ino);
@@ -157,6 +205,7 @@ Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
 }
 
 Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
+  SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mu_);

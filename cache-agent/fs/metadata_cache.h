@@ -5,9 +5,10 @@
 // otherwise (our own writes, Invalidate); kTtl re-asks the hub after ttl_seconds; kStrict
 // re-asks after a short time and always on open (close-to-open: Revalidate).
 //
-// Inode numbers are the agent's own (root = 1), mapped 1:1 to hub fileids and stable for
-// the cache's lifetime. Each inode keeps its parent and name, so its path (for RemoteFs
-// calls) follows renames of its ancestors.
+// Inode numbers (root = 1) are a hash of the hub fileid, so an agent that takes over a live
+// FUSE connection gives each file the number the kernel already holds; a number not met yet
+// waits (bounded) for the tree walk. Each inode keeps its parent and name, so its path (for
+// RemoteFs calls) follows renames of its ancestors.
 //
 // At mount StartWalk() lists the whole tree in the background (READDIRPLUS, several
 // directories at a time); Files() exposes the walked files in directory order.
@@ -36,6 +37,8 @@
 namespace spoke::agent {
 
 inline constexpr uint64_t kRootIno = 1;
+// Inode numbers of hub files are below this (see StableIno); the agent's own files above.
+inline constexpr uint64_t kStableInoLimit = 1ull << 62;
 
 struct InodeAttr {
   uint64_t ino = 0;
@@ -64,6 +67,9 @@ class MetadataCache {
     std::chrono::milliseconds strict_validity{1000};
     // Directories listed at once by the mount-time walk.
     int walk_concurrency = 8;
+    // How long a request for an inode number this process has not seen (one an earlier agent
+    // gave the kernel) waits for the walk to meet it.
+    std::chrono::milliseconds unknown_inode_wait{60000};
     Status Validate() const;
   };
 
@@ -123,6 +129,9 @@ class MetadataCache {
   bool Fresh(std::chrono::steady_clock::time_point t) const;
   std::string PathLocked(uint64_t ino) const;
   uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr);
+  uint64_t StableIno(uint64_t file_id) const;  // caller holds mu_
+  // Ok once `ino` is known, waiting (bounded) for the walk when it is not yet.
+  Status KnowInode(uint64_t ino);
   void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
   Status EnsureListed(uint64_t ino, bool force);
   void WalkWorker();
@@ -133,7 +142,6 @@ class MetadataCache {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Node> nodes_;           // guarded by mu_
   std::unordered_map<uint64_t, uint64_t> by_file_id_;  // guarded by mu_
-  uint64_t next_ino_ = kRootIno + 1;                   // guarded by mu_
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 

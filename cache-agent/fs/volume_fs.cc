@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -30,7 +31,13 @@ VolumeFs::VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metada
       metadata_(metadata),
       fetcher_(fetcher),
       prefetch_(prefetch),
-      clock_(clock) {}
+      clock_(clock),
+      // Handle ids start at the wall clock (microseconds) so that a new agent never issues an
+      // id an earlier one gave the kernel (see EnsureHandle).
+      next_handle_(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count())) {}
 
 std::shared_ptr<VolumeFs::Handle> VolumeFs::Get(uint64_t handle) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -43,11 +50,40 @@ size_t VolumeFs::open_handles() const {
   return handles_.size();
 }
 
+namespace {
+constexpr uint64_t kHandleWritable = 1;
+constexpr uint64_t kHandleHints = 2;
+constexpr int kHandleFlagBits = 2;
+}  // namespace
+
 uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t id = next_handle_++;
+  uint64_t id = 0;
+  do {
+    id = (next_handle_++ << kHandleFlagBits) | (h->writable ? kHandleWritable : 0) |
+         (h->hints ? kHandleHints : 0);
+  } while (handles_.contains(id));  // an adopted handle of an earlier agent
   handles_[id] = std::move(h);
   return id;
+}
+
+Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
+  if (Get(handle) != nullptr) return Ok();
+  std::shared_ptr<Handle> h;
+  if (handle & kHandleHints) {
+    h = std::make_shared<Handle>();
+    h->ino = kHintIno;
+    h->file.path = std::string(kHintFileName);
+    h->writable = true;
+    h->hints = true;
+  } else {
+    auto made = MakeHandle(ino, (handle & kHandleWritable) != 0);
+    if (!made) return std::unexpected(made.error().Wrap("reopening a handle of an earlier agent"));
+    h = std::move(*made);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  handles_.try_emplace(handle, std::move(h));
+  return Ok();
 }
 
 Status VolumeFs::CheckWritable() const {
@@ -122,12 +158,7 @@ Result<std::vector<NamedInode>> VolumeFs::ReadDir(uint64_t ino) {
   return r;
 }
 
-Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags) {
-  if (ino == kHintIno) return OpenHints();
-  bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
-  if (write) {
-    if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
-  }
+Result<std::shared_ptr<VolumeFs::Handle>> VolumeFs::MakeHandle(uint64_t ino, bool write) {
   // Close-to-open: a strict volume asks the hub on every open.
   auto attr = config_.consistency == Consistency::kStrict ? metadata_.Revalidate(ino)
                                                           : metadata_.GetAttr(ino);
@@ -139,6 +170,18 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags) {
   h->ino = ino;
   h->file = FileRef{*path, attr->file_id, attr->ContentVersion(), attr->size};
   h->writable = write;
+  return h;
+}
+
+Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags) {
+  if (ino == kHintIno) return OpenHints();
+  bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+  if (write) {
+    if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  }
+  auto made = MakeHandle(ino, write);
+  if (!made) return std::unexpected(made.error());
+  std::shared_ptr<Handle> h = std::move(*made);
   OpenFile out;
   out.handle = NewHandle(h);
   out.keep_cache = config_.consistency == Consistency::kImmutable;

@@ -90,6 +90,10 @@ class VolumeFs {
                 const std::string& new_name, unsigned flags);
   Result<FileAttr> SetAttr(uint64_t ino, const SetAttrRequest& request);
   Status Fsync(uint64_t handle);
+  // Handles (fh) outlive the agent process in the kernel: each encodes what reopens it (bit 0:
+  // writable, bit 1: the hint file; ids start at the wall clock so no process reuses one).
+  // A handle unknown here is an earlier agent's: reopened for `ino` under the same id.
+  Status EnsureHandle(uint64_t handle, uint64_t ino);
 
   const Config& config() const { return config_; }
   size_t open_handles() const;
@@ -109,6 +113,7 @@ class VolumeFs {
   Status CheckWritable() const;
   Result<std::string> ChildPath(uint64_t parent, const std::string& name) const;
   uint64_t NewHandle(std::shared_ptr<Handle> h);
+  Result<std::shared_ptr<Handle>> MakeHandle(uint64_t ino, bool write);
   void DropBlocks(uint64_t file_id);
   void MarkChanged(uint64_t ino, std::optional<uint64_t> size);
   static bool IsHintName(uint64_t parent, const std::string& name);
@@ -124,7 +129,7 @@ class VolumeFs {
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_;  // guarded by mu_
-  uint64_t next_handle_ = 1;                                       // guarded by mu_
+  uint64_t next_handle_;                                           // guarded by mu_
   std::atomic<uint64_t> dirty_versions_{0};
 
   std::mutex statfs_mu_;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <unordered_map>
 
 #include "common/log.h"
 
@@ -64,6 +65,45 @@ void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
 struct DirListing {
   std::vector<NamedInode> entries;
 };
+
+uint64_t WallClockMicros() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+struct FuseAdapter::DirListings {
+  std::mutex mu;
+  uint64_t next_id = WallClockMicros();                           // guarded by mu
+  std::unordered_map<uint64_t, std::shared_ptr<DirListing>> map;  // guarded by mu
+
+  uint64_t Add(std::shared_ptr<DirListing> l) {
+    std::lock_guard<std::mutex> lock(mu);
+    uint64_t id = next_id++;
+    map[id] = std::move(l);
+    return id;
+  }
+  std::shared_ptr<DirListing> Find(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = map.find(id);
+    return it == map.end() ? nullptr : it->second;
+  }
+  // An opendir of an earlier agent: list again and keep it under the kernel's id.
+  std::shared_ptr<DirListing> Rebuild(uint64_t id, std::vector<NamedInode> entries) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = map[id];
+    if (!slot) slot = std::make_shared<DirListing>(DirListing{std::move(entries)});
+    return slot;
+  }
+  void Remove(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    map.erase(id);
+  }
+};
+
+namespace {
 
 void OpInit(void* userdata, fuse_conn_info* conn) {
   auto* self = static_cast<FuseAdapter*>(userdata);
@@ -131,8 +171,7 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto r = Self(req)->fs().ReadDir(ino);
   if (!r) return ReplyError(req, "opendir", r.error());
   // A snapshot per opendir keeps offsets stable across readdir calls.
-  auto* listing = new DirListing{std::move(*r)};
-  fi->fh = reinterpret_cast<uint64_t>(listing);
+  fi->fh = Self(req)->dirs_->Add(std::make_shared<DirListing>(DirListing{std::move(*r)}));
   fi->cache_readdir = Self(req)->options().consistency == Consistency::kImmutable;
   fi->keep_cache = fi->cache_readdir;
   fuse_reply_open(req, fi);
@@ -141,7 +180,12 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
                    bool plus) {
   auto* self = Self(req);
-  auto* listing = reinterpret_cast<DirListing*>(fi->fh);
+  auto listing = self->dirs_->Find(fi->fh);
+  if (listing == nullptr) {
+    auto r = self->fs().ReadDir(ino);
+    if (!r) return ReplyError(req, plus ? "readdirplus" : "readdir", r.error());
+    listing = self->dirs_->Rebuild(fi->fh, std::move(*r));
+  }
   std::vector<char> buf(size);
   size_t pos = 0;
   size_t total = listing->entries.size() + 2;
@@ -177,7 +221,7 @@ void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   ReadDirCommon(req, ino, size, off, fi, true);
 }
 void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<DirListing*>(fi->fh);
+  Self(req)->dirs_->Remove(fi->fh);
   fuse_reply_err(req, 0);
 }
 
@@ -190,7 +234,15 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+// A handle issued by an earlier agent is reopened from the node id and the flags it encodes.
+bool EnsureHandle(fuse_req_t req, const char* op, fuse_ino_t ino, fuse_file_info* fi) {
+  auto s = Self(req)->fs().EnsureHandle(fi->fh, ino);
+  if (!s) ReplyError(req, op, s.error());
+  return s.has_value();
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  if (!EnsureHandle(req, "read", ino, fi)) return;
   std::unique_ptr<char[]> buf(new char[size]);
   auto r = Self(req)->fs().Read(fi->fh, static_cast<uint64_t>(off), size, buf.get());
   if (!r) return ReplyError(req, "read", r.error());
@@ -202,18 +254,16 @@ void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
-  fuse_reply_err(req, 0);  // writes are on the hub when write() returns
-}
-
-void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info* fi) {
+  if (!EnsureHandle(req, "fsync", ino, fi)) return;
   auto r = Self(req)->fs().Fsync(fi->fh);
   if (!r) return ReplyError(req, "fsync", r.error());
   fuse_reply_err(req, 0);
 }
 
-void OpWrite(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off,
+void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
              fuse_file_info* fi) {
+  if (!EnsureHandle(req, "write", ino, fi)) return;
   auto r = Self(req)->fs().Write(fi->fh, static_cast<uint64_t>(off), data, size);
   if (!r) return ReplyError(req, "write", r.error());
   fuse_reply_write(req, *r);
@@ -271,6 +321,14 @@ void OpStatfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &s);
 }
 
+// The same for a new mount and a takeover, so that libfuse negotiates the same INIT reply.
+std::string SessionOptions(const FuseAdapter::Options& options) {
+  std::string opts =
+      "fsname=spoke,subtype=spoke,default_permissions,max_read=" + std::to_string(kMaxIo);
+  if (options.allow_other) opts += ",allow_other";
+  return opts;
+}
+
 const fuse_lowlevel_ops& Ops() {
   static const fuse_lowlevel_ops ops = [] {
     fuse_lowlevel_ops o{};
@@ -286,7 +344,9 @@ const fuse_lowlevel_ops& Ops() {
     o.open = OpOpen;
     o.read = OpRead;
     o.release = OpRelease;
-    o.flush = OpFlush;
+    // No flush handler: libfuse answers ENOSYS once and the kernel stops sending FLUSH on
+    // close (writes are on the hub when write() returns, so there is nothing to flush). A
+    // close() then never waits for the agent, also while it restarts.
     o.fsync = OpFsync;
     o.write = OpWrite;
     o.create = OpCreate;
@@ -303,7 +363,10 @@ const fuse_lowlevel_ops& Ops() {
 }  // namespace
 
 FuseAdapter::FuseAdapter(VolumeFs& fs, const Options& options)
-    : fs_(fs), options_(options), op_errors_(options.registry) {
+    : fs_(fs),
+      options_(options),
+      op_errors_(options.registry),
+      dirs_(std::make_unique<DirListings>()) {
   switch (options.consistency) {
     case Consistency::kImmutable:
       entry_timeout_ = 3600;
@@ -325,9 +388,7 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
                 "mount point '" + options.mountpoint + "' is not an existing directory");
   }
   std::unique_ptr<FuseAdapter> a(new FuseAdapter(fs, options));
-  std::string opts =
-      "fsname=spoke,subtype=spoke,default_permissions,max_read=" + std::to_string(kMaxIo);
-  if (options.allow_other) opts += ",allow_other";
+  std::string opts = SessionOptions(options);
   // Read-only volumes are not mounted "ro": the hint control file (.spoke-hints) must stay
   // writable; VolumeFs answers EROFS to every other change.
   fuse_args args = FUSE_ARGS_INIT(0, nullptr);
@@ -343,15 +404,17 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
     return Fail(Code::kIo, "FUSE mount at " + options.mountpoint +
                                " failed (is /dev/fuse available and are we root?)");
   }
-  FuseAdapter* self = a.get();
-  a->loop_ = std::thread([self] {
-    fuse_loop_config cfg{};
-    cfg.clone_fd = 0;
-    cfg.max_idle_threads = static_cast<unsigned>(self->options_.max_idle_threads);
-    int rc = fuse_session_loop_mt(self->session_, &cfg);
-    if (rc != 0) log::Debug("fuse session loop ended", {{"rc", rc}});
-    self->loop_done_.store(true);
-  });
+  auto io = fuse::SessionIo::AttachToMounted(a->session_);
+  if (!io) {
+    fuse_session_unmount(a->session_);
+    fuse_session_destroy(a->session_);
+    a->session_ = nullptr;
+    return std::unexpected(io.error().Wrap("FUSE session I/O"));
+  }
+  if (auto s = a->StartSession(std::move(*io)); !s) {
+    (void)a->Unmount();
+    return std::unexpected(s.error());
+  }
   // The device of the new mount names its fusectl entry (for aborting a busy connection).
   for (int i = 0; i < 100; ++i) {
     struct stat mst {};
@@ -365,14 +428,154 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
   return a;
 }
 
+// The kernel's INIT must be answered before the connection can be handed to the keeper.
+constexpr auto kInitTimeout = std::chrono::seconds(10);
+
+Status FuseAdapter::StartSession(std::unique_ptr<fuse::SessionIo> io) {
+  io_ = std::move(io);
+  FuseAdapter* self = this;
+  loop_ = std::thread([self] {
+    fuse_loop_config cfg{};
+    cfg.clone_fd = 0;  // SessionIo serves the one /dev/fuse fd the keeper holds
+    cfg.max_idle_threads = static_cast<unsigned>(self->options_.max_idle_threads);
+    int rc = fuse_session_loop_mt(self->session_, &cfg);
+    if (rc != 0) log::Debug("fuse session loop ended", {{"rc", rc}});
+    self->loop_done_.store(true);
+  });
+  auto init = io_->WaitForInit(kInitTimeout);
+  if (!init) return std::unexpected(init.error().Wrap("FUSE INIT at " + options_.mountpoint));
+  init_json_ = init->ToJson();
+  return Ok();
+}
+
+Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Options& options,
+                                                        UniqueFd fd,
+                                                        const std::string& init_json) {
+  auto init = fuse::InitRecord::FromJson(init_json);
+  if (!init) return std::unexpected(init.error());
+  std::unique_ptr<FuseAdapter> a(new FuseAdapter(fs, options));
+  a->adopted_ = true;
+  std::string opts = SessionOptions(options);
+  fuse_args args = FUSE_ARGS_INIT(0, nullptr);
+  fuse_opt_add_arg(&args, "spoke");
+  fuse_opt_add_arg(&args, "-o");
+  fuse_opt_add_arg(&args, opts.c_str());
+  a->session_ = fuse_session_new(&args, &Ops(), sizeof(fuse_lowlevel_ops), a.get());
+  fuse_opt_free_args(&args);
+  if (a->session_ == nullptr) return Fail(Code::kIo, "fuse_session_new failed");
+  auto io = fuse::SessionIo::Adopt(a->session_, std::move(fd), std::move(*init));
+  if (!io) {
+    fuse_session_destroy(a->session_);
+    a->session_ = nullptr;
+    return std::unexpected(io.error());
+  }
+  if (auto s = a->StartSession(std::move(*io)); !s) {
+    (void)a->HandOver(std::chrono::milliseconds(0));  // leave the mount to the keeper
+    return std::unexpected(s.error());
+  }
+  // Only now: a stat of the mount point is a request to this very session.
+  struct stat mst {};
+  if (::stat(options.mountpoint.c_str(), &mst) == 0) a->dev_ = mst.st_dev;
+  if (a->io_->resend_outcome() == fuse::ResendOutcome::kUnsupported) {
+    log::Warn("the kernel cannot resend requests the previous agent had read (Linux < 6.9); "
+              "they are aborted after the grace period",
+              {{"target", options.mountpoint}, {"grace_ms", options.orphan_grace.count()}});
+    FuseAdapter* self = a.get();
+    a->watch_ = std::thread([self] { self->WatchOrphans(); });
+  }
+  log::Info("FUSE connection taken over",
+            {{"target", options.mountpoint},
+             {"resend", std::string(fuse::ResendOutcomeName(a->io_->resend_outcome()))},
+             {"init_reply_matches", a->io_->init_reply_matches()}});
+  return a;
+}
+
+// Requests the dead agent read are on the connection's processing list forever (no resend):
+// the kernel's count of waiting requests stays above what this agent has in flight. Sampled
+// after the grace period, three times a second apart, so that requests merely queued for our
+// readers do not count; then the connection is aborted (ECONNABORTED to those callers).
+void FuseAdapter::WatchOrphans() {
+  std::unique_lock<std::mutex> wl(watch_mu_);
+  if (watch_cv_.wait_for(wl, options_.orphan_grace, [&] { return watch_stop_; })) return;
+  auto dir = fuse::FuseConnectionDir(options_.mountpoint);
+  if (!dir) {
+    log::Warn("cannot find the FUSE connection to check for orphaned requests",
+              {{"target", options_.mountpoint}, {"error", dir.error().message()}});
+    return;
+  }
+  int above = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0 && watch_cv_.wait_for(wl, std::chrono::seconds(1), [&] { return watch_stop_; })) {
+      return;
+    }
+    uint64_t waiting = 0;
+    std::ifstream(*dir + "/waiting") >> waiting;
+    size_t ours = io_ ? io_->in_flight() : 0;
+    if (waiting > ours) ++above;
+  }
+  if (above < 3) {
+    log::Info("no orphaned FUSE requests after the takeover", {{"target", options_.mountpoint}});
+    return;
+  }
+  std::ofstream(*dir + "/abort") << "1";
+  lost_.store(true);
+  log::Error("requests read by the previous agent were never answered (no FUSE_NOTIFY_RESEND); "
+             "connection aborted, the mount is re-created",
+             {{"target", options_.mountpoint}, {"connection", *dir}});
+}
+
+void FuseAdapter::StopWatch() {
+  {
+    std::lock_guard<std::mutex> wl(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watch_.joinable()) watch_.join();
+}
+
+Status FuseAdapter::HandOver(std::chrono::milliseconds timeout) {
+  StopWatch();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (unmounted_ || session_ == nullptr) return Ok();
+  unmounted_ = true;
+  Status drained = io_ ? io_->Drain(timeout) : Ok();
+  fuse_session_exit(session_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!loop_done_.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (loop_done_.load()) {
+    loop_.join();
+    fuse_session_destroy(session_);  // closes our fd; the keeper's duplicate keeps the mount
+    io_.reset();
+  } else {
+    log::Error("FUSE session loop did not end after the drain; leaving it",
+               {{"target", options_.mountpoint}});
+    loop_.detach();
+  }
+  session_ = nullptr;
+  log::Info("FUSE session handed over", {{"target", options_.mountpoint}});
+  return drained;
+}
+
 Status FuseAdapter::Unmount() {
+  StopWatch();
   std::lock_guard<std::mutex> lock(mu_);
   if (unmounted_ || session_ == nullptr) return Ok();
   unmounted_ = true;
   fuse_session_exit(session_);
   // As root libfuse detaches lazily (umount2 MNT_DETACH): a busy mount leaves the
-  // namespace at once and goes away when its last user closes.
-  fuse_session_unmount(session_);
+  // namespace at once and goes away when its last user closes. An adopted session was
+  // mounted by an earlier agent, so libfuse does not know the mount point: detach it here.
+  if (adopted_) {
+    if (::umount2(options_.mountpoint.c_str(), MNT_DETACH) != 0 && errno != EINVAL &&
+        errno != ENOENT) {
+      log::Warn("cannot detach the FUSE mount",
+                {{"target", options_.mountpoint}, {"error", std::strerror(errno)}});
+    }
+  } else {
+    fuse_session_unmount(session_);
+  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!loop_done_.load() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -395,6 +598,7 @@ Status FuseAdapter::Unmount() {
   if (loop_done_.load()) {
     loop_.join();
     fuse_session_destroy(session_);
+    io_.reset();
   } else {
     // Cannot happen unless the kernel keeps the connection: leak the session rather than
     // hang the caller.

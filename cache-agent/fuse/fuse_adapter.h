@@ -13,6 +13,8 @@
 #endif
 
 #include <atomic>
+#include <condition_variable>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +22,7 @@
 
 #include "cache-agent/fs/volume_fs.h"
 #include "cache-agent/fuse/fuse_op_errors.h"
+#include "cache-agent/fuse/session_io.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
@@ -40,18 +43,42 @@ class FuseAdapter {
     // Where spoke_fuse_op_errors_total{op,errno} is counted (null: not counted). Must
     // outlive the session.
     metrics::Registry* registry = nullptr;
+    // Kernels without FUSE_NOTIFY_RESEND: how long requests an earlier agent read may stay
+    // unanswered after a takeover before the connection is aborted (never an unbounded hang).
+    std::chrono::milliseconds orphan_grace{10000};
   };
 
   // Mounts and starts the session loop on its own thread. kInvalidArgument (bad mount
   // point), kIo (mount failed; message says why).
   static Result<std::unique_ptr<FuseAdapter>> Mount(VolumeFs& fs, const Options& options);
-  ~FuseAdapter();  // Unmount()
+  // Takes over a live connection whose INIT an earlier agent answered: `fd` is the keeper's
+  // duplicate of its /dev/fuse fd, `init_json` the InitRecord kept with it. The kernel then
+  // resends what the earlier agent had read but not answered (Linux 6.9+; resend_outcome()).
+  // kInvalidArgument for a bad record, kTimeout if the replayed INIT is not answered.
+  static Result<std::unique_ptr<FuseAdapter>> Adopt(VolumeFs& fs, const Options& options,
+                                                    UniqueFd fd, const std::string& init_json);
+  ~FuseAdapter();  // Unmount() unless handed over
   FuseAdapter(const FuseAdapter&) = delete;
   FuseAdapter& operator=(const FuseAdapter&) = delete;
 
   // Ends the session and unmounts (lazily when busy; a busy connection is aborted so the
   // session thread can end). Idempotent.
   Status Unmount();
+  // Hand-over to a successor agent: stops reading requests, answers those read (bounded by
+  // `timeout`), ends the session loop. Never unmounts: requests wait in the kernel for the
+  // next agent. kTimeout names the requests left unanswered (a successor's resend covers them).
+  Status HandOver(std::chrono::milliseconds timeout);
+
+  // The /dev/fuse fd (for the keeper) and the recorded INIT exchange (InitRecord JSON).
+  int session_fd() const { return io_ ? io_->fd() : -1; }
+  const std::string& init_json() const { return init_json_; }
+  // An adopted connection on a kernel without FUSE_NOTIFY_RESEND whose requests read by the
+  // dead agent stayed unanswered past the grace period was aborted: the mount must be
+  // re-created (docs/agent-restarts.md).
+  bool connection_lost() const { return lost_.load(); }
+  fuse::ResendOutcome resend_outcome() const {
+    return io_ ? io_->resend_outcome() : fuse::ResendOutcome::kNotAttempted;
+  }
 
   VolumeFs& fs() { return fs_; }
   const Options& options() const { return options_; }
@@ -60,6 +87,7 @@ class FuseAdapter {
 
  private:
   FuseAdapter(VolumeFs& fs, const Options& options);
+  Status StartSession(std::unique_ptr<fuse::SessionIo> io);
 
   VolumeFs& fs_;
   Options options_;
@@ -71,6 +99,24 @@ class FuseAdapter {
   std::mutex mu_;
   bool unmounted_ = false;  // guarded by mu_
   dev_t dev_ = 0;           // the mount's device: names its /sys/fs/fuse/connections entry
+  bool adopted_ = false;    // libfuse did not mount it: Unmount() detaches the target itself
+  std::unique_ptr<fuse::SessionIo> io_;
+  std::string init_json_;
+  // The orphan watch (kernels without FUSE_NOTIFY_RESEND, adopted sessions only).
+  void WatchOrphans();
+  void StopWatch();
+  std::atomic<bool> lost_{false};
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;  // guarded by watch_mu_
+  std::thread watch_;
+
+ public:
+  // Directory listings by opendir fh. Ids are never reused across agent processes (they start
+  // at the wall clock in microseconds), so an fh issued by an earlier agent is unknown here and
+  // its listing is rebuilt instead of being mistaken for another.
+  struct DirListings;
+  std::unique_ptr<DirListings> dirs_;
 };
 
 }  // namespace spoke::agent

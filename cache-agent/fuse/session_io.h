@@ -15,6 +15,10 @@
 // splice_receive, so libfuse reads through SessionIo). Any loop (fuse_session_loop or _mt) works.
 #pragma once
 
+#if !__has_include("spoke_layer/fuse.h")
+#error "wrong-way include: cache-agent/fuse/ is not among this target's dependencies"
+#endif
+
 #include <sys/types.h>
 
 #include <chrono>

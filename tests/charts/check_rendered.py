@@ -22,7 +22,8 @@ SC_ENUMS = {"mode": {"dataset", "scratch"}, "onDelete": {"delete", "retain", "ar
             "consistency": {"immutable", "ttl", "strict"},
             "prefetch": {"off", "readahead", "auto"}}
 AGENT_KEYS = {"socket", "cacheDir", "cacheSizeBytes", "blockSizeBytes", "metricsAddress",
-              "mountRoots", "stateDir", "hub", "logLevel"}
+              "mountRoots", "stateDir", "hub", "logLevel", "fuseKeeperSocket",
+              "fuseKeeperStart", "handoverTimeoutSeconds"}
 HUB_KEYS = {"connections", "inflightPerConnection", "requestTimeoutSeconds"}
 
 errors = []
@@ -114,12 +115,20 @@ def check_render(variant, path):
         check(agent_cfg.get("cacheSizeBytes") == want_size,
               f"agent.yaml cacheSizeBytes {agent_cfg.get('cacheSizeBytes')!r} != {want_size!r}")
         check(agent_cfg.get("blockSizeBytes") == "1Mi", "agent.yaml blockSizeBytes")
-        want_node = {"kubeletDir", "topology"} | ({"inlineVolumes"} if variant == "full" else set())
+        want_node = {"kubeletDir", "topology", "fuseKeeperSocket"} | (
+            {"inlineVolumes"} if variant == "full" else set())
         check(set(node_cfg) == want_node, f"node.yaml keys {sorted(node_cfg)}")
         if variant == "full":
             check(node_cfg["inlineVolumes"] == {"servers": ["hub.spoke-e2e.svc.cluster.local"],
                                                 "sharePrefixes": ["/srv/export"],
                                                 "modes": ["dataset"]}, "node.yaml inlineVolumes")
+        # Mounts outlive the agent only if both pods use the same keeper socket (both mount the
+        # socket host directory at /run/spoke).
+        check(node_cfg.get("fuseKeeperSocket") == agent_cfg.get("fuseKeeperSocket") and
+              str(agent_cfg.get("fuseKeeperSocket", "")).startswith("/run/spoke/"),
+              "node.yaml and agent.yaml share the fd keeper socket under /run/spoke")
+        check(agent_cfg.get("fuseKeeperStart") is False,
+              "agent.yaml fuseKeeperStart: false (the node plugin is the keeper)")
         check(node_cfg.get("kubeletDir") == kubelet_dir, "node.yaml kubeletDir")
         check(set(node_cfg.get("topology", {})) == {"region", "zone"}, "node.yaml topology keys")
         check(set(ctl_cfg) == {"hubTimeoutSeconds", "archivePrefix"},

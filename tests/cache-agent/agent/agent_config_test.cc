@@ -32,6 +32,9 @@ TEST(AgentConfigTest, DefaultsWhenEmpty) {
   EXPECT_EQ(c->hub.retries, 3);
   EXPECT_EQ(c->read_ahead_max_bytes, 64ull << 20);
   EXPECT_EQ(c->eviction_policy, "lru");
+  EXPECT_EQ(c->fuse_keeper_socket, "");  // no keeper unless configured
+  EXPECT_TRUE(c->fuse_keeper_start);
+  EXPECT_EQ(c->handover_timeout_seconds, 5);
 }
 
 TEST(AgentConfigTest, EveryKeyTheChartWrites) {
@@ -50,6 +53,9 @@ hub:
   retries: 5
 readAheadMaxBytes: 128Mi
 evictionPolicy: lru
+fuseKeeperSocket: /run/spoke/fuse-keeper.sock
+fuseKeeperStart: false
+handoverTimeoutSeconds: 8
 )");
   ASSERT_TRUE(c) << c.error().message();
   EXPECT_EQ(c->socket, "/csi/agent.sock");
@@ -65,6 +71,9 @@ evictionPolicy: lru
   EXPECT_EQ(c->hub.request_timeout_seconds, 20);
   EXPECT_EQ(c->hub.retries, 5);
   EXPECT_EQ(c->read_ahead_max_bytes, 128ull << 20);
+  EXPECT_EQ(c->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
+  EXPECT_FALSE(c->fuse_keeper_start);
+  EXPECT_EQ(c->handover_timeout_seconds, 8);
 }
 
 TEST(AgentConfigTest, SizesAsPlainBytes) {
@@ -117,6 +126,10 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
       {"cacheSizeBytes: 100Mi\nreadAheadMaxBytes: 64Mi", "readAheadMaxBytes: must be at most half"},
       {"evictionPolicy: fifo", "evictionPolicy: must be one of lru | nothrash"},
       {"cacheSize: 10Gi", "cacheSize: unknown setting"},
+      {"fuseKeeperSocket: keeper.sock", "fuseKeeperSocket: must be an absolute path"},
+      {"fuseKeeperSocket: /" + std::string(120, 'k'), "fuseKeeperSocket: longer than"},
+      {"fuseKeeperStart: maybe", "fuseKeeperStart:"},
+      {"handoverTimeoutSeconds: 1000", "handoverTimeoutSeconds:"},
   };
   for (const auto& c : cases) {
     std::string err = ErrorOf(c.yaml);

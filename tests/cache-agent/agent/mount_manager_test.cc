@@ -2,8 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <thread>
+
+#include "common/fd_keeper.h"
 
 #include "tests/cache-agent/agent/fakes.h"
 #include "tests/support/hub.h"
@@ -331,6 +337,126 @@ TEST(MountStateTest, RoundTripAndErrorsNameTheEntry) {
   EXPECT_NE(bad.error().message().find("mounts[0].targetPath"), std::string::npos);
   std::ofstream(f) << R"({"version":7,"mounts":[]})";
   EXPECT_FALSE(ReadMountState(f));
+}
+
+}  // namespace
+}  // namespace spoke::agent
+
+namespace spoke::agent {
+namespace {
+
+// A mount whose "connection" is a pipe: what the keeper is given and what a successor adopts.
+class KeptVolume : public testing::FakeVolume {
+ public:
+  KeptVolume(std::shared_ptr<FakeWorld> w, std::string id, VolumeContext ctx, std::string target,
+             bool ro, UniqueFd fd, std::atomic<int>* handovers)
+      : FakeVolume(std::move(w), std::move(id), std::move(ctx), std::move(target), ro),
+        fd_(std::move(fd)),
+        handovers_(handovers) {}
+  int fuse_fd() const override { return fd_.get(); }
+  std::string takeover_json() const override { return R"({"init_request":"00"})"; }
+  Status HandOver(std::chrono::milliseconds) override {
+    (*handovers_)++;
+    return Ok();
+  }
+
+ private:
+  UniqueFd fd_;
+  std::atomic<int>* handovers_;
+};
+
+class KeeperMounter : public VolumeMounter {
+ public:
+  explicit KeeperMounter(std::shared_ptr<FakeWorld> w) : w_(std::move(w)) {}
+  Result<std::unique_ptr<MountedVolume>> Mount(const std::string& id, const VolumeContext& ctx,
+                                               const std::string& target, bool ro) override {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return Fail(Code::kIo, "pipe");
+    ::close(p[1]);
+    mounts++;
+    return std::unique_ptr<MountedVolume>(
+        std::make_unique<KeptVolume>(w_, id, ctx, target, ro, UniqueFd(p[0]), &handovers));
+  }
+  Result<std::unique_ptr<MountedVolume>> Adopt(const std::string& id, const VolumeContext& ctx,
+                                               const std::string& target, bool ro, UniqueFd fd,
+                                               const std::string& takeover_json) override {
+    adopted_targets.push_back(target);
+    adopted_json = takeover_json;
+    return std::unique_ptr<MountedVolume>(
+        std::make_unique<KeptVolume>(w_, id, ctx, target, ro, std::move(fd), &handovers));
+  }
+  std::shared_ptr<FakeWorld> w_;
+  int mounts = 0;
+  std::vector<std::string> adopted_targets;
+  std::string adopted_json;
+  std::atomic<int> handovers{0};
+};
+
+TEST(MountManagerKeeperTest, MountsAreKeptTakenOverHandedOverAndForgottenOnUnmount) {
+  spoke::testing::TempDir dir("spoke-mm-keeper");
+  FdKeeperServer::Config kc;
+  kc.socket_path = dir.path() + "/keeper.sock";
+  kc.allowed_uid = ::geteuid();
+  auto keeper = std::make_unique<FdKeeperServer>(kc);
+  ASSERT_TRUE(keeper->Start());
+  auto world = std::make_shared<FakeWorld>();
+  KeeperMounter mounter(world);
+  testing::FakeHostMounts host;
+  metrics::Registry registry;
+  MountManager::Options o;
+  o.state_file = dir.path() + "/state/mounts.json";
+  o.keeper_socket = kc.socket_path;
+  o.keeper_interval = std::chrono::milliseconds(20);
+  o.health_interval = std::chrono::milliseconds(3600'000);
+  const std::string a = dir.path() + "/targets/a";
+
+  auto m = std::make_unique<MountManager>(mounter, host, registry, o);
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), a, true));
+  EXPECT_EQ(keeper->size(), 1u);
+  // SIGTERM: handed over, not unmounted.
+  m->HandOver(std::chrono::milliseconds(100));
+  EXPECT_EQ(mounter.handovers.load(), 1);
+  EXPECT_EQ(world->unmount_calls, 0);
+  m.reset();
+  EXPECT_EQ(keeper->size(), 1u);
+
+  // The next agent takes the kept connection over instead of mounting again.
+  m = std::make_unique<MountManager>(mounter, host, registry, o);
+  ASSERT_TRUE(m->Start());
+  ASSERT_EQ(mounter.adopted_targets, std::vector<std::string>{a});
+  EXPECT_EQ(mounter.adopted_json, R"({"init_request":"00"})");
+  EXPECT_EQ(mounter.mounts, 1);
+  EXPECT_EQ(m->mounted_count(), 1u);
+  EXPECT_NE(registry.Render().find("spoke_mounts_adopted_total 1"), std::string::npos);
+
+  // A restarted keeper gets the connection again from the background thread.
+  keeper.reset();
+  keeper = std::make_unique<FdKeeperServer>(kc);
+  ASSERT_TRUE(keeper->Start());
+  for (int i = 0; i < 500 && keeper->size() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(keeper->size(), 1u);
+
+  // Unmount forgets it in the keeper.
+  ASSERT_TRUE(m->Unmount(a));
+  EXPECT_EQ(keeper->size(), 0u);
+  m.reset();
+
+  // A kept connection for a target not in the mount table is detached and dropped.
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  ::close(p[1]);
+  FdKeeperClient client(kc.socket_path, std::chrono::milliseconds(2000));
+  ASSERT_TRUE(client.Put(MountManager::KeeperKey(dir.path() + "/targets/gone"),
+                         R"({"target":")" + dir.path() + R"(/targets/gone","volume_id":"x",)"
+                         R"("takeover":{}})", p[0]));
+  ::close(p[0]);
+  m = std::make_unique<MountManager>(mounter, host, registry, o);
+  ASSERT_TRUE(m->Start());
+  EXPECT_EQ(keeper->size(), 0u);
+  EXPECT_EQ(mounter.adopted_targets.size(), 1u);
 }
 
 }  // namespace

@@ -391,6 +391,66 @@ TEST(VolumeFs, ReadDirListsInHubOrderWithStableInodes) {
   EXPECT_GT(st->total_bytes, 0u);
 }
 
+// A new agent (a fresh MetadataCache and VolumeFs over the same hub) resolves the node ids and
+// file handles an earlier agent gave the kernel: ids derive from the hub's fileid, handles are
+// reopened from the node id and the flags they encode.
+TEST(VolumeFs, NodeIdsAndHandlesOfAnEarlierAgentResolve) {
+  Rig first(Consistency::kStrict, /*read_only=*/false);
+  std::string data = Pattern(3 * kBlock + 5, 9);
+  first.remote.PutFile("a/b/c.bin", data);
+  for (int i = 0; i < 50; ++i) first.remote.PutFile("z/f" + std::to_string(i), "x");
+  first.Init();
+  uint64_t ino = first.Ino("a/b/c.bin");
+  auto rd = first.fs->Open(ino, O_RDONLY);
+  ASSERT_TRUE(rd);
+  auto wr = first.fs->Open(ino, O_WRONLY);
+  ASSERT_TRUE(wr);
+
+  MetadataCache::Config mc;
+  mc.consistency = Consistency::kStrict;
+  mc.unknown_inode_wait = 10s;
+  MetadataCache meta(first.remote, mc, first.clock);
+  ASSERT_TRUE(meta.Init());
+  meta.StartWalk();
+  BlockFetcher::Config fc;
+  fc.block_size = kBlock;
+  metrics::Registry registry;
+  BlockFetcher fetcher(first.remote, nullptr, VolumeKey("vol"), fc, registry,
+                       metrics::Labels{{"volume", "vol"}});
+  VolumeFs::Config vc;
+  vc.volume_id = "vol";
+  vc.read_only = false;
+  vc.consistency = Consistency::kStrict;
+  VolumeFs second(vc, first.remote, meta, fetcher, nullptr, first.clock);
+
+  auto attr = second.GetAttr(ino);  // not met yet: waits for the walk
+  ASSERT_TRUE(attr) << attr.error().ToString();
+  EXPECT_EQ(attr->size, data.size());
+  ASSERT_TRUE(second.EnsureHandle(rd->handle, ino));
+  std::vector<char> buf(data.size() + 10);
+  auto n = second.Read(rd->handle, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(std::string(buf.data(), *n), data);
+  ASSERT_TRUE(second.EnsureHandle(wr->handle, ino));
+  auto w = second.Write(wr->handle, data.size(), "tail", 4);
+  ASSERT_TRUE(w) << w.error().ToString();
+  EXPECT_EQ(*w, 4u);
+  EXPECT_TRUE(second.Release(rd->handle));
+  EXPECT_TRUE(second.Release(wr->handle));
+  // The read-only bit is honoured: a reopened read handle does not write.
+  ASSERT_TRUE(second.EnsureHandle(rd->handle, ino));
+  EXPECT_FALSE(second.Write(rd->handle, 0, "x", 1));
+  // New handles never reuse an earlier agent's.
+  auto again = second.Open(ino, O_RDONLY);
+  ASSERT_TRUE(again);
+  EXPECT_NE(again->handle, rd->handle);
+  EXPECT_GT(again->handle, rd->handle);
+  // A node id no file of the volume has: an error once the walk is done, not a hang.
+  auto none = second.GetAttr(12345);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code(), Code::kNotFound);
+}
+
 TEST(MetadataCache, WalkLoadsTheTreeInDirectoryOrder) {
   FakeRemoteFs remote;
   for (int i = 0; i < 20; ++i) {

@@ -1,0 +1,419 @@
+// Training survives the agent: the real spoke-cache-agent serving a spokectl mount of a real
+// hub (nfs-ganesha behind the WAN proxy), with a spoke-fuse-keeper holding the /dev/fuse fds.
+// Readers verify every byte they read against the export while one writer appends checksummed
+// records to a scratch file through one long-lived fd; meanwhile the agent is killed with
+// SIGKILL every 3 s (and then stopped with SIGTERM) and a new agent process is started each
+// time. Expected: zero read errors, zero wrong bytes, zero lost acknowledged writes. The
+// longest stall a reader or the writer saw is printed.
+//
+// SPOKE_RESTART_TEST_SECONDS sets the SIGKILL period (default 30); SPOKE_RESTART_TEST_READERS
+// the number of readers (default 8).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "tests/support/hub.h"
+
+namespace spoke {
+namespace {
+
+namespace fs = std::filesystem;
+using spoke::testing::BinaryDir;
+using Clock = std::chrono::steady_clock;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::pair<int, std::string> Capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {127, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
+}
+
+int EnvInt(const char* name, int def) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : def;
+}
+
+// A record of the writer: 4 KiB = header (magic, sequence number, checksum) + payload.
+constexpr size_t kRecord = 4096;
+constexpr uint64_t kMagic = 0x53504f4b45524543ull;  // "SPOKEREC"
+
+uint64_t Fnv(const char* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
+  return h;
+}
+
+std::string MakeRecord(uint64_t seq) {
+  std::string r(kRecord, '\0');
+  std::mt19937_64 rng(seq);
+  for (size_t i = 24; i < kRecord; ++i) r[i] = static_cast<char>(rng());
+  uint64_t sum = Fnv(r.data() + 24, kRecord - 24);
+  std::memcpy(r.data(), &kMagic, 8);
+  std::memcpy(r.data() + 8, &seq, 8);
+  std::memcpy(r.data() + 16, &sum, 8);
+  return r;
+}
+
+// Times one blocking call: the longest is the stall a training job would notice.
+struct Stall {
+  std::atomic<int64_t> max_us{0};
+  void Record(Clock::time_point start) {
+    int64_t us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+    int64_t cur = max_us.load();
+    while (us > cur && !max_us.compare_exchange_weak(cur, us)) {
+    }
+  }
+};
+
+class AgentRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0 || ::access("/dev/fuse", R_OK | W_OK) != 0) {
+      GTEST_SKIP() << "needs root and /dev/fuse";
+    }
+    hub_ = spoke::testing::TestHub::Start();
+    ASSERT_NE(hub_, nullptr);
+    wan_ = spoke::testing::WanProxy::Start(*hub_, 10);
+    ASSERT_NE(wan_, nullptr);
+    work_ = std::make_unique<spoke::testing::TempDir>("spoke-restart-it");
+    mnt_ = work_->path() + "/mnt";
+    socket_ = work_->path() + "/agent.sock";
+    keeper_socket_ = work_->path() + "/keeper.sock";
+    std::ofstream(work_->path() + "/agent.yaml")
+        << "socket: " << socket_ << "\n"
+        << "cacheDir: " << work_->path() << "/cache\n"
+        << "cacheSizeBytes: 1Gi\n"
+        << "stateDir: " << work_->path() << "/state\n"
+        << "metricsAddress: \"\"\n"
+        << "logLevel: info\n"
+        << "fuseKeeperSocket: " << keeper_socket_ << "\n"
+        << "fuseKeeperStart: false\n"  // the test runs the keeper (and stops it)
+        << "handoverTimeoutSeconds: 5\n"
+        << "hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 5}\n";
+    MakeTree();
+    StartKeeper();
+  }
+
+  void TearDown() override {
+    if (agent_pid_ > 0) {
+      Spokectl("unmount " + mnt_);
+      Stop(agent_pid_, SIGTERM);
+    }
+    if (!mnt_.empty()) ::umount2(mnt_.c_str(), MNT_DETACH);
+    if (keeper_pid_ > 0) Stop(keeper_pid_, SIGTERM);
+    work_.reset();
+    wan_.reset();
+    hub_.reset();
+  }
+
+  // 120 files in 4 directories, 1 KiB..3 MiB of random bytes.
+  void MakeTree() {
+    std::mt19937_64 rng(7);
+    const std::string root = hub_->export_dir();
+    for (int d = 0; d < 4; ++d) {
+      fs::create_directories(root + "/data/d" + std::to_string(d));
+      for (int f = 0; f < 30; ++f) {
+        std::string rel = "data/d" + std::to_string(d) + "/f" + std::to_string(f) + ".bin";
+        std::string s(1024 + rng() % (3 << 20), '\0');
+        for (auto& c : s) c = static_cast<char>(rng());
+        std::ofstream(root + "/" + rel, std::ios::binary) << s;
+        files_.push_back(rel);
+        want_.push_back(std::move(s));
+      }
+    }
+  }
+
+  pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+    // Everything the child needs is prepared before fork(): the readers allocate all the time,
+    // and a child of a multi-threaded process must not (malloc's lock may be held).
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      // Nothing of the test's (least of all its files on the mount: an agent closing one of
+      // those when it dies would wait for its own answer).
+      ::close_range(3, ~0u, 0);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    return pid;
+  }
+
+  void StartKeeper() {
+    keeper_pid_ = Spawn({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket",
+                         keeper_socket_},
+                        work_->path() + "/keeper.log");
+    for (int i = 0; i < 100 && !fs::exists(keeper_socket_); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(fs::exists(keeper_socket_)) << ReadAll(work_->path() + "/keeper.log");
+  }
+
+  std::pair<int, std::string> Spokectl(const std::string& args) {
+    return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + socket_ +
+                   " " + args);
+  }
+
+  // Starts an agent and waits until its API answers; returns how long that took.
+  double StartAgent() {
+    auto start = Clock::now();
+    std::error_code ec;
+    fs::remove(socket_, ec);
+    agent_pid_ = Spawn({BinaryDir() + "/cache-agent/agent/spoke-cache-agent", "--config",
+                        work_->path() + "/agent.yaml"},
+                       work_->path() + "/agent.log");
+    for (int i = 0; i < 400; ++i) {
+      if (fs::exists(socket_) && Spokectl("status").first == 0) {
+        return std::chrono::duration<double>(Clock::now() - start).count();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ADD_FAILURE() << "spoke-cache-agent did not come up" << Diagnostics();
+    return -1;
+  }
+
+  // Sends `sig` and reaps; SIGKILLs after 15 s. Returns the exit status.
+  int Stop(pid_t& pid, int sig) {
+    ::kill(pid, sig);
+    int status = 0;
+    for (int i = 0; i < 1500; ++i) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    pid = -1;
+    ADD_FAILURE() << "process did not stop on signal " << sig;
+    return status;
+  }
+
+  std::string Diagnostics() {
+    std::string log = ReadAll(work_->path() + "/agent.log");
+    if (log.size() > 8000) log = "..." + log.substr(log.size() - 8000);
+    return "\nagent log (tail):\n" + log;
+  }
+
+  std::unique_ptr<spoke::testing::TestHub> hub_;
+  std::unique_ptr<spoke::testing::WanProxy> wan_;
+  std::unique_ptr<spoke::testing::TempDir> work_;
+  std::string mnt_, socket_, keeper_socket_;
+  pid_t agent_pid_ = -1;
+  pid_t keeper_pid_ = -1;
+  std::vector<std::string> files_;
+  std::vector<std::string> want_;
+};
+
+// What the workload saw.
+struct Outcome {
+  std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> wrong_bytes{0};
+  std::atomic<uint64_t> bytes_read{0};
+  std::atomic<uint64_t> files_read{0};
+  std::atomic<uint64_t> records_acked{0};
+  Stall read_stall, write_stall;
+  std::mutex mu;
+  std::vector<std::string> first_errors;  // guarded by mu
+  void Error(const std::string& what) {
+    errors++;
+    std::lock_guard<std::mutex> l(mu);
+    if (first_errors.size() < 8) first_errors.push_back(what);
+  }
+};
+
+TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
+  ASSERT_GT(StartAgent(), 0);
+  HubAddress wan = wan_->address();
+  std::string url = "'nfs://127.0.0.1" + wan.share + "?nfsport=" + std::to_string(wan.nfs_port) +
+                    "&mountport=" + std::to_string(wan.mount_port) + "'";
+  auto [rc, out] = Spokectl("mount " + url + " " + mnt_ + " --mode scratch");
+  ASSERT_EQ(rc, 0) << out << Diagnostics();
+
+  const int readers = std::max(1, EnvInt("SPOKE_RESTART_TEST_READERS", 8));
+  const int kill_seconds = std::max(3, EnvInt("SPOKE_RESTART_TEST_SECONDS", 30));
+  Outcome o;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+
+  // Readers: whole files through fresh opens, and one long-lived fd per reader re-read at
+  // random offsets (its fh and node id must survive every restart).
+  for (int r = 0; r < readers; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937_64 rng(100 + r);
+      const size_t big = static_cast<size_t>(r) % files_.size();
+      int long_fd = ::open((mnt_ + "/" + files_[big]).c_str(), O_RDONLY | O_CLOEXEC);
+      if (long_fd < 0) o.Error("open " + files_[big] + ": " + std::strerror(errno));
+      std::vector<char> buf(256 << 10);
+      while (!stop.load()) {
+        size_t i = rng() % files_.size();
+        const std::string& want = want_[i];
+        auto t0 = Clock::now();
+        int fd = ::open((mnt_ + "/" + files_[i]).c_str(), O_RDONLY | O_CLOEXEC);
+        o.read_stall.Record(t0);
+        if (fd < 0) {
+          o.Error("open " + files_[i] + ": " + std::strerror(errno));
+          continue;
+        }
+        size_t off = 0;
+        while (true) {
+          t0 = Clock::now();
+          ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off));
+          o.read_stall.Record(t0);
+          if (n < 0) {
+            o.Error("read " + files_[i] + ": " + std::strerror(errno));
+            break;
+          }
+          if (n == 0) break;
+          for (ssize_t k = 0; k < n; ++k) {
+            if (off + k >= want.size() || buf[k] != want[off + k]) o.wrong_bytes++;
+          }
+          off += static_cast<size_t>(n);
+          o.bytes_read += static_cast<uint64_t>(n);
+        }
+        if (off != want.size() && off != 0) o.Error(files_[i] + ": short file");
+        ::close(fd);
+        o.files_read++;
+        if (long_fd >= 0) {
+          const std::string& lw = want_[big];
+          size_t at = rng() % lw.size();
+          t0 = Clock::now();
+          ssize_t n = ::pread(long_fd, buf.data(), 4096, static_cast<off_t>(at));
+          o.read_stall.Record(t0);
+          if (n < 0) {
+            o.Error("read (long-lived fd) " + files_[big] + ": " + std::strerror(errno));
+          } else {
+            size_t expect = std::min<size_t>(4096, lw.size() - at);
+            if (static_cast<size_t>(n) != expect) o.Error("short read on the long-lived fd");
+            for (ssize_t k = 0; k < n; ++k) {
+              if (buf[k] != lw[at + k]) o.wrong_bytes++;
+            }
+          }
+        }
+      }
+      if (long_fd >= 0) ::close(long_fd);
+    });
+  }
+  // Writer: checksummed records appended through one fd; a record counts once write()
+  // returned its full size (the agent acknowledges only what the hub has).
+  threads.emplace_back([&] {
+    int fd = ::open((mnt_ + "/journal.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      o.Error(std::string("create journal.log: ") + std::strerror(errno));
+      return;
+    }
+    for (uint64_t seq = 0; !stop.load(); ++seq) {
+      std::string rec = MakeRecord(seq);
+      auto t0 = Clock::now();
+      ssize_t n = ::write(fd, rec.data(), rec.size());
+      o.write_stall.Record(t0);
+      if (n != static_cast<ssize_t>(rec.size())) {
+        o.Error("write record " + std::to_string(seq) + ": " +
+                (n < 0 ? std::strerror(errno) : "short write"));
+        break;  // the journal's order is lost; later records would not prove anything
+      }
+      o.records_acked++;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::close(fd);
+  });
+
+  // SIGKILL every 3 s, a new agent right after each.
+  int kills = 0;
+  double max_start = 0;
+  auto end = Clock::now() + std::chrono::seconds(kill_seconds);
+  while (Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    Stop(agent_pid_, SIGKILL);
+    ++kills;
+    max_start = std::max(max_start, StartAgent());
+  }
+  // Upgrade: SIGTERM (hand-over, exit 0), then a new agent, twice.
+  int upgrades = 0;
+  for (int i = 0; i < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    int status = Stop(agent_pid_, SIGTERM);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Diagnostics();
+    ++upgrades;
+    max_start = std::max(max_start, StartAgent());
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  stop = true;
+  for (auto& t : threads) t.join();
+
+  // Every acknowledged record is on the hub, intact and in order.
+  std::string journal = ReadAll(hub_->export_dir() + "/journal.log");
+  uint64_t intact = 0;
+  for (size_t off = 0; off + kRecord <= journal.size(); off += kRecord) {
+    if (journal.compare(off, kRecord, MakeRecord(intact)) != 0) break;
+    ++intact;
+  }
+  uint64_t acked = o.records_acked.load();
+  uint64_t lost = acked > intact ? acked - intact : 0;
+
+  std::cout << "[ restarts ] " << kills << " x SIGKILL (every 3 s), " << upgrades
+            << " x SIGTERM + new agent; " << readers << " readers, 1 writer\n"
+            << "[ restarts ] read: " << o.files_read.load() << " files, "
+            << o.bytes_read.load() / (1 << 20) << " MiB; errors " << o.errors.load()
+            << ", wrong bytes " << o.wrong_bytes.load() << "; writer: " << acked
+            << " records acknowledged, " << intact << " on the hub in order, lost " << lost
+            << "\n[ restarts ] longest stall: read "
+            << o.read_stall.max_us.load() / 1000.0 << " ms, write "
+            << o.write_stall.max_us.load() / 1000.0 << " ms; slowest agent start (to API) "
+            << max_start << " s" << std::endl;
+  {
+    std::lock_guard<std::mutex> l(o.mu);
+    for (const auto& e : o.first_errors) std::cout << "[ error    ] " << e << "\n";
+  }
+  EXPECT_EQ(o.errors.load(), 0u) << Diagnostics();
+  EXPECT_EQ(o.wrong_bytes.load(), 0u);
+  EXPECT_EQ(lost, 0u);
+  EXPECT_GT(o.files_read.load(), 0u);
+  EXPECT_GT(acked, 0u);
+  // Nothing was re-created: every restart took the same connection over.
+  auto log = ReadAll(work_->path() + "/agent.log");
+  size_t adopted = 0;
+  for (size_t p = 0; (p = log.find("mount taken over from the previous agent", p)) !=
+                     std::string::npos;
+       ++p) {
+    ++adopted;
+  }
+  EXPECT_EQ(adopted, static_cast<size_t>(kills + upgrades)) << Diagnostics();
+}
+
+}  // namespace
+}  // namespace spoke
