@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cache-agent/agent/mount_manager.h"
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/remote/libnfs_remote.h"
 #include "common/config.h"
