@@ -2,8 +2,10 @@
 // BlockCache (the real one, in a temp dir) -> VolumeFs -> a real FUSE mount read with
 // plain POSIX calls.
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -407,6 +410,21 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   ASSERT_TRUE(back);
   EXPECT_TRUE(*back == data);
 
+  // Overwrite with shorter content (`echo abc > f`, a smaller checkpoint over a bigger one):
+  // the kernel sends open(O_TRUNC) with no SETATTR; no old byte may survive, here or on the hub.
+  fd = ::open((mnt.path() + "/out/ckpt.bin").c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  EXPECT_EQ(fs::file_size(hub_dir + "/out/ckpt.bin"), 0u) << "truncated when open returned";
+  ASSERT_EQ(::write(fd, "abc\n", 4), 4);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(Slurp(hub_dir + "/out/ckpt.bin"), "abc\n");
+  back = ReadThrough(mnt.path() + "/out/ckpt.bin");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, "abc\n");
+  struct stat short_st;
+  ASSERT_EQ(::stat((mnt.path() + "/out/ckpt.bin").c_str(), &short_st), 0);
+  EXPECT_EQ(short_st.st_size, 4);
+
   ASSERT_EQ(
       ::rename((mnt.path() + "/out/ckpt.bin").c_str(), (mnt.path() + "/out/final.bin").c_str()), 0);
   EXPECT_FALSE(fs::exists(hub_dir + "/out/ckpt.bin"));
@@ -419,6 +437,55 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   EXPECT_FALSE(fs::exists(hub_dir + "/out"));
   ASSERT_TRUE(vol->Unmount());
   EXPECT_FALSE(Mounted(mnt.path()));
+}
+
+// Runs `body` in a child process as uid/gid `id` (no supplementary groups); its exit code.
+int RunAs(uint32_t id, const std::function<int()>& body) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) ::_exit(90);
+    ::_exit(body());
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
+  testing::TempDir mnt("spoke-mnt");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.cache.consistency = Consistency::kStrict;
+  auto vol = MountAt("vol-owner", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  std::string hub_dir = hub_->export_dir() + "/scratch";
+  std::string file = mnt.path() + "/owned.lock";
+  int rc = RunAs(1000, [&] {
+    int fd = ::open(file.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd < 0) return 1;
+    if (::write(fd, "pid\n", 4) != 4 || ::close(fd) != 0) return 2;
+    // The second exclusive create of the same name must fail: the hub has it.
+    int again = ::open(file.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (again >= 0 || errno != EEXIST) return 3;
+    // O_APPEND lands at the end, as the creator.
+    int fa = ::open(file.c_str(), O_WRONLY | O_APPEND);
+    if (fa < 0 || ::write(fa, "more\n", 5) != 5 || ::close(fa) != 0) return 4;
+    return 0;
+  });
+  ASSERT_EQ(rc, 0) << "step that failed in the uid-1000 child";
+  struct stat st;
+  ASSERT_EQ(::stat((hub_dir + "/owned.lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u) << "created on the hub as the caller";
+  EXPECT_EQ(st.st_gid, 1000u);
+  EXPECT_EQ(Slurp(hub_dir + "/owned.lock"), "pid\nmore\n");
+  // A name created on the hub behind the mount's back (another node): O_EXCL still fails.
+  WriteFile(hub_dir + "/other-node.lock", "x");
+  int fd = ::open((mnt.path() + "/other-node.lock").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  EXPECT_LT(fd, 0);
+  EXPECT_EQ(errno, EEXIST);
+  if (fd >= 0) ::close(fd);
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  ASSERT_EQ(::unlink((mnt.path() + "/other-node.lock").c_str()), 0);
+  ASSERT_TRUE(vol->Unmount());
 }
 
 TEST_F(FuseMount, UnreachableHubFailsTheMountWithinTheTimeout) {
