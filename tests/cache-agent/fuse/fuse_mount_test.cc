@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -485,6 +486,62 @@ TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
   if (fd >= 0) ::close(fd);
   ASSERT_EQ(::unlink(file.c_str()), 0);
   ASSERT_EQ(::unlink((mnt.path() + "/other-node.lock").c_str()), 0);
+  ASSERT_TRUE(vol->Unmount());
+}
+
+TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
+  testing::TempDir mnt("spoke-mnt");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.cache.consistency = Consistency::kStrict;
+  ctx.identity.allow_root = true;  // chown to another owner needs root on the hub
+  auto vol = MountAt("vol-posix", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  std::string m = mnt.path() + "/px", h = hub_->export_dir() + "/scratch/px";
+  ASSERT_EQ(::mkdir(m.c_str(), 0777), 0) << strerror(errno);
+  WriteFile(h + "/f", "file");
+  ASSERT_EQ(::symlink("f", (m + "/s").c_str()), 0) << strerror(errno);
+  char buf[64] = {};
+  ASSERT_EQ(::readlink((m + "/s").c_str(), buf, sizeof buf), 1);
+  EXPECT_EQ(std::string(buf), "f");
+  EXPECT_TRUE(fs::is_symlink(h + "/s"));
+  EXPECT_EQ(Slurp(m + "/s"), "file");  // followed through the mount
+  ASSERT_EQ(::link((m + "/f").c_str(), (m + "/hard").c_str()), 0) << strerror(errno);
+  struct stat a, b;
+  ASSERT_EQ(::stat((h + "/f").c_str(), &a), 0);
+  ASSERT_EQ(::stat((h + "/hard").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_EQ(a.st_nlink, 2u);
+  ASSERT_EQ(::mkfifo((m + "/fifo").c_str(), 0640), 0) << strerror(errno);
+  ASSERT_EQ(::lstat((h + "/fifo").c_str(), &a), 0);
+  EXPECT_TRUE(S_ISFIFO(a.st_mode));
+  ASSERT_EQ(::chmod((m + "/f").c_str(), 0604), 0);
+  ASSERT_EQ(::chown((m + "/f").c_str(), 1234, 4321), 0) << strerror(errno);
+  timespec times[2] = {{1000000, 0}, {0, UTIME_OMIT}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (m + "/f").c_str(), times, 0), 0);
+  ASSERT_EQ(::stat((h + "/f").c_str(), &a), 0);
+  EXPECT_EQ(a.st_mode & 07777, 0604u);
+  EXPECT_EQ(a.st_uid, 1234u);
+  EXPECT_EQ(a.st_gid, 4321u);
+  EXPECT_EQ(a.st_atim.tv_sec, 1000000);
+  EXPECT_GT(a.st_mtim.tv_sec, 1000000) << "UTIME_OMIT left mtime alone";
+  timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (m + "/f").c_str(), now, 0), 0);
+  ASSERT_EQ(::stat((h + "/f").c_str(), &a), 0);
+  EXPECT_GT(a.st_atim.tv_sec, 1000000);
+  // Rename over an existing file; rmdir of a non-empty directory.
+  WriteFile(m + "/new", "new");
+  ASSERT_EQ(::rename((m + "/new").c_str(), (m + "/hard").c_str()), 0) << strerror(errno);
+  EXPECT_EQ(Slurp(h + "/hard"), "new");
+  EXPECT_EQ(Slurp(m + "/hard"), "new");
+  EXPECT_EQ(::rmdir(m.c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  struct statvfs sv;
+  ASSERT_EQ(::statvfs(mnt.path().c_str(), &sv), 0);
+  EXPECT_GT(sv.f_blocks, 0u);
+  for (const char* n : {"/s", "/f", "/hard", "/fifo"}) {
+    EXPECT_EQ(::unlink((m + n).c_str()), 0) << n << ": " << strerror(errno);
+  }
+  EXPECT_EQ(::rmdir(m.c_str()), 0) << strerror(errno);
   ASSERT_TRUE(vol->Unmount());
 }
 
