@@ -418,10 +418,13 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   EXPECT_EQ(fs::file_size(hub_dir + "/out/ckpt.bin"), 0u) << "truncated when open returned";
   ASSERT_EQ(::write(fd, "abc\n", 4), 4);
   ASSERT_EQ(::close(fd), 0);
-  EXPECT_EQ(Slurp(hub_dir + "/out/ckpt.bin"), "abc\n");
+  // Sizes first, then bytes: a failure must not print megabytes of old content.
+  EXPECT_EQ(fs::file_size(hub_dir + "/out/ckpt.bin"), 4u);
+  EXPECT_TRUE(Slurp(hub_dir + "/out/ckpt.bin") == "abc\n");
   back = ReadThrough(mnt.path() + "/out/ckpt.bin");
   ASSERT_TRUE(back);
-  EXPECT_EQ(*back, "abc\n");
+  EXPECT_EQ(back->size(), 4u);
+  EXPECT_TRUE(*back == "abc\n");
   struct stat short_st;
   ASSERT_EQ(::stat((mnt.path() + "/out/ckpt.bin").c_str(), &short_st), 0);
   EXPECT_EQ(short_st.st_size, 4);
