@@ -173,7 +173,7 @@ Result<std::shared_ptr<VolumeFs::Handle>> VolumeFs::MakeHandle(uint64_t ino, boo
   return h;
 }
 
-Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags) {
+Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credentials& who) {
   if (ino == kHintIno) return OpenHints();
   bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
   if (write) {
@@ -182,9 +182,25 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags) {
   auto made = MakeHandle(ino, write);
   if (!made) return std::unexpected(made.error());
   std::shared_ptr<Handle> h = std::move(*made);
+  // libfuse negotiates FUSE_CAP_ATOMIC_O_TRUNC: the kernel sends no SETATTR for O_TRUNC and
+  // relies on open to truncate, so it must happen on the hub before open returns.
+  bool truncated = (flags & O_TRUNC) != 0;
+  if (truncated) {
+    SetAttrRequest to_zero;
+    to_zero.size = 0;
+    auto after = remote_.SetAttrAs(who, h->file.path, to_zero);
+    if (!after) return std::unexpected(after.error().Wrap("truncate on open"));
+    DropBlocks(after->file_id);
+    MarkChanged(ino, 0);
+    metadata_.SetAttr(ino, *after);
+    h->file = FileRef{h->file.path, after->file_id, after->ContentVersion(), after->size};
+  }
+  h->append = (flags & O_APPEND) != 0;
+  h->who = who;
   OpenFile out;
   out.handle = NewHandle(h);
-  out.keep_cache = config_.consistency == Consistency::kImmutable;
+  // The kernel's pages of the old content must go: keep_cache=false makes it drop them.
+  out.keep_cache = config_.consistency == Consistency::kImmutable && !truncated;
   out.direct_io = config_.consistency == Consistency::kStrict;
   if (prefetch_ != nullptr) {
     prefetch_->OnOpen(OpenEvent{out.handle, h->file.path, h->file.file_id, h->file.version,
@@ -298,13 +314,25 @@ Result<FsStat> VolumeFs::StatFs() {
 
 Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t parent,
                                                                   const std::string& name,
-                                                                  uint32_t mode, int flags) {
+                                                                  uint32_t mode, int flags,
+                                                                  const Credentials& who) {
   if (IsHintName(parent, name)) return std::make_pair(InodeAttr{kHintIno, HintAttr()}, OpenHints());
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
-  auto attr = remote_.Create(*path, mode);
+  // O_EXCL must hold across nodes (lock files): the hub decides, with a guarded CREATE.
+  auto how = (flags & O_EXCL) ? CreateMode::kExclusive : CreateMode::kUnchecked;
+  auto attr = remote_.CreateAs(who, *path, mode, how);
   if (!attr) return std::unexpected(attr.error());
+  if ((flags & O_TRUNC) && attr->size > 0) {
+    // The name existed on the hub (another node created it since our lookup): O_TRUNC
+    // still applies to it.
+    SetAttrRequest to_zero;
+    to_zero.size = 0;
+    attr = remote_.SetAttrAs(who, *path, to_zero);
+    if (!attr) return std::unexpected(attr.error().Wrap("truncate on create"));
+    DropBlocks(attr->file_id);
+  }
   InodeAttr ia = metadata_.Added(parent, name, *attr);
   metadata_.Invalidate(parent);
   auto h = std::make_shared<Handle>();
@@ -312,6 +340,8 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
   h->file =
       FileRef{*path, attr->file_id, kDirtyVersionBit | dirty_versions_.fetch_add(1), attr->size};
   h->writable = true;
+  h->append = (flags & O_APPEND) != 0;
+  h->who = who;
   OpenFile out;
   out.handle = NewHandle(h);
   out.direct_io = config_.consistency == Consistency::kStrict;
@@ -337,58 +367,71 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
     path = h->file.path;
     file_id = h->file.file_id;
   }
-  auto n = remote_.Write(path, offset, data, size);
-  if (!n) return std::unexpected(n.error());
+  size_t n = 0;
+  uint64_t end = 0;
+  if (h->append) {
+    // The kernel's offset is its own idea of the end; another node may have appended since.
+    auto after = remote_.AppendAs(h->who, path, data, size);
+    if (!after) return std::unexpected(after.error());
+    n = size;
+    end = *after;
+  } else {
+    auto w = remote_.WriteAs(h->who, path, offset, data, size);
+    if (!w) return std::unexpected(w.error());
+    n = *w;
+    end = offset + n;
+  }
   bool first_write;
   uint64_t new_size;
   {
     std::lock_guard<std::mutex> lock(mu_);
     first_write = !h->written;
     h->written = true;
-    new_size = std::max<uint64_t>(h->file.size, offset + *n);
+    new_size = h->append ? end : std::max<uint64_t>(h->file.size, end);
   }
   if (first_write) DropBlocks(file_id);
   MarkChanged(h->ino, new_size);
-  return *n;
+  return n;
 }
 
-Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint32_t mode) {
+Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
+                                  const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
-  auto attr = remote_.Mkdir(*path, mode);
+  auto attr = remote_.MkdirAs(who, *path, mode);
   if (!attr) return std::unexpected(attr.error());
   metadata_.Invalidate(parent);
   return metadata_.Added(parent, name, *attr);
 }
 
-Status VolumeFs::Unlink(uint64_t parent, const std::string& name) {
+Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kPermissionDenied, "the hint file stays");
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
   auto child = metadata_.Lookup(parent, name);
-  auto st = remote_.Unlink(*path);
+  auto st = remote_.UnlinkAs(who, *path);
   if (!st) return st;
   metadata_.Removed(parent, name);
   if (child) DropBlocks(child->attr.file_id);
   return Ok();
 }
 
-Status VolumeFs::Rmdir(uint64_t parent, const std::string& name) {
+Status VolumeFs::Rmdir(uint64_t parent, const std::string& name, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kPermissionDenied, "the hint file stays");
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
-  auto st = remote_.Rmdir(*path);
+  auto st = remote_.RmdirAs(who, *path);
   if (!st) return st;
   metadata_.Removed(parent, name);
   return Ok();
 }
 
 Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
-                        const std::string& new_name, unsigned flags) {
+                        const std::string& new_name, unsigned flags, const Credentials& who) {
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   if (flags != 0) return Fail(Code::kInvalidArgument, "rename flags are not supported");
   if (IsHintName(parent, name) || IsHintName(new_parent, new_name))
@@ -398,7 +441,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   auto to = ChildPath(new_parent, new_name);
   if (!to) return std::unexpected(to.error());
   auto replaced = metadata_.Lookup(new_parent, new_name);
-  auto st = remote_.Rename(*from, *to);
+  auto st = remote_.RenameAs(who, *from, *to);
   if (!st) return st;
   metadata_.Renamed(parent, name, new_parent, new_name);
   if (replaced) DropBlocks(replaced->attr.file_id);
@@ -413,12 +456,13 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   return Ok();
 }
 
-Result<FileAttr> VolumeFs::SetAttr(uint64_t ino, const SetAttrRequest& request) {
+Result<FileAttr> VolumeFs::SetAttr(uint64_t ino, const SetAttrRequest& request,
+                                   const Credentials& who) {
   if (ino == kHintIno) return HintAttr();  // truncate (> redirection), touch: nothing to do
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = metadata_.PathOf(ino);
   if (!path) return std::unexpected(path.error());
-  auto attr = remote_.SetAttr(*path, request);
+  auto attr = remote_.SetAttrAs(who, *path, request);
   if (!attr) return std::unexpected(attr.error());
   if (request.size) {
     DropBlocks(attr->file_id);
@@ -438,6 +482,53 @@ Status VolumeFs::Fsync(uint64_t handle) {
     path = h->file.path;
   }
   return remote_.Fsync(path);
+}
+
+Result<InodeAttr> VolumeFs::Symlink(uint64_t parent, const std::string& name,
+                                    const std::string& target, const Credentials& who) {
+  if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto path = ChildPath(parent, name);
+  if (!path) return std::unexpected(path.error());
+  auto attr = remote_.SymlinkAs(who, target, *path);
+  if (!attr) return std::unexpected(attr.error());
+  metadata_.Invalidate(parent);
+  return metadata_.Added(parent, name, *attr);
+}
+
+Result<std::string> VolumeFs::ReadLink(uint64_t ino) {
+  if (ino == kHintIno) return Fail(Code::kInvalidArgument, "not a symbolic link");
+  auto path = metadata_.PathOf(ino);
+  if (!path) return std::unexpected(path.error());
+  return remote_.ReadLink(*path);
+}
+
+Result<InodeAttr> VolumeFs::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
+                                 const Credentials& who) {
+  if (ino == kHintIno || IsHintName(new_parent, new_name))
+    return Fail(Code::kPermissionDenied, "the hint file cannot be linked");
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto existing = metadata_.PathOf(ino);
+  if (!existing) return std::unexpected(existing.error());
+  auto path = ChildPath(new_parent, new_name);
+  if (!path) return std::unexpected(path.error());
+  auto attr = remote_.LinkAs(who, *existing, *path);
+  if (!attr) return std::unexpected(attr.error());
+  metadata_.Invalidate(new_parent);
+  metadata_.Invalidate(ino);  // nlink and ctime changed
+  return metadata_.Added(new_parent, new_name, *attr);
+}
+
+Result<InodeAttr> VolumeFs::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
+                                  uint64_t rdev, const Credentials& who) {
+  if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
+  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  auto path = ChildPath(parent, name);
+  if (!path) return std::unexpected(path.error());
+  auto attr = remote_.MknodAs(who, *path, mode, rdev);
+  if (!attr) return std::unexpected(attr.error());
+  metadata_.Invalidate(parent);
+  return metadata_.Added(parent, name, *attr);
 }
 
 }  // namespace spoke::agent

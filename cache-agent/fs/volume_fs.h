@@ -73,27 +73,69 @@ class VolumeFs {
   Result<FileAttr> GetAttr(uint64_t ino);
   Result<std::vector<NamedInode>> ReadDir(uint64_t ino);
   // kInvalidArgument for a directory; kReadOnly for write access on a read-only volume.
-  Result<OpenFile> Open(uint64_t ino, int flags);
+  // O_TRUNC empties the file on the hub before returning (the kernel sends no SETATTR);
+  // O_APPEND makes the handle's writes land at the hub's current size. `who` is the caller:
+  // the handle's hub changes (truncate, writes) are made as `who`. Without `who`, as the
+  // agent (root, which the hub sees as hubUid/hubGid unless the volume allows root).
+  Result<OpenFile> Open(uint64_t ino, int flags, const Credentials& who);
+  Result<OpenFile> Open(uint64_t ino, int flags) { return Open(ino, flags, Credentials{}); }
   // Reads up to `size` bytes at `offset` into `out`; short only at end of file.
   Result<size_t> Read(uint64_t handle, uint64_t offset, size_t size, char* out);
   Status Release(uint64_t handle);
   Result<FsStat> StatFs();
 
+  // O_EXCL: an exclusive create on the hub (kAlreadyExists when the name exists there, also
+  // when another node created it); O_TRUNC empties a file that exists on the hub.
   Result<std::pair<InodeAttr, OpenFile>> Create(uint64_t parent, const std::string& name,
-                                                uint32_t mode, int flags);
+                                                uint32_t mode, int flags, const Credentials& who);
+  Result<std::pair<InodeAttr, OpenFile>> Create(uint64_t parent, const std::string& name,
+                                                uint32_t mode, int flags) {
+    return Create(parent, name, mode, flags, Credentials{});
+  }
   Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size);
-  Result<InodeAttr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode);
-  Status Unlink(uint64_t parent, const std::string& name);
-  Status Rmdir(uint64_t parent, const std::string& name);
-  // flags (RENAME_NOREPLACE/EXCHANGE) are not supported: kInvalidArgument.
+  // Namespace and attribute changes, made on the hub as `who` (the overloads without it: as
+  // the agent, see Open). Rmdir of a non-empty directory: kNotEmpty.
+  Result<InodeAttr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
+                          const Credentials& who);
+  Status Unlink(uint64_t parent, const std::string& name, const Credentials& who);
+  Status Rmdir(uint64_t parent, const std::string& name, const Credentials& who);
+  // Replaces an existing file or empty directory atomically on the hub. flags
+  // (RENAME_NOREPLACE/EXCHANGE) are not supported: kInvalidArgument.
   Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
-                const std::string& new_name, unsigned flags);
-  Result<FileAttr> SetAttr(uint64_t ino, const SetAttrRequest& request);
+                const std::string& new_name, unsigned flags, const Credentials& who);
+  // Times with tv_nsec UTIME_NOW take the hub's clock; UTIME_OMIT leaves them.
+  Result<FileAttr> SetAttr(uint64_t ino, const SetAttrRequest& request, const Credentials& who);
+  Result<InodeAttr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode) {
+    return Mkdir(parent, name, mode, Credentials{});
+  }
+  Status Unlink(uint64_t parent, const std::string& name) {
+    return Unlink(parent, name, Credentials{});
+  }
+  Status Rmdir(uint64_t parent, const std::string& name) {
+    return Rmdir(parent, name, Credentials{});
+  }
+  Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                const std::string& new_name, unsigned flags) {
+    return Rename(parent, name, new_parent, new_name, flags, Credentials{});
+  }
+  Result<FileAttr> SetAttr(uint64_t ino, const SetAttrRequest& request) {
+    return SetAttr(ino, request, Credentials{});
+  }
   Status Fsync(uint64_t handle);
   // Handles (fh) outlive the agent process in the kernel: each encodes what reopens it (bit 0:
   // writable, bit 1: the hint file; ids start at the wall clock so no process reuses one).
   // A handle unknown here is an earlier agent's: reopened for `ino` under the same id.
   Status EnsureHandle(uint64_t handle, uint64_t ino);
+  // symlink(target, parent/name): `target` is stored verbatim on the hub.
+  Result<InodeAttr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
+                            const Credentials& who);
+  Result<std::string> ReadLink(uint64_t ino);
+  // A new name for the file `ino` (NFSv3 LINK).
+  Result<InodeAttr> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
+                         const Credentials& who);
+  // mknod/mkfifo: `mode` carries the type (FIFO, socket, char/block device).
+  Result<InodeAttr> Mknod(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+                          const Credentials& who);
 
   const Config& config() const { return config_; }
   size_t open_handles() const;
@@ -104,8 +146,10 @@ class VolumeFs {
     FileRef file;
     bool writable = false;
     bool written = false;
-    bool hints = false;  // the hint control file
-    std::mutex mu;       // guards last_block / last_index
+    bool hints = false;   // the hint control file
+    bool append = false;  // O_APPEND: writes go to the hub's current end of file
+    Credentials who;      // the opener: the handle's writes reach the hub as this caller
+    std::mutex mu;        // guards last_block / last_index
     BlockData last_block;
     uint64_t last_index = UINT64_MAX;
   };

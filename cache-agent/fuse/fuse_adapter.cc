@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -141,11 +142,18 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   fuse_reply_attr(req, &st, self->entry_timeout());
 }
 
-timespec Now() {
-  timespec t{};
-  clock_gettime(CLOCK_REALTIME, &t);
-  return t;
+// The process behind a request, as the hub should see it (AUTH_SYS). Supplementary groups
+// come from /proc (fuse_req_getgroups), so only requests that change something ask for them.
+Credentials Caller(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Credentials who{ctx->uid, ctx->gid, {}};
+  gid_t groups[32];
+  int n = fuse_req_getgroups(req, 32, groups);
+  if (n > 0) who.groups.assign(groups, groups + std::min(n, 32));
+  return who;
 }
+
+bool Modifies(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
   auto* self = Self(req);
@@ -156,12 +164,13 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   if (to_set & FUSE_SET_ATTR_SIZE) s.size = static_cast<uint64_t>(attr->st_size);
   if (to_set & FUSE_SET_ATTR_ATIME) s.atime = attr->st_atim;
   if (to_set & FUSE_SET_ATTR_MTIME) s.mtime = attr->st_mtim;
-  if (to_set & FUSE_SET_ATTR_ATIME_NOW) s.atime = Now();
-  if (to_set & FUSE_SET_ATTR_MTIME_NOW) s.mtime = Now();
+  // The hub's clock, not ours (SET_TO_SERVER_TIME), as for a kernel NFS client.
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) s.atime = timespec{0, UTIME_NOW};
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) s.mtime = timespec{0, UTIME_NOW};
   if (!s.mode && !s.uid && !s.gid && !s.size && !s.atime && !s.mtime) {
     return OpGetattr(req, ino, nullptr);  // e.g. ctime only
   }
-  auto r = self->fs().SetAttr(ino, s);
+  auto r = self->fs().SetAttr(ino, s, Caller(req));
   if (!r) return ReplyError(req, "setattr", r.error());
   auto st = ToStat(ino, *r);
   fuse_reply_attr(req, &st, self->entry_timeout());
@@ -226,7 +235,9 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto r = Self(req)->fs().Open(ino, fi->flags);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Credentials who = Modifies(fi->flags) ? Caller(req) : Credentials{ctx->uid, ctx->gid, {}};
+  auto r = Self(req)->fs().Open(ino, fi->flags, who);
   if (!r) return ReplyError(req, "open", r.error());
   fi->fh = r->handle;
   fi->keep_cache = r->keep_cache;
@@ -272,7 +283,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   auto* self = Self(req);
-  auto r = self->fs().Create(parent, name, mode, fi->flags);
+  auto r = self->fs().Create(parent, name, mode, fi->flags, Caller(req));
   if (!r) return ReplyError(req, "create", r.error());
   auto e = Entry(self, r->first.ino, r->first.attr);
   fi->fh = r->second.handle;
@@ -282,26 +293,56 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   auto* self = Self(req);
-  auto r = self->fs().Mkdir(parent, name, mode);
+  auto r = self->fs().Mkdir(parent, name, mode, Caller(req));
   if (!r) return ReplyError(req, "mkdir", r.error());
   auto e = Entry(self, r->ino, r->attr);
   fuse_reply_entry(req, &e);
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  auto r = Self(req)->fs().Unlink(parent, name);
+  auto r = Self(req)->fs().Unlink(parent, name, Caller(req));
   ReplyStatus(req, "unlink", r);
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  auto r = Self(req)->fs().Rmdir(parent, name);
+  auto r = Self(req)->fs().Rmdir(parent, name, Caller(req));
   ReplyStatus(req, "rmdir", r);
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned flags) {
-  auto r = Self(req)->fs().Rename(parent, name, newparent, newname, flags);
+  auto r = Self(req)->fs().Rename(parent, name, newparent, newname, flags, Caller(req));
   ReplyStatus(req, "rename", r);
+}
+
+void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
+  auto* self = Self(req);
+  auto r = self->fs().Symlink(parent, name, target, Caller(req));
+  if (!r) return ReplyError(req, "symlink", r.error());
+  auto e = Entry(self, r->ino, r->attr);
+  fuse_reply_entry(req, &e);
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  auto r = Self(req)->fs().ReadLink(ino);
+  if (!r) return ReplyError(req, "readlink", r.error());
+  fuse_reply_readlink(req, r->c_str());
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  auto* self = Self(req);
+  auto r = self->fs().Link(ino, newparent, newname, Caller(req));
+  if (!r) return ReplyError(req, "link", r.error());
+  auto e = Entry(self, r->ino, r->attr);
+  fuse_reply_entry(req, &e);
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  auto* self = Self(req);
+  auto r = self->fs().Mknod(parent, name, mode, rdev, Caller(req));
+  if (!r) return ReplyError(req, "mknod", r.error());
+  auto e = Entry(self, r->ino, r->attr);
+  fuse_reply_entry(req, &e);
 }
 
 void OpStatfs(fuse_req_t req, fuse_ino_t) {
@@ -355,6 +396,10 @@ const fuse_lowlevel_ops& Ops() {
     o.rmdir = OpRmdir;
     o.rename = OpRename;
     o.statfs = OpStatfs;
+    o.symlink = OpSymlink;
+    o.readlink = OpReadlink;
+    o.link = OpLink;
+    o.mknod = OpMknod;
     return o;
   }();
   return ops;

@@ -191,6 +191,84 @@ class FakeRemoteFs : public RemoteFs {
     Touch(it->second);
     return it->second.attr;
   }
+  // The caller's calls: the same changes, with the caller recorded (last_who) and O_EXCL
+  // and O_APPEND carried out as the hub would.
+  Result<FileAttr> CreateAs(const Credentials& who, const std::string& path, uint32_t mode,
+                            CreateMode how) override {
+    Remember(who);
+    if (how == CreateMode::kExclusive && Exists(path)) return Fail(Code::kAlreadyExists, path);
+    return Create(path, mode);
+  }
+  Result<size_t> WriteAs(const Credentials& who, const std::string& path, uint64_t offset,
+                         const char* data, size_t length) override {
+    Remember(who);
+    return Write(path, offset, data, length);
+  }
+  Result<uint64_t> AppendAs(const Credentials& who, const std::string& path, const char* data,
+                            size_t length) override {
+    Remember(who);
+    uint64_t at = Data(path).size();
+    auto n = Write(path, at, data, length);
+    if (!n) return std::unexpected(n.error());
+    return at + *n;
+  }
+  Result<FileAttr> SetAttrAs(const Credentials& who, const std::string& path,
+                             const SetAttrRequest& r) override {
+    Remember(who);
+    return SetAttr(path, r);
+  }
+  Result<FileAttr> MkdirAs(const Credentials& who, const std::string& path,
+                           uint32_t mode) override {
+    Remember(who);
+    return Mkdir(path, mode);
+  }
+  Status UnlinkAs(const Credentials& who, const std::string& path) override {
+    Remember(who);
+    return Unlink(path);
+  }
+  Status RmdirAs(const Credentials& who, const std::string& path) override {
+    Remember(who);
+    return Rmdir(path);
+  }
+  Status RenameAs(const Credentials& who, const std::string& from, const std::string& to) override {
+    Remember(who);
+    return Rename(from, to);
+  }
+  Result<FileAttr> SymlinkAs(const Credentials& who, const std::string& target,
+                             const std::string& path) override {
+    Remember(who);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (nodes_.contains(path)) return Fail(Code::kAlreadyExists, path);
+    Node& n = nodes_[path];
+    n.attr.file_id = next_id_++;
+    n.attr.mode = S_IFLNK | 0777;
+    n.data = target;
+    Touch(n);
+    return n.attr;
+  }
+  Result<std::string> ReadLink(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(path);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, path);
+    if ((it->second.attr.mode & S_IFMT) != S_IFLNK)
+      return Fail(Code::kInvalidArgument, "not a symbolic link");
+    return it->second.data;
+  }
+  Result<FileAttr> MknodAs(const Credentials& who, const std::string& path, uint32_t mode,
+                           uint64_t) override {
+    Remember(who);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (nodes_.contains(path)) return Fail(Code::kAlreadyExists, path);
+    Node& n = nodes_[path];
+    n.attr.file_id = next_id_++;
+    n.attr.mode = mode;
+    Touch(n);
+    return n.attr;
+  }
+  Credentials last_who() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_who_;
+  }
   Status Fsync(const std::string&) override { return Ok(); }
   Result<FsStat> StatFs() override {
     if (down_) return Down("FSSTAT");
@@ -224,6 +302,10 @@ class FakeRemoteFs : public RemoteFs {
       Touch(n);
     }
   }
+  void Remember(const Credentials& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_who_ = who;
+  }
   void Touch(Node& n) {
     n.attr.size = n.data.size();
     ++tick_;
@@ -241,6 +323,7 @@ class FakeRemoteFs : public RemoteFs {
   std::vector<std::string> read_log_;
   std::atomic<bool> down_{false};
   std::atomic<int64_t> latency_ms_{0};
+  Credentials last_who_;  // guarded by mu_
 };
 
 class FakeBlockCache : public BlockCache {

@@ -345,6 +345,185 @@ TEST(VolumeFs, ScratchWritesReachTheHubBeforeReturning) {
   EXPECT_FALSE(rig.fs->Lookup(kRootIno, "g.bin"));
 }
 
+// `head -c1M /dev/urandom > f; echo abc > f`: the kernel (FUSE_CAP_ATOMIC_O_TRUNC) sends
+// only open(O_TRUNC) and a 4-byte write; the old tail must be gone on the hub and in the cache.
+TEST(VolumeFs, OpenWithTruncEmptiesTheFileOnTheHubAndDropsCachedBlocks) {
+  for (auto c : {Consistency::kImmutable, Consistency::kTtl, Consistency::kStrict}) {
+    SCOPED_TRACE(static_cast<int>(c));
+    Rig rig(c, /*read_only=*/false);
+    std::string old = Pattern(64 * kBlock + 5, 21);
+    rig.remote.PutFile("f", old);
+    rig.Init();
+    auto got = rig.ReadAll("f", kBlock);  // the old content is now in the block cache
+    ASSERT_TRUE(got);
+    ASSERT_TRUE(*got == old);
+    auto ino = rig.Ino("f");
+
+    auto w = rig.fs->Open(ino, O_WRONLY | O_TRUNC);
+    ASSERT_TRUE(w) << w.error().ToString();
+    EXPECT_FALSE(w->keep_cache) << "the kernel must drop its pages of the old content";
+    EXPECT_EQ(rig.remote.Data("f"), "") << "truncated on the hub before open returned";
+    ASSERT_TRUE(rig.fs->Write(w->handle, 0, "abc\n", 4));
+    ASSERT_TRUE(rig.fs->Release(w->handle));
+    EXPECT_EQ(rig.remote.Data("f"), "abc\n");
+    auto a = rig.fs->GetAttr(ino);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->size, 4u);
+    got = rig.ReadAll("f", kBlock);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(*got, "abc\n");
+
+    // O_TRUNC with O_RDONLY truncates too (Linux does), and a handle open before sees size 0.
+    auto r = rig.fs->Open(ino, O_RDONLY);
+    ASSERT_TRUE(r);
+    auto t = rig.fs->Open(ino, O_RDWR | O_TRUNC);
+    ASSERT_TRUE(t);
+    std::vector<char> buf(kBlock);
+    auto n = rig.fs->Read(r->handle, 0, buf.size(), buf.data());
+    ASSERT_TRUE(n);
+    EXPECT_EQ(*n, 0u);
+    ASSERT_TRUE(rig.fs->Release(r->handle));
+    ASSERT_TRUE(rig.fs->Release(t->handle));
+    EXPECT_EQ(rig.remote.Data("f"), "");
+  }
+}
+
+TEST(VolumeFs, OpenWithTruncOnADatasetIsReadOnly) {
+  Rig rig;
+  rig.remote.PutFile("f", "keep");
+  rig.Init();
+  auto w = rig.fs->Open(rig.Ino("f"), O_RDONLY | O_TRUNC);
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().ToErrno(), EROFS);
+  EXPECT_EQ(rig.remote.Data("f"), "keep");
+}
+
+TEST(VolumeFs, CreateWithTruncOfANameAnotherNodeCreatedEmptiesIt) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.Init();
+  rig.remote.PutFile("late", "written by another node");  // after our (negative) lookup
+  auto c = rig.fs->Create(kRootIno, "late", 0644, O_WRONLY | O_CREAT | O_TRUNC);
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(rig.remote.Data("late"), "");
+  EXPECT_EQ(c->first.attr.size, 0u);
+  ASSERT_TRUE(rig.fs->Release(c->second.handle));
+}
+
+TEST(VolumeFs, ExclusiveCreateFailsWhenTheNameExistsOnTheHub) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.Init();
+  Credentials alice{1000, 1000, {27, 100}};
+  auto lock = rig.fs->Create(kRootIno, "lock", 0600, O_WRONLY | O_CREAT | O_EXCL, alice);
+  ASSERT_TRUE(lock) << lock.error().ToString();
+  EXPECT_EQ(rig.remote.last_who(), alice);
+  ASSERT_TRUE(rig.fs->Release(lock->second.handle));
+  // Another node created "lock2" after our lookup: only the hub knows, and it refuses.
+  rig.remote.PutFile("lock2", "theirs");
+  auto again = rig.fs->Create(kRootIno, "lock2", 0600, O_WRONLY | O_CREAT | O_EXCL, alice);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().ToErrno(), EEXIST);
+  EXPECT_EQ(rig.remote.Data("lock2"), "theirs");
+  // Without O_EXCL the existing file is opened and kept.
+  auto plain = rig.fs->Create(kRootIno, "lock2", 0600, O_WRONLY | O_CREAT, alice);
+  ASSERT_TRUE(plain) << plain.error().ToString();
+  EXPECT_EQ(rig.remote.Data("lock2"), "theirs");
+  ASSERT_TRUE(rig.fs->Release(plain->second.handle));
+}
+
+TEST(VolumeFs, AppendWritesAtTheHubsEndOfFileAsTheOpener) {
+  Rig rig(Consistency::kTtl, /*read_only=*/false);
+  rig.remote.PutFile("log", "one\n");
+  rig.Init();
+  auto ino = rig.Ino("log");
+  Credentials bob{1001, 1001, {}};
+  auto a = rig.fs->Open(ino, O_WRONLY | O_APPEND, bob);
+  ASSERT_TRUE(a) << a.error().ToString();
+  // Another node appended since our attributes were cached; the kernel's offset is stale.
+  rig.remote.PutFile("log", "one\ntwo\n");
+  ASSERT_TRUE(rig.fs->Write(a->handle, 4, "three\n", 6));
+  EXPECT_EQ(rig.remote.last_who(), bob);
+  EXPECT_EQ(rig.remote.Data("log"), "one\ntwo\nthree\n");
+  ASSERT_TRUE(rig.fs->Release(a->handle));
+  auto attr = rig.fs->GetAttr(ino);
+  ASSERT_TRUE(attr);
+  EXPECT_EQ(attr->size, 14u);
+
+  // A plain write handle writes at the given offset, as the opener.
+  Credentials carol{1002, 50, {}};
+  auto w = rig.fs->Open(ino, O_WRONLY, carol);
+  ASSERT_TRUE(w);
+  ASSERT_TRUE(rig.fs->Write(w->handle, 0, "ONE", 3));
+  EXPECT_EQ(rig.remote.last_who(), carol);
+  EXPECT_EQ(rig.remote.Data("log"), "ONE\ntwo\nthree\n");
+  ASSERT_TRUE(rig.fs->Release(w->handle));
+}
+
+TEST(VolumeFs, NamespaceChangesReachTheHubAsTheCaller) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.remote.PutFile("d/keep", "k");
+  rig.remote.PutFile("a", "new");
+  rig.remote.PutFile("b", "old, longer");
+  rig.Init();
+  Credentials dave{1003, 1003, {4}};
+  auto m = rig.fs->Mkdir(kRootIno, "m", 0750, dave);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(rig.remote.last_who(), dave);
+  auto full = rig.fs->Rmdir(kRootIno, "d", dave);
+  ASSERT_FALSE(full);
+  EXPECT_EQ(full.error().ToErrno(), ENOTEMPTY);
+  EXPECT_TRUE(rig.remote.Exists("d/keep"));
+  // Rename over an existing file replaces it; its old bytes are not served.
+  ASSERT_TRUE(rig.ReadAll("b"));
+  ASSERT_TRUE(rig.fs->Rename(kRootIno, "a", kRootIno, "b", 0, dave));
+  EXPECT_EQ(rig.remote.last_who(), dave);
+  EXPECT_FALSE(rig.remote.Exists("a"));
+  auto got = rig.ReadAll("b");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, "new");
+  SetAttrRequest chmod;
+  chmod.mode = 0600;
+  auto attr = rig.fs->SetAttr(rig.Ino("b"), chmod, dave);
+  ASSERT_TRUE(attr);
+  EXPECT_EQ(attr->mode & 07777, 0600u);
+  EXPECT_EQ(rig.remote.last_who(), dave);
+  ASSERT_TRUE(rig.fs->Unlink(kRootIno, "b", dave));
+  EXPECT_FALSE(rig.remote.Exists("b"));
+  ASSERT_TRUE(rig.fs->Rmdir(kRootIno, "m", dave));
+  EXPECT_FALSE(rig.remote.Exists("m"));
+}
+
+TEST(VolumeFs, SymlinkReadLinkAndMknodOnScratchEroFsOnDatasets) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.remote.PutFile("t", "x");
+  rig.Init();
+  Credentials erin{1004, 1004, {}};
+  auto l = rig.fs->Symlink(kRootIno, "l", "../some/where", erin);
+  ASSERT_TRUE(l) << l.error().ToString();
+  EXPECT_TRUE(l->attr.is_symlink());
+  EXPECT_EQ(rig.remote.last_who(), erin);
+  auto target = rig.fs->ReadLink(l->ino);
+  ASSERT_TRUE(target);
+  EXPECT_EQ(*target, "../some/where");
+  EXPECT_FALSE(rig.fs->ReadLink(rig.Ino("t")));
+  auto dup = rig.fs->Symlink(kRootIno, "l", "x", erin);
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().ToErrno(), EEXIST);
+  auto fifo = rig.fs->Mknod(kRootIno, "p", S_IFIFO | 0644, 0, erin);
+  ASSERT_TRUE(fifo) << fifo.error().ToString();
+  EXPECT_EQ(fifo->attr.mode & S_IFMT, static_cast<uint32_t>(S_IFIFO));
+
+  Rig ds;
+  ds.remote.PutFile("t", "x");
+  ds.Init();
+  EXPECT_EQ(ds.fs->Symlink(kRootIno, "l", "t", erin).error().ToErrno(), EROFS);
+  EXPECT_EQ(ds.fs->Link(ds.Ino("t"), kRootIno, "t2", erin).error().ToErrno(), EROFS);
+  EXPECT_EQ(ds.fs->Mknod(kRootIno, "p", S_IFIFO | 0644, 0, erin).error().ToErrno(), EROFS);
+  EXPECT_EQ(ds.fs->Mkdir(kRootIno, "d", 0755, erin).error().ToErrno(), EROFS);
+  EXPECT_EQ(ds.fs->Rename(kRootIno, "t", kRootIno, "u", 0, erin).error().ToErrno(), EROFS);
+  EXPECT_FALSE(ds.remote.Exists("l"));
+  EXPECT_FALSE(ds.remote.Exists("p"));
+}
+
 TEST(VolumeFs, HubDownFailsUncachedWithEioAndServesCached) {
   Rig rig;
   std::string a = Pattern(2 * kBlock, 8), b = Pattern(2 * kBlock, 9);

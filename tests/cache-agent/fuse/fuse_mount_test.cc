@@ -2,8 +2,11 @@
 // BlockCache (the real one, in a temp dir) -> VolumeFs -> a real FUSE mount read with
 // plain POSIX calls.
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -407,6 +411,24 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   ASSERT_TRUE(back);
   EXPECT_TRUE(*back == data);
 
+  // Overwrite with shorter content (`echo abc > f`, a smaller checkpoint over a bigger one):
+  // the kernel sends open(O_TRUNC) with no SETATTR; no old byte may survive, here or on the hub.
+  fd = ::open((mnt.path() + "/out/ckpt.bin").c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  EXPECT_EQ(fs::file_size(hub_dir + "/out/ckpt.bin"), 0u) << "truncated when open returned";
+  ASSERT_EQ(::write(fd, "abc\n", 4), 4);
+  ASSERT_EQ(::close(fd), 0);
+  // Sizes first, then bytes: a failure must not print megabytes of old content.
+  EXPECT_EQ(fs::file_size(hub_dir + "/out/ckpt.bin"), 4u);
+  EXPECT_TRUE(Slurp(hub_dir + "/out/ckpt.bin") == "abc\n");
+  back = ReadThrough(mnt.path() + "/out/ckpt.bin");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->size(), 4u);
+  EXPECT_TRUE(*back == "abc\n");
+  struct stat short_st;
+  ASSERT_EQ(::stat((mnt.path() + "/out/ckpt.bin").c_str(), &short_st), 0);
+  EXPECT_EQ(short_st.st_size, 4);
+
   ASSERT_EQ(
       ::rename((mnt.path() + "/out/ckpt.bin").c_str(), (mnt.path() + "/out/final.bin").c_str()), 0);
   EXPECT_FALSE(fs::exists(hub_dir + "/out/ckpt.bin"));
@@ -419,6 +441,111 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   EXPECT_FALSE(fs::exists(hub_dir + "/out"));
   ASSERT_TRUE(vol->Unmount());
   EXPECT_FALSE(Mounted(mnt.path()));
+}
+
+// Runs `body` in a child process as uid/gid `id` (no supplementary groups); its exit code.
+int RunAs(uint32_t id, const std::function<int()>& body) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) ::_exit(90);
+    ::_exit(body());
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
+  testing::TempDir mnt("spoke-mnt");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.cache.consistency = Consistency::kStrict;
+  auto vol = MountAt("vol-owner", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  std::string hub_dir = hub_->export_dir() + "/scratch";
+  std::string file = mnt.path() + "/owned.lock";
+  int rc = RunAs(1000, [&] {
+    int fd = ::open(file.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd < 0) return 1;
+    if (::write(fd, "pid\n", 4) != 4 || ::close(fd) != 0) return 2;
+    // The second exclusive create of the same name must fail: the hub has it.
+    int again = ::open(file.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (again >= 0 || errno != EEXIST) return 3;
+    // O_APPEND lands at the end, as the creator.
+    int fa = ::open(file.c_str(), O_WRONLY | O_APPEND);
+    if (fa < 0 || ::write(fa, "more\n", 5) != 5 || ::close(fa) != 0) return 4;
+    return 0;
+  });
+  ASSERT_EQ(rc, 0) << "step that failed in the uid-1000 child";
+  struct stat st;
+  ASSERT_EQ(::stat((hub_dir + "/owned.lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u) << "created on the hub as the caller";
+  EXPECT_EQ(st.st_gid, 1000u);
+  EXPECT_EQ(Slurp(hub_dir + "/owned.lock"), "pid\nmore\n");
+  // A name created on the hub behind the mount's back (another node): O_EXCL still fails.
+  WriteFile(hub_dir + "/other-node.lock", "x");
+  int fd = ::open((mnt.path() + "/other-node.lock").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  EXPECT_LT(fd, 0);
+  EXPECT_EQ(errno, EEXIST);
+  if (fd >= 0) ::close(fd);
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  ASSERT_EQ(::unlink((mnt.path() + "/other-node.lock").c_str()), 0);
+  ASSERT_TRUE(vol->Unmount());
+}
+
+TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
+  testing::TempDir mnt("spoke-mnt");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.cache.consistency = Consistency::kStrict;
+  ctx.identity.allow_root = true;  // chown to another owner needs root on the hub
+  auto vol = MountAt("vol-posix", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  std::string m = mnt.path() + "/px", h = hub_->export_dir() + "/scratch/px";
+  ASSERT_EQ(::mkdir(m.c_str(), 0777), 0) << strerror(errno);
+  WriteFile(h + "/f", "file");
+  ASSERT_EQ(::symlink("f", (m + "/s").c_str()), 0) << strerror(errno);
+  char buf[64] = {};
+  ASSERT_EQ(::readlink((m + "/s").c_str(), buf, sizeof buf), 1);
+  EXPECT_EQ(std::string(buf), "f");
+  EXPECT_TRUE(fs::is_symlink(h + "/s"));
+  EXPECT_EQ(Slurp(m + "/s"), "file");  // followed through the mount
+  ASSERT_EQ(::link((m + "/f").c_str(), (m + "/hard").c_str()), 0) << strerror(errno);
+  struct stat a, b;
+  ASSERT_EQ(::stat((h + "/f").c_str(), &a), 0);
+  ASSERT_EQ(::stat((h + "/hard").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_EQ(a.st_nlink, 2u);
+  ASSERT_EQ(::mkfifo((m + "/fifo").c_str(), 0640), 0) << strerror(errno);
+  ASSERT_EQ(::lstat((h + "/fifo").c_str(), &a), 0);
+  EXPECT_TRUE(S_ISFIFO(a.st_mode));
+  ASSERT_EQ(::chmod((m + "/f").c_str(), 0604), 0);
+  ASSERT_EQ(::chown((m + "/f").c_str(), 1234, 4321), 0) << strerror(errno);
+  timespec times[2] = {{1000000, 0}, {0, UTIME_OMIT}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (m + "/f").c_str(), times, 0), 0);
+  ASSERT_EQ(::stat((h + "/f").c_str(), &a), 0);
+  EXPECT_EQ(a.st_mode & 07777, 0604u);
+  EXPECT_EQ(a.st_uid, 1234u);
+  EXPECT_EQ(a.st_gid, 4321u);
+  EXPECT_EQ(a.st_atim.tv_sec, 1000000);
+  EXPECT_GT(a.st_mtim.tv_sec, 1000000) << "UTIME_OMIT left mtime alone";
+  timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (m + "/f").c_str(), now, 0), 0);
+  ASSERT_EQ(::stat((h + "/f").c_str(), &a), 0);
+  EXPECT_GT(a.st_atim.tv_sec, 1000000);
+  // Rename over an existing file; rmdir of a non-empty directory.
+  WriteFile(m + "/new", "new");
+  ASSERT_EQ(::rename((m + "/new").c_str(), (m + "/hard").c_str()), 0) << strerror(errno);
+  EXPECT_EQ(Slurp(h + "/hard"), "new");
+  EXPECT_EQ(Slurp(m + "/hard"), "new");
+  EXPECT_EQ(::rmdir(m.c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  struct statvfs sv;
+  ASSERT_EQ(::statvfs(mnt.path().c_str(), &sv), 0);
+  EXPECT_GT(sv.f_blocks, 0u);
+  for (const char* n : {"/s", "/f", "/hard", "/fifo"}) {
+    EXPECT_EQ(::unlink((m + n).c_str()), 0) << n << ": " << strerror(errno);
+  }
+  EXPECT_EQ(::rmdir(m.c_str()), 0) << strerror(errno);
+  ASSERT_TRUE(vol->Unmount());
 }
 
 TEST_F(FuseMount, UnreachableHubFailsTheMountWithinTheTimeout) {
