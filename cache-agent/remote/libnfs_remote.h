@@ -17,6 +17,10 @@
 // struct nfsfh is private to libnfs and tied to its context.
 #pragma once
 
+#if !__has_include("spoke_layer/remote.h")
+#error "wrong-way include: cache-agent/remote/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -27,6 +31,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -111,8 +116,8 @@ class LibnfsRemote final : public RemoteFs {
   metrics::Gauge* in_flight_;
   std::vector<std::unique_ptr<NfsConnection>> connections_;
   std::atomic<bool> reachable_{true};
-  mutable std::mutex error_mu_;
-  std::string last_error_;  // guarded by error_mu_
+  mutable Mutex error_mu_;
+  std::string last_error_ GUARDED_BY(error_mu_);
 };
 
 }  // namespace spoke::agent
