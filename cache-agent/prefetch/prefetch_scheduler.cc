@@ -55,7 +55,7 @@ PrefetchScheduler::PrefetchScheduler(Config config, const Clock& clock, Prefetch
 PrefetchScheduler::~PrefetchScheduler() = default;
 
 ExpertId PrefetchScheduler::AddExpert(std::unique_ptr<Predictor> expert) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   assert(experts_.size() < 254);
   Expert e;
   e.predictor = std::move(expert);
@@ -71,7 +71,7 @@ void PrefetchScheduler::AddTrackerExperts(const ExpertSet& set) {
     auto h = std::make_unique<HintPredictor>(tracker_, presence_);
     HintPredictor* raw = h.get();
     AddExpert(std::move(h));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     hints_ = raw;
   }
   if (set.replay) AddExpert(std::make_unique<EpochReplayPredictor>(tracker_, presence_));
@@ -83,11 +83,12 @@ void PrefetchScheduler::AddTrackerExperts(const ExpertSet& set) {
 
 void PrefetchScheduler::AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version,
                                     uint64_t size) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   tracker_.AddTreeFile(path, file_id, version, size);
 }
 
 bool PrefetchScheduler::Presence::Present(const TrackedFile& f, uint64_t block) const {
+  s_.mu_.AssertHeld();  // the experts ask only while the scheduler calls them, under mu_
   return s_.PresentLocked(s_.Key(f.file_id, f.version, block));
 }
 
@@ -101,7 +102,7 @@ PrefetchScheduler::Expert* PrefetchScheduler::ExpertById(ExpertId id) {
 }
 
 void PrefetchScheduler::OnOpen(const OpenEvent& e) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   last_event_ = clock_.Now();
   DrainVerdictsLocked();
   tracker_.OnOpen(e);
@@ -110,7 +111,7 @@ void PrefetchScheduler::OnOpen(const OpenEvent& e) {
 }
 
 void PrefetchScheduler::OnRead(const ReadEvent& e) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   last_event_ = clock_.Now();
   DrainVerdictsLocked();
   tracker_.OnRead(e);
@@ -136,13 +137,13 @@ void PrefetchScheduler::OnRead(const ReadEvent& e) {
 }
 
 void PrefetchScheduler::OnClose(const CloseEvent& e) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   tracker_.OnClose(e);
   for (Expert& x : experts_) x.predictor->OnClose(e);
 }
 
 void PrefetchScheduler::Tick() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   DrainVerdictsLocked();
   if (clock_.Now() - last_event_ > config_.idle_release && !pending_.empty()) {
     while (!pending_.empty()) ApplyVerdictLocked(pending_.begin()->first, Verdict::kExpired);
@@ -160,7 +161,7 @@ void PrefetchScheduler::RecordDemandMiss(std::chrono::nanoseconds latency) {
 }
 
 HintCounts PrefetchScheduler::AddHints(std::string_view text) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (hints_ == nullptr) {
     HintCounts c;
     for (char ch : text) c.rejected += ch == '\n';
@@ -172,7 +173,7 @@ HintCounts PrefetchScheduler::AddHints(std::string_view text) {
 }
 
 HintCounts PrefetchScheduler::FlushHints() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (hints_ == nullptr) return {};
   HintCounts c = hints_->FlushHints();
   ScheduleLocked();
@@ -180,7 +181,7 @@ HintCounts PrefetchScheduler::FlushHints() {
 }
 
 HintCounts PrefetchScheduler::AddHintPaths(std::span<const std::string> paths) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (hints_ == nullptr) return HintCounts{0, static_cast<uint32_t>(paths.size())};
   HintCounts c = hints_->AddHintPaths(paths);
   ScheduleLocked();
@@ -189,20 +190,20 @@ HintCounts PrefetchScheduler::AddHintPaths(std::span<const std::string> paths) {
 
 void PrefetchScheduler::OnPrefetchUsed(const BlockKey& key, ExpertId) {
   if (key.volume != config_.volume_key) return;
-  std::lock_guard lock(verdict_mu_);
+  MutexLock lock(verdict_mu_);
   verdicts_.emplace_back(key, true);
 }
 
 void PrefetchScheduler::OnPrefetchWasted(const BlockKey& key, ExpertId) {
   if (key.volume != config_.volume_key) return;
-  std::lock_guard lock(verdict_mu_);
+  MutexLock lock(verdict_mu_);
   verdicts_.emplace_back(key, false);
 }
 
 void PrefetchScheduler::DrainVerdictsLocked() {
   std::vector<std::pair<BlockKey, bool>> v;
   {
-    std::lock_guard lock(verdict_mu_);
+    MutexLock lock(verdict_mu_);
     v.swap(verdicts_);
   }
   for (const auto& [key, used] : v) {
@@ -354,7 +355,7 @@ void PrefetchScheduler::ScheduleLocked() {
 PrefetchStats PrefetchScheduler::Stats() const {
   PrefetchStats s;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     s.epoch = tracker_.epoch();
     for (const Expert& x : experts_) {
       ExpertStats e;

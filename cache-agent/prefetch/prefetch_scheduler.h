@@ -65,6 +65,7 @@
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/prefetch/tracker_expert.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -161,9 +162,11 @@ class PrefetchScheduler final : public CacheListener {
   // Adds an expert (e.g. SequentialPredictor). Returns its ExpertId (1, 2, ...).
   ExpertId AddExpert(std::unique_ptr<Predictor> expert);
   // Adds DirectoryOrder, EpochReplay, EpochWorkingSet and Hint predictors as selected.
-  void AddTrackerExperts(const ExpertSet& set);
-  // For experts built outside: they must only be used through this scheduler.
-  const AccessTracker& tracker() const { return tracker_; }
+  // Hands them tracker_ (unchecked: they read it only when called under mu_).
+  void AddTrackerExperts(const ExpertSet& set) NO_THREAD_SAFETY_ANALYSIS;
+  // For experts built outside: they must only be used through this scheduler (which calls
+  // them under mu_), so handing out the reference is unchecked.
+  const AccessTracker& tracker() const NO_THREAD_SAFETY_ANALYSIS { return tracker_; }
   const BlockPresence& presence() const { return presence_; }
   // Metadata walk: every regular file of the volume, in walk order.
   void AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version, uint64_t size);
@@ -226,36 +229,40 @@ class PrefetchScheduler final : public CacheListener {
   BlockKey Key(uint64_t file_id, uint64_t version, uint64_t block) const {
     return BlockKey{config_.volume_key, file_id, version, block};
   }
-  bool PresentLocked(const BlockKey& key) const;
-  void DrainVerdictsLocked();
-  void ApplyVerdictLocked(const BlockKey& key, Verdict v);
-  void ExpireLocked();
-  void UpdateAllowancesLocked();
-  void ScheduleLocked();
-  Expert* ExpertById(ExpertId id);
-  void CoverageLocked(ExpertId served_by);
+  bool PresentLocked(const BlockKey& key) const REQUIRES(mu_);
+  void DrainVerdictsLocked() REQUIRES(mu_) EXCLUDES(verdict_mu_);
+  void ApplyVerdictLocked(const BlockKey& key, Verdict v) REQUIRES(mu_);
+  void ExpireLocked() REQUIRES(mu_);
+  void UpdateAllowancesLocked() REQUIRES(mu_);
+  void ScheduleLocked() REQUIRES(mu_);
+  Expert* ExpertById(ExpertId id) REQUIRES(mu_);
+  void CoverageLocked(ExpertId served_by) REQUIRES(mu_);
 
   const Config config_;
   const Clock& clock_;
   PrefetchSink& sink_;
 
-  mutable std::mutex mu_;  // everything below except the verdict queue and miss counters
-  AccessTracker tracker_;
-  Presence presence_{*this};
-  std::vector<Expert> experts_;
-  HintPredictor* hints_ = nullptr;
-  std::unordered_map<BlockKey, Pending, BlockKeyHash> pending_;
-  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
-  uint64_t outstanding_blocks_ = 0;
-  uint64_t outstanding_bytes_ = 0;
-  uint64_t used_bytes_ = 0, wasted_bytes_ = 0;
-  uint64_t demand_miss_blocks_ = 0;
-  uint64_t sink_refusals_ = 0;
-  SteadyTime last_event_{};
-  std::vector<PrefetchRequest> proposals_;  // scratch
+  // Everything below except the verdict queue and miss counters. The experts and the tracker
+  // they share are called with it held.
+  mutable Mutex mu_;
+  AccessTracker tracker_ GUARDED_BY(mu_);
+  Presence presence_{*this};  // calls PresentLocked: used by the experts, under mu_
+  std::vector<Expert> experts_ GUARDED_BY(mu_);
+  HintPredictor* hints_ PT_GUARDED_BY(mu_) GUARDED_BY(mu_) = nullptr;
+  std::unordered_map<BlockKey, Pending, BlockKeyHash> pending_ GUARDED_BY(mu_);
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_ GUARDED_BY(mu_);
+  uint64_t outstanding_blocks_ GUARDED_BY(mu_) = 0;
+  uint64_t outstanding_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t wasted_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t demand_miss_blocks_ GUARDED_BY(mu_) = 0;
+  uint64_t sink_refusals_ GUARDED_BY(mu_) = 0;
+  SteadyTime last_event_ GUARDED_BY(mu_){};
+  std::vector<PrefetchRequest> proposals_ GUARDED_BY(mu_);  // scratch
 
-  std::mutex verdict_mu_;  // leaf lock: CacheListener runs under the cache's lock
-  std::vector<std::pair<BlockKey, bool>> verdicts_;  // (key, used)
+  // Leaf lock: the CacheListener callbacks run under the cache's lock and take only this.
+  Mutex verdict_mu_ ACQUIRED_AFTER(mu_);
+  std::vector<std::pair<BlockKey, bool>> verdicts_ GUARDED_BY(verdict_mu_);  // (key, used)
 
   std::atomic<uint64_t> miss_reads_{0};
   std::atomic<uint64_t> miss_nanos_{0};

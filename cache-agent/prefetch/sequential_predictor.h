@@ -14,6 +14,7 @@
 
 #include "cache-agent/prefetch/predictor.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -50,9 +51,9 @@ class SequentialPredictor final : public Predictor {
     uint64_t last_read = 0;
   };
   Config config_;
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Stream> streams_;  // guarded by mu_
-  uint64_t reads_ = 0;                            // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Stream> streams_ GUARDED_BY(mu_);
+  uint64_t reads_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace spoke::agent

@@ -30,8 +30,8 @@
 #include "cache-agent/remote/remote_fs.h"
 #include "common/metrics.h"
 #include "common/status.h"
-#include "common/volume.h"
 #include "common/thread_annotations.h"
+#include "common/volume.h"
 
 namespace spoke::agent {
 
