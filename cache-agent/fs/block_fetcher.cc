@@ -54,7 +54,7 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
 
 BlockFetcher::~BlockFetcher() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     for (auto* q : {&demand_q_, &prefetch_q_}) {
       for (auto& f : *q) {
@@ -69,10 +69,10 @@ BlockFetcher::~BlockFetcher() {
     }
     done_cv_.notify_all();
     // Hub callbacks reference this fetcher; the remote bounds every call.
-    done_cv_.wait(lock, [&] { return callbacks_pending_ == 0; });
+    done_cv_.wait(lock, [&]() REQUIRES(mu_) { return callbacks_pending_ == 0; });
   }
   {
-    std::lock_guard<std::mutex> lock(store_mu_);
+    MutexLock lock(store_mu_);
     store_stop_ = true;
   }
   store_cv_.notify_all();
@@ -103,7 +103,7 @@ uint64_t BlockFetcher::CachedBytes() const {
 
 bool BlockFetcher::Has(const BlockKey& key) const {
   if (cache_ != nullptr && cache_->Contains(key)) return true;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return inflight_.contains(key);
 }
 
@@ -153,7 +153,7 @@ BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, b
 void BlockFetcher::Dispatch() {
   std::vector<FetchPtr> start;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     while (hub_inflight_ < config_.max_hub_inflight) {
       FetchPtr f;
@@ -183,7 +183,7 @@ void BlockFetcher::Dispatch() {
 void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
   bool store = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     hub_inflight_--;
     if (r) {
       hub_bytes_->Inc(r->size());
@@ -207,13 +207,13 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
   done_cv_.notify_all();
   if (store) {
     {
-      std::lock_guard<std::mutex> lock(store_mu_);
+      MutexLock lock(store_mu_);
       store_q_.emplace_back(f, Result<std::vector<char>>{});
     }
     store_cv_.notify_one();
   }
   Dispatch();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (--callbacks_pending_ == 0 && stopping_) done_cv_.notify_all();
 }
 
@@ -221,8 +221,8 @@ void BlockFetcher::StoreLoop() {
   while (true) {
     FetchPtr f;
     {
-      std::unique_lock<std::mutex> lock(store_mu_);
-      store_cv_.wait(lock, [&] { return store_stop_ || !store_q_.empty(); });
+      MutexLock lock(store_mu_);
+      store_cv_.wait(lock, [&]() REQUIRES(store_mu_) { return store_stop_ || !store_q_.empty(); });
       if (store_q_.empty()) return;
       f = std::move(store_q_.front().first);
       store_q_.pop_front();
@@ -238,7 +238,7 @@ void BlockFetcher::StoreLoop() {
       }
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       f->settled = true;
       auto it = inflight_.find(f->key);
       if (it != inflight_.end() && it->second == f) inflight_.erase(it);
@@ -248,8 +248,8 @@ void BlockFetcher::StoreLoop() {
 }
 
 Result<BlockData> BlockFetcher::Wait(const FetchPtr& f) {
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return f->done; });
+  MutexLock lock(mu_);
+  done_cv_.wait(lock, [&]() REQUIRES(mu_) { return f->done; });
   return f->result;
 }
 
@@ -279,7 +279,7 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
       }
     }
     bool created;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) {
       out[i] = std::unexpected(Error(Code::kCancelled, "volume is shutting down"));
       continue;
@@ -311,7 +311,7 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
   for (uint64_t index = req.first_block; index < end; ++index) {
     BlockKey key = Key(file, index);
     if (cache_->Contains(key)) continue;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return false;
     if (inflight_.contains(key)) continue;
     if (prefetch_bytes_.load() + BlockLength(file, index) > config_.prefetch_bytes_max) {
@@ -333,7 +333,7 @@ Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_
     if (BlockLength(file, index) == 0) break;
     if (Cached(file, index)) continue;
     bool created;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return Fail(Code::kCancelled, "volume is shutting down");
     auto f = Join(file, index, true, kDemand, 0, &created);
     waits.emplace_back(std::move(f), created);
@@ -345,8 +345,8 @@ Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_
     auto r = Wait(f);
     {
       // Warm-up promises the blocks are in the cache when it returns.
-      std::unique_lock<std::mutex> lock(mu_);
-      done_cv_.wait(lock, [&] { return f->settled || stopping_; });
+      MutexLock lock(mu_);
+      done_cv_.wait(lock, [&]() REQUIRES(mu_) { return f->settled || stopping_; });
     }
     if (r) {
       if (ours) bytes += (*r)->size();

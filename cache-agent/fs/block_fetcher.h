@@ -32,6 +32,7 @@
 #include "cache-agent/remote/remote_fs.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -115,8 +116,8 @@ class BlockFetcher {
   // Returns the fetch for the block, creating it (queued with `demand` priority) or
   // promoting an existing prefetch to demand.
   FetchPtr Join(const FileRef& file, uint64_t index, bool demand, ExpertId expert,
-                double predicted_use, bool* created);
-  void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
+                double predicted_use, bool* created) REQUIRES(mu_);
+  void Dispatch() EXCLUDES(mu_);  // starts queued fetches while there is room; takes mu_
   void OnFetched(const FetchPtr& f, Result<std::vector<char>> r);
   void StoreLoop();
   Result<BlockData> Wait(const FetchPtr& f);
@@ -126,23 +127,23 @@ class BlockFetcher {
   uint64_t volume_;
   Config config_;
 
-  mutable std::mutex mu_;
-  std::condition_variable done_cv_;
-  std::unordered_map<BlockKey, FetchPtr, BlockKeyHash> inflight_;  // guarded by mu_
-  std::deque<FetchPtr> demand_q_;                                  // guarded by mu_
-  std::deque<FetchPtr> prefetch_q_;                                // guarded by mu_
-  int hub_inflight_ = 0;                                           // guarded by mu_
-  int callbacks_pending_ = 0;  // hub reads whose callback has not returned; guarded by mu_
-  bool stopping_ = false;      // guarded by mu_
+  mutable Mutex mu_;
+  CondVar done_cv_;
+  std::unordered_map<BlockKey, FetchPtr, BlockKeyHash> inflight_ GUARDED_BY(mu_);
+  std::deque<FetchPtr> demand_q_ GUARDED_BY(mu_);
+  std::deque<FetchPtr> prefetch_q_ GUARDED_BY(mu_);
+  int hub_inflight_ GUARDED_BY(mu_) = 0;
+  int callbacks_pending_ GUARDED_BY(mu_) = 0;  // hub reads whose callback has not returned
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> prefetch_bytes_{0};
   std::atomic<uint64_t> prefetch_blocks_{0};
   std::atomic<uint64_t> demand_miss_count_{0};
   std::atomic<uint64_t> demand_miss_micros_{0};
 
-  std::mutex store_mu_;
-  std::condition_variable store_cv_;
-  std::deque<std::pair<FetchPtr, Result<std::vector<char>>>> store_q_;  // guarded by store_mu_
-  bool store_stop_ = false;                                             // guarded by store_mu_
+  Mutex store_mu_;
+  CondVar store_cv_;
+  std::deque<std::pair<FetchPtr, Result<std::vector<char>>>> store_q_ GUARDED_BY(store_mu_);
+  bool store_stop_ GUARDED_BY(store_mu_) = false;
   std::vector<std::thread> storers_;
 
   metrics::Counter* hits_;

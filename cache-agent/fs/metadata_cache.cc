@@ -45,7 +45,7 @@ Status MetadataCache::Init() {
   auto st = remote_.Stat("");
   if (!st) return std::unexpected(st.error());
   if (!st->is_dir()) return Fail(Code::kInvalidArgument, "volume root is not a directory");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Node& root = nodes_[kRootIno];
   root.attr = *st;
   root.attr_valid = true;
@@ -71,7 +71,7 @@ std::string MetadataCache::PathLocked(uint64_t ino) const {
 }
 
 Result<std::string> MetadataCache::PathOf(uint64_t ino) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!nodes_.contains(ino)) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
   return PathLocked(ino);
 }
@@ -101,7 +101,7 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
 }
 
 void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   std::vector<std::string> order;
@@ -122,7 +122,7 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
 Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
     if (it->second.attr_valid && !it->second.attr.is_dir())
@@ -139,7 +139,7 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
 
 Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name) {
   if (auto st = EnsureListed(parent, false); !st) return std::unexpected(st.error());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& p = nodes_[parent];
   auto it = p.children.find(name);
   if (it == p.children.end()) return Fail(Code::kNotFound, "no entry " + name);
@@ -148,7 +148,7 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
 
 Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
     if (it->second.attr_valid && Fresh(it->second.attr_time)) return it->second.attr;
@@ -159,13 +159,13 @@ Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
 Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!nodes_.contains(ino)) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
     path = PathLocked(ino);
   }
   stats_made_++;
   auto st = remote_.Stat(path);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
   Node& n = it->second;
@@ -196,7 +196,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
 
 Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
   if (auto st = EnsureListed(ino, false); !st) return std::unexpected(st.error());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const Node& n = nodes_[ino];
   std::vector<NamedInode> out;
   out.reserve(n.order.size());
@@ -211,7 +211,7 @@ Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
 Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
   InodeAttr cur{kRootIno, {}};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     cur.attr = nodes_[kRootIno].attr;
   }
   size_t start = 0;
@@ -229,7 +229,7 @@ Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
 }
 
 InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const FileAttr& attr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t ino = InodeFor(parent, name, attr);
   Node& p = nodes_[parent];
   if (!p.children.contains(name)) p.order.push_back(name);
@@ -238,7 +238,7 @@ InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const F
 }
 
 void MetadataCache::Removed(uint64_t parent, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Node& p = nodes_[parent];
   auto it = p.children.find(name);
   if (it == p.children.end()) return;
@@ -251,7 +251,7 @@ void MetadataCache::Removed(uint64_t parent, const std::string& name) {
 
 void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t new_parent,
                             const std::string& new_name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Node& p = nodes_[parent];
   auto it = p.children.find(name);
   if (it == p.children.end()) {
@@ -280,7 +280,7 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
 }
 
 void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   it->second.attr = attr;
@@ -289,7 +289,7 @@ void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
 }
 
 void MetadataCache::Invalidate(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it != nodes_.end()) it->second.attr_valid = false;
 }
@@ -297,7 +297,7 @@ void MetadataCache::Invalidate(uint64_t ino) {
 // ---- walk -----------------------------------------------------------------------------
 
 void MetadataCache::StartWalk() {
-  std::lock_guard<std::mutex> lock(walk_mu_);
+  MutexLock lock(walk_mu_);
   if (walk_started_) return;
   walk_started_ = true;
   walk_queue_.push_back(kRootIno);
@@ -310,9 +310,10 @@ void MetadataCache::WalkWorker() {
   while (true) {
     uint64_t ino;
     {
-      std::unique_lock<std::mutex> lock(walk_mu_);
-      walk_cv_.wait(lock,
-                    [&] { return stop_.load() || !walk_queue_.empty() || walk_active_ == 0; });
+      MutexLock lock(walk_mu_);
+      walk_cv_.wait(lock, [&]() REQUIRES(walk_mu_) {
+        return stop_.load() || !walk_queue_.empty() || walk_active_ == 0;
+      });
       if (stop_.load()) return;
       if (walk_queue_.empty()) {
         // Nothing queued and nobody listing: the walk is over.
@@ -329,7 +330,7 @@ void MetadataCache::WalkWorker() {
     if (!st) {
       log::Warn("metadata walk: listing failed", {{"error", st.error().ToString()}});
     } else {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       const Node& n = nodes_[ino];
       for (const auto& name : n.order) {
         auto c = n.children.find(name);
@@ -337,7 +338,7 @@ void MetadataCache::WalkWorker() {
       }
     }
     {
-      std::lock_guard<std::mutex> lock(walk_mu_);
+      MutexLock lock(walk_mu_);
       for (uint64_t d : subdirs) walk_queue_.push_back(d);
       walk_active_--;
     }
@@ -346,16 +347,17 @@ void MetadataCache::WalkWorker() {
 }
 
 bool MetadataCache::WaitWalk(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(walk_mu_);
+  MutexLock lock(walk_mu_);
   return walk_cv_.wait_for(lock, timeout, [&] { return walk_done_.load() || stop_.load(); }) &&
          walk_done_.load();
 }
 
 std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<WalkedFile> out;
   std::function<void(uint64_t, const std::string&)> visit = [&](uint64_t ino,
                                                                 const std::string& path) {
+    mu_.AssertHeld();  // called only below, under Files()' lock
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return;
     const Node& n = it->second;

@@ -31,6 +31,7 @@
 #include "cache-agent/fs/clock.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -121,8 +122,9 @@ class MetadataCache {
     std::unordered_map<std::string, uint64_t> children;  // name -> ino
   };
   bool Fresh(std::chrono::steady_clock::time_point t) const;
-  std::string PathLocked(uint64_t ino) const;
-  uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr);
+  std::string PathLocked(uint64_t ino) const REQUIRES(mu_);
+  uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr)
+      REQUIRES(mu_);
   void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
   Status EnsureListed(uint64_t ino, bool force);
   void WalkWorker();
@@ -130,19 +132,19 @@ class MetadataCache {
   RemoteFs& remote_;
   Config config_;
   Clock& clock_;
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Node> nodes_;           // guarded by mu_
-  std::unordered_map<uint64_t, uint64_t> by_file_id_;  // guarded by mu_
-  uint64_t next_ino_ = kRootIno + 1;                   // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Node> nodes_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, uint64_t> by_file_id_ GUARDED_BY(mu_);
+  uint64_t next_ino_ GUARDED_BY(mu_) = kRootIno + 1;
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 
   // Walk state.
-  std::mutex walk_mu_;
-  std::condition_variable walk_cv_;
-  std::deque<uint64_t> walk_queue_;  // guarded by walk_mu_
-  int walk_active_ = 0;              // guarded by walk_mu_
-  bool walk_started_ = false;        // guarded by walk_mu_
+  Mutex walk_mu_;
+  CondVar walk_cv_;
+  std::deque<uint64_t> walk_queue_ GUARDED_BY(walk_mu_);
+  int walk_active_ GUARDED_BY(walk_mu_) = 0;
+  bool walk_started_ GUARDED_BY(walk_mu_) = false;
   std::atomic<bool> walk_done_{false};
   std::atomic<bool> stop_{false};
   std::vector<std::thread> walkers_;

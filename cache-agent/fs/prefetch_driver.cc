@@ -8,24 +8,24 @@
 namespace spoke::agent {
 
 void CacheListenerFanout::Add(uint64_t volume_key, CacheListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   listeners_[volume_key] = listener;
 }
 
 void CacheListenerFanout::Remove(uint64_t volume_key, CacheListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = listeners_.find(volume_key);
   if (it != listeners_.end() && it->second == listener) listeners_.erase(it);
 }
 
 void CacheListenerFanout::OnPrefetchUsed(const BlockKey& key, ExpertId expert) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = listeners_.find(key.volume);
   if (it != listeners_.end()) it->second->OnPrefetchUsed(key, expert);
 }
 
 void CacheListenerFanout::OnPrefetchWasted(const BlockKey& key, ExpertId expert) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = listeners_.find(key.volume);
   if (it != listeners_.end()) it->second->OnPrefetchWasted(key, expert);
 }
@@ -65,7 +65,7 @@ PrefetchDriver::PrefetchDriver(const Config& config, BlockFetcher& fetcher, cons
 
 PrefetchDriver::~PrefetchDriver() {
   {
-    std::lock_guard<std::mutex> lock(tick_mu_);
+    MutexLock lock(tick_mu_);
     stop_ = true;
   }
   tick_cv_.notify_all();
@@ -99,7 +99,7 @@ void PrefetchDriver::FeedTreeIfReady() {
       config_.mode != PrefetchMode::kAuto)
     return;
   if (!metadata_->walk_done()) return;
-  std::lock_guard<std::mutex> lock(feed_mu_);
+  MutexLock lock(feed_mu_);
   if (tree_fed_.load()) return;
   auto files = metadata_->Files();
   for (const WalkedFile& f : files) scheduler_->AddTreeFile(f.path, f.file_id, f.version, f.size);
@@ -114,7 +114,7 @@ void PrefetchDriver::Tick() {
   scheduler_->Tick();
   bool update = false;
   {
-    std::lock_guard<std::mutex> lock(metrics_mu_);
+    MutexLock lock(metrics_mu_);
     if (metrics_ && ++ticks_ >= config_.metrics_every_ticks) {
       ticks_ = 0;
       update = true;
@@ -124,9 +124,9 @@ void PrefetchDriver::Tick() {
 }
 
 void PrefetchDriver::TickLoop() {
-  std::unique_lock<std::mutex> lock(tick_mu_);
+  MutexLock lock(tick_mu_);
   while (!stop_) {
-    tick_cv_.wait_for(lock, config_.tick_interval, [&] { return stop_; });
+    tick_cv_.wait_for(lock, config_.tick_interval, [&]() REQUIRES(tick_mu_) { return stop_; });
     if (stop_) break;
     lock.unlock();
     Tick();
@@ -164,7 +164,7 @@ PrefetchStats PrefetchDriver::Stats() const {
 void PrefetchDriver::UpdateMetrics() {
   if (!scheduler_) return;
   PrefetchStats s = scheduler_->Stats();
-  std::lock_guard<std::mutex> lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   if (metrics_) metrics_->Update(s);
 }
 

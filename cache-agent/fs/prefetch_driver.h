@@ -37,6 +37,7 @@
 #include "cache-agent/prefetch/prefetch_metrics.h"
 #include "cache-agent/prefetch/prefetch_scheduler.h"
 #include "common/metrics.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -52,7 +53,7 @@ class FetcherPrefetchSink final : public PrefetchSink {
   bool Has(const BlockKey& key) const override { return fetcher_.Has(key); }
 
  private:
-  BlockFetcher& fetcher_;
+  [[maybe_unused]] BlockFetcher& fetcher_;  // clang: only the sink uses it today
 };
 
 // The block cache has one listener for all volumes: this one routes each verdict to the
@@ -66,8 +67,8 @@ class CacheListenerFanout final : public CacheListener {
   void OnPrefetchWasted(const BlockKey& key, ExpertId expert) override;
 
  private:
-  std::mutex mu_;  // taken under the cache's lock; never take the cache's lock under it
-  std::unordered_map<uint64_t, CacheListener*> listeners_;  // guarded by mu_
+  Mutex mu_;  // taken under the cache's lock; never take the cache's lock under it
+  std::unordered_map<uint64_t, CacheListener*> listeners_ GUARDED_BY(mu_);
 };
 
 class PrefetchDriver {
@@ -130,21 +131,21 @@ class PrefetchDriver {
   void TickLoop();
 
   const Config config_;
-  BlockFetcher& fetcher_;
+  [[maybe_unused]] BlockFetcher& fetcher_;  // clang: only the sink uses it today
   MetadataCache* metadata_;
   FetcherPrefetchSink sink_;
   std::unique_ptr<PrefetchScheduler> scheduler_;  // null when off
 
-  std::mutex feed_mu_;  // one feeder at a time
+  Mutex feed_mu_;  // one feeder at a time (guards no member: the scheduler has its own lock)
   std::atomic<bool> tree_fed_{false};
 
-  std::mutex metrics_mu_;
-  std::unique_ptr<PrefetchMetrics> metrics_;  // guarded by metrics_mu_
-  int ticks_ = 0;                             // guarded by metrics_mu_
+  Mutex metrics_mu_;
+  std::unique_ptr<PrefetchMetrics> metrics_ GUARDED_BY(metrics_mu_);
+  int ticks_ GUARDED_BY(metrics_mu_) = 0;
 
-  std::mutex tick_mu_;
-  std::condition_variable tick_cv_;
-  bool stop_ = false;  // guarded by tick_mu_
+  Mutex tick_mu_;
+  CondVar tick_cv_;
+  bool stop_ GUARDED_BY(tick_mu_) = false;
   std::thread ticker_;
 };
 

@@ -33,18 +33,18 @@ VolumeFs::VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metada
       clock_(clock) {}
 
 std::shared_ptr<VolumeFs::Handle> VolumeFs::Get(uint64_t handle) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = handles_.find(handle);
   return it == handles_.end() ? nullptr : it->second;
 }
 
 size_t VolumeFs::open_handles() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return handles_.size();
 }
 
 uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t id = next_handle_++;
   handles_[id] = std::move(h);
   return id;
@@ -68,12 +68,12 @@ void VolumeFs::DropBlocks(uint64_t file_id) { fetcher_.Evict(file_id); }
 
 void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
   metadata_.Invalidate(ino);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [id, h] : handles_) {
     if (h->ino != ino) continue;
     h->file.version = kDirtyVersionBit | dirty_versions_.fetch_add(1);
     if (size) h->file.size = *size;
-    std::lock_guard<std::mutex> hl(h->mu);
+    MutexLock hl(h->mu);
     h->last_block.reset();
     h->last_index = UINT64_MAX;
   }
@@ -156,7 +156,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
   if (h->hints) return size_t{0};  // write-only in effect: reads see an empty file
   FileRef file;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     file = h->file;
   }
   if (offset >= file.size || size == 0) return size_t{0};
@@ -169,7 +169,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
   uint64_t hits = 0;
   {
     // Small reads inside the block the handle read last need no cache lookup.
-    std::lock_guard<std::mutex> lock(h->mu);
+    MutexLock lock(h->mu);
     if (count == 1 && h->last_index == first && h->last_block) {
       blocks.emplace_back(h->last_block);
       hits = 1;
@@ -212,7 +212,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
     if (avail < to - from) break;
   }
   {
-    std::lock_guard<std::mutex> lock(h->mu);
+    MutexLock lock(h->mu);
     if (blocks.back()) {
       h->last_block = *blocks.back();
       h->last_index = last;
@@ -224,7 +224,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
 Status VolumeFs::Release(uint64_t handle) {
   std::shared_ptr<Handle> h;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = handles_.find(handle);
     if (it == handles_.end()) return Fail(Code::kInvalidArgument, "unknown file handle");
     h = std::move(it->second);
@@ -240,7 +240,7 @@ Status VolumeFs::Release(uint64_t handle) {
 }
 
 Result<FsStat> VolumeFs::StatFs() {
-  std::lock_guard<std::mutex> lock(statfs_mu_);
+  MutexLock lock(statfs_mu_);
   auto now = clock_.Now();
   if (statfs_ && now - statfs_time_ < config_.statfs_cache) return *statfs_;
   auto st = remote_.StatFs();
@@ -290,7 +290,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
   std::string path;
   uint64_t file_id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     path = h->file.path;
     file_id = h->file.file_id;
   }
@@ -299,7 +299,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
   bool first_write;
   uint64_t new_size;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     first_write = !h->written;
     h->written = true;
     new_size = std::max<uint64_t>(h->file.size, offset + *n);
@@ -362,7 +362,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   // Open handles keep their path: RemoteFs calls of a renamed open file use the new one.
   auto moved = metadata_.Lookup(new_parent, new_name);
   if (moved) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [id, h] : handles_) {
       if (h->ino == moved->ino) h->file.path = *to;
     }
@@ -391,7 +391,7 @@ Status VolumeFs::Fsync(uint64_t handle) {
   if (!h->writable || h->hints || config_.read_only) return Ok();  // nothing of ours to flush
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     path = h->file.path;
   }
   return remote_.Fsync(path);

@@ -42,6 +42,7 @@
 #include "cache-agent/fs/prefetch_driver.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -101,9 +102,9 @@ class VolumeFs {
     bool writable = false;
     bool written = false;
     bool hints = false;  // the hint control file
-    std::mutex mu;       // guards last_block / last_index
-    BlockData last_block;
-    uint64_t last_index = UINT64_MAX;
+    Mutex mu;
+    BlockData last_block GUARDED_BY(mu);
+    uint64_t last_index GUARDED_BY(mu) = UINT64_MAX;
   };
   std::shared_ptr<Handle> Get(uint64_t handle) const;
   Status CheckWritable() const;
@@ -122,14 +123,14 @@ class VolumeFs {
   PrefetchDriver* prefetch_;
   Clock& clock_;
 
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_;  // guarded by mu_
-  uint64_t next_handle_ = 1;                                       // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_ GUARDED_BY(mu_);
+  uint64_t next_handle_ GUARDED_BY(mu_) = 1;
   std::atomic<uint64_t> dirty_versions_{0};
 
-  std::mutex statfs_mu_;
-  std::optional<FsStat> statfs_;                         // guarded by statfs_mu_
-  std::chrono::steady_clock::time_point statfs_time_{};  // guarded by statfs_mu_
+  Mutex statfs_mu_;
+  std::optional<FsStat> statfs_ GUARDED_BY(statfs_mu_);
+  std::chrono::steady_clock::time_point statfs_time_ GUARDED_BY(statfs_mu_){};
 };
 
 }  // namespace spoke::agent
