@@ -77,7 +77,7 @@ MountManager::MountManager(VolumeMounter& mounter, HostMounts& host, metrics::Re
 MountManager::~MountManager() { Shutdown(); }
 
 std::shared_ptr<std::mutex> MountManager::TargetLock(const std::string& target) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = target_locks_[target];
   if (!slot) slot = std::make_shared<std::mutex>();
   return slot;
@@ -93,7 +93,7 @@ Status MountManager::Start() {
     records = std::vector<MountRecord>{};
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& r : *records) {
       Entry e;
       e.record = r;
@@ -155,7 +155,7 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
   auto target_lock = TargetLock(target_path);
   std::lock_guard<std::mutex> tl(*target_lock);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target_path);
     if (it != entries_.end()) {
       if (it->second.record.volume_id != volume_id) {
@@ -181,7 +181,7 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
     return std::unexpected(volume.error());
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Entry& e = entries_[target_path];
     e.record = record;
     e.volume = std::shared_ptr<MountedVolume>(std::move(*volume));
@@ -198,7 +198,7 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
                {{"target", target_path}, {"error", s.error().message()}});
     std::shared_ptr<MountedVolume> v;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       v = entries_[target_path].volume;
       entries_.erase(target_path);
     }
@@ -216,7 +216,7 @@ Status MountManager::Unmount(const std::string& target_path) {
   std::shared_ptr<MountedVolume> volume;
   bool known = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target_path);
     if (it != entries_.end()) {
       known = true;
@@ -234,7 +234,7 @@ Status MountManager::Unmount(const std::string& target_path) {
   if (!cleaned) return std::unexpected(cleaned.error());
   if (!known) return Ok();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     entries_.erase(target_path);
   }
   UpdateGauges();
@@ -243,7 +243,7 @@ Status MountManager::Unmount(const std::string& target_path) {
 }
 
 std::vector<MountStatus> MountManager::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<MountStatus> out;
   for (const auto& [target, e] : entries_) {
     out.push_back(
@@ -253,14 +253,14 @@ std::vector<MountStatus> MountManager::List() const {
 }
 
 size_t MountManager::mounted_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [target, e] : entries_) n += e.volume != nullptr;
   return n;
 }
 
 std::shared_ptr<MountedVolume> MountManager::FindByVolume(const std::string& volume_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [target, e] : entries_) {
     if (e.volume && e.record.volume_id == volume_id) return e.volume;
   }
@@ -268,23 +268,23 @@ std::shared_ptr<MountedVolume> MountManager::FindByVolume(const std::string& vol
 }
 
 std::shared_ptr<MountedVolume> MountManager::FindByTarget(const std::string& target_path) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(NormalizeTarget(target_path));
   return it == entries_.end() ? nullptr : it->second.volume;
 }
 
 Status MountManager::Persist() {
-  std::lock_guard<std::mutex> pl(persist_mu_);
+  MutexLock pl(persist_mu_);
   std::vector<MountRecord> records;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [target, e] : entries_) records.push_back(e.record);
   }
   return WriteMountState(options_.state_file, records);
 }
 
 void MountManager::UpdateGauges() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   int64_t mounted = 0, pending = 0;
   for (const auto& [target, e] : entries_) (e.volume ? mounted : pending)++;
   mounts_gauge_.Set(mounted);
@@ -295,21 +295,21 @@ void MountManager::RetryPending(bool force) {
   std::vector<std::string> due;
   auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [target, e] : entries_) {
       if (!e.volume && (force || e.next_retry <= now)) due.push_back(target);
     }
   }
   for (const auto& target : due) {
     {
-      std::lock_guard<std::mutex> bl(bg_mu_);
+      MutexLock bl(bg_mu_);
       if (stop_) return;
     }
     auto target_lock = TargetLock(target);
     std::lock_guard<std::mutex> tl(*target_lock);
     MountRecord record;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = entries_.find(target);
       if (it == entries_.end() || it->second.volume) continue;  // unmounted or mounted meanwhile
       record = it->second.record;
@@ -318,7 +318,7 @@ void MountManager::RetryPending(bool force) {
     Result<std::unique_ptr<MountedVolume>> volume =
         context ? DoMount(record, *context)
                 : Result<std::unique_ptr<MountedVolume>>(std::unexpected(context.error()));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target);
     if (it == entries_.end()) {
       if (volume) (void)(*volume)->Unmount();
@@ -350,14 +350,14 @@ void MountManager::RetryPending(bool force) {
 void MountManager::RefreshHealth() {
   std::vector<std::pair<std::string, std::shared_ptr<MountedVolume>>> mounted;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [target, e] : entries_) {
       if (e.volume) mounted.emplace_back(target, e.volume);
     }
   }
   for (const auto& [target, volume] : mounted) {
     VolumeFigures f = volume->Figures();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target);
     if (it == entries_.end() || it->second.volume != volume) continue;
     if (it->second.hub_reachable != f.hub_reachable) {
@@ -386,27 +386,27 @@ void MountManager::BackgroundLoop() {
     // Sleep until the next retry or health check is due.
     auto wake = next_health;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       for (const auto& [target, e] : entries_) {
         if (!e.volume) wake = std::min(wake, e.next_retry);
       }
     }
-    std::unique_lock<std::mutex> bl(bg_mu_);
-    if (bg_cv_.wait_until(bl, wake, [this] { return stop_; })) return;
+    MutexLock bl(bg_mu_);
+    if (bg_cv_.wait_until(bl, wake, [this]() REQUIRES(bg_mu_) { return stop_; })) return;
   }
 }
 
 void MountManager::Shutdown() {
   if (shut_down_.exchange(true)) return;
   {
-    std::lock_guard<std::mutex> bl(bg_mu_);
+    MutexLock bl(bg_mu_);
     stop_ = true;
   }
   bg_cv_.notify_all();
   if (bg_.joinable()) bg_.join();
   std::vector<std::pair<std::string, std::shared_ptr<MountedVolume>>> mounted;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [target, e] : entries_) {
       if (e.volume) mounted.emplace_back(target, std::move(e.volume));
     }

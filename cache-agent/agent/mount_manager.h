@@ -25,6 +25,7 @@
 #include "cache-agent/agent/mounted_volume.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -99,11 +100,13 @@ class MountManager {
     std::string last_error;
   };
 
-  std::shared_ptr<std::mutex> TargetLock(const std::string& target);
+  // The per-target lock (a plain std::mutex: it guards no member, only the order of
+  // operations on one target). Taken before mu_.
+  std::shared_ptr<std::mutex> TargetLock(const std::string& target) EXCLUDES(mu_);
   // Mounts at `target` (creating it, cleaning a stale mount). Caller holds the target lock.
   Result<std::unique_ptr<MountedVolume>> DoMount(const MountRecord& record,
                                                  const VolumeContext& context);
-  Status Persist();
+  Status Persist() EXCLUDES(mu_);
   void UpdateGauges();
   void BackgroundLoop();
   void RetryPending(bool force);
@@ -114,14 +117,14 @@ class MountManager {
   metrics::Registry& registry_;
   Options options_;
 
-  mutable std::mutex mu_;
-  std::map<std::string, Entry> entries_;  // GUARDED_BY(mu_), by target path
-  std::map<std::string, std::shared_ptr<std::mutex>> target_locks_;  // GUARDED_BY(mu_)
-  std::mutex persist_mu_;  // serialises state-file writes; taken before mu_
+  mutable Mutex mu_;
+  std::map<std::string, Entry> entries_ GUARDED_BY(mu_);  // by target path
+  std::map<std::string, std::shared_ptr<std::mutex>> target_locks_ GUARDED_BY(mu_);
+  Mutex persist_mu_ ACQUIRED_BEFORE(mu_);  // serialises state-file writes
 
-  std::mutex bg_mu_;
-  std::condition_variable bg_cv_;
-  bool stop_ = false;  // GUARDED_BY(bg_mu_)
+  Mutex bg_mu_;
+  CondVar bg_cv_;
+  bool stop_ GUARDED_BY(bg_mu_) = false;
   std::thread bg_;
   std::atomic<bool> shut_down_{false};
 
