@@ -366,7 +366,7 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
 }
 
 Status FuseAdapter::Unmount() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (unmounted_ || session_ == nullptr) return Ok();
   unmounted_ = true;
   fuse_session_exit(session_);

@@ -22,6 +22,7 @@
 #include "cache-agent/fuse/fuse_op_errors.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 struct fuse_session;
@@ -68,9 +69,9 @@ class FuseAdapter {
   fuse_session* session_ = nullptr;
   std::thread loop_;
   std::atomic<bool> loop_done_{false};
-  std::mutex mu_;
-  bool unmounted_ = false;  // guarded by mu_
-  dev_t dev_ = 0;           // the mount's device: names its /sys/fs/fuse/connections entry
+  Mutex mu_;
+  bool unmounted_ GUARDED_BY(mu_) = false;
+  dev_t dev_ = 0;  // the mount's device: names its /sys/fs/fuse/connections entry
 };
 
 }  // namespace spoke::agent

@@ -14,6 +14,7 @@
 
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -31,8 +32,8 @@ class FuseOpErrors {
 
  private:
   metrics::Registry* registry_;
-  std::mutex mu_;
-  std::map<std::pair<std::string_view, int>, metrics::Counter*> counters_;  // guarded by mu_
+  Mutex mu_;
+  std::map<std::pair<std::string_view, int>, metrics::Counter*> counters_ GUARDED_BY(mu_);
 };
 
 }  // namespace spoke::agent

@@ -26,13 +26,13 @@ constexpr int32_t kNotifyResend = 7;
 
 // libfuse hands custom io its session userdata (the filesystem's), not ours: find the
 // SessionIo by the fd it serves.
-std::mutex g_registry_mu;
+Mutex g_registry_mu;
 std::map<int, SessionIo*>& Registry() {
   static auto* registry = new std::map<int, SessionIo*>();
   return *registry;
 }
 SessionIo* Lookup(int fd) {
-  std::lock_guard lock(g_registry_mu);
+  MutexLock lock(g_registry_mu);
   auto it = Registry().find(fd);
   return it == Registry().end() ? nullptr : it->second;
 }
@@ -126,7 +126,7 @@ SessionIo::SessionIo(Mode mode, int fd) : mode_(mode), fd_(fd) {
 }
 
 SessionIo::~SessionIo() {
-  std::lock_guard lock(g_registry_mu);
+  MutexLock lock(g_registry_mu);
   auto it = Registry().find(fd_);
   if (it != Registry().end() && it->second == this) Registry().erase(it);
 }
@@ -140,7 +140,7 @@ Status SessionIo::Install(fuse_session* se) {
     return Fail(Code::kIo, std::string("fcntl(/dev/fuse, O_NONBLOCK): ") + std::strerror(errno));
   }
   {
-    std::lock_guard lock(g_registry_mu);
+    MutexLock lock(g_registry_mu);
     if (Registry().contains(fd_)) {
       return Fail(Code::kInternal, "fd " + std::to_string(fd_) + " already has a SessionIo");
     }
@@ -150,7 +150,7 @@ Status SessionIo::Install(fuse_session* se) {
   io.read = &SessionIo::ReadThunk;
   io.writev = &SessionIo::WritevThunk;
   if (int rc = fuse_session_custom_io(se, &io, fd_); rc != 0) {
-    std::lock_guard lock(g_registry_mu);
+    MutexLock lock(g_registry_mu);
     Registry().erase(fd_);
     return Fail(Code::kInternal, "fuse_session_custom_io failed: " + std::to_string(rc));
   }
@@ -172,16 +172,19 @@ Result<std::unique_ptr<SessionIo>> SessionIo::Adopt(fuse_session* se, UniqueFd f
   std::unique_ptr<SessionIo> io(new SessionIo(Mode::kTakeover, fd.get()));
   fuse_in_header h;
   std::memcpy(&h, init.request.data(), sizeof(h));
-  io->init_unique_ = h.unique;
-  io->init_ = std::move(init);
+  {
+    MutexLock lock(io->mu_);  // not shared before Install; the lock keeps the analysis exact
+    io->init_unique_ = h.unique;
+    io->init_ = std::move(init);
+  }
   if (auto s = io->Install(se); !s) return std::unexpected(s.error());
   fd.Release();  // the session owns it now (closed by fuse_session_destroy)
   return io;
 }
 
 Result<InitRecord> SessionIo::WaitForInit(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return init_done_; })) {
+  MutexLock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&]() REQUIRES(mu_) { return init_done_; })) {
     return Fail(Code::kTimeout,
                 "FUSE_INIT not answered within " + std::to_string(timeout.count()) + " ms");
   }
@@ -189,19 +192,19 @@ Result<InitRecord> SessionIo::WaitForInit(std::chrono::milliseconds timeout) {
 }
 
 ResendOutcome SessionIo::resend_outcome() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return resend_;
 }
 int SessionIo::resend_errno() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return resend_errno_;
 }
 bool SessionIo::init_reply_matches() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return init_matches_;
 }
 size_t SessionIo::in_flight() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return in_flight_.size();
 }
 
@@ -222,7 +225,7 @@ ssize_t SessionIo::WritevThunk(int fd, struct iovec* iov, int count, void*) {
 
 ssize_t SessionIo::Read(void* buf, size_t len) {
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (mode_ == Mode::kTakeover && !init_replayed_) {
       // The first read of a takeover is the recorded INIT: libfuse negotiates exactly what the
       // kernel agreed with the first process.
@@ -237,20 +240,21 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
     // Until libfuse has answered INIT it rejects every other request with EIO; on a takeover
     // the kernel has requests queued already, so other readers wait here. (On a new mount the
     // kernel itself sends nothing else before INIT is answered.)
-    if (mode_ == Mode::kTakeover) cv_.wait(lock, [&] { return init_done_ || draining_; });
+    if (mode_ == Mode::kTakeover)
+      cv_.wait(lock, [&]() REQUIRES(mu_) { return init_done_ || draining_; });
   }
   for (;;) {
     {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       if (draining_) {
-        cv_.wait(lock, [&] { return stopped_; });
+        cv_.wait(lock, [&]() REQUIRES(mu_) { return stopped_; });
         errno = ENODEV;  // libfuse ends the session loop on ENODEV, without an error
         return -1;
       }
       ++active_reads_;
     }
     auto leave = [&] {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       --active_reads_;
       cv_.notify_all();
     };
@@ -277,7 +281,7 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
     if (static_cast<size_t>(got) >= sizeof(fuse_in_header)) {
       fuse_in_header h;
       std::memcpy(&h, buf, sizeof(h));
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (mode_ == Mode::kNewMount && h.opcode == FUSE_INIT && !init_done_) {
         init_.request.assign(static_cast<const char*>(buf), static_cast<size_t>(got));
         init_unique_ = h.unique;
@@ -297,7 +301,7 @@ ssize_t SessionIo::Writev(struct iovec* iov, int count) {
   if (count > 0 && iov[0].iov_len >= sizeof(h)) std::memcpy(&h, iov[0].iov_base, sizeof(h));
   size_t total = 0;
   for (int i = 0; i < count; ++i) total += iov[i].iov_len;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (!init_done_ && h.unique != 0 && h.unique == init_unique_) {
     std::string reply;
     for (int i = 0; i < count; ++i) {
@@ -353,13 +357,13 @@ void SessionIo::SendResendLocked() {
 }
 
 Status SessionIo::Drain(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   draining_ = true;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
   cv_.notify_all();
-  bool drained =
-      cv_.wait_for(lock, timeout, [&] { return active_reads_ == 0 && in_flight_.empty(); });
+  bool drained = cv_.wait_for(
+      lock, timeout, [&]() REQUIRES(mu_) { return active_reads_ == 0 && in_flight_.empty(); });
   size_t left = in_flight_.size();
   stopped_ = true;
   cv_.notify_all();
