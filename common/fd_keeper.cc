@@ -70,7 +70,7 @@ FdKeeperServer::FdKeeperServer(Config config) : config_(std::move(config)) {}
 FdKeeperServer::~FdKeeperServer() { Stop(); }
 
 size_t FdKeeperServer::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 
@@ -186,7 +186,7 @@ bool FdKeeperServer::HandleRequest(int client) {
     }
     KeptFd entry{key, (*req)["metadata"].dump(), std::move(msg->fds[0])};
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       entries_[key] = std::move(entry);  // replaces (and closes) an older descriptor
     }
     log::Info("fd keeper: kept", {{"key", key}});
@@ -196,7 +196,7 @@ bool FdKeeperServer::HandleRequest(int client) {
     std::vector<std::pair<std::string, int>> snapshot;
     std::vector<std::string> texts;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (auto& [key, e] : entries_) {
         json entry{{"entry", {{"key", key}, {"metadata", json::parse(e.metadata_json)}}}};
         texts.push_back(entry.dump());
@@ -219,7 +219,7 @@ bool FdKeeperServer::HandleRequest(int client) {
     if (auto s = ValidateKey(key); !s) return fail("invalid " + s.error().message());
     bool found;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       found = entries_.erase(key) > 0;
     }
     if (found) log::Info("fd keeper: released", {{"key", key}});

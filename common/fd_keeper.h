@@ -25,6 +25,7 @@
 
 #include "common/fd_passing.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke {
 
@@ -74,8 +75,8 @@ class FdKeeperServer {
   UniqueFd wake_fd_;  // eventfd: Stop() wakes the serving thread
   std::thread thread_;
   std::atomic<bool> stopping_{false};
-  mutable std::mutex mu_;
-  std::map<std::string, KeptFd> entries_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, KeptFd> entries_ GUARDED_BY(mu_);
 };
 
 // A client of the keeper: one connection per call, every call bounded by `timeout`.

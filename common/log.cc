@@ -6,11 +6,13 @@
 #include <ctime>
 #include <mutex>
 
+#include "common/thread_annotations.h"
+
 namespace spoke::log {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
-std::mutex g_write_mu;
+Mutex g_write_mu;  // one line at a time on stderr
 
 std::string_view LevelName(Level level) {
   switch (level) {
@@ -91,7 +93,7 @@ std::string Format(Level level, std::string_view msg, std::initializer_list<Fiel
 
 void Write(Level level, std::string_view msg, std::initializer_list<Field> fields) {
   std::string line = Format(level, msg, fields);
-  std::lock_guard<std::mutex> lock(g_write_mu);
+  MutexLock lock(g_write_mu);
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

@@ -51,7 +51,7 @@ Registry::Family& Registry::GetFamily(const std::string& name, const std::string
 
 Counter& Registry::GetCounter(const std::string& name, const std::string& help,
                               const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& f = GetFamily(name, help, Type::kCounter);
   auto& slot = f.counters[labels];
   if (!slot) slot = std::make_unique<Counter>();
@@ -59,7 +59,7 @@ Counter& Registry::GetCounter(const std::string& name, const std::string& help,
 }
 
 Gauge& Registry::GetGauge(const std::string& name, const std::string& help, const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& f = GetFamily(name, help, Type::kGauge);
   auto& slot = f.gauges[labels];
   if (!slot) slot = std::make_unique<Gauge>();
@@ -68,7 +68,7 @@ Gauge& Registry::GetGauge(const std::string& name, const std::string& help, cons
 
 Histogram& Registry::GetHistogram(const std::string& name, const std::string& help,
                                   const Labels& labels, const std::vector<double>& bounds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& f = GetFamily(name, help, Type::kHistogram);
   auto& slot = f.histograms[labels];
   if (!slot) slot = std::make_unique<Histogram>(bounds);
@@ -76,7 +76,7 @@ Histogram& Registry::GetHistogram(const std::string& name, const std::string& he
 }
 
 void Registry::RemoveLabeled(const std::string& key, const std::string& value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto drop = [&](auto& m) {
     for (auto it = m.begin(); it != m.end();) {
       auto l = it->first.find(key);
@@ -127,7 +127,7 @@ std::string Num(double v) {
 }  // namespace
 
 std::string Registry::Render() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::string out;
   for (const auto& [name, f] : families_) {
     const char* type = f.type == Type::kCounter ? "counter"

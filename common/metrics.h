@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
+
 namespace spoke::metrics {
 
 using Labels = std::map<std::string, std::string>;
@@ -77,9 +79,9 @@ class Registry {
     std::map<Labels, std::unique_ptr<Gauge>> gauges;
     std::map<Labels, std::unique_ptr<Histogram>> histograms;
   };
-  Family& GetFamily(const std::string& name, const std::string& help, Type type);
-  mutable std::mutex mu_;
-  std::map<std::string, Family> families_;
+  Family& GetFamily(const std::string& name, const std::string& help, Type type) REQUIRES(mu_);
+  mutable Mutex mu_;
+  std::map<std::string, Family> families_ GUARDED_BY(mu_);
 };
 
 // Escapes a label value for the text format.

@@ -143,13 +143,13 @@ ControllerServer::ControllerServer(ControllerConfig config, std::unique_ptr<Expo
 
 ControllerServer::Guard::Guard(ControllerServer* server, std::string key)
     : server_(server), key_(std::move(key)) {
-  std::lock_guard<std::mutex> lock(server_->mu_);
+  MutexLock lock(server_->mu_);
   held_ = server_->busy_.insert(key_).second;
 }
 
 ControllerServer::Guard::~Guard() {
   if (!held_) return;
-  std::lock_guard<std::mutex> lock(server_->mu_);
+  MutexLock lock(server_->mu_);
   server_->busy_.erase(key_);
 }
 
@@ -218,7 +218,7 @@ grpc::Status ControllerServer::CreateVolume(grpc::ServerContext*,
   std::string id_text = id.Encode();
 
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = known_.find(name);
     if (it != known_.end()) {
       if (it->second.parameters != canonical) {
@@ -255,7 +255,7 @@ grpc::Status ControllerServer::CreateVolume(grpc::ServerContext*,
     (*volume.mutable_volume_context())[k] = v;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     known_[name] = Known{canonical, volume.capacity_bytes(), volume.volume_id()};
   }
   log::Info("volume created", {{"name", name},
@@ -403,7 +403,7 @@ grpc::Status ControllerServer::DeleteVolume(grpc::ServerContext*,
     }
     if (auto s = DeleteScratch(*id, req->volume_id()); !s) return ToGrpcStatus(s.error());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::erase_if(known_, [&](const auto& kv) { return kv.second.volume_id == req->volume_id(); });
   return grpc::Status::OK;
 }

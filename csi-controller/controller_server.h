@@ -29,6 +29,7 @@
 
 #include "common/grpc_status.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 #include "csi-controller/controller_config.h"
 #include "csi-controller/export_admin.h"
@@ -92,9 +93,9 @@ class ControllerServer final : public csi::v1::Controller::Service {
   std::unique_ptr<ExportAdmin> admin_;
   Clock clock_;
 
-  std::mutex mu_;
-  std::set<std::string> busy_;          // GUARDED_BY(mu_): directories with a call in flight
-  std::map<std::string, Known> known_;  // GUARDED_BY(mu_): volume name -> what was made
+  Mutex mu_;
+  std::set<std::string> busy_ GUARDED_BY(mu_);          // directories with a call in flight
+  std::map<std::string, Known> known_ GUARDED_BY(mu_);  // volume name -> what was made
 };
 
 }  // namespace spoke::controller

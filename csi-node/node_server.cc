@@ -134,13 +134,13 @@ std::string HubName(const StringMap& ctx, const std::string& volume_id) {
 
 NodeServer::PathLock::PathLock(NodeServer* server, std::string key)
     : server_(server), key_(std::move(key)) {
-  std::lock_guard<std::mutex> l(server_->mu_);
+  MutexLock l(server_->mu_);
   acquired_ = server_->busy_.insert(key_).second;
 }
 
 NodeServer::PathLock::~PathLock() {
   if (!acquired_) return;
-  std::lock_guard<std::mutex> l(server_->mu_);
+  MutexLock l(server_->mu_);
   server_->busy_.erase(key_);
 }
 

@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 
+#include "common/thread_annotations.h"
 #include "csi-node/agent_client.h"
 #include "csi-node/mounter.h"
 #include "csi-node/node_config.h"
@@ -94,8 +95,8 @@ class NodeServer final : public csi::v1::Node::Service {
   NodeConfig config_;
   Mounter& mounter_;
   AgentClient& agent_;
-  std::mutex mu_;
-  std::set<std::string> busy_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::set<std::string> busy_ GUARDED_BY(mu_);
 };
 
 }  // namespace spoke::node

@@ -6,6 +6,10 @@
 // (the caller reads from the hub), with a warning and a metric, never to a failed read.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -2,6 +2,10 @@
 //   auto cache = OpenBlockCache(config, MakeLruPolicy(), &registry);
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <memory>
 
 #include "cache-agent/cache/block_cache.h"

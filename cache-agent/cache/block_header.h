@@ -7,6 +7,10 @@
 // data checksum (XXH3-64 of `length` data bytes) is checked by the reader on every Get.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 

@@ -3,6 +3,10 @@
 // served: they are simply never asked for again and age out.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <functional>
 #include <string_view>

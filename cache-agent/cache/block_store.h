@@ -10,6 +10,10 @@
 // whose slots are mostly short blocks occupies only what they hold.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <sys/uio.h>
 
 #include <atomic>

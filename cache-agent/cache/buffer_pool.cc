@@ -4,7 +4,7 @@ namespace spoke::agent {
 
 AlignedBuffer BufferPool::Take() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!buffers_.empty()) {
       AlignedBuffer b = std::move(buffers_.back());
       buffers_.pop_back();
@@ -16,12 +16,12 @@ AlignedBuffer BufferPool::Take() {
 
 void BufferPool::Give(AlignedBuffer buf) {
   if (!buf) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (buffers_.size() < spare_) buffers_.push_back(std::move(buf));
 }
 
 size_t BufferPool::spare_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return buffers_.size();
 }
 

@@ -5,11 +5,16 @@
 // from any thread, with or without the cache's mutex held.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstddef>
 #include <mutex>
 #include <vector>
 
 #include "cache-agent/cache/block_store.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -30,8 +35,8 @@ class BufferPool {
  private:
   const size_t buffer_bytes_;
   const size_t spare_;
-  mutable std::mutex mu_;
-  std::vector<AlignedBuffer> buffers_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<AlignedBuffer> buffers_ GUARDED_BY(mu_);
 };
 
 }  // namespace spoke::agent

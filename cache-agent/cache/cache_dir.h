@@ -6,6 +6,10 @@
 // Locking: none of its own; called at open and close, without the cache's mutex.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <string>
 
 #include "common/status.h"

@@ -12,6 +12,10 @@
 // error) and returns true to stop (the cache is degraded).
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <functional>
 #include <vector>

@@ -3,6 +3,10 @@
 // implementations need no locking of their own.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <memory>
 #include <optional>
 

@@ -9,6 +9,10 @@
 // Locking: none; pure functions over files. The cache calls them with its mutex released.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -11,6 +11,10 @@
 // never refused while anything is cached.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <list>
 #include <optional>
 #include <unordered_map>

@@ -33,6 +33,10 @@
 // prediction (rank ~ half an epoch) is never timely, so it cannot erode the stable set.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <list>
 #include <map>

@@ -21,7 +21,7 @@ bool Matches(const BlockKey& k, uint64_t volume, uint64_t file_id) {
 }  // namespace
 
 bool SlotFileBlockCache::punching() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return slots_->punching();
 }
 
@@ -77,7 +77,7 @@ void SlotFileBlockCache::TrimToQuotaLocked(std::vector<Event>& events) {
 Result<size_t> SlotFileBlockCache::Get(const BlockKey& key, char* out, size_t capacity) {
   Entry e;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = closed_ || stats_.degraded ? index_.end() : index_.find(key);
     if (it == index_.end()) {
       ++stats_.misses;
@@ -100,7 +100,7 @@ Result<size_t> SlotFileBlockCache::Get(const BlockKey& key, char* out, size_t ca
   Result<size_t> result = e.length;
   bool clear = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = index_.find(key);
     const bool same = it != index_.end() && it->second.slot == e.slot && it->second.seq == e.seq;
     if (!io || !bad.empty()) {
@@ -152,7 +152,7 @@ Status SlotFileBlockCache::Put(const BlockKey& key, const char* data, size_t len
   uint32_t old_extent = 0;
   bool clear_victims = false;
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (closed_) return Fail(Code::kUnavailable, "cache closed");
     if (stats_.degraded) return Fail(Code::kIo, "cache degraded: disk failed");
     if (index_.contains(key) || writing_.contains(key)) return Ok();
@@ -171,7 +171,7 @@ Status SlotFileBlockCache::Put(const BlockKey& key, const char* data, size_t len
     seq = next_seq_++;
     ++inflight_;
     // A reader still on the victim's old contents finishes first.
-    cv_.wait(lock, [&] { return !slots_->pinned(slot); });
+    cv_.wait(lock, [&]() REQUIRES(mu_) { return !slots_->pinned(slot); });
     old_extent = slots_->extent(slot);
     clear_victims = slots_->has_to_clear();
   }
@@ -198,7 +198,7 @@ Status SlotFileBlockCache::Put(const BlockKey& key, const char* data, size_t len
   Status result = Ok();
   bool clear = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto w = writing_.find(key);
     const bool cancelled = w->second.cancelled;
     SetDiskBytesLocked(stats_.disk_bytes - w->second.charge);
@@ -278,7 +278,7 @@ bool SlotFileBlockCache::WouldAdmit(const BlockKey& key, const AdmissionHint& hi
 }
 
 bool SlotFileBlockCache::Contains(const BlockKey& key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return !stats_.degraded && index_.contains(key);
 }
 
@@ -286,7 +286,7 @@ uint64_t SlotFileBlockCache::Evict(uint64_t volume, uint64_t file_id) {
   std::vector<Event> events;
   std::vector<uint64_t> slots;
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [key, w] : writing_) {
       if (Matches(key, volume, file_id)) w.cancelled = true;
     }
@@ -315,9 +315,9 @@ uint64_t SlotFileBlockCache::Evict(uint64_t volume, uint64_t file_id) {
       return slots.size();
     }
     ++inflight_;
-    cv_.wait(lock, [&] {
+    cv_.wait(lock, [&]() REQUIRES(mu_) {
       return std::all_of(slots.begin(), slots.end(),
-                         [&](uint64_t s) { return !slots_->pinned(s); });
+                         [&](uint64_t s) REQUIRES(mu_) { return !slots_->pinned(s); });
     });
   }
   Fire(events);
@@ -325,7 +325,7 @@ uint64_t SlotFileBlockCache::Evict(uint64_t volume, uint64_t file_id) {
   // resurrect the blocks, and the space goes back at once.
   ClearSlots(slots);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     --inflight_;
   }
   cv_.notify_all();
@@ -334,28 +334,28 @@ uint64_t SlotFileBlockCache::Evict(uint64_t volume, uint64_t file_id) {
 }
 
 uint64_t SlotFileBlockCache::VolumeBytes(uint64_t volume) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = volume_bytes_.find(volume);
   return it == volume_bytes_.end() ? 0 : it->second;
 }
 
 BlockCacheStats SlotFileBlockCache::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   BlockCacheStats s = stats_;
   s.blocks = index_.size();
   return s;
 }
 
 void SlotFileBlockCache::SetListener(CacheListener* listener) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   listener_ = listener;
 }
 
 Status SlotFileBlockCache::Close() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (closed_) return Ok();
   closed_ = true;
-  cv_.wait(lock, [&] { return inflight_ == 0; });
+  cv_.wait(lock, [&]() REQUIRES(mu_) { return inflight_ == 0; });
   if (slots_->has_to_clear()) {
     // Freed slots get their space back before the index records them as free.
     std::vector<uint64_t> clear = slots_->TakeToClear();
@@ -387,7 +387,7 @@ Status SlotFileBlockCache::Close() {
 Status SlotFileBlockCache::WriteIndex() {
   IndexContents contents;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<std::pair<const BlockKey*, const Entry*>> order;
     order.reserve(index_.size());
     for (const auto& [k, e] : index_) order.emplace_back(&k, &e);
@@ -430,7 +430,7 @@ void SlotFileBlockCache::DropLocked(Index::iterator it, std::vector<Event>& even
 void SlotFileBlockCache::ClearReleased() {
   std::vector<uint64_t> slots;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     // After Close started, Close clears what is left.
     if (!slots_->has_to_clear() || closed_) return;
     slots = slots_->TakeToClear();
@@ -438,7 +438,7 @@ void SlotFileBlockCache::ClearReleased() {
   }
   ClearSlots(slots);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     --inflight_;
   }
   cv_.notify_all();
@@ -448,12 +448,12 @@ void SlotFileBlockCache::ClearSlots(const std::vector<uint64_t>& slots) {
   if (slots.empty()) return;
   bool punch, degraded;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     punch = slots_->punching();
     degraded = stats_.degraded;
   }
-  SlotSpace::ClearOutcome outcome = slots_->ClearIo(slots, punch, degraded);
-  std::lock_guard lock(mu_);
+  SlotSpace::ClearOutcome outcome = SlotsForClearIo().ClearIo(slots, punch, degraded);
+  MutexLock lock(mu_);
   if (outcome.refused) StopPunchingLocked();
   for (const Status& r : outcome.results) {
     if (!r) RecordIoLocked(r, "clear freed slot");
@@ -479,7 +479,7 @@ void SlotFileBlockCache::Fire(const std::vector<Event>& events) {
   if (events.empty()) return;
   CacheListener* listener;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     listener = listener_;
   }
   if (listener == nullptr) return;

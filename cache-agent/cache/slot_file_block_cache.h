@@ -45,6 +45,10 @@
 // returns kIo, so readers go to the hub.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -60,6 +64,7 @@
 #include "cache-agent/cache/slot_space.h"
 #include "cache-agent/cache/uring_block_store.h"
 #include "common/metrics.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -155,13 +160,16 @@ class SlotFileBlockCache final : public BlockCache {
   void PunchUnaccounted();
   // Counts a device error seen by a recovery worker; true when the cache is now degraded.
   bool OnRecoveryIoError(const Status& s, std::string_view what);
-  void Publish(const BlockKey& key, Entry e, const AdmissionHint& hint);
+  void Publish(const BlockKey& key, Entry e, const AdmissionHint& hint) REQUIRES(mu_);
   Status WriteIndex();
   // Gives back the disk space of freed slots (SlotSpace::ClearIo) and puts them on the free
   // list. Runs without mu_; the caller keeps Close() waiting (inflight_) and owns `slots`.
   void ClearSlots(const std::vector<uint64_t>& slots);
   // ClearSlots on the slots freed by any operation so far (SlotSpace::TakeToClear).
   void ClearReleased();
+  // The SlotSpace for ClearIo, which touches only the (thread-safe) store and no slot state,
+  // and so runs without mu_.
+  const SlotSpace& SlotsForClearIo() const NO_THREAD_SAFETY_ANALYSIS { return *slots_; }
 
   // Helpers below run with mu_ held.
   // Put's eviction loop: evicts (policy's choice) until a block charged `charge` fits the
@@ -169,19 +177,21 @@ class SlotFileBlockCache final : public BlockCache {
   // a rejected admission; a refused prefetch queues a wasted event), kInternal when the policy
   // keeps naming uncached blocks; any slot taken is released again then.
   Result<uint64_t> MakeRoomLocked(const BlockKey& key, const AdmissionHint& hint, uint32_t charge,
-                                  std::vector<Event>& events);
+                                  std::vector<Event>& events) REQUIRES(mu_);
   // Disk space a block of `length` bytes is charged.
-  uint32_t ChargeLocked(uint32_t length) const;
+  uint32_t ChargeLocked(uint32_t length) const REQUIRES(mu_);
   // Removes a block from the index and policy (queueing a wasted-prefetch event); frees its
   // slot (once unpinned) unless the caller takes it over.
-  void DropLocked(Index::iterator it, std::vector<Event>& events, bool release_slot = true);
+  void DropLocked(Index::iterator it, std::vector<Event>& events, bool release_slot = true)
+      REQUIRES(mu_);
   // Evicts (policy's choice) until the charged bytes fit the quota; after recovery.
-  void TrimToQuotaLocked(std::vector<Event>& events);
+  void TrimToQuotaLocked(std::vector<Event>& events) REQUIRES(mu_);
   // The filesystem refused a punch: charge whole slots from now on (logged once).
-  void StopPunchingLocked();
-  void SetDiskBytesLocked(uint64_t bytes);
-  void RecordIoLocked(const Status& s, std::string_view what);
-  void Fire(const std::vector<Event>& events);
+  void StopPunchingLocked() REQUIRES(mu_);
+  void SetDiskBytesLocked(uint64_t bytes) REQUIRES(mu_);
+  void RecordIoLocked(const Status& s, std::string_view what) REQUIRES(mu_);
+  // Tells the listener, without mu_ (the listener may call back into the cache).
+  void Fire(const std::vector<Event>& events) EXCLUDES(mu_);
 
   const Config config_;
   const Options options_;
@@ -190,7 +200,7 @@ class SlotFileBlockCache final : public BlockCache {
   uint64_t disk_quota_ = 0;
   bool store_fresh_ = false;  // the data files were just created
   std::unique_ptr<BlockStore> store_;
-  std::unique_ptr<EvictionPolicy> policy_;
+  std::unique_ptr<EvictionPolicy> policy_ PT_GUARDED_BY(mu_);  // called under mu_ only
   CacheDirLock dir_lock_;
   Recovery recovery_ = Recovery::kFresh;
 
@@ -204,24 +214,24 @@ class SlotFileBlockCache final : public BlockCache {
   metrics::Gauge* m_disk_quota_ = nullptr;
   metrics::Gauge* m_degraded_ = nullptr;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // slot unpinned, in-flight op finished
-  Index index_;                 // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;  // slot unpinned, in-flight op finished
+  Index index_ GUARDED_BY(mu_);
   // index_'s keys by volume and file, so that Evict of a file (an `rm -rf` of many files)
   // costs the blocks of that file, not a scan of the whole index under mu_.
   std::unordered_map<uint64_t,
                      std::unordered_map<uint64_t, std::unordered_set<BlockKey, BlockKeyHash>>>
-      by_file_;                                                  // guarded by mu_
-  std::unordered_map<BlockKey, Writing, BlockKeyHash> writing_;  // guarded by mu_
-  std::unique_ptr<SlotSpace> slots_;                             // set at Open, then guarded by mu_
-  std::unordered_map<uint64_t, uint64_t> volume_bytes_;          // guarded by mu_
-  BlockCacheStats stats_;                                        // guarded by mu_
-  uint64_t next_seq_ = 1;                                        // guarded by mu_
-  uint64_t tick_ = 0;                                            // guarded by mu_
-  unsigned consecutive_errors_ = 0;                              // guarded by mu_
-  unsigned inflight_ = 0;                                        // guarded by mu_
-  bool closed_ = false;                                          // guarded by mu_
-  CacheListener* listener_ = nullptr;                            // guarded by mu_
+      by_file_ GUARDED_BY(mu_);
+  std::unordered_map<BlockKey, Writing, BlockKeyHash> writing_ GUARDED_BY(mu_);
+  std::unique_ptr<SlotSpace> slots_ PT_GUARDED_BY(mu_);  // set at Open
+  std::unordered_map<uint64_t, uint64_t> volume_bytes_ GUARDED_BY(mu_);
+  BlockCacheStats stats_ GUARDED_BY(mu_);
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  uint64_t tick_ GUARDED_BY(mu_) = 0;
+  unsigned consecutive_errors_ GUARDED_BY(mu_) = 0;
+  unsigned inflight_ GUARDED_BY(mu_) = 0;
+  bool closed_ GUARDED_BY(mu_) = false;
+  CacheListener* listener_ GUARDED_BY(mu_) = nullptr;
 
   BufferPool buffers_;  // bounce buffers of one slot; its own mutex
 };

@@ -69,10 +69,14 @@ Result<std::unique_ptr<SlotFileBlockCache>> SlotFileBlockCache::Open(
   if (!lock) return std::unexpected(lock.error());
   cache->dir_lock_ = std::move(*lock);
   if (Status s = cache->OpenStore(store_factory); !s) return std::unexpected(s.error());
-  cache->policy_ = std::move(policy);
-  cache->stats_.capacity_bytes = config.capacity_bytes / config.block_size * config.block_size;
-  cache->stats_.disk_quota_bytes = cache->disk_quota_;
-  cache->m_capacity_->Set(static_cast<int64_t>(cache->stats_.capacity_bytes));
+  {
+    // Not shared yet; the lock keeps the analysis (and every later reader) honest.
+    MutexLock stats_lock(cache->mu_);
+    cache->policy_ = std::move(policy);
+    cache->stats_.capacity_bytes = config.capacity_bytes / config.block_size * config.block_size;
+    cache->stats_.disk_quota_bytes = cache->disk_quota_;
+    cache->m_capacity_->Set(static_cast<int64_t>(cache->stats_.capacity_bytes));
+  }
   cache->m_disk_quota_->Set(static_cast<int64_t>(cache->disk_quota_));
   cache->m_disk_bytes_->Set(0);
   cache->m_degraded_->Set(0);
@@ -129,6 +133,7 @@ Status SlotFileBlockCache::Recover() {
   const bool was_clean = *was_clean_or;
   if (store_fresh_) {
     recovery_ = Recovery::kFresh;
+    MutexLock lock(mu_);
     slots_->AddFreeExcept(std::vector<bool>(slot_count_, false));
   } else if (was_clean && LoadIndex()) {
     recovery_ = Recovery::kIndex;
@@ -144,12 +149,12 @@ Status SlotFileBlockCache::Recover() {
   {
     // A smaller quota than the blocks found (capacity changed), or duplicates left by a crash.
     std::vector<Event> events;  // no listener yet
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     TrimToQuotaLocked(events);
     clear = slots_->TakeToClear();
   }
   ClearSlots(clear);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // Sparse files reserve nothing: say so now if the filesystem cannot hold the quota.
   struct statvfs vfs {};
   if (statvfs(config_.dir.c_str(), &vfs) == 0 &&
@@ -175,7 +180,7 @@ Status SlotFileBlockCache::Recover() {
 bool SlotFileBlockCache::LoadIndex() {
   bool punched;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     punched = slots_->punching();
   }
   auto index = ReadIndexFile(config_.dir, config_.block_size, slot_count_, punched);
@@ -185,7 +190,7 @@ bool SlotFileBlockCache::LoadIndex() {
     return false;
   }
   std::vector<bool> used(slot_count_, false);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const IndexRecord& r : index->records) {
     used[r.slot] = true;
     Entry e{r.slot, r.seq, ++tick_, r.length, r.origin, r.read, 0};
@@ -199,7 +204,7 @@ bool SlotFileBlockCache::LoadIndex() {
 }
 
 bool SlotFileBlockCache::OnRecoveryIoError(const Status& s, std::string_view what) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   RecordIoLocked(s, what);
   return stats_.degraded;
 }
@@ -209,7 +214,7 @@ void SlotFileBlockCache::Scan() {
     return OnRecoveryIoError(s, "scan header");
   });
   ResolvedScan resolved = ResolveGenerations(scan.found);
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   std::vector<bool> used(slot_count_, false);
   for (const FoundHeader& f : resolved.blocks) {
     Entry e{f.slot, f.header.seq, ++tick_, f.header.length, f.header.origin, false, 0};
@@ -240,7 +245,7 @@ void SlotFileBlockCache::PunchUnaccounted() {
   std::vector<uint32_t> keep(slot_count_);
   uint64_t expected = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!slots_->punching()) return;
     for (uint64_t s = 0; s < slot_count_; ++s) {
       keep[s] = slots_->extent(s);
@@ -257,7 +262,7 @@ void SlotFileBlockCache::PunchUnaccounted() {
   const bool refused = PunchBeyondExtents(*store_, keep, [this](const Status& s) {
     return OnRecoveryIoError(s, "punch unaccounted space");
   });
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (refused) StopPunchingLocked();
 }
 

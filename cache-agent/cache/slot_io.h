@@ -6,6 +6,10 @@
 // written) or pinned (being read). The store and the pool are thread-safe.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <string>

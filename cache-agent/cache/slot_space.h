@@ -11,6 +11,10 @@
 // TakeToClear (in no list, so nobody else touches them).
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <cstdint>
 #include <optional>
 #include <vector>

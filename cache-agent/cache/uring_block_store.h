@@ -19,6 +19,10 @@
 // bounds in-flight I/O (rings x chunks) and costs no lock contention while threads <= rings.
 #pragma once
 
+#if !__has_include("spoke_layer/cache.h")
+#error "wrong-way include: cache-agent/cache/ is not among this target's dependencies"
+#endif
+
 #include <liburing.h>
 
 #include <memory>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "cache-agent/cache/block_store.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -66,15 +71,15 @@ class UringBlockStore final : public BlockStore {
 
  private:
   struct Ring {
-    std::mutex mu;
-    bool ready = false;  // guarded by mu
-    io_uring ring{};     // guarded by mu
+    Mutex mu;
+    bool ready GUARDED_BY(mu) = false;
+    io_uring ring GUARDED_BY(mu){};
   };
   class RingLease;
 
   UringBlockStore(uint64_t slot_count, uint32_t slot_size, const Options& options);
   Status Transfer(bool write, uint64_t offset_bytes, std::span<const iovec> segments);
-  Status InitRing(Ring& r);
+  Status InitRing(Ring& r) REQUIRES(r.mu);
 
   Options options_;
   uint64_t slots_per_file_ = 0;

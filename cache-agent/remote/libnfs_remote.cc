@@ -250,19 +250,19 @@ void LibnfsRemote::Record(const char* op, double seconds, const Error* error) {
     registry_->GetCounter("spoke_hub_errors_total", "Hub requests that failed", l).Inc();
     if (error->code() == Code::kTimeout || error->code() == Code::kUnavailable) {
       reachable_.store(false);
-      std::lock_guard<std::mutex> lock(error_mu_);
+      MutexLock lock(error_mu_);
       last_error_ = error->message();
     }
   } else if (!reachable_.load()) {
     reachable_.store(true);
-    std::lock_guard<std::mutex> lock(error_mu_);
+    MutexLock lock(error_mu_);
     last_error_.clear();
   }
 }
 
 bool LibnfsRemote::Reachable() const { return reachable_.load(); }
 std::string LibnfsRemote::LastError() const {
-  std::lock_guard<std::mutex> lock(error_mu_);
+  MutexLock lock(error_mu_);
   return last_error_;
 }
 

@@ -17,6 +17,10 @@
 // struct nfsfh is private to libnfs and tied to its context.
 #pragma once
 
+#if !__has_include("spoke_layer/remote.h")
+#error "wrong-way include: cache-agent/remote/ is not among this target's dependencies"
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -29,6 +33,7 @@
 #include "cache-agent/remote/remote_fs.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -184,8 +189,8 @@ class LibnfsRemote final : public RemoteFs {
   std::map<std::string, IdentityConn> identities_;  // guarded by identities_mu_
   uint64_t identity_clock_ = 0;                     // guarded by identities_mu_
   std::atomic<bool> reachable_{true};
-  mutable std::mutex error_mu_;
-  std::string last_error_;  // guarded by error_mu_
+  mutable Mutex error_mu_;
+  std::string last_error_ GUARDED_BY(error_mu_);
 };
 
 }  // namespace spoke::agent

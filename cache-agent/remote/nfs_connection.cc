@@ -86,7 +86,7 @@ NfsConnection::~NfsConnection() {
 void NfsConnection::Submit(std::shared_ptr<NfsJob> job) {
   load_.fetch_add(1);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     mailbox_.push_back(std::move(job));
   }
   uint64_t one = 1;
@@ -95,7 +95,7 @@ void NfsConnection::Submit(std::shared_ptr<NfsJob> job) {
 
 void NfsConnection::Invalidate(const std::string& path) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     invalidations_.push_back(path);
   }
   uint64_t one = 1;
@@ -103,12 +103,12 @@ void NfsConnection::Invalidate(const std::string& path) {
 }
 
 bool NfsConnection::WaitMounted(SteadyClock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return mount_cv_.wait_until(lock, deadline, [&] { return mounted_.load(); });
 }
 
 std::string NfsConnection::last_mount_error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return mount_error_;
 }
 
@@ -347,7 +347,7 @@ void NfsConnection::MountDone(int err, nfs_context* /*nfs*/, void* data, void* p
     self->read_max_.store(std::max<uint64_t>(4096, nfs_get_readmax(self->ctx_)));
     self->write_max_.store(std::max<uint64_t>(4096, nfs_get_writemax(self->ctx_)));
     {
-      std::lock_guard<std::mutex> lock(self->mu_);
+      MutexLock lock(self->mu_);
       self->mounted_.store(true);
       self->mount_error_.clear();
     }
@@ -403,7 +403,7 @@ void NfsConnection::StartMount() {
 void NfsConnection::Teardown(const std::string& why) {
   bool was_up = state_ == State::kUp;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     mounted_.store(false);
     mount_error_ = why;
   }
@@ -472,7 +472,7 @@ void NfsConnection::Loop() {
     std::vector<std::shared_ptr<NfsJob>> incoming;
     std::vector<std::string> invalidations;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       incoming.swap(mailbox_);
       invalidations.swap(invalidations_);
     }
@@ -494,8 +494,11 @@ void NfsConnection::Loop() {
   }
   // Shutting down: nothing may hang on us.
   Error cancelled(Code::kCancelled, "hub " + options_.hub + ": connection closed");
-  for (auto& j : mailbox_) waiting_.push_back(std::move(j));
-  mailbox_.clear();
+  {
+    MutexLock lock(mu_);  // a late Submit may still be pushing
+    for (auto& j : mailbox_) waiting_.push_back(std::move(j));
+    mailbox_.clear();
+  }
   while (!waiting_.empty()) {
     auto job = waiting_.front();
     waiting_.pop_front();

@@ -5,6 +5,10 @@
 // calls, the handle cache, job state) runs on the loop thread only.
 #pragma once
 
+#if !__has_include("spoke_layer/remote.h")
+#error "wrong-way include: cache-agent/remote/ is not among this target's dependencies"
+#endif
+
 #include <sys/types.h>
 
 #include <atomic>
@@ -24,6 +28,7 @@
 
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 struct nfs_context;
 struct nfsfh;
@@ -149,11 +154,11 @@ class NfsConnection {
   std::atomic<uint64_t> write_max_{1 << 20};
   int wake_fd_ = -1;
 
-  mutable std::mutex mu_;  // guards the mailbox, mount_error_ and mount_cv_
-  std::condition_variable mount_cv_;
-  std::vector<std::shared_ptr<NfsJob>> mailbox_;
-  std::vector<std::string> invalidations_;
-  std::string mount_error_;
+  mutable Mutex mu_;
+  CondVar mount_cv_;  // waited on with mu_ held: mounted_ changed
+  std::vector<std::shared_ptr<NfsJob>> mailbox_ GUARDED_BY(mu_);
+  std::vector<std::string> invalidations_ GUARDED_BY(mu_);
+  std::string mount_error_ GUARDED_BY(mu_);
 
   // Loop thread.
   nfs_context* ctx_ = nullptr;

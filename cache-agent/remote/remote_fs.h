@@ -4,6 +4,10 @@
 // kTimeout or kUnavailable, never a hang.
 #pragma once
 
+#if !__has_include("spoke_layer/remote.h")
+#error "wrong-way include: cache-agent/remote/ is not among this target's dependencies"
+#endif
+
 #include <sys/types.h>
 
 #include <cstdint>
