@@ -127,11 +127,15 @@ TEST(Volume, FiguresCountReadsAndTakeTheMissLatencyFromOnePlace) {
   rig.remote->SetReadLatency(5ms);
   rig.ReadFile("a/x", 3 * kBlock);
   for (int i = 0; i < 1000 && rig.cache.blocks() < 3; ++i) std::this_thread::sleep_for(1ms);
+  // Prefetches may still be landing in the cache: the figure lies between two readings.
+  const uint64_t cached_before = rig.cache.VolumeBytes(VolumeKey("vol"));
   VolumeFigures f = rig.volume->Figures();
+  const uint64_t cached_after = rig.cache.VolumeBytes(VolumeKey("vol"));
   EXPECT_EQ(f.cache_hits, 0u);
   EXPECT_GE(f.cache_misses, 1u);
   EXPECT_GE(f.hub_read_bytes, 3u * kBlock);
-  EXPECT_EQ(f.cache_bytes, rig.cache.VolumeBytes(VolumeKey("vol")));
+  EXPECT_GE(f.cache_bytes, cached_before);
+  EXPECT_LE(f.cache_bytes, cached_after);
   EXPECT_TRUE(f.hub_reachable);
   EXPECT_EQ(f.hub_total_bytes, 1u << 30);
   EXPECT_FALSE(f.experts.empty());  // auto mode: the prefetcher's experts
