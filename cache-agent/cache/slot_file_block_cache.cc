@@ -267,7 +267,7 @@ Result<uint64_t> SlotFileBlockCache::MakeRoomLocked(const BlockKey& key, const A
 }
 
 bool SlotFileBlockCache::WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (stats_.degraded || closed_) return false;
   if (index_.contains(key) || writing_.contains(key)) return true;
   if (slots_->free_count() > 0 &&

@@ -32,7 +32,7 @@ void CacheListenerFanout::OnPrefetchWasted(const BlockKey& key, ExpertId expert)
 
 PrefetchDriver::PrefetchDriver(const Config& config, BlockFetcher& fetcher, const Clock& clock,
                                MetadataCache* metadata, metrics::Registry* registry)
-    : config_(config), fetcher_(fetcher), metadata_(metadata), sink_(fetcher) {
+    : config_(config), metadata_(metadata), sink_(fetcher) {
   if (config_.mode == PrefetchMode::kOff) return;
   const uint32_t bs = fetcher.block_size();
   PrefetchScheduler::Config sc;

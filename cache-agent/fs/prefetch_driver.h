@@ -133,7 +133,6 @@ class PrefetchDriver {
   void TickLoop();
 
   const Config config_;
-  BlockFetcher& fetcher_;
   MetadataCache* metadata_;
   FetcherPrefetchSink sink_;
   std::unique_ptr<PrefetchScheduler> scheduler_;  // null when off
