@@ -9,6 +9,16 @@
 namespace spoke::agent {
 namespace {
 
+// Where a session that would not end keeps its adapter and volume (reachable, so leak checkers
+// stay quiet about it), for the rest of the process.
+void KeepForever(std::unique_ptr<FuseAdapter> fuse, std::unique_ptr<Volume> volume) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::pair<std::unique_ptr<FuseAdapter>,
+                                                std::unique_ptr<Volume>>>();
+  std::lock_guard lock(mu);
+  kept->emplace_back(std::move(fuse), std::move(volume));
+}
+
 // A Volume served by a FUSE session: what the control plane holds for a mount.
 class FuseMountedVolume final : public MountedVolume {
  public:
@@ -16,6 +26,14 @@ class FuseMountedVolume final : public MountedVolume {
       : volume_(std::move(volume)), target_(std::move(target)) {}
   ~FuseMountedVolume() override {
     (void)Unmount();
+    if (fuse_ != nullptr && !fuse_->session_ended()) {
+      // A worker is still inside the volume (a request the hub has not answered): freeing the
+      // stack under it would crash the agent. Keep both alive; the loop ends with the process.
+      log::Error("FUSE session still running at unmount; its volume is kept in memory",
+                 {{"target", target_}});
+      KeepForever(std::move(fuse_), std::move(volume_));
+      return;
+    }
     fuse_.reset();  // the session ends before the stack it serves
     volume_.reset();
   }

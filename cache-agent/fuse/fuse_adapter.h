@@ -76,6 +76,9 @@ class FuseAdapter {
   // dead agent stayed unanswered past the grace period was aborted: the mount must be
   // re-created (docs/agent-restarts.md).
   bool connection_lost() const { return lost_.load(); }
+  // False while the session loop may still call into the VolumeFs (Unmount/HandOver could not
+  // end it): the VolumeFs and this adapter must then stay alive.
+  bool session_ended() const { return session_ == nullptr || loop_done_.load(); }
   fuse::ResendOutcome resend_outcome() const {
     return io_ ? io_->resend_outcome() : fuse::ResendOutcome::kNotAttempted;
   }
