@@ -233,10 +233,11 @@ class Cluster:
         self.metrics_port = free_port()
         with open(os.path.join(self.agent_dir, "agent.yaml"), "w") as f:
             f.write("socket: %s\ncacheDir: %s\ncacheSizeBytes: 1Gi\nstateDir: %s/state\n"
+                    "mountRoots: [%s]\n"
                     "metricsAddress: 127.0.0.1:%d\nlogLevel: info\n"
                     "hub: {connections: 4, inflightPerConnection: 16, "
                     "requestTimeoutSeconds: %d}\n"
-                    % (self.socket, self.cache_dir, self.agent_dir, self.metrics_port,
+                    % (self.socket, self.cache_dir, self.agent_dir, self.work, self.metrics_port,
                        self.args.hub_timeout))
 
     def start_agent(self, timeout=30):

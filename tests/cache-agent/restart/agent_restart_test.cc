@@ -113,6 +113,7 @@ class AgentRestartTest : public ::testing::Test {
         << "cacheDir: " << work_->path() << "/cache\n"
         << "cacheSizeBytes: 1Gi\n"
         << "stateDir: " << work_->path() << "/state\n"
+        << "mountRoots: [" << work_->path() << "]\n"
         << "metricsAddress: \"\"\n"
         << "logLevel: info\n"
         << "fuseKeeperSocket: " << keeper_socket_ << "\n"
