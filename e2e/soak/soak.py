@@ -354,6 +354,9 @@ def make_dataset(cluster, ledger, rng, files, max_kb):
     root = os.path.join(cluster.export, "dataset")
     os.makedirs(root)
     os.makedirs(os.path.join(cluster.export, "scratch"))
+    # Without allowRoot the hub sees the writers (root here) as hubUid 65534: like a real
+    # scratch share, the directory is writable by everyone, sticky.
+    os.chmod(os.path.join(cluster.export, "scratch"), 0o1777)
     names = []
     for i in range(files):
         # A few small files, many around a block, some several blocks long.
