@@ -596,6 +596,7 @@ Status FuseAdapter::HandOver(std::chrono::milliseconds timeout) {
   } else {
     log::Error("FUSE session loop did not end after the drain; leaving it",
                {{"target", options_.mountpoint}});
+    left_running_ = true;
     loop_.detach();
   }
   session_ = nullptr;
@@ -648,6 +649,7 @@ Status FuseAdapter::Unmount() {
     // Cannot happen unless the kernel keeps the connection: leak the session rather than
     // hang the caller.
     log::Error("FUSE session did not end; leaving it", {{"target", options_.mountpoint}});
+    left_running_ = true;
     loop_.detach();
   }
   session_ = nullptr;

@@ -78,7 +78,7 @@ class FuseAdapter {
   bool connection_lost() const { return lost_.load(); }
   // False while the session loop may still call into the VolumeFs (Unmount/HandOver could not
   // end it): the VolumeFs and this adapter must then stay alive.
-  bool session_ended() const { return session_ == nullptr || loop_done_.load(); }
+  bool session_ended() const { return !left_running_.load(); }
   fuse::ResendOutcome resend_outcome() const {
     return io_ ? io_->resend_outcome() : fuse::ResendOutcome::kNotAttempted;
   }
@@ -99,6 +99,7 @@ class FuseAdapter {
   fuse_session* session_ = nullptr;
   std::thread loop_;
   std::atomic<bool> loop_done_{false};
+  std::atomic<bool> left_running_{false};  // Unmount/HandOver gave up on the loop
   std::mutex mu_;
   bool unmounted_ = false;  // guarded by mu_
   dev_t dev_ = 0;           // the mount's device: names its /sys/fs/fuse/connections entry
