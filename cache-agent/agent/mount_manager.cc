@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/fd_keeper.h"
 #include "common/log.h"
@@ -117,11 +116,12 @@ bool MountManager::PutToKeeper(const MountRecord& record, MountedVolume& volume)
   meta["takeover"] = std::move(takeover);
   FdKeeperClient keeper(options_.keeper_socket, options_.keeper_timeout);
   if (auto s = keeper.Put(KeeperKey(record.target_path), meta.dump(), volume.fuse_fd()); !s) {
-    log::Warn("the fd keeper did not take the mount's connection (retrying in the background); "
-              "until it does, an agent crash ends this mount",
-              {{"target", record.target_path},
-               {"keeper", options_.keeper_socket},
-               {"error", s.error().message()}});
+    log::Warn(
+        "the fd keeper did not take the mount's connection (retrying in the background); "
+        "until it does, an agent crash ends this mount",
+        {{"target", record.target_path},
+         {"keeper", options_.keeper_socket},
+         {"error", s.error().message()}});
     return false;
   }
   return true;
@@ -155,8 +155,7 @@ std::vector<std::string> MountManager::AdoptKept(const std::vector<MountRecord>&
     auto it = by_target.find(target);
     bool ours = it != by_target.end() && it->second->volume_id == volume_id &&
                 KeeperKey(target) == k.key && meta.contains("takeover");
-    Result<std::unique_ptr<MountedVolume>> volume =
-        Fail(Code::kNotFound, "not in the mount table");
+    Result<std::unique_ptr<MountedVolume>> volume = Fail(Code::kNotFound, "not in the mount table");
     if (ours) {
       const MountRecord& r = *it->second;
       auto context = VolumeContext::FromMap(r.volume_context);
@@ -243,10 +242,9 @@ std::chrono::steady_clock::time_point MountManager::SyncKeeper() {
   keeper_backoff_ = std::min(std::max(keeper_backoff_ * 2, options_.keeper_interval),
                              options_.keeper_backoff_max);
   if (!kept) {
-    log::Warn("fd keeper unreachable; retrying",
-              {{"keeper", options_.keeper_socket},
-               {"retry_in_ms", keeper_backoff_.count()},
-               {"error", kept.error().message()}});
+    log::Warn("fd keeper unreachable; retrying", {{"keeper", options_.keeper_socket},
+                                                  {"retry_in_ms", keeper_backoff_.count()},
+                                                  {"error", kept.error().message()}});
   }
   return now + keeper_backoff_;
 }
@@ -642,7 +640,8 @@ void MountManager::HandOver(std::chrono::milliseconds drain) {
     ++handed;
   }
   UpdateGauges();
-  log::Info("FUSE connections handed over", {{"count", handed}, {"unmounted", mounted.size() - handed}});
+  log::Info("FUSE connections handed over",
+            {{"count", handed}, {"unmounted", mounted.size() - handed}});
 }
 
 void MountManager::Shutdown() {

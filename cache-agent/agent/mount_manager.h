@@ -67,8 +67,8 @@ class MountManager {
     std::vector<std::string> mount_roots;
     // The fd keeper's socket; "" = no keeper (mounts die with the agent).
     std::string keeper_socket;
-    std::chrono::milliseconds keeper_timeout{2000};    // bound on one keeper call
-    std::chrono::milliseconds keeper_interval{2000};   // check the keeper has every fd
+    std::chrono::milliseconds keeper_timeout{2000};   // bound on one keeper call
+    std::chrono::milliseconds keeper_interval{2000};  // check the keeper has every fd
     std::chrono::milliseconds keeper_backoff_max{30000};
   };
 

@@ -13,8 +13,8 @@ namespace {
 // stay quiet about it), for the rest of the process.
 void KeepForever(std::unique_ptr<FuseAdapter> fuse, std::unique_ptr<Volume> volume) {
   static std::mutex mu;
-  static auto* kept = new std::vector<std::pair<std::unique_ptr<FuseAdapter>,
-                                                std::unique_ptr<Volume>>>();
+  static auto* kept =
+      new std::vector<std::pair<std::unique_ptr<FuseAdapter>, std::unique_ptr<Volume>>>();
   std::lock_guard lock(mu);
   kept->emplace_back(std::move(fuse), std::move(volume));
 }
@@ -108,16 +108,20 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
   return Serve(volume_id, context, target_path, read_only, UniqueFd(), "");
 }
 
-Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Adopt(
-    const std::string& volume_id, const VolumeContext& context, const std::string& target_path,
-    bool read_only, UniqueFd fuse_fd, const std::string& takeover_json) {
+Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Adopt(const std::string& volume_id,
+                                                                const VolumeContext& context,
+                                                                const std::string& target_path,
+                                                                bool read_only, UniqueFd fuse_fd,
+                                                                const std::string& takeover_json) {
   if (!fuse_fd.valid()) return Fail(Code::kInvalidArgument, "fuse_fd: not a descriptor");
   return Serve(volume_id, context, target_path, read_only, std::move(fuse_fd), takeover_json);
 }
 
-Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(
-    const std::string& volume_id, const VolumeContext& context, const std::string& target_path,
-    bool read_only, UniqueFd fuse_fd, const std::string& takeover_json) {
+Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::string& volume_id,
+                                                                const VolumeContext& context,
+                                                                const std::string& target_path,
+                                                                bool read_only, UniqueFd fuse_fd,
+                                                                const std::string& takeover_json) {
   if (auto st = config_.Validate(); !st) return std::unexpected(st.error());
   if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
   if (context.hub.server.empty())
@@ -151,8 +155,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(
   vc.prefetch_bytes_max = config_.prefetch_bytes_max;
   vc.max_hub_inflight = hub.connections * hub.inflight_per_connection;
   // One hub timeout on the wire plus as long again queued behind other reads.
-  vc.read_deadline = std::chrono::milliseconds(
-      static_cast<int64_t>(2 * 1000 * hub.request_timeout_seconds));
+  vc.read_deadline =
+      std::chrono::milliseconds(static_cast<int64_t>(2 * 1000 * hub.request_timeout_seconds));
   vc.walk_concurrency = config_.walk_concurrency;
   vc.block_size = config_.block_size;
   auto volume =
@@ -167,9 +171,9 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(
   fo.ttl_seconds = context.cache.ttl_seconds;
   fo.allow_other = config_.allow_other;
   fo.registry = registry_;
-  auto fuse = fuse_fd.valid() ? FuseAdapter::Adopt(vol->volume().fs(), fo, std::move(fuse_fd),
-                                                   takeover_json)
-                              : FuseAdapter::Mount(vol->volume().fs(), fo);
+  auto fuse = fuse_fd.valid()
+                  ? FuseAdapter::Adopt(vol->volume().fs(), fo, std::move(fuse_fd), takeover_json)
+                  : FuseAdapter::Mount(vol->volume().fs(), fo);
   if (!fuse) return std::unexpected(fuse.error());
   vol->Serve(std::move(*fuse));
   log::Info("volume ready", {{"volume", volume_id},

@@ -122,8 +122,8 @@ int Run(int argc, char** argv) {
   mo.state_file = config->state_dir + "/mounts.json";
   mo.mount_roots = config->mount_roots;
   mo.keeper_socket = config->fuse_keeper_socket;
-  const auto drain = std::chrono::milliseconds(
-      static_cast<int64_t>(config->handover_timeout_seconds * 1000));
+  const auto drain =
+      std::chrono::milliseconds(static_cast<int64_t>(config->handover_timeout_seconds * 1000));
   auto manager = std::make_unique<MountManager>(**mounter, host, registry, mo);
   if (auto s = manager->Start(); !s) {
     log::Error("cannot restore mounts", {{"error", s.error().message()}});

@@ -118,8 +118,8 @@ Status MetadataCache::KnowInode(uint64_t ino) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (nodes_.contains(ino)) return Ok();
-  return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino) +
-                                   " (not found by the walk of the volume)");
+  return Fail(Code::kNotFound,
+              "unknown inode " + std::to_string(ino) + " (not found by the walk of the volume)");
 }
 
 uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr) {

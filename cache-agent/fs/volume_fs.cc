@@ -34,10 +34,9 @@ VolumeFs::VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metada
       clock_(clock),
       // Handle ids start at the wall clock (microseconds) so that a new agent never issues an
       // id an earlier one gave the kernel (see EnsureHandle).
-      next_handle_(static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(
-              std::chrono::system_clock::now().time_since_epoch())
-              .count())) {}
+      next_handle_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count())) {}
 
 std::shared_ptr<VolumeFs::Handle> VolumeFs::Get(uint64_t handle) const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -494,8 +494,7 @@ Status FuseAdapter::StartSession(std::unique_ptr<fuse::SessionIo> io) {
 }
 
 Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Options& options,
-                                                        UniqueFd fd,
-                                                        const std::string& init_json) {
+                                                        UniqueFd fd, const std::string& init_json) {
   auto init = fuse::InitRecord::FromJson(init_json);
   if (!init) return std::unexpected(init.error());
   std::unique_ptr<FuseAdapter> a(new FuseAdapter(fs, options));
@@ -522,9 +521,10 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
   struct stat mst {};
   if (::stat(options.mountpoint.c_str(), &mst) == 0) a->dev_ = mst.st_dev;
   if (a->io_->resend_outcome() == fuse::ResendOutcome::kUnsupported) {
-    log::Warn("the kernel cannot resend requests the previous agent had read (Linux < 6.9); "
-              "they are aborted after the grace period",
-              {{"target", options.mountpoint}, {"grace_ms", options.orphan_grace.count()}});
+    log::Warn(
+        "the kernel cannot resend requests the previous agent had read (Linux < 6.9); "
+        "they are aborted after the grace period",
+        {{"target", options.mountpoint}, {"grace_ms", options.orphan_grace.count()}});
     FuseAdapter* self = a.get();
     a->watch_ = std::thread([self] { self->WatchOrphans(); });
   }
@@ -564,9 +564,10 @@ void FuseAdapter::WatchOrphans() {
   }
   std::ofstream(*dir + "/abort") << "1";
   lost_.store(true);
-  log::Error("requests read by the previous agent were never answered (no FUSE_NOTIFY_RESEND); "
-             "connection aborted, the mount is re-created",
-             {{"target", options_.mountpoint}, {"connection", *dir}});
+  log::Error(
+      "requests read by the previous agent were never answered (no FUSE_NOTIFY_RESEND); "
+      "connection aborted, the mount is re-created",
+      {{"target", options_.mountpoint}, {"connection", *dir}});
 }
 
 void FuseAdapter::StopWatch() {

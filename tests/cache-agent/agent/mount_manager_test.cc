@@ -1,8 +1,7 @@
 #include "cache-agent/agent/mount_manager.h"
 
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,7 +9,6 @@
 #include <thread>
 
 #include "common/fd_keeper.h"
-
 #include "tests/cache-agent/agent/fakes.h"
 #include "tests/support/hub.h"
 
@@ -450,8 +448,10 @@ TEST(MountManagerKeeperTest, MountsAreKeptTakenOverHandedOverAndForgottenOnUnmou
   ::close(p[1]);
   FdKeeperClient client(kc.socket_path, std::chrono::milliseconds(2000));
   ASSERT_TRUE(client.Put(MountManager::KeeperKey(dir.path() + "/targets/gone"),
-                         R"({"target":")" + dir.path() + R"(/targets/gone","volume_id":"x",)"
-                         R"("takeover":{}})", p[0]));
+                         R"({"target":")" + dir.path() +
+                             R"(/targets/gone","volume_id":"x",)"
+                             R"("takeover":{}})",
+                         p[0]));
   ::close(p[0]);
   m = std::make_unique<MountManager>(mounter, host, registry, o);
   ASSERT_TRUE(m->Start());

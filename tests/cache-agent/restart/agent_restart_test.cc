@@ -174,9 +174,9 @@ class AgentRestartTest : public ::testing::Test {
   }
 
   void StartKeeper() {
-    keeper_pid_ = Spawn({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket",
-                         keeper_socket_},
-                        work_->path() + "/keeper.log");
+    keeper_pid_ =
+        Spawn({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket", keeper_socket_},
+              work_->path() + "/keeper.log");
     for (int i = 0; i < 100 && !fs::exists(keeper_socket_); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -184,8 +184,7 @@ class AgentRestartTest : public ::testing::Test {
   }
 
   std::pair<int, std::string> Spokectl(const std::string& args) {
-    return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + socket_ +
-                   " " + args);
+    return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + socket_ + " " + args);
   }
 
   // Starts an agent and waits until its API answers; returns how long that took.
@@ -332,7 +331,8 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   // Writer: checksummed records appended through one fd; a record counts once write()
   // returned its full size (the agent acknowledges only what the hub has).
   threads.emplace_back([&] {
-    int fd = ::open((mnt_ + "/journal.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int fd =
+        ::open((mnt_ + "/journal.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
       o.Error(std::string("create journal.log: ") + std::strerror(errno));
       return;
@@ -392,10 +392,9 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
             << o.bytes_read.load() / (1 << 20) << " MiB; errors " << o.errors.load()
             << ", wrong bytes " << o.wrong_bytes.load() << "; writer: " << acked
             << " records acknowledged, " << intact << " on the hub in order, lost " << lost
-            << "\n[ restarts ] longest stall: read "
-            << o.read_stall.max_us.load() / 1000.0 << " ms, write "
-            << o.write_stall.max_us.load() / 1000.0 << " ms; slowest agent start (to API) "
-            << max_start << " s" << std::endl;
+            << "\n[ restarts ] longest stall: read " << o.read_stall.max_us.load() / 1000.0
+            << " ms, write " << o.write_stall.max_us.load() / 1000.0
+            << " ms; slowest agent start (to API) " << max_start << " s" << std::endl;
   {
     std::lock_guard<std::mutex> l(o.mu);
     for (const auto& e : o.first_errors) std::cout << "[ error    ] " << e << "\n";
@@ -408,9 +407,8 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   // Nothing was re-created: every restart took the same connection over.
   auto log = ReadAll(work_->path() + "/agent.log");
   size_t adopted = 0;
-  for (size_t p = 0; (p = log.find("mount taken over from the previous agent", p)) !=
-                     std::string::npos;
-       ++p) {
+  for (size_t p = 0;
+       (p = log.find("mount taken over from the previous agent", p)) != std::string::npos; ++p) {
     ++adopted;
   }
   EXPECT_EQ(adopted, static_cast<size_t>(kills + upgrades)) << Diagnostics();
