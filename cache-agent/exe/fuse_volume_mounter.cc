@@ -79,13 +79,13 @@ class FuseMountedVolume final : public MountedVolume {
 
 Status FuseVolumeMounter::Config::Validate() const {
   if (auto st = hub.Validate(); !st) return std::unexpected(st.error().Wrap("hub"));
-  if (read_ahead_max_bytes < block_size)
-    return Fail(Code::kInvalidArgument, "read_ahead_max_bytes: must be >= one block");
-  if (walk_concurrency < 1 || walk_concurrency > 256)
-    return Fail(Code::kInvalidArgument, "walk_concurrency: must be in 1..256");
-  if (block_size < 4096 || (block_size & (block_size - 1)) != 0)
-    return Fail(Code::kInvalidArgument, "block_size: must be a power of two >= 4096");
-  return Ok();
+  // The per-volume settings are the Volume's: one check, in Volume::Config.
+  Volume::Config v;
+  v.volume_id = "-";
+  v.read_ahead_max_bytes = read_ahead_max_bytes;
+  v.walk_concurrency = walk_concurrency;
+  v.block_size = block_size;
+  return v.Validate();
 }
 
 FuseVolumeMounter::FuseVolumeMounter(const Config& config, BlockCache* cache,
