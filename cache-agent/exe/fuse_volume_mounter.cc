@@ -81,7 +81,7 @@ Status FuseVolumeMounter::Config::Validate() const {
   if (auto st = hub.Validate(); !st) return std::unexpected(st.error().Wrap("hub"));
   // The per-volume settings are the Volume's: one check, in Volume::Config.
   Volume::Config v;
-  v.volume_id = "-";
+  v.volume_id.push_back('-');  // any valid id: only the settings are checked here
   v.read_ahead_max_bytes = read_ahead_max_bytes;
   v.walk_concurrency = walk_concurrency;
   v.block_size = block_size;

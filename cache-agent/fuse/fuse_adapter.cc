@@ -460,15 +460,6 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
     (void)a->Unmount();
     return std::unexpected(s.error());
   }
-  // The device of the new mount names its fusectl entry (for aborting a busy connection).
-  for (int i = 0; i < 100; ++i) {
-    struct stat mst {};
-    if (::stat(options.mountpoint.c_str(), &mst) == 0 && mst.st_dev != st.st_dev) {
-      a->dev_ = mst.st_dev;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
   log::Info("volume mounted", {{"target", options.mountpoint}, {"read_only", options.read_only}});
   return a;
 }
@@ -517,9 +508,6 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
     (void)a->HandOver(std::chrono::milliseconds(0));  // leave the mount to the keeper
     return std::unexpected(s.error());
   }
-  // Only now: a stat of the mount point is a request to this very session.
-  struct stat mst {};
-  if (::stat(options.mountpoint.c_str(), &mst) == 0) a->dev_ = mst.st_dev;
   if (a->io_->resend_outcome() == fuse::ResendOutcome::kUnsupported) {
     log::Warn(
         "the kernel cannot resend requests the previous agent had read (Linux < 6.9); "
@@ -586,23 +574,38 @@ Status FuseAdapter::HandOver(std::chrono::milliseconds timeout) {
   unmounted_ = true;
   Status drained = io_ ? io_->Drain(timeout) : Ok();
   fuse_session_exit(session_);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  // Our fds close; the keeper's duplicate keeps the connection and the mount.
+  EndLoop("handed over");
+  log::Info("FUSE session handed over", {{"target", options_.mountpoint}});
+  return drained;
+}
+
+// Requests being answered when the loop is told to end may wait on the hub: each such wait is
+// bounded by its own deadline, so this bound is only a guard against a bug.
+constexpr auto kLoopEndTimeout = std::chrono::seconds(15);
+
+void FuseAdapter::EndLoop(const char* why) {
+  if (io_) {
+    io_->Detach();  // libfuse closes its fd now or soon; the number may be reused at once
+    io_->Stop();    // readers blocked in poll() return: the loop ends
+  }
+  auto deadline = std::chrono::steady_clock::now() + kLoopEndTimeout;
   while (!loop_done_.load() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (loop_done_.load()) {
     loop_.join();
-    fuse_session_destroy(session_);  // closes our fd; the keeper's duplicate keeps the mount
-    io_.reset();
+    fuse_session_destroy(session_);
+    io_.reset();  // our duplicate: the last fd of the connection unless the keeper holds one
   } else {
-    log::Error("FUSE session loop did not end after the drain; leaving it",
-               {{"target", options_.mountpoint}});
+    // A request handler that outlived every deadline: keep the session (and, through the
+    // caller, its volume) rather than free it under that thread or hang the caller.
+    log::Error("FUSE session loop did not end; leaving it",
+               {{"target", options_.mountpoint}, {"why", std::string(why)}});
     left_running_ = true;
     loop_.detach();
   }
   session_ = nullptr;
-  log::Info("FUSE session handed over", {{"target", options_.mountpoint}});
-  return drained;
 }
 
 Status FuseAdapter::Unmount() {
@@ -611,9 +614,12 @@ Status FuseAdapter::Unmount() {
   if (unmounted_ || session_ == nullptr) return Ok();
   unmounted_ = true;
   fuse_session_exit(session_);
-  // As root libfuse detaches lazily (umount2 MNT_DETACH): a busy mount leaves the
-  // namespace at once and goes away when its last user closes. An adopted session was
-  // mounted by an earlier agent, so libfuse does not know the mount point: detach it here.
+  // As root the mount is detached lazily (umount2 MNT_DETACH): a busy mount leaves the
+  // namespace at once. An adopted session was mounted by an earlier agent, so libfuse does not
+  // know the mount point: detach it here. Once the session's last /dev/fuse fd closes (ours in
+  // EndLoop; the keeper's when the agent releases it) the kernel aborts the connection, so the
+  // users of a busy mount get an error, never a wait for a daemon that stopped serving.
+  if (io_) io_->Detach();
   if (adopted_) {
     if (::umount2(options_.mountpoint.c_str(), MNT_DETACH) != 0 && errno != EINVAL &&
         errno != ENOENT) {
@@ -621,39 +627,9 @@ Status FuseAdapter::Unmount() {
                 {{"target", options_.mountpoint}, {"error", std::strerror(errno)}});
     }
   } else {
-    fuse_session_unmount(session_);
+    fuse_session_unmount(session_);  // closes libfuse's fd; SessionIo reads through its own
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!loop_done_.load() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!loop_done_.load() && dev_ != 0) {
-    // Still in use: abort the connection so the session threads (and users) are released.
-    std::string abort_path = "/sys/fs/fuse/connections/" + std::to_string(minor(dev_)) + "/abort";
-    if (::access("/sys/fs/fuse/connections", F_OK) == 0 &&
-        ::access(abort_path.c_str(), F_OK) != 0) {
-      ::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr);
-    }
-    std::ofstream(abort_path) << "1";
-    log::Warn("FUSE session still running after unmount (busy?); connection aborted",
-              {{"target", options_.mountpoint}, {"connection", abort_path}});
-  }
-  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!loop_done_.load() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (loop_done_.load()) {
-    loop_.join();
-    fuse_session_destroy(session_);
-    io_.reset();
-  } else {
-    // Cannot happen unless the kernel keeps the connection: leak the session rather than
-    // hang the caller.
-    log::Error("FUSE session did not end; leaving it", {{"target", options_.mountpoint}});
-    left_running_ = true;
-    loop_.detach();
-  }
-  session_ = nullptr;
+  EndLoop("unmounted");
   log::Info("volume unmounted", {{"target", options_.mountpoint}});
   return Ok();
 }

@@ -61,8 +61,8 @@ class FuseAdapter {
   FuseAdapter(const FuseAdapter&) = delete;
   FuseAdapter& operator=(const FuseAdapter&) = delete;
 
-  // Ends the session and unmounts (lazily when busy; a busy connection is aborted so the
-  // session thread can end). Idempotent.
+  // Ends the session and unmounts (lazily when busy: the kernel aborts the connection once
+  // its last /dev/fuse fd closes, so users of a busy mount get errors, not a hang). Idempotent.
   Status Unmount();
   // Hand-over to a successor agent: stops reading requests, answers those read (bounded by
   // `timeout`), ends the session loop. Never unmounts: requests wait in the kernel for the
@@ -102,13 +102,15 @@ class FuseAdapter {
   std::atomic<bool> left_running_{false};  // Unmount/HandOver gave up on the loop
   std::mutex mu_;
   bool unmounted_ = false;  // guarded by mu_
-  dev_t dev_ = 0;           // the mount's device: names its /sys/fs/fuse/connections entry
   bool adopted_ = false;    // libfuse did not mount it: Unmount() detaches the target itself
   std::unique_ptr<fuse::SessionIo> io_;
   std::string init_json_;
   // The orphan watch (kernels without FUSE_NOTIFY_RESEND, adopted sessions only).
   void WatchOrphans();
   void StopWatch();
+  // Ends the session loop (fuse_session_exit was called) and frees the session; on a loop that
+  // does not end, leaves it running (left_running_) instead. Called with mu_ held.
+  void EndLoop(const char* why);
   std::atomic<bool> lost_{false};
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;

@@ -5,6 +5,7 @@
 #include <fuse3/fuse_lowlevel.h>
 #include <linux/fuse.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -121,37 +122,42 @@ const char* ResendOutcomeName(ResendOutcome outcome) {
   return "?";
 }
 
-SessionIo::SessionIo(Mode mode, int fd) : mode_(mode), fd_(fd) {
+SessionIo::SessionIo(Mode mode, int fd) : mode_(mode), key_fd_(fd) {
   wake_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 }
 
-SessionIo::~SessionIo() {
+SessionIo::~SessionIo() { Detach(); }
+
+void SessionIo::Detach() {
   std::lock_guard lock(g_registry_mu);
-  auto it = Registry().find(fd_);
+  auto it = Registry().find(key_fd_);
   if (it != Registry().end() && it->second == this) Registry().erase(it);
 }
 
 Status SessionIo::Install(fuse_session* se) {
   if (!wake_fd_.valid()) return Fail(Code::kIo, std::string("eventfd: ") + std::strerror(errno));
-  // Readers wait in poll() (so Drain can wake them) and then read without blocking. The flag
-  // lives on the open file shared with the keeper's duplicate, which never reads.
-  int flags = ::fcntl(fd_, F_GETFL);
-  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK) != 0) {
+  io_fd_.Reset(::fcntl(key_fd_, F_DUPFD_CLOEXEC, 0));
+  if (!io_fd_.valid()) {
+    return Fail(Code::kIo, std::string("dup(/dev/fuse): ") + std::strerror(errno));
+  }
+  // Readers wait in poll() (so Drain and Stop can wake them) and then read without blocking.
+  // The flag lives on the open file shared with the keeper's duplicate, which never reads.
+  int flags = ::fcntl(io_fd_.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(io_fd_.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
     return Fail(Code::kIo, std::string("fcntl(/dev/fuse, O_NONBLOCK): ") + std::strerror(errno));
   }
   {
     std::lock_guard lock(g_registry_mu);
-    if (Registry().contains(fd_)) {
-      return Fail(Code::kInternal, "fd " + std::to_string(fd_) + " already has a SessionIo");
+    if (Registry().contains(key_fd_)) {
+      return Fail(Code::kInternal, "fd " + std::to_string(key_fd_) + " already has a SessionIo");
     }
-    Registry()[fd_] = this;
+    Registry()[key_fd_] = this;
   }
   fuse_custom_io io{};
   io.read = &SessionIo::ReadThunk;
   io.writev = &SessionIo::WritevThunk;
-  if (int rc = fuse_session_custom_io(se, &io, fd_); rc != 0) {
-    std::lock_guard lock(g_registry_mu);
-    Registry().erase(fd_);
+  if (int rc = fuse_session_custom_io(se, &io, key_fd_); rc != 0) {
+    Detach();
     return Fail(Code::kInternal, "fuse_session_custom_io failed: " + std::to_string(rc));
   }
   return Ok();
@@ -216,13 +222,44 @@ ssize_t SessionIo::ReadThunk(int fd, void* buf, size_t len, void*) {
 
 ssize_t SessionIo::WritevThunk(int fd, struct iovec* iov, int count, void*) {
   SessionIo* self = Lookup(fd);
-  if (self == nullptr) return ::writev(fd, iov, count);
+  if (self == nullptr) {
+    errno = ENODEV;  // detached: the connection is being given up
+    return -1;
+  }
   return self->Writev(iov, count);
 }
 
+namespace {
+// libfuse cancels idle workers when its loop ends; a reader here must leave through Stop()
+// instead, never unwind from inside a wait.
+class NoCancel {
+ public:
+  NoCancel() { ::pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_); }
+  ~NoCancel() { ::pthread_setcancelstate(old_, nullptr); }
+  NoCancel(const NoCancel&) = delete;
+  NoCancel& operator=(const NoCancel&) = delete;
+
+ private:
+  int old_ = PTHREAD_CANCEL_ENABLE;
+};
+}  // namespace
+
+void SessionIo::Stop() {
+  std::lock_guard lock(mu_);
+  ended_ = true;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
+  cv_.notify_all();
+}
+
 ssize_t SessionIo::Read(void* buf, size_t len) {
+  NoCancel no_cancel;
   {
     std::unique_lock lock(mu_);
+    if (ended_) {
+      errno = ENODEV;
+      return -1;
+    }
     if (mode_ == Mode::kTakeover && !init_replayed_) {
       // The first read of a takeover is the recorded INIT: libfuse negotiates exactly what the
       // kernel agreed with the first process.
@@ -237,13 +274,15 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
     // Until libfuse has answered INIT it rejects every other request with EIO; on a takeover
     // the kernel has requests queued already, so other readers wait here. (On a new mount the
     // kernel itself sends nothing else before INIT is answered.)
-    if (mode_ == Mode::kTakeover) cv_.wait(lock, [&] { return init_done_ || draining_; });
+    if (mode_ == Mode::kTakeover) {
+      cv_.wait(lock, [&] { return init_done_ || draining_ || ended_; });
+    }
   }
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      if (draining_) {
-        cv_.wait(lock, [&] { return stopped_; });
+      if (draining_ || ended_) {
+        cv_.wait(lock, [&] { return stopped_ || ended_; });
         errno = ENODEV;  // libfuse ends the session loop on ENODEV, without an error
         return -1;
       }
@@ -254,7 +293,7 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
       --active_reads_;
       cv_.notify_all();
     };
-    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+    pollfd p[2] = {{io_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     int n = ::poll(p, 2, -1);
     if (n < 0 && errno != EINTR) {
       int err = errno;
@@ -266,7 +305,7 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
       leave();
       continue;  // woken for a drain (or EINTR): re-check the gate
     }
-    ssize_t got = ::read(fd_, buf, len);
+    ssize_t got = ::read(io_fd_.get(), buf, len);
     if (got < 0) {
       int err = errno;
       leave();
@@ -305,14 +344,14 @@ ssize_t SessionIo::Writev(struct iovec* iov, int count) {
     }
     ssize_t rc = static_cast<ssize_t>(total);
     if (mode_ == Mode::kNewMount) {
-      rc = ::writev(fd_, iov, count);
+      rc = ::writev(io_fd_.get(), iov, count);
       init_.reply = std::move(reply);
     } else {
       // The kernel finished this INIT long ago: swallow the answer, and compare it.
       init_matches_ = (reply == init_.reply);
       if (!init_matches_) {
         log::Warn("FUSE takeover: this process answers INIT differently than the original",
-                  {{"fd", fd_}});
+                  {{"fd", key_fd_}});
       }
       SendResendLocked();
     }
@@ -322,7 +361,7 @@ ssize_t SessionIo::Writev(struct iovec* iov, int count) {
     return rc;
   }
   lock.unlock();
-  ssize_t rc = ::writev(fd_, iov, count);
+  ssize_t rc = ::writev(io_fd_.get(), iov, count);
   int err = errno;
   if (h.unique != 0) {
     lock.lock();
@@ -339,17 +378,17 @@ void SessionIo::SendResendLocked() {
   notify.len = sizeof(notify);
   notify.error = kNotifyResend;
   notify.unique = 0;
-  ssize_t rc = ::write(fd_, &notify, sizeof(notify));
+  ssize_t rc = ::write(io_fd_.get(), &notify, sizeof(notify));
   if (rc == static_cast<ssize_t>(sizeof(notify))) {
     resend_ = ResendOutcome::kSent;
-    log::Info("FUSE takeover: kernel resends requests in flight", {{"fd", fd_}});
+    log::Info("FUSE takeover: kernel resends requests in flight", {{"fd", key_fd_}});
     return;
   }
   resend_errno_ = rc < 0 ? errno : EIO;
   // fuse_notify() answers an unknown notification code with EINVAL (kernels before 6.9).
   resend_ = resend_errno_ == EINVAL ? ResendOutcome::kUnsupported : ResendOutcome::kFailed;
   log::Warn("FUSE takeover: requests read by the previous process cannot be resent",
-            {{"fd", fd_}, {"error", std::strerror(resend_errno_)}});
+            {{"fd", key_fd_}, {"error", std::strerror(resend_errno_)}});
 }
 
 Status SessionIo::Drain(std::chrono::milliseconds timeout) {

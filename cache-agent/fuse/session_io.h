@@ -13,6 +13,12 @@
 // Requirements on the session: one /dev/fuse fd (no clone_fd) and no splice receive (libfuse
 // uses splice only when the filesystem sets FUSE_CAP_SPLICE_READ; SessionIo provides no
 // splice_receive, so libfuse reads through SessionIo). Any loop (fuse_session_loop or _mt) works.
+//
+// SessionIo reads and writes through its own duplicate of the session's fd: libfuse closes its
+// fd in fuse_session_unmount while the loop's readers may still be inside poll(), and a reader
+// must never poll a closed fd number that a later open() has reused (it would wait forever on
+// an unrelated file). The session's fd number only finds the SessionIo (libfuse passes it to
+// the custom io), until Detach().
 #pragma once
 
 #if !__has_include("spoke_layer/fuse.h")
@@ -90,9 +96,22 @@ class SessionIo {
   // the loop is stopped either way, and a successor's FUSE_NOTIFY_RESEND covers the rest.
   Status Drain(std::chrono::milliseconds timeout);
 
+  // Ends the session's reads for good: readers return ENODEV at once (those blocked in poll()
+  // are woken), which ends the session loop once fuse_session_exit() was called. Requests
+  // being answered are not affected. Call before joining the loop: readers do not act on
+  // pthread_cancel (libfuse cancels idle workers when the loop ends), so nothing unwinds
+  // through a wait.
+  void Stop();
+
+  // Forgets the session's fd number (libfuse's calls with it get ENODEV from now on), so that
+  // a new session may get the same number once libfuse closed it. Call before
+  // fuse_session_unmount / fuse_session_destroy. Idempotent; the destructor does it too.
+  void Detach();
+
   // Requests read and not yet answered.
   size_t in_flight() const;
-  int fd() const { return fd_; }
+  // SessionIo's own duplicate of the connection (valid while it lives): what the keeper keeps.
+  int fd() const { return io_fd_.get(); }
 
  private:
   enum class Mode { kNewMount, kTakeover };
@@ -106,8 +125,9 @@ class SessionIo {
   void SendResendLocked();
 
   const Mode mode_;
-  const int fd_;
-  UniqueFd wake_fd_;  // eventfd, readable once draining: wakes readers blocked in poll
+  const int key_fd_;  // the session's fd number: the registry key, never read or written
+  UniqueFd io_fd_;    // our duplicate of the connection: every poll, read and write
+  UniqueFd wake_fd_;  // eventfd, readable once draining or stopped: wakes readers in poll
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -120,6 +140,7 @@ class SessionIo {
   int resend_errno_ = 0;                                 // GUARDED_BY(mu_)
   bool draining_ = false;                                // GUARDED_BY(mu_)
   bool stopped_ = false;                                 // GUARDED_BY(mu_)
+  bool ended_ = false;                                   // GUARDED_BY(mu_): Stop() called
   size_t active_reads_ = 0;                 // GUARDED_BY(mu_): readers past the drain gate
   std::unordered_set<uint64_t> in_flight_;  // GUARDED_BY(mu_): uniques awaiting a reply
 };

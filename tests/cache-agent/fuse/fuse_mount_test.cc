@@ -383,9 +383,7 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   EXPECT_FALSE(Mounted(mnt2.path()));
 }
 
-// Disabled: a scratch mount's FUSE session does not always end at unmount since the session
-// takeover work (the worker stays in SessionIo::Read); the test then crashes at exit. Open defect.
-TEST_F(FuseMount, DISABLED_ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
+TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   testing::TempDir mnt("spoke-mnt");
   auto ctx = Context(VolumeMode::kScratch, "scratch");
   auto vol = MountAt("vol-scratch", ctx, mnt.path());
@@ -457,9 +455,7 @@ int RunAs(uint32_t id, const std::function<int()>& body) {
   return WEXITSTATUS(status);
 }
 
-// Disabled: a scratch mount's FUSE session does not always end at unmount since the session
-// takeover work (the worker stays in SessionIo::Read); the test then crashes at exit. Open defect.
-TEST_F(FuseMount, DISABLED_ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
+TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
   testing::TempDir mnt("spoke-mnt");
   auto ctx = Context(VolumeMode::kScratch, "scratch");
   ctx.cache.consistency = Consistency::kStrict;
@@ -496,9 +492,7 @@ TEST_F(FuseMount, DISABLED_ScratchFilesBelongToTheirCreatorAndExclusiveCreateLoc
   ASSERT_TRUE(vol->Unmount());
 }
 
-// Disabled: a scratch mount's FUSE session does not always end at unmount since the session
-// takeover work (the worker stays in SessionIo::Read); the test then crashes at exit. Open defect.
-TEST_F(FuseMount, DISABLED_ScratchLinksNodesAttributesAndRenamesReachTheHub) {
+TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
   testing::TempDir mnt("spoke-mnt");
   auto ctx = Context(VolumeMode::kScratch, "scratch");
   ctx.cache.consistency = Consistency::kStrict;
