@@ -178,16 +178,19 @@ Result<std::unique_ptr<SessionIo>> SessionIo::Adopt(fuse_session* se, UniqueFd f
   std::unique_ptr<SessionIo> io(new SessionIo(Mode::kTakeover, fd.get()));
   fuse_in_header h;
   std::memcpy(&h, init.request.data(), sizeof(h));
-  io->init_unique_ = h.unique;
-  io->init_ = std::move(init);
+  {
+    MutexLock lock(io->mu_);  // not shared yet; the lock keeps the analysis exact
+    io->init_unique_ = h.unique;
+    io->init_ = std::move(init);
+  }
   if (auto s = io->Install(se); !s) return std::unexpected(s.error());
   fd.Release();  // the session owns it now (closed by fuse_session_destroy)
   return io;
 }
 
 Result<InitRecord> SessionIo::WaitForInit(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return init_done_; })) {
+  MutexLock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&]() REQUIRES(mu_) { return init_done_; })) {
     return Fail(Code::kTimeout,
                 "FUSE_INIT not answered within " + std::to_string(timeout.count()) + " ms");
   }
@@ -195,19 +198,19 @@ Result<InitRecord> SessionIo::WaitForInit(std::chrono::milliseconds timeout) {
 }
 
 ResendOutcome SessionIo::resend_outcome() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return resend_;
 }
 int SessionIo::resend_errno() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return resend_errno_;
 }
 bool SessionIo::init_reply_matches() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return init_matches_;
 }
 size_t SessionIo::in_flight() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return in_flight_.size();
 }
 
@@ -245,7 +248,7 @@ class NoCancel {
 }  // namespace
 
 void SessionIo::Stop() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ended_ = true;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
@@ -255,7 +258,7 @@ void SessionIo::Stop() {
 ssize_t SessionIo::Read(void* buf, size_t len) {
   NoCancel no_cancel;
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (ended_) {
       errno = ENODEV;
       return -1;
@@ -275,21 +278,21 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
     // the kernel has requests queued already, so other readers wait here. (On a new mount the
     // kernel itself sends nothing else before INIT is answered.)
     if (mode_ == Mode::kTakeover) {
-      cv_.wait(lock, [&] { return init_done_ || draining_ || ended_; });
+      cv_.wait(lock, [&]() REQUIRES(mu_) { return init_done_ || draining_ || ended_; });
     }
   }
   for (;;) {
     {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       if (draining_ || ended_) {
-        cv_.wait(lock, [&] { return stopped_ || ended_; });
+        cv_.wait(lock, [&]() REQUIRES(mu_) { return stopped_ || ended_; });
         errno = ENODEV;  // libfuse ends the session loop on ENODEV, without an error
         return -1;
       }
       ++active_reads_;
     }
     auto leave = [&] {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       --active_reads_;
       cv_.notify_all();
     };
@@ -316,7 +319,7 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
     if (static_cast<size_t>(got) >= sizeof(fuse_in_header)) {
       fuse_in_header h;
       std::memcpy(&h, buf, sizeof(h));
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (mode_ == Mode::kNewMount && h.opcode == FUSE_INIT && !init_done_) {
         init_.request.assign(static_cast<const char*>(buf), static_cast<size_t>(got));
         init_unique_ = h.unique;
@@ -336,7 +339,7 @@ ssize_t SessionIo::Writev(struct iovec* iov, int count) {
   if (count > 0 && iov[0].iov_len >= sizeof(h)) std::memcpy(&h, iov[0].iov_base, sizeof(h));
   size_t total = 0;
   for (int i = 0; i < count; ++i) total += iov[i].iov_len;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (!init_done_ && h.unique != 0 && h.unique == init_unique_) {
     std::string reply;
     for (int i = 0; i < count; ++i) {
@@ -392,13 +395,13 @@ void SessionIo::SendResendLocked() {
 }
 
 Status SessionIo::Drain(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   draining_ = true;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
   cv_.notify_all();
-  bool drained =
-      cv_.wait_for(lock, timeout, [&] { return active_reads_ == 0 && in_flight_.empty(); });
+  bool drained = cv_.wait_for(
+      lock, timeout, [&]() REQUIRES(mu_) { return active_reads_ == 0 && in_flight_.empty(); });
   size_t left = in_flight_.size();
   stopped_ = true;
   cv_.notify_all();

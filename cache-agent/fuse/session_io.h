@@ -37,6 +37,7 @@
 
 #include "common/fd_passing.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 struct fuse_session;
 struct iovec;
@@ -122,27 +123,27 @@ class SessionIo {
   static ssize_t WritevThunk(int fd, struct iovec* iov, int count, void* userdata);
   ssize_t Read(void* buf, size_t len);
   ssize_t Writev(struct iovec* iov, int count);
-  void SendResendLocked();
+  void SendResendLocked() REQUIRES(mu_);
 
   const Mode mode_;
   const int key_fd_;  // the session's fd number: the registry key, never read or written
   UniqueFd io_fd_;    // our duplicate of the connection: every poll, read and write
   UniqueFd wake_fd_;  // eventfd, readable once draining or stopped: wakes readers in poll
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  InitRecord init_;             // GUARDED_BY(mu_)
-  uint64_t init_unique_ = 0;    // GUARDED_BY(mu_)
-  bool init_replayed_ = false;  // GUARDED_BY(mu_): takeover, INIT handed to libfuse
-  bool init_done_ = false;      // GUARDED_BY(mu_)
-  bool init_matches_ = false;   // GUARDED_BY(mu_)
-  ResendOutcome resend_ = ResendOutcome::kNotAttempted;  // GUARDED_BY(mu_)
-  int resend_errno_ = 0;                                 // GUARDED_BY(mu_)
-  bool draining_ = false;                                // GUARDED_BY(mu_)
-  bool stopped_ = false;                                 // GUARDED_BY(mu_)
-  bool ended_ = false;                                   // GUARDED_BY(mu_): Stop() called
-  size_t active_reads_ = 0;                 // GUARDED_BY(mu_): readers past the drain gate
-  std::unordered_set<uint64_t> in_flight_;  // GUARDED_BY(mu_): uniques awaiting a reply
+  mutable Mutex mu_;
+  CondVar cv_;
+  InitRecord init_ GUARDED_BY(mu_);
+  uint64_t init_unique_ GUARDED_BY(mu_) = 0;
+  bool init_replayed_ GUARDED_BY(mu_) = false;  // takeover, INIT handed to libfuse
+  bool init_done_ GUARDED_BY(mu_) = false;
+  bool init_matches_ GUARDED_BY(mu_) = false;
+  ResendOutcome resend_ GUARDED_BY(mu_) = ResendOutcome::kNotAttempted;
+  int resend_errno_ GUARDED_BY(mu_) = 0;
+  bool draining_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  bool ended_ GUARDED_BY(mu_) = false;                      // Stop() called
+  size_t active_reads_ GUARDED_BY(mu_) = 0;                 // readers past the drain gate
+  std::unordered_set<uint64_t> in_flight_ GUARDED_BY(mu_);  // uniques awaiting a reply
 };
 
 // /sys/fs/fuse/connections/<id> of the FUSE mount at `mountpoint` (id = the minor device

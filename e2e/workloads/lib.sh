@@ -112,14 +112,28 @@ wl_verify_job() {
   echo "$(kubectl -n "$NS" get pods -l job-name="$job" -o jsonpath='{.items[0].spec.nodeName}') ${BASH_REMATCH[2]}"
 }
 
+wl_pod_running() { # POD -> done once Running | failed | <phase>
+  case $(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}') in
+    Running) echo done ;;
+    Succeeded | Failed) echo failed ;;
+    *) kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}' ;;
+  esac
+}
+
 # Cold read then warm read of the dataset PVC, each by its own pod. What it checks is where
 # the bytes came from: the cold run must fetch at least the whole dataset from the hub, the
-# warm run (another pod, same node) next to nothing, served from the cache.
+# warm run (another pod, same node) next to nothing, served from the cache. A holder pod keeps
+# the volume staged in between (the agent drops a volume's counters when it is unstaged).
 wl_check_dataset_cold_warm() {
   local node bytes node2 agent hub0 hub1 hub2 hits1 hits2
   wl_apply dataset-pvc.yaml
   kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Bound pvc/dataset --timeout="$TIMEOUT" \
     >/dev/null || { kubectl -n "$NS" describe pvc dataset >&2; die "PVC dataset not Bound within $TIMEOUT"; }
+  wl_apply holder-pod.yaml
+  if ! wl_poll "$(wl_secs)" "pod spoke-dataset-holder" wl_pod_running spoke-dataset-holder; then
+    wl_dump_pod "$NS" spoke-dataset-holder
+    die "pod spoke-dataset-holder did not start"
+  fi
   local r
   r=$(wl_verify_job spoke-verify-cold)
   read -r node bytes <<<"$r"
@@ -134,6 +148,7 @@ wl_check_dataset_cold_warm() {
   read -r node2 bytes <<<"$r"
   if [ "$node2" != "$node" ]; then
     log "warm run landed on $node2, not $node: cache check skipped"
+    kubectl -n "$NS" delete pod spoke-dataset-holder --wait=false >/dev/null
     return
   fi
   hub2=$(wl_metric spoke_hub_read_bytes_total "$agent")
@@ -144,6 +159,7 @@ wl_check_dataset_cold_warm() {
     die "warm read fetched $((hub2 - hub1)) bytes from the hub (dataset: $bytes): not served from the cache"
   # The warm pod may be served by the node's page cache (the same FUSE inodes): cache hits are
   # reported, not required; what matters is that its bytes did not cross the WAN again.
+  kubectl -n "$NS" delete pod spoke-dataset-holder --wait=false >/dev/null
 }
 
 # A scratch PVC written by one pod and read back by the next.
