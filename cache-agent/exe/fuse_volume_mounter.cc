@@ -1,5 +1,6 @@
 #include "cache-agent/exe/fuse_volume_mounter.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -170,6 +171,9 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   fo.consistency = context.cache.consistency;
   fo.ttl_seconds = context.cache.ttl_seconds;
   fo.allow_other = config_.allow_other;
+  // A worker per read the hub may have in flight, and room beside them for cached reads and
+  // metadata requests.
+  fo.max_threads = std::clamp(static_cast<int>(vc.max_hub_inflight) + 32, 64, 1024);
   fo.registry = registry_;
   auto fuse = fuse_fd.valid()
                   ? FuseAdapter::Adopt(vol->volume().fs(), fo, std::move(fuse_fd), takeover_json)

@@ -1,4 +1,5 @@
-#define FUSE_USE_VERSION 34
+// 3.12: the loop configuration with a maximum worker count (fuse_loop_cfg_*).
+#define FUSE_USE_VERSION 312
 #include "cache-agent/fuse/fuse_adapter.h"
 
 #include <fcntl.h>
@@ -471,10 +472,12 @@ Status FuseAdapter::StartSession(std::unique_ptr<fuse::SessionIo> io) {
   io_ = std::move(io);
   FuseAdapter* self = this;
   loop_ = std::thread([self] {
-    fuse_loop_config cfg{};
-    cfg.clone_fd = 0;  // SessionIo serves the one /dev/fuse fd the keeper holds
-    cfg.max_idle_threads = static_cast<unsigned>(self->options_.max_idle_threads);
-    int rc = fuse_session_loop_mt(self->session_, &cfg);
+    fuse_loop_config* cfg = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_clone_fd(cfg, 0);  // SessionIo serves the one /dev/fuse fd the keeper holds
+    fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(self->options_.max_idle_threads));
+    fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(self->options_.max_threads));
+    int rc = fuse_session_loop_mt(self->session_, cfg);
+    fuse_loop_cfg_destroy(cfg);
     if (rc != 0) log::Debug("fuse session loop ended", {{"rc", rc}});
     self->loop_done_.store(true);
   });

@@ -40,6 +40,10 @@ class FuseAdapter {
     uint32_t ttl_seconds = 30;
     bool allow_other = true;    // pods run as other users
     int max_idle_threads = 32;  // libfuse worker threads kept around
+    // Requests served at once. Each read waiting on the hub holds a worker, so this must
+    // exceed the hub's in-flight depth, or a burst of cold reads freezes the mount (cached
+    // reads, getattr and statfs included). libfuse's own default is 10.
+    int max_threads = 64;
     // Where spoke_fuse_op_errors_total{op,errno} is counted (null: not counted). Must
     // outlive the session.
     metrics::Registry* registry = nullptr;

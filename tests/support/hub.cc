@@ -147,8 +147,13 @@ std::unique_ptr<WanProxy> WanProxy::Start(const TestHub& hub, int one_way_delay_
   return nullptr;
 }
 
+void WanProxy::Freeze(bool frozen) {
+  if (pid_ > 0) ::kill(pid_, frozen ? SIGSTOP : SIGCONT);
+}
+
 WanProxy::~WanProxy() {
   if (pid_ > 0) {
+    ::kill(pid_, SIGCONT);  // a frozen proxy acts on SIGTERM only once running
     ::kill(pid_, SIGTERM);
     ::waitpid(pid_, nullptr, 0);
   }

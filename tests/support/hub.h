@@ -65,6 +65,9 @@ class WanProxy {
   ~WanProxy();
   // The hub as a client reaches it through the proxy.
   HubAddress address() const { return address_; }
+  // Frozen (SIGSTOP), the proxy keeps its connections open and forwards nothing: a hub that
+  // stopped answering, as behind a blackholed WAN link. Thawed (SIGCONT), it goes on.
+  void Freeze(bool frozen);
 
  private:
   WanProxy() = default;

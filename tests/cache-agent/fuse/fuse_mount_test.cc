@@ -561,6 +561,55 @@ TEST_F(FuseMount, UnreachableHubFailsTheMountWithinTheTimeout) {
   EXPECT_FALSE(Mounted(mnt.path()));
 }
 
+// Reads waiting on a hub that stopped answering hold one FUSE worker each (until their
+// deadline). More of them than libfuse's default worker cap (10) must not starve a read the
+// cache can answer: it is served while every cold read is still waiting.
+TEST_F(FuseMount, ColdReadsWaitingOnTheHubDoNotStarveCachedReads) {
+  constexpr int kColdReaders = 24;  // > libfuse's default of 10 workers, < max_background
+  auto ctx = Context(VolumeMode::kDataset, "data");
+  ctx.cache.prefetch = PrefetchMode::kOff;  // only what is read gets cached
+  const std::string cached = small_files_[0];
+  std::string first;
+  {  // Fill the block cache through one mount...
+    testing::TempDir mnt("spoke-mnt");
+    auto vol = MountAt("vol-starve", ctx, mnt.path());  // same volume: same cache keys
+    ASSERT_NE(vol, nullptr);
+    auto got = ReadThrough(mnt.path() + "/" + cached);
+    ASSERT_TRUE(got) << got.error().ToString();
+    first = *got;
+  }
+  // ...and read through another, whose page cache is empty: every read is a FUSE request.
+  testing::TempDir mnt("spoke-mnt");
+  auto vol = MountAt("vol-starve", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  for (int i = 0; i <= kColdReaders; ++i) {  // names known before the hub stops answering
+    struct stat st {};
+    ASSERT_EQ(::stat((mnt.path() + "/" + small_files_[static_cast<size_t>(i)]).c_str(), &st), 0);
+  }
+
+  proxy_->Freeze(true);
+  struct ThawOnExit {
+    testing::WanProxy* proxy;
+    ~ThawOnExit() { proxy->Freeze(false); }
+  } thaw{proxy_};
+  std::atomic<int> cold_done{0};
+  std::vector<std::thread> readers;
+  for (int i = 1; i <= kColdReaders; ++i) {
+    readers.emplace_back([&, i] {
+      (void)ReadThrough(mnt.path() + "/" + small_files_[static_cast<size_t>(i)]);
+      cold_done.fetch_add(1);
+    });
+  }
+  std::this_thread::sleep_for(500ms);  // let them reach the hub and wait there
+  auto again = ReadThrough(mnt.path() + "/" + cached);
+  int cold_finished_before = cold_done.load();
+  for (auto& t : readers) t.join();
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(*again, first);
+  EXPECT_EQ(cold_finished_before, 0)
+      << "the cached read had to wait for a worker that a cold read released";
+}
+
 TEST_F(FuseMount, BusyMountIsDetachedOnUnmount) {
   testing::TempDir mnt("spoke-mnt");
   auto vol = MountAt("vol-busy", Context(VolumeMode::kDataset, "data"), mnt.path());
