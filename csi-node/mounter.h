@@ -34,9 +34,9 @@ class Mounter {
   // kIo when the mount table cannot be read.
   virtual Result<bool> IsMountPoint(const std::string& path) = 0;
 
-  // The mount at `path` answers nothing and must be detached: statfs(path) or stat(path)
-  // fails with ENOTCONN (or ECONNABORTED: a FUSE mount whose daemon died), or does not answer
-  // within a bound (a hung daemon: the caller must not hang with it).
+  // The mount at `path` is dead and must be detached: statfs(path) or stat(path) fails with
+  // ENOTCONN (or ECONNABORTED: a FUSE mount whose daemon died). A mount that does not answer
+  // within the probe's bound is slow, not dead (false): the caller does not hang with it.
   virtual bool IsStale(const std::string& path) = 0;
 
   // The whole mount table, top-most mounts last. kIo when it cannot be read.

@@ -100,9 +100,11 @@ bool SyscallMounter::IsStale(const std::string& path) {
     result->set_value(err);
   }).detach();
   if (done.wait_for(probe_timeout_) == std::future_status::timeout) {
-    log::Warn("mount does not answer; treating it as stale",
+    // Slow is not dead: a hub slower than the probe, or an agent being restarted (its
+    // successor takes the connection over). Detaching would break a mount that recovers.
+    log::Warn("mount does not answer yet; not treated as stale (only ENOTCONN/ECONNABORTED are)",
               {{"path", path}, {"timeout_ms", static_cast<int64_t>(probe_timeout_.count())}});
-    return true;
+    return false;
   }
   int err = done.get();
   return err == ENOTCONN || err == ECONNABORTED;

@@ -298,11 +298,27 @@ Status VolumeFs::Release(uint64_t handle) {
 }
 
 Result<FsStat> VolumeFs::StatFs() {
-  std::lock_guard<std::mutex> lock(statfs_mu_);
+  std::unique_lock<std::mutex> lock(statfs_mu_);
   auto now = clock_.Now();
   if (statfs_ && now - statfs_time_ < config_.statfs_cache) return *statfs_;
+  // One FSSTAT at a time crosses the WAN, never under the lock: while it is out, callers get
+  // the last figures (a slow hub must not hold every df, and the FUSE workers in it, for a
+  // round trip); only the very first callers wait for it.
+  if (statfs_refreshing_) {
+    if (statfs_) return *statfs_;
+    statfs_cv_.wait(lock, [&] { return !statfs_refreshing_; });
+    if (statfs_) return *statfs_;
+    if (statfs_error_) return std::unexpected(*statfs_error_);
+    return Fail(Code::kUnavailable, "FSSTAT of the hub did not complete");
+  }
+  statfs_refreshing_ = true;
+  lock.unlock();
   auto st = remote_.StatFs();
+  lock.lock();
+  statfs_refreshing_ = false;
+  statfs_cv_.notify_all();
   if (!st) {
+    statfs_error_ = st.error();
     if (statfs_) return *statfs_;  // stale figures beat a failed df
     return std::unexpected(st.error());
   }

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -177,8 +178,11 @@ class VolumeFs {
   std::atomic<uint64_t> dirty_versions_{0};
 
   std::mutex statfs_mu_;
+  std::condition_variable statfs_cv_;                    // a refresh ended
   std::optional<FsStat> statfs_;                         // guarded by statfs_mu_
   std::chrono::steady_clock::time_point statfs_time_{};  // guarded by statfs_mu_
+  bool statfs_refreshing_ = false;                       // guarded by statfs_mu_
+  std::optional<Error> statfs_error_;  // guarded by statfs_mu_: the last refresh's failure
 };
 
 }  // namespace spoke::agent

@@ -148,7 +148,9 @@ TEST_F(SyscallMounterTest, HungFuseMountDoesNotHangTheProbe) {
 
   SyscallMounter mounter(std::chrono::milliseconds(300));
   auto start = std::chrono::steady_clock::now();
-  EXPECT_TRUE(mounter.IsStale(mnt));
+  // Not answering is not stale (the daemon may be slow or about to be replaced): only a
+  // dead connection is; and the probe returns within its bound.
+  EXPECT_FALSE(mounter.IsStale(mnt));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_TRUE(*mounter.IsMountPoint(mnt));  // answered from mountinfo, never blocks
   ASSERT_TRUE(mounter.Unmount(mnt, /*lazy=*/true));

@@ -53,6 +53,13 @@ class FakeRemoteFs : public RemoteFs {
   // Injection.
   void SetDown(bool down) { down_ = down; }  // every call fails with kUnavailable
   void SetReadLatency(std::chrono::milliseconds ms) { latency_ms_ = ms.count(); }
+  // Holds FSSTAT calls (a hub slow to answer them) until released.
+  void HoldStatFs(bool hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_statfs_ = hold;
+    cv_.notify_all();
+  }
+  int statfs_calls() const { return statfs_calls_.load(); }
   // Holds reads until Release() (to observe queues).
   void HoldReads(bool hold) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -271,6 +278,11 @@ class FakeRemoteFs : public RemoteFs {
   }
   Status Fsync(const std::string&) override { return Ok(); }
   Result<FsStat> StatFs() override {
+    statfs_calls_.fetch_add(1);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !hold_statfs_; });
+    }
     if (down_) return Down("FSSTAT");
     return FsStat{1 << 30, 1 << 29, 1 << 29, 1000, 500};
   }
@@ -320,6 +332,8 @@ class FakeRemoteFs : public RemoteFs {
   uint64_t tick_ = 0;
   int active_ = 0;
   bool hold_ = false;
+  bool hold_statfs_ = false;  // guarded by mu_
+  std::atomic<int> statfs_calls_{0};
   std::vector<std::string> read_log_;
   std::atomic<bool> down_{false};
   std::atomic<int64_t> latency_ms_{0};

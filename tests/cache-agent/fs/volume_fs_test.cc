@@ -570,6 +570,27 @@ TEST(VolumeFs, ReadDirListsInHubOrderWithStableInodes) {
   EXPECT_GT(st->total_bytes, 0u);
 }
 
+// statfs never waits on the WAN once it has figures: a slow FSSTAT refresh is one caller's,
+// and the others (df, the node plugin's probe, kubelet's volume stats) get the last figures.
+TEST(VolumeFs, StatFsServesTheLastFiguresWhileOneRefreshIsOut) {
+  Rig rig;
+  rig.Init();
+  ASSERT_TRUE(rig.fs->StatFs());
+  EXPECT_EQ(rig.remote.statfs_calls(), 1);
+  rig.clock.Advance(1h);  // the figures are due for a refresh
+  rig.remote.HoldStatFs(true);
+  std::thread refresher([&] { EXPECT_TRUE(rig.fs->StatFs()); });
+  while (rig.remote.statfs_calls() < 2) std::this_thread::sleep_for(1ms);
+  for (int i = 0; i < 5; ++i) {
+    auto st = rig.fs->StatFs();  // would block behind the held FSSTAT before
+    ASSERT_TRUE(st);
+    EXPECT_GT(st->total_bytes, 0u);
+  }
+  EXPECT_EQ(rig.remote.statfs_calls(), 2) << "one refresh at a time crosses the WAN";
+  rig.remote.HoldStatFs(false);
+  refresher.join();
+}
+
 // A new agent (a fresh MetadataCache and VolumeFs over the same hub) resolves the node ids and
 // file handles an earlier agent gave the kernel: ids derive from the hub's fileid, handles are
 // reopened from the node id and the flags they encode.
