@@ -14,6 +14,7 @@ struct BlockFetcher::Fetch {
   uint32_t length = 0;
   int cls = 0;                    // BlockFetcher::Class
   bool stored_as_demand = false;  // asked for by a reader or warm-up: no expert to credit
+  bool written_here = false;      // FileRef::written_here: no hub version to check
   std::chrono::steady_clock::time_point deadline{};  // latest reader deadline (demand)
   bool warm_waiter = false;  // a warm-up waits for it: never dropped at a reader deadline
   ExpertId expert = kDemand;
@@ -52,6 +53,9 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
       &registry.GetCounter("spoke_hub_read_bytes_total", "Bytes read from the hub", labels);
   cache_bytes_ = &registry.GetCounter("spoke_cache_read_bytes_total",
                                       "Bytes served from the block cache", labels);
+  changed_files_ = &registry.GetCounter(
+      "spoke_hub_file_changed_total",
+      "Hub reads refused because the file changed (or was replaced) since it was opened", labels);
   put_failures_ = &registry.GetCounter("spoke_cache_put_failures_total",
                                        "Fetched blocks the cache did not store", labels);
   miss_latency_ = &registry.GetHistogram("spoke_demand_miss_seconds",
@@ -151,6 +155,7 @@ BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, C
   }
   auto f = std::make_shared<Fetch>();
   f->key = key;
+  f->written_here = file.written_here;
   f->path = file.path;
   f->offset = index * config_.block_size;
   f->length = BlockLength(file, index);
@@ -201,9 +206,36 @@ void BlockFetcher::Dispatch() {
     }
   }
   for (auto& f : start) {
-    remote_.ReadAsync(f->path, f->offset, f->length,
-                      [this, f](Result<std::vector<char>> r) { OnFetched(f, std::move(r)); });
+    // Bytes only from the file and version the block belongs to (the name may have been
+    // replaced on the hub since), and only whole blocks: never cache what would mix versions.
+    remote_.ReadCheckedAsync(f->path, f->key.file_id, f->offset, f->length,
+                             [this, f](Result<RemoteFs::CheckedRead> r) {
+                               OnFetched(f, CheckFetched(*f, std::move(r)));
+                             });
   }
+}
+
+Result<std::vector<char>> BlockFetcher::CheckFetched(const Fetch& f,
+                                                     Result<RemoteFs::CheckedRead> r) {
+  if (!r) {
+    if (r.error().ToErrno() == ESTALE) changed_files_->Inc();
+    return std::unexpected(r.error());
+  }
+  if (f.written_here) return std::move(r->data);  // the writer's own bytes: no version to check
+  if (r->attr.ContentVersion() != f.key.version) {
+    changed_files_->Inc();
+    return std::unexpected(Error::FromErrno(
+        ESTALE, "hub file " + f.path + " changed since it was opened (size " +
+                    std::to_string(r->attr.size) + "): block " + std::to_string(f.key.index) +
+                    " not served, the file must be opened again"));
+  }
+  if (r->data.size() != f.length) {
+    return std::unexpected(
+        Error::FromErrno(EIO, "hub READ of " + f.path + " at " + std::to_string(f.offset) +
+                                  " returned " + std::to_string(r->data.size()) + " of " +
+                                  std::to_string(f.length) + " bytes of an unchanged file"));
+  }
+  return std::move(r->data);
 }
 
 bool BlockFetcher::DropExpiredLocked(const FetchPtr& f, SteadyTime now) {

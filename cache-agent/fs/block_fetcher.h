@@ -48,8 +48,11 @@ namespace spoke::agent {
 struct FileRef {
   std::string path;
   uint64_t file_id = 0;
-  uint64_t version = 0;
+  uint64_t version = 0;  // FileAttr::ContentVersion(), or a local one once written here
   uint64_t size = 0;
+  // Written through this agent since it was opened: `version` is local, there is no hub
+  // version to check fetched blocks against (they are the writer's own bytes).
+  bool written_here = false;
 };
 
 using BlockData = std::shared_ptr<const std::vector<char>>;
@@ -150,6 +153,9 @@ class BlockFetcher {
                 double predicted_use, SteadyTime deadline, bool* created);
   void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
   void OnFetched(const FetchPtr& f, Result<std::vector<char>> r);
+  // The bytes of a checked read, or an error when the hub's file is not the version `f`
+  // belongs to (ESTALE, counted) or the reply is not the whole block (EIO).
+  Result<std::vector<char>> CheckFetched(const Fetch& f, Result<RemoteFs::CheckedRead> r);
   void StoreLoop();
   // kTimeout when `f` is not done by `deadline`.
   Result<BlockData> Wait(const FetchPtr& f, SteadyTime deadline);
@@ -186,6 +192,7 @@ class BlockFetcher {
   metrics::Counter* hits_;
   metrics::Counter* misses_;
   metrics::Counter* hub_bytes_;
+  metrics::Counter* changed_files_;
   metrics::Counter* cache_bytes_;
   metrics::Counter* put_failures_;
   metrics::Histogram* miss_latency_;

@@ -14,7 +14,6 @@ namespace {
 // Versions for files written through this mount: never equal to a hub content version, so
 // blocks read through a handle that wrote are never taken from (or left for) other readers.
 constexpr uint64_t kDirtyVersionBit = 1ull << 63;
-
 Status ValidName(const std::string& name) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
     return Fail(Code::kInvalidArgument, "bad name '" + name + "'");
@@ -107,6 +106,7 @@ void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
   for (auto& [id, h] : handles_) {
     if (h->ino != ino) continue;
     h->file.version = kDirtyVersionBit | dirty_versions_.fetch_add(1);
+    h->file.written_here = true;
     if (size) h->file.size = *size;
     std::lock_guard<std::mutex> hl(h->mu);
     h->last_block.reset();
@@ -352,8 +352,8 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
   metadata_.Invalidate(parent);
   auto h = std::make_shared<Handle>();
   h->ino = ia.ino;
-  h->file =
-      FileRef{*path, attr->file_id, kDirtyVersionBit | dirty_versions_.fetch_add(1), attr->size};
+  h->file = FileRef{*path, attr->file_id, kDirtyVersionBit | dirty_versions_.fetch_add(1),
+                    attr->size, /*written_here=*/true};
   h->writable = true;
   h->append = (flags & O_APPEND) != 0;
   h->who = who;

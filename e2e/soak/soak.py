@@ -137,13 +137,15 @@ class Ledger:
             active = [f for f in self.faults if f.start <= end and f.end + grace >= start]
             changed = self.changed_at.get(path, float("inf")) <= end
         kinds = {f.kind for f in active}
-        if "agent-kill" in kinds:
-            cause = "agent-restart"
-        elif kinds & HUB_FAULTS:
+        # A hub fault explains an error that needs the hub whether or not the agent was also
+        # restarted around it (a restart that mounts survive causes none by itself).
+        if kinds & HUB_FAULTS:
             hub = sorted(kinds & HUB_FAULTS)[0]
             cached = (cached_since is not None and
                       all(f.start > cached_since for f in active if f.kind in HUB_FAULTS))
             cause = ("cached-read-failed:" if cached else "hub-unreachable:") + hub
+        elif "agent-kill" in kinds:
+            cause = "agent-restart"
         elif changed:  # replaced under an immutable volume: an error is a fair answer
             cause = "hub-changed"
         elif "cache-flip" in kinds:
@@ -174,12 +176,15 @@ class Cluster:
         self.agent_bin = os.path.join(b, "cache-agent/agent/spoke-cache-agent")
         self.ctl_bin = os.path.join(b, "cache-agent/cli/spokectl")
         self.proxy_bin = os.path.join(b, "e2e/wan-proxy/spoke-wan-proxy")
+        self.keeper_bin = os.path.join(b, "cache-agent/keeper/spoke-fuse-keeper")
         self.hub_script = os.path.join(args.source_dir, "scripts/spoke-hub")
         self.hub_dir = os.path.join(work, "hub")
         self.export = os.path.join(self.hub_dir, "export")
         self.agent_dir = os.path.join(work, "agent")
         self.cache_dir = os.path.join(self.agent_dir, "cache")
         self.socket = os.path.join(self.agent_dir, "agent.sock")
+        self.keeper_socket = os.path.join(work, "keeper.sock") if not args.no_keeper else ""
+        self.keeper = None
         self.control = os.path.join(work, "proxy-control.sock")
         self.ds_mnt = os.path.join(work, "mnt/dataset")
         self.sc_mnt = os.path.join(work, "mnt/scratch")
@@ -190,8 +195,22 @@ class Cluster:
         self.rss_max_kb = 0
 
     def missing(self):
-        return [p for p in (self.agent_bin, self.ctl_bin, self.proxy_bin, self.hub_script)
-                if not os.access(p, os.X_OK)]
+        return [p for p in (self.agent_bin, self.ctl_bin, self.proxy_bin, self.hub_script,
+                            self.keeper_bin) if not os.access(p, os.X_OK)]
+
+    def start_keeper(self):
+        """The keeper holds each mount's /dev/fuse fd, as the chart's does: a killed agent's
+        successor takes the connections over and the mounts never go away."""
+        if not self.keeper_socket:
+            return
+        self.keeper = subprocess.Popen(
+            [self.keeper_bin, "--socket", self.keeper_socket],
+            stdout=open(os.path.join(self.work, "keeper.log"), "w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.keeper_socket):
+            if time.monotonic() > deadline or self.keeper.poll() is not None:
+                raise RuntimeError("spoke-fuse-keeper did not start")
+            time.sleep(0.05)
 
     def start_hub(self):
         out = subprocess.run([self.hub_script, "start", self.hub_dir] + self.hub_ports,
@@ -237,8 +256,9 @@ class Cluster:
                     "metricsAddress: 127.0.0.1:%d\nlogLevel: info\n"
                     "hub: {connections: 4, inflightPerConnection: 16, "
                     "requestTimeoutSeconds: %d}\n"
+                    "fuseKeeperSocket: \"%s\"\n"
                     % (self.socket, self.cache_dir, self.agent_dir, self.work, self.metrics_port,
-                       self.args.hub_timeout))
+                       self.args.hub_timeout, self.keeper_socket))
 
     def start_agent(self, timeout=30):
         if os.path.exists(self.socket):
@@ -334,7 +354,7 @@ class Cluster:
                     self.spokectl("unmount", mnt, timeout=30)
                 except subprocess.TimeoutExpired:
                     pass
-        for p in (self.agent, self.proxy):
+        for p in (self.agent, self.proxy, self.keeper):
             if p and p.poll() is None:
                 p.terminate()
                 try:
@@ -723,6 +743,8 @@ def parse_args():
     p.add_argument("--faults", default=",".join(FAULT_KINDS),
                    help="fault kinds to inject (default: all): " + ",".join(FAULT_KINDS))
     p.add_argument("--exclude-faults", default="", help="fault kinds not to inject")
+    p.add_argument("--no-keeper", action="store_true",
+                   help="no spoke-fuse-keeper: an agent restart re-creates the mounts")
     p.add_argument("--strict-agent-restart", action="store_true",
                    help="errors while the agent restarts are violations (mounts must survive)")
     p.add_argument("--allow-cached-read-errors", action="store_true",
@@ -783,6 +805,7 @@ def main():
         cluster.start_hub()
         names = make_dataset(cluster, ledger, rng, args.files, args.max_file_kb)
         cluster.start_proxy()
+        cluster.start_keeper()
         cluster.write_agent_config()
         cluster.start_agent()
         cluster.mount()

@@ -298,6 +298,31 @@ TEST(BlockFetcher, ErrorsReachEveryWaiterAndAreNotCached) {
   EXPECT_TRUE(r[1]);
 }
 
+// A file replaced on the hub after it was opened: blocks of the old version already cached
+// are still its own, but an uncached block is never filled with the new content under the old
+// version's key (that would serve a mix of both): the read fails with ESTALE, is counted, and
+// nothing is cached.
+TEST(BlockFetcher, ABlockOfAFileChangedOnTheHubIsRefusedNotMixed) {
+  FetchRig rig;
+  auto old_version = rig.File("big");
+  auto first = rig.fetcher->GetBlocks(old_version, 0, 1);
+  ASSERT_TRUE(first[0]);
+  rig.remote.PutFile("big", std::string(64 * kBlock, 'N'));  // same name and id, new content
+  auto later = rig.fetcher->GetBlocks(old_version, 5, 1);
+  ASSERT_FALSE(later[0]);
+  EXPECT_EQ(later[0].error().ToErrno(), ESTALE) << later[0].error().ToString();
+  auto& changed = rig.registry.GetCounter("spoke_hub_file_changed_total", "", metrics::Labels{});
+  EXPECT_EQ(changed.Value(), 1u);
+  for (int i = 0; i < 200 && rig.cache.blocks() < 1; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_FALSE(rig.cache.Contains(BlockKey{7, old_version.file_id, old_version.version, 5}));
+  // The new version, opened again, reads the new bytes.
+  auto new_version = rig.File("big");
+  EXPECT_NE(new_version.version, old_version.version);
+  auto fresh = rig.fetcher->GetBlocks(new_version, 5, 1);
+  ASSERT_TRUE(fresh[0]);
+  EXPECT_EQ((*fresh[0])->at(0), 'N');
+}
+
 TEST(BlockFetcher, WarmFetchesMissingBlocksOnly) {
   FetchRig rig;
   auto f = rig.File("other");

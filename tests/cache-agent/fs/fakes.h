@@ -136,6 +136,26 @@ class FakeRemoteFs : public RemoteFs {
       cv_.notify_all();
     }).detach();
   }
+  // ReadAsync, then the file's attributes as they are when the read is back (the bytes may
+  // mix versions when the file changed meanwhile: the caller's version check must catch it).
+  void ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset, uint32_t length,
+                        CheckedReadDone done) override {
+    ReadAsync(path, offset, length,
+              [this, path, file_id, done = std::move(done)](Result<std::vector<char>> r) {
+                if (!r) return done(std::unexpected(r.error()));
+                FileAttr attr;
+                {
+                  std::lock_guard<std::mutex> lock(mu_);
+                  auto it = nodes_.find(path);
+                  if (it == nodes_.end()) return done(Fail(Code::kNotFound, "gone: " + path));
+                  attr = it->second.attr;
+                }
+                if (attr.file_id != file_id) {
+                  return done(std::unexpected(Error::FromErrno(ESTALE, "another file: " + path)));
+                }
+                done(CheckedRead{std::move(*r), attr});
+              });
+  }
   Result<size_t> Write(const std::string& path, uint64_t offset, const char* data,
                        size_t length) override {
     writes++;
