@@ -163,6 +163,15 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
   c.fuse_keeper_start = r.Bool("fuseKeeperStart", c.fuse_keeper_start);
   c.handover_timeout_seconds =
       r.Seconds("handoverTimeoutSeconds", c.handover_timeout_seconds, 0, 600);
+  c.memory_budget_bytes = r.Size("memoryBudgetBytes", c.memory_budget_bytes, 0, UINT64_MAX);
+  // Room for a few blocks in flight, queued for the cache and kept for readers.
+  if (c.memory_budget_bytes != 0 &&
+      c.memory_budget_bytes < kMinMemoryBudgetBlocks * c.block_size_bytes) {
+    r.Reject("memoryBudgetBytes", "must be 0 (derive from the memory limit) or at least " +
+                                      std::to_string(kMinMemoryBudgetBlocks) + " blocks (" +
+                                      std::to_string(kMinMemoryBudgetBlocks * c.block_size_bytes) +
+                                      " bytes), got " + std::to_string(c.memory_budget_bytes));
+  }
 
   if (auto s = r.Finish(); !s) return std::unexpected(s.error());
   return c;

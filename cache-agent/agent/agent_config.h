@@ -34,6 +34,9 @@ struct HubPoolConfig {
 // (MakeEvictionPolicy); tests/cache-agent/exe/wiring_test.cc checks that none is missing.
 const std::vector<std::string>& EvictionPolicyNames();
 
+// The smallest memoryBudgetBytes, in blocks.
+inline constexpr uint64_t kMinMemoryBudgetBlocks = 16;
+
 struct AgentConfig {
   std::string socket = "/run/spoke/agent.sock";    // agent API, root only (0600)
   std::string cache_dir = "/var/cache/spoke";      // NVMe hostPath in production
@@ -60,6 +63,9 @@ struct AgentConfig {
   bool fuse_keeper_start = true;
   // How long SIGTERM waits for requests already read to be answered before handing over.
   double handover_timeout_seconds = 5;
+  // The agent's memory budget (prefetch buffers, store queue, hints, metadata), shared by
+  // every volume. 0 = derived at start: 75% of the cgroup's memory limit, else 1.5 GiB.
+  uint64_t memory_budget_bytes = 0;
 
   // Host and port of metrics_address (valid only when it is not empty).
   std::string MetricsHost() const;

@@ -146,6 +146,20 @@ grpc::Status AgentService::VolumeStats(grpc::ServerContext*, const v1::VolumeSta
   resp->set_prefetched_bytes_wasted(f.prefetched_bytes_wasted);
   resp->set_demand_miss_latency_ms_avg(f.demand_miss_latency_ms_avg);
   resp->set_cache_capacity_bytes(options_.cache_capacity_bytes);
+  resp->set_hints_rejected(f.hints_rejected);
+  resp->set_hints_unresolved(f.hints_unresolved);
+  if (f.memory.budget_bytes > 0) {
+    auto* m = resp->mutable_memory();
+    m->set_budget_bytes(f.memory.budget_bytes);
+    m->set_used_bytes(f.memory.used_bytes);
+    m->set_peak_bytes(f.memory.peak_bytes);
+    m->set_prefetch_bytes(f.memory.prefetch_bytes);
+    m->set_store_queue_bytes(f.memory.store_queue_bytes);
+    m->set_demand_bytes(f.memory.demand_bytes);
+    m->set_hints_bytes(f.memory.hints_bytes);
+    m->set_metadata_bytes(f.memory.metadata_bytes);
+    m->set_refusals(f.memory.refusals);
+  }
   for (const ExpertStats& e : f.experts) {
     auto* x = resp->add_experts();
     x->set_name(e.name);

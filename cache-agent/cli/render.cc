@@ -129,6 +129,21 @@ std::string RenderStats(const std::string& target, const spoke::agent::v1::Volum
     add("prefetched used", FormatBytes(s.prefetched_bytes_used()));
     add("prefetched wasted", FormatBytes(s.prefetched_bytes_wasted()));
   }
+  if (s.hints_rejected() + s.hints_unresolved() > 0) {
+    add("hints dropped", std::to_string(s.hints_rejected()) + " rejected, " +
+                             std::to_string(s.hints_unresolved()) + " unresolved");
+  }
+  if (s.has_memory() && s.memory().budget_bytes() > 0) {
+    const auto& m = s.memory();
+    add("agent memory", FormatBytes(m.used_bytes()) + " of " + FormatBytes(m.budget_bytes()) +
+                            " budget (peak " + FormatBytes(m.peak_bytes()) + ", " +
+                            std::to_string(m.refusals()) + " refusals)");
+    add("memory by use", "prefetch " + FormatBytes(m.prefetch_bytes()) + ", store queue " +
+                             FormatBytes(m.store_queue_bytes()) + ", demand " +
+                             FormatBytes(m.demand_bytes()) + ", hints " +
+                             FormatBytes(m.hints_bytes()) + ", metadata " +
+                             FormatBytes(m.metadata_bytes()));
+  }
   add("checksum failures", std::to_string(s.checksum_failures()));
   add("hub", s.hub_reachable() ? "reachable" : "UNREACHABLE: " + s.last_hub_error());
   if (s.hub_total_bytes() > 0) {

@@ -86,6 +86,8 @@ Status FuseVolumeMounter::Config::Validate() const {
   v.read_ahead_max_bytes = read_ahead_max_bytes;
   v.walk_concurrency = walk_concurrency;
   v.block_size = block_size;
+  v.hints_max_lines = hints_max_lines;
+  v.hints_max_bytes = hints_max_bytes;
   return v.Validate();
 }
 
@@ -160,6 +162,9 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
       std::chrono::milliseconds(static_cast<int64_t>(2 * 1000 * hub.request_timeout_seconds));
   vc.walk_concurrency = config_.walk_concurrency;
   vc.block_size = config_.block_size;
+  vc.memory = config_.memory;
+  vc.hints_max_lines = config_.hints_max_lines;
+  vc.hints_max_bytes = config_.hints_max_bytes;
   auto volume =
       Volume::Open(vc, std::move(*remote), cache_, listeners_, registry_, SystemClock::Get());
   if (!volume) return std::unexpected(volume.error());
@@ -190,7 +195,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
 
 Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& config,
                                                              BlockCache& cache,
-                                                             metrics::Registry& registry) {
+                                                             metrics::Registry& registry,
+                                                             MemoryBudget& memory) {
   FuseVolumeMounter::Config c;
   c.hub.connections = config.hub.connections;
   c.hub.inflight_per_connection = config.hub.inflight_per_connection;
@@ -198,6 +204,11 @@ Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& 
   c.hub.retries = config.hub.retries;
   c.read_ahead_max_bytes = config.read_ahead_max_bytes;
   c.block_size = cache.block_size();
+  c.memory = &memory;
+  // One volume's hints may take at most a quarter of what prefetch and hints share, so a
+  // flood on one mount leaves room for the others (the budget bounds them all together).
+  c.hints_max_bytes = std::clamp<uint64_t>(memory.background_limit() / 4,
+                                           HintPredictor::HintBytes(kMaxHintPath), 64ull << 20);
   if (auto st = c.Validate(); !st) return std::unexpected(st.error());
   return std::unique_ptr<VolumeMounter>(std::make_unique<FuseVolumeMounter>(c, &cache, &registry));
 }

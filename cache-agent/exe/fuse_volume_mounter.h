@@ -38,6 +38,11 @@ class FuseVolumeMounter final : public VolumeMounter {
     bool allow_other = true;
     // Block size when no cache is given (cache disabled); otherwise the cache's.
     uint32_t block_size = 1 << 20;
+    // The agent's memory budget, shared by every volume (optional; must outlive the mounter).
+    MemoryBudget* memory = nullptr;
+    // Each volume's hint queue bounds (lines, accounted bytes).
+    size_t hints_max_lines = 1 << 20;
+    uint64_t hints_max_bytes = 64ull << 20;
     Status Validate() const;
   };
 
@@ -79,6 +84,7 @@ class FuseVolumeMounter final : public VolumeMounter {
 // exe/wiring.cc. kInvalidArgument when the derived Config does not validate.
 Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& config,
                                                              BlockCache& cache,
-                                                             metrics::Registry& registry);
+                                                             metrics::Registry& registry,
+                                                             MemoryBudget& memory);
 
 }  // namespace spoke::agent

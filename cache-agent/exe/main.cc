@@ -112,7 +112,14 @@ int Run(int argc, char** argv) {
     log::Error("cannot open the block cache", {{"error", cache.error().message()}});
     return 1;
   }
-  auto mounter = MakeAgentMounter(*config, **cache, registry);
+  auto memory = MakeMemoryBudget(*config, registry);
+  if (!memory) {
+    log::Error("invalid memory budget", {{"error", memory.error().message()}});
+    return 1;
+  }
+  log::Info("memory budget",
+            {{"bytes", (*memory)->total()}, {"background_limit", (*memory)->background_limit()}});
+  auto mounter = MakeAgentMounter(*config, **cache, registry, **memory);
   if (!mounter) {
     log::Error("cannot create the FUSE mounter", {{"error", mounter.error().message()}});
     return 1;

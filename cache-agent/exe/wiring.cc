@@ -1,5 +1,9 @@
 #include "cache-agent/exe/wiring.h"
 
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "cache-agent/cache/block_cache_factory.h"  // OpenBlockCache, MakeLruPolicy
@@ -56,10 +60,48 @@ Result<std::unique_ptr<BlockCache>> OpenAgentCache(const AgentConfig& config,
   return OpenBlockCache(cc, std::move(*policy), registry);
 }
 
+uint64_t DeriveMemoryBudgetBytes(std::optional<uint64_t> memory_limit_bytes,
+                                 uint32_t block_size_bytes) {
+  // The rest of the limit is the baseline: code, FUSE and gRPC threads, libnfs, the heap's
+  // slack (the chart derives the same 75% from the container's limit).
+  uint64_t bytes = memory_limit_bytes ? *memory_limit_bytes / 4 * 3 : kDefaultMemoryBudgetBytes;
+  return std::max<uint64_t>(bytes, kMinMemoryBudgetBlocks * block_size_bytes);
+}
+
+std::optional<uint64_t> CgroupMemoryLimit() {
+  for (const char* file :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(file);
+    std::string text;
+    if (!(in >> text)) continue;
+    if (text == "max") return std::nullopt;
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size()) continue;
+    // cgroup v1 reports "unlimited" as a number near 2^63.
+    if (v >= (1ull << 60)) return std::nullopt;
+    return v;
+  }
+  return std::nullopt;
+}
+
+Result<std::unique_ptr<MemoryBudget>> MakeMemoryBudget(const AgentConfig& config,
+                                                       metrics::Registry& registry) {
+  MemoryBudget::Config mc;
+  mc.total_bytes = config.memory_budget_bytes != 0
+                       ? config.memory_budget_bytes
+                       : DeriveMemoryBudgetBytes(CgroupMemoryLimit(), config.block_size_bytes);
+  if (auto st = mc.Validate(); !st) return std::unexpected(st.error().Wrap("memoryBudgetBytes"));
+  auto budget = std::make_unique<MemoryBudget>(mc);
+  budget->ExportTo(registry);
+  return budget;
+}
+
 Result<std::unique_ptr<VolumeMounter>> MakeAgentMounter(const AgentConfig& config,
                                                         BlockCache& cache,
-                                                        metrics::Registry& registry) {
-  return MakeFuseVolumeMounter(config, cache, registry);
+                                                        metrics::Registry& registry,
+                                                        MemoryBudget& memory) {
+  return MakeFuseVolumeMounter(config, cache, registry, memory);
 }
 
 }  // namespace spoke::agent

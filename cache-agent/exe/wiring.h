@@ -9,6 +9,7 @@
 #endif
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "cache-agent/agent/mounted_volume.h"
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/cache/eviction_policy.h"
+#include "common/memory_budget.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -33,10 +35,24 @@ Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name
 Result<std::unique_ptr<BlockCache>> OpenAgentCache(const AgentConfig& config,
                                                    metrics::Registry& registry);
 
-// The real FUSE mounter, serving volumes from `cache` and the hub. `cache` and `registry`
-// must outlive it.
+// The memory budget when memoryBudgetBytes is 0: 75% of `memory_limit_bytes` (the cgroup's
+// limit, nullopt when there is none), else kDefaultMemoryBudgetBytes; at least the
+// configuration's minimum.
+uint64_t DeriveMemoryBudgetBytes(std::optional<uint64_t> memory_limit_bytes,
+                                 uint32_t block_size_bytes);
+// This process's cgroup memory limit (v2 memory.max, v1 memory.limit_in_bytes); nullopt when
+// unlimited or unknown.
+std::optional<uint64_t> CgroupMemoryLimit();
+
+// The agent's one memory budget (memoryBudgetBytes, or derived), exported to `registry`.
+Result<std::unique_ptr<MemoryBudget>> MakeMemoryBudget(const AgentConfig& config,
+                                                       metrics::Registry& registry);
+
+// The real FUSE mounter, serving volumes from `cache` and the hub. `cache`, `registry` and
+// `memory` must outlive it.
 Result<std::unique_ptr<VolumeMounter>> MakeAgentMounter(const AgentConfig& config,
                                                         BlockCache& cache,
-                                                        metrics::Registry& registry);
+                                                        metrics::Registry& registry,
+                                                        MemoryBudget& memory);
 
 }  // namespace spoke::agent

@@ -23,6 +23,9 @@ struct BlockFetcher::Fetch {
   bool done = false;
   bool settled = false;           // done and (when it was to be cached) stored
   bool counted_prefetch = false;  // its bytes are in prefetch_bytes_
+  // Bytes (length) held in the memory budget, and under which use; guarded by mu_.
+  uint64_t memory_held = 0;
+  MemoryBudget::Use memory_use = MemoryBudget::Use::kDemand;
   Result<BlockData> result = std::unexpected(Error(Code::kInternal, "not fetched"));
 };
 
@@ -79,6 +82,7 @@ BlockFetcher::~BlockFetcher() {
         f->settled = true;
         f->result = std::unexpected(Error(Code::kCancelled, "volume is shutting down"));
         if (f->counted_prefetch) prefetch_bytes_ -= f->length;
+        ReleaseMemoryLocked(*f);
         inflight_.erase(f->key);
       }
       q->clear();
@@ -134,7 +138,7 @@ double BlockFetcher::demand_miss_latency_ms_avg() const {
 
 BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, Class cls,
                                           ExpertId expert, double predicted_use,
-                                          SteadyTime deadline, bool* created) {
+                                          SteadyTime deadline, bool* created, bool room_taken) {
   BlockKey key = Key(file, index);
   *created = false;
   auto it = inflight_.find(key);
@@ -148,6 +152,11 @@ BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, C
       if (f->counted_prefetch) {
         prefetch_bytes_ -= f->length;
         f->counted_prefetch = false;
+      }
+      if (f->memory_held > 0 && f->memory_use == MemoryBudget::Use::kPrefetch) {
+        config_.memory->Move(MemoryBudget::Use::kPrefetch, MemoryBudget::Use::kDemand,
+                             f->memory_held);
+        f->memory_use = MemoryBudget::Use::kDemand;
       }
       if (!f->dispatched) queues_[cls].push_back(f);
     }
@@ -170,6 +179,13 @@ BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, C
     f->counted_prefetch = true;
     prefetch_bytes_ += f->length;
     prefetch_blocks_++;
+  }
+  if (config_.memory != nullptr) {
+    // Prefetch and warm-up took their room; a reader's block is charged (never refused).
+    if (!room_taken) config_.memory->Charge(MemoryBudget::Use::kDemand, f->length);
+    f->memory_held = f->length;
+    f->memory_use =
+        cls == kPrefetchClass ? MemoryBudget::Use::kPrefetch : MemoryBudget::Use::kDemand;
   }
   queues_[cls].push_back(f);
   *created = true;
@@ -246,15 +262,23 @@ bool BlockFetcher::DropExpiredLocked(const FetchPtr& f, SteadyTime now) {
     f->result = std::unexpected(
         Error(Code::kTimeout, "hub read of " + f->path + " still queued at its read deadline"));
     inflight_.erase(f->key);
+    ReleaseMemoryLocked(*f);
     expired_drops_++;
     return true;
   }
   return false;
 }
 
+void BlockFetcher::ReleaseMemoryLocked(Fetch& f) {
+  if (f.memory_held == 0) return;
+  config_.memory->Release(f.memory_use, f.memory_held);
+  f.memory_held = 0;
+}
+
 void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
   bool store = false;
-  bool prefetched = false;  // its bytes stay in prefetch_bytes_ until stored
+  bool prefetched = false;   // its bytes stay in prefetch_bytes_ until stored
+  bool over_budget = false;  // a reader's block the memory budget has no room to queue
   {
     std::lock_guard<std::mutex> lock(mu_);
     hub_inflight_--;
@@ -266,6 +290,21 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
       f->result = std::unexpected(r.error());
     }
     f->done = true;
+    if (store && f->memory_held > 0) {
+      // A prefetched block keeps the room it took; a reader's block is queued for the cache
+      // only while the whole budget has room (demand never waits for memory).
+      if (f->memory_use == MemoryBudget::Use::kPrefetch) {
+        config_.memory->Move(f->memory_use, MemoryBudget::Use::kStoreQueue, f->memory_held);
+        f->memory_use = MemoryBudget::Use::kStoreQueue;
+      } else if (config_.memory->TryMove(f->memory_use, MemoryBudget::Use::kStoreQueue,
+                                         f->memory_held, MemoryBudget::Level::kDemand)) {
+        f->memory_use = MemoryBudget::Use::kStoreQueue;
+      } else {
+        store = false;
+        over_budget = true;
+      }
+    }
+    if (!store) ReleaseMemoryLocked(*f);
     // A prefetched block's bytes stay counted until it is stored (StoreLoop): its buffer
     // is held until then.
     if (f->counted_prefetch && !store) {
@@ -281,6 +320,10 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
     }
   }
   done_cv_.notify_all();
+  if (over_budget) {
+    store_skips_++;
+    put_failures_->Inc();
+  }
   if (store) {
     bool queued = false;
     {
@@ -301,6 +344,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         f->settled = true;
+        ReleaseMemoryLocked(*f);
         auto it = inflight_.find(f->key);
         if (it != inflight_.end() && it->second == f) inflight_.erase(it);
       }
@@ -340,6 +384,7 @@ void BlockFetcher::StoreLoop() {
         prefetch_bytes_ -= f->length;
         f->counted_prefetch = false;
       }
+      ReleaseMemoryLocked(*f);
       auto it = inflight_.find(f->key);
       if (it != inflight_.end() && it->second == f) inflight_.erase(it);
     }
@@ -389,7 +434,7 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
       out[i] = std::unexpected(Error(Code::kCancelled, "volume is shutting down"));
       continue;
     }
-    waits.emplace_back(i, Join(file, index, kDemandClass, kDemand, 0, until, &created));
+    waits.emplace_back(i, Join(file, index, kDemandClass, kDemand, 0, until, &created, false));
   }
   hits_->Inc(nhits);
   misses_->Inc(waits.size());
@@ -423,24 +468,49 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
       refused = true;
       break;
     }
+    // The agent-wide bound: prefetch waits (re-plans later) rather than grow the agent.
+    if (config_.memory != nullptr &&
+        !config_.memory->TryAcquire(MemoryBudget::Use::kPrefetch, BlockLength(file, index))) {
+      refused = true;
+      break;
+    }
     bool created;
     Join(file, index, kPrefetchClass, req.expert,
-         req.predicted_use + static_cast<double>(index - req.first_block), SteadyTime{}, &created);
+         req.predicted_use + static_cast<double>(index - req.first_block), SteadyTime{}, &created,
+         /*room_taken=*/config_.memory != nullptr);
     queued = true;
   }
   if (queued) Dispatch();
   return !refused;
 }
 
+void BlockFetcher::TakeWarmRoom(uint32_t length) {
+  using Use = MemoryBudget::Use;
+  if (config_.memory->TryAcquire(Use::kDemand, length)) return;
+  Dispatch();  // this warm-up's queued blocks go, and give their room back once stored
+  if (config_.memory->AcquireWait(Use::kDemand, length,
+                                  std::chrono::steady_clock::now() + config_.read_deadline)) {
+    return;
+  }
+  config_.memory->Charge(Use::kDemand, length);  // bounded wait over: go on, accounted
+}
+
 Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_t count) {
   std::vector<std::pair<FetchPtr, bool>> waits;  // fetch, started by us
   for (uint64_t index = first; index < first + count; ++index) {
-    if (BlockLength(file, index) == 0) break;
+    const uint32_t length = BlockLength(file, index);
+    if (length == 0) break;
     if (Cached(file, index)) continue;
+    const bool room = config_.memory != nullptr;
+    if (room) TakeWarmRoom(length);
     bool created;
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return Fail(Code::kCancelled, "volume is shutting down");
-    auto f = Join(file, index, kWarmClass, kDemand, 0, SteadyTime{}, &created);
+    if (stopping_) {
+      if (room) config_.memory->Release(MemoryBudget::Use::kDemand, length);
+      return Fail(Code::kCancelled, "volume is shutting down");
+    }
+    auto f = Join(file, index, kWarmClass, kDemand, 0, SteadyTime{}, &created, room);
+    if (room && !created) config_.memory->Release(MemoryBudget::Use::kDemand, length);
     waits.emplace_back(std::move(f), created);
   }
   if (!waits.empty()) Dispatch();

@@ -7,6 +7,11 @@
 //   in a higher class is promoted. Warm-up and prefetch together never take the last
 //   `demand_reserved` hub slots, and prefetch bytes queued or in flight are capped, so
 //   neither fills the pipe that demand needs.
+// - With the agent's MemoryBudget (Config::memory), every block's buffer is accounted from
+//   the time it is queued until it is stored or dropped: a prefetch takes background room
+//   (refused = back-pressure: Prefetch returns false) and keeps it through the store queue;
+//   a reader's block is charged (never refused, never waited for) and is queued for the
+//   cache only while the whole budget has room, else served and not cached.
 // - Every reader's request has one deadline (`read_deadline` from when it reached the
 //   fetcher, or the caller's), covering its time in the queue as well as on the hub: a
 //   reader waits no longer, and a demand fetch still queued when every reader of it gave up
@@ -39,6 +44,7 @@
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/remote/remote_fs.h"
+#include "common/memory_budget.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -78,6 +84,8 @@ class BlockFetcher {
     // prefetch_bytes_max until stored (so a slow cache disk slows prefetching down); a
     // demand block that would exceed this bound is served but not cached.
     uint64_t store_queue_bytes_max = 256ull << 20;
+    // The agent's memory budget, shared by every volume (optional; must outlive the fetcher).
+    MemoryBudget* memory = nullptr;
     Status Validate() const;
   };
 
@@ -147,10 +155,12 @@ class BlockFetcher {
   enum Class : int { kDemandClass = 0, kWarmClass = 1, kPrefetchClass = 2, kClasses = 3 };
   BlockKey Key(const FileRef& f, uint64_t index) const;
   uint32_t BlockLength(const FileRef& f, uint64_t index) const;
+  // `room_taken`: the caller took the block's room in the memory budget (prefetch, warm-up);
+  // otherwise a new fetch is charged (a reader's). A joined fetch keeps its own room.
   // Returns the fetch for the block, creating it (queued in class `cls`) or promoting an
   // existing one to `cls` when that is more urgent. `deadline`: a reader's (demand only).
   FetchPtr Join(const FileRef& file, uint64_t index, Class cls, ExpertId expert,
-                double predicted_use, SteadyTime deadline, bool* created);
+                double predicted_use, SteadyTime deadline, bool* created, bool room_taken);
   void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
   void OnFetched(const FetchPtr& f, Result<std::vector<char>> r);
   // The bytes of a checked read, or an error when the hub's file is not the version `f`
@@ -162,6 +172,11 @@ class BlockFetcher {
   // A demand fetch still queued after every reader's deadline: fails it instead of sending
   // it. mu_ held.
   bool DropExpiredLocked(const FetchPtr& f, SteadyTime now);
+  // Warm-up is no reader: it waits (bounded by read_deadline) for background room in the
+  // memory budget, letting queued fetches go meanwhile; past the deadline it is charged.
+  void TakeWarmRoom(uint32_t length);
+  // Gives the fetch's bytes back to the memory budget (if it holds any). mu_ held.
+  void ReleaseMemoryLocked(Fetch& f);
 
   RemoteFs& remote_;
   BlockCache* cache_;

@@ -429,4 +429,9 @@ std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
   return out;
 }
 
+size_t MetadataCache::entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return nodes_.size();
+}
+
 }  // namespace spoke::agent

@@ -111,6 +111,8 @@ class MetadataCache {
   // Hub calls made (for figures and tests).
   uint64_t stats_made() const { return stats_made_.load(); }
   uint64_t listings_made() const { return listings_made_.load(); }
+  // Inodes held (the agent's memory budget accounts an estimate per entry).
+  size_t entries() const;
   Consistency consistency() const { return config_.consistency; }
 
  private:

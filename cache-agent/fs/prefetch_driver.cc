@@ -33,7 +33,13 @@ void CacheListenerFanout::OnPrefetchWasted(const BlockKey& key, ExpertId expert)
 PrefetchDriver::PrefetchDriver(const Config& config, BlockFetcher& fetcher, const Clock& clock,
                                MetadataCache* metadata, metrics::Registry* registry)
     : config_(config), metadata_(metadata), sink_(fetcher) {
-  if (config_.mode == PrefetchMode::kOff) return;
+  const bool account_metadata = config_.memory != nullptr && metadata_ != nullptr;
+  if (config_.mode == PrefetchMode::kOff) {
+    if (account_metadata && config_.tick_interval.count() > 0) {
+      ticker_ = std::thread([this] { TickLoop(); });
+    }
+    return;
+  }
   const uint32_t bs = fetcher.block_size();
   PrefetchScheduler::Config sc;
   sc.volume_key = fetcher.volume_key();
@@ -42,6 +48,10 @@ PrefetchDriver::PrefetchDriver(const Config& config, BlockFetcher& fetcher, cons
                                                    : 4 * config_.read_ahead_max_bytes;
   sc.space_budget_bytes = std::max<uint64_t>(space, bs);
   sc.max_inflight_bytes = std::max<uint64_t>(config_.max_inflight_bytes, bs);
+  sc.hints.max_pending = std::max<size_t>(config_.hints_max_lines, 1);
+  sc.hints.max_pending_bytes =
+      std::max(config_.hints_max_bytes, HintPredictor::HintBytes(kMaxHintPath));
+  sc.hints.memory = config_.memory;
   auto valid = sc.Validate();
   if (!valid) {
     // Only a bug gets here: every field above is clamped to a valid range.
@@ -70,6 +80,9 @@ PrefetchDriver::~PrefetchDriver() {
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  if (metadata_charged_ > 0)
+    config_.memory->Release(MemoryBudget::Use::kMetadata, metadata_charged_);
 }
 
 std::unique_ptr<PrefetchDriver> PrefetchDriver::ForMode(PrefetchMode mode, BlockFetcher& fetcher,
@@ -109,13 +122,25 @@ void PrefetchDriver::FeedTreeIfReady() {
 }
 
 void PrefetchDriver::Tick() {
-  if (!scheduler_) return;
+  if (!scheduler_) {
+    // Prefetch off: the tick only keeps the metadata estimate current.
+    bool update = false;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      if (++ticks_ >= config_.metrics_every_ticks) {
+        ticks_ = 0;
+        update = true;
+      }
+    }
+    if (update) AccountMetadata();
+    return;
+  }
   FeedTreeIfReady();
   scheduler_->Tick();
   bool update = false;
   {
     std::lock_guard<std::mutex> lock(metrics_mu_);
-    if (metrics_ && ++ticks_ >= config_.metrics_every_ticks) {
+    if ((metrics_ || config_.memory != nullptr) && ++ticks_ >= config_.metrics_every_ticks) {
       ticks_ = 0;
       update = true;
     }
@@ -162,10 +187,25 @@ PrefetchStats PrefetchDriver::Stats() const {
 }
 
 void PrefetchDriver::UpdateMetrics() {
+  AccountMetadata();
   if (!scheduler_) return;
   PrefetchStats s = scheduler_->Stats();
   std::lock_guard<std::mutex> lock(metrics_mu_);
   if (metrics_) metrics_->Update(s);
+}
+
+void PrefetchDriver::AccountMetadata() {
+  if (config_.memory == nullptr || metadata_ == nullptr) return;
+  // Accounted, never refused: the namespace must be served. Its share leaves less room for
+  // prefetch and hints.
+  const uint64_t bytes = metadata_->entries() * kMetadataEntryBytes;
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  if (bytes > metadata_charged_) {
+    config_.memory->Charge(MemoryBudget::Use::kMetadata, bytes - metadata_charged_);
+  } else if (bytes < metadata_charged_) {
+    config_.memory->Release(MemoryBudget::Use::kMetadata, metadata_charged_ - bytes);
+  }
+  metadata_charged_ = bytes;
 }
 
 }  // namespace spoke::agent

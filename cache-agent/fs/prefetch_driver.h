@@ -91,7 +91,17 @@ class PrefetchDriver {
     std::chrono::milliseconds tick_interval{25};
     // PrefetchMetrics are refreshed every this many ticks (and on UpdateMetrics()).
     int metrics_every_ticks = 40;
+    // The agent's memory budget (optional; must outlive the driver): the hint queue draws on
+    // it, and the metadata cache's entries are accounted in it (kMetadataEntryBytes each,
+    // refreshed with the metrics; the tick thread runs for this even when prefetch is off).
+    MemoryBudget* memory = nullptr;
+    // Per-volume bounds of the hint queue (lines, accounted bytes).
+    size_t hints_max_lines = 1 << 20;
+    uint64_t hints_max_bytes = 64ull << 20;
   };
+  // Estimated memory of one metadata entry: the inode node with its name and map slots, and
+  // the walked file's copy in the access tracker.
+  static constexpr uint64_t kMetadataEntryBytes = 512;
 
   // `metadata` (optional) is the volume's metadata cache: its walk feeds the tracker
   // (auto mode). `registry` (optional) gets the volume's spoke_prefetch_* series.
@@ -125,12 +135,14 @@ class PrefetchDriver {
   HintCounts AddHintPaths(std::span<const std::string> paths);
 
   PrefetchStats Stats() const;
+  // Refreshes the prefetch metrics and the metadata estimate in the memory budget.
   void UpdateMetrics();
   bool tree_fed() const { return tree_fed_.load(); }
 
  private:
   void FeedTreeIfReady();
   void TickLoop();
+  void AccountMetadata();
 
   const Config config_;
   MetadataCache* metadata_;
@@ -142,6 +154,7 @@ class PrefetchDriver {
 
   std::mutex metrics_mu_;
   std::unique_ptr<PrefetchMetrics> metrics_;  // guarded by metrics_mu_
+  uint64_t metadata_charged_ = 0;             // bytes in the budget; guarded by metrics_mu_
   int ticks_ = 0;                             // guarded by metrics_mu_
 
   std::mutex tick_mu_;

@@ -1,6 +1,7 @@
 #include "cache-agent/prefetch/hint_predictor.h"
 
 #include <algorithm>
+#include <string>
 
 namespace spoke::agent {
 
@@ -35,9 +36,25 @@ Result<std::string> NormalizeHintPath(std::string_view line) {
   return out;
 }
 
+Status HintPredictor::Options::Validate() const {
+  if (max_pending == 0) return Fail(Code::kInvalidArgument, "hints: max_pending must be > 0");
+  if (max_pending_bytes < HintBytes(kMaxHintPath)) {
+    return Fail(Code::kInvalidArgument, "hints: max_pending_bytes must hold one longest hint (" +
+                                            std::to_string(HintBytes(kMaxHintPath)) + " bytes)");
+  }
+  if (max_scan == 0) return Fail(Code::kInvalidArgument, "hints: max_scan must be > 0");
+  return Ok();
+}
+
 HintPredictor::HintPredictor(const AccessTracker& tracker, const BlockPresence& presence,
                              Options options)
     : TrackerExpert(tracker, presence), options_(options) {}
+
+HintPredictor::~HintPredictor() {
+  if (options_.memory != nullptr && pending_bytes_ > 0) {
+    options_.memory->Release(MemoryBudget::Use::kHints, pending_bytes_);
+  }
+}
 
 uint64_t HintPredictor::HintBytes(size_t path_length) {
   // The path in queue_ and as a key of waiting_, a queue Entry, a hash node and its deque.
@@ -48,6 +65,12 @@ void HintPredictor::AddLine(std::string_view line, HintCounts* counts) {
   auto path = NormalizeHintPath(line);
   if (!path || pending_ >= options_.max_pending ||
       pending_bytes_ + HintBytes(path->size()) > options_.max_pending_bytes) {
+    ++counts->rejected;
+    return;
+  }
+  if (options_.memory != nullptr &&
+      !options_.memory->TryAcquire(MemoryBudget::Use::kHints, HintBytes(path->size()))) {
+    ++budget_rejected_;
     ++counts->rejected;
     return;
   }
@@ -125,6 +148,9 @@ void HintPredictor::PopConsumed() {
       --consumed_past_head_;
     }
     pending_bytes_ -= HintBytes(head.path.size());
+    if (options_.memory != nullptr) {
+      options_.memory->Release(MemoryBudget::Use::kHints, HintBytes(head.path.size()));
+    }
     queue_.pop_front();
     ++base_;
   }

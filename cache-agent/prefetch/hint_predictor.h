@@ -14,7 +14,9 @@
 // Memory: the queued hints of a volume hold at most `max_pending` lines and
 // `max_pending_bytes` bytes (HintBytes: the path twice, in the queue and in the lookup
 // map, plus the bookkeeping around them); a hint beyond either bound is rejected (counted)
-// rather than queued, so a job flooding `.spoke-hints` cannot grow the agent.
+// rather than queued, so a job flooding `.spoke-hints` cannot grow the agent. With the
+// agent's MemoryBudget (Options::memory) the queued bytes are also taken from it (background
+// level): a hint it has no room for is rejected and counted (budget_rejected).
 //
 // Hints are consumed as the job opens the hinted files; a hint left behind by more than
 // `stale_after` later consumed hints is dropped (the job skipped it).
@@ -32,6 +34,7 @@
 #include <unordered_map>
 
 #include "cache-agent/prefetch/tracker_expert.h"
+#include "common/memory_budget.h"
 #include "common/status.h"
 #include "common/volume.h"
 
@@ -56,10 +59,13 @@ class HintPredictor final : public TrackerExpert {
     uint64_t max_pending_bytes = 64ull << 20;  // their accounted bytes (HintBytes)
     size_t stale_after = 4096;                 // see header
     size_t max_scan = 8192;                    // hints looked at per Predict call
+    MemoryBudget* memory = nullptr;            // the agent's (optional; must outlive)
+    Status Validate() const;
   };
   HintPredictor(const AccessTracker& tracker, const BlockPresence& presence, Options options);
   HintPredictor(const AccessTracker& tracker, const BlockPresence& presence)
       : HintPredictor(tracker, presence, Options{}) {}
+  ~HintPredictor() override;  // gives the queued hints' bytes back to the budget
 
   std::string_view name() const override { return "hints"; }
   bool disclosed() const override { return true; }
@@ -80,6 +86,8 @@ class HintPredictor final : public TrackerExpert {
   // Accounted cost of one queued hint of `path_length` bytes.
   static uint64_t HintBytes(size_t path_length);
   uint64_t unresolved() const { return unresolved_; }
+  // Hints rejected because the agent's memory budget had no room (part of total_rejected).
+  uint64_t budget_rejected() const { return budget_rejected_; }
   uint64_t total_accepted() const { return total_.accepted; }
   uint64_t total_rejected() const { return total_.rejected; }
 
@@ -101,6 +109,7 @@ class HintPredictor final : public TrackerExpert {
   size_t consumed_past_head_ = 0;
   std::string partial_;
   uint64_t unresolved_ = 0;
+  uint64_t budget_rejected_ = 0;
   HintCounts total_;
 };
 

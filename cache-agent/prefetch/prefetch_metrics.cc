@@ -61,6 +61,12 @@ void PrefetchMetrics::Update(const PrefetchStats& s) {
   Advance(registry_.GetCounter("spoke_prefetch_hints_total", "Hint lines received",
                                {{"volume", volume_}, {"result", "rejected"}}),
           s.hints_rejected, &last_hints_rejected_);
+  Advance(registry_.GetCounter("spoke_prefetch_hints_dropped_total",
+                               "Queued hints dropped: they named no file of the volume",
+                               {{"volume", volume_}, {"reason", "unresolved"}}),
+          s.hints_unresolved, &last_hints_unresolved_);
+  registry_.GetGauge("spoke_prefetch_hints_pending_bytes", "Accounted memory of queued hints", vol)
+      .Set(static_cast<int64_t>(s.hints_pending_bytes));
 }
 
 }  // namespace spoke::agent

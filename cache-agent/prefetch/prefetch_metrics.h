@@ -9,6 +9,8 @@
 //   spoke_prefetch_inflight_bytes{volume}, spoke_prefetch_outstanding_bytes{volume}
 //   spoke_prefetch_epoch{volume}, spoke_prefetch_demand_miss_blocks_total{volume}
 //   spoke_prefetch_hints_total{volume,result="accepted|rejected"}
+//   spoke_prefetch_hints_dropped_total{volume,reason="unresolved"}
+//   spoke_prefetch_hints_pending_bytes{volume}
 // (metrics::Gauge holds integers, hence _ppm; PromQL: spoke_prefetch_precision_ppm / 1e6.)
 // Call Update() before each scrape (or from the agent's periodic tick); counters advance by
 // the difference to the previous Update.
@@ -41,7 +43,7 @@ class PrefetchMetrics {
   std::string volume_;
   std::map<std::string, Last> last_;
   uint64_t last_used_bytes_ = 0, last_wasted_bytes_ = 0, last_miss_blocks_ = 0;
-  uint64_t last_hints_accepted_ = 0, last_hints_rejected_ = 0;
+  uint64_t last_hints_accepted_ = 0, last_hints_rejected_ = 0, last_hints_unresolved_ = 0;
 };
 
 }  // namespace spoke::agent

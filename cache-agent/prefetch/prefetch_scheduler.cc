@@ -38,6 +38,7 @@ Status PrefetchScheduler::Config::Validate() const {
   }
   AccessTracker::Config t = tracker;
   t.block_size = block_size;
+  if (auto st = hints.Validate(); !st) return st;
   return t.Validate();
 }
 
@@ -71,7 +72,7 @@ ExpertId PrefetchScheduler::AddExpert(std::unique_ptr<Predictor> expert) {
 
 void PrefetchScheduler::AddTrackerExperts(const ExpertSet& set) {
   if (set.hints) {
-    auto h = std::make_unique<HintPredictor>(tracker_, presence_);
+    auto h = std::make_unique<HintPredictor>(tracker_, presence_, config_.hints);
     HintPredictor* raw = h.get();
     AddExpert(std::move(h));
     std::lock_guard lock(mu_);

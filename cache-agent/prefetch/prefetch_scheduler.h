@@ -168,6 +168,8 @@ class PrefetchScheduler final : public CacheListener {
     // the job stopped; its space budget should not stay claimed.
     std::chrono::nanoseconds idle_release = std::chrono::minutes(2);
     AccessTracker::Config tracker;  // block_size is overridden with block_size
+    // The hint expert's bounds (per volume) and the agent's memory budget its queue draws on.
+    HintPredictor::Options hints;
     Status Validate() const;
   };
 

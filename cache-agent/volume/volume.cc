@@ -4,6 +4,7 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 
 namespace spoke::agent {
@@ -18,6 +19,12 @@ Status Volume::Config::Validate() const {
     return Fail(Code::kInvalidArgument, "walk_concurrency: must be in 1..256");
   if (block_size < 4096 || (block_size & (block_size - 1)) != 0)
     return Fail(Code::kInvalidArgument, "block_size: must be a power of two >= 4096");
+  if (hints_max_lines == 0) return Fail(Code::kInvalidArgument, "hints_max_lines: must be > 0");
+  if (hints_max_bytes < HintPredictor::HintBytes(kMaxHintPath)) {
+    return Fail(Code::kInvalidArgument, "hints_max_bytes: must hold one longest hint (" +
+                                            std::to_string(HintPredictor::HintBytes(kMaxHintPath)) +
+                                            " bytes)");
+  }
   return Ok();
 }
 
@@ -70,6 +77,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   fc.max_hub_inflight = config.max_hub_inflight;
   fc.read_deadline = config.read_deadline;
   fc.prefetch_bytes_max = config.prefetch_bytes_max;
+  fc.memory = config.memory;
   if (auto st = fc.Validate(); !st) return std::unexpected(st.error());
   vol->fetcher_ = std::make_unique<BlockFetcher>(*vol->remote_, cache, VolumeKey(config.volume_id),
                                                  fc, reg, labels);
@@ -83,6 +91,9 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   uint64_t capacity = cache != nullptr ? cache->Stats().capacity_bytes : 0;
   pc.space_budget_bytes = std::max<uint64_t>(capacity / 4, config.read_ahead_max_bytes);
   pc.max_inflight_bytes = std::min<uint64_t>(64ull << 20, fc.prefetch_bytes_max);
+  pc.memory = config.memory;
+  pc.hints_max_lines = config.hints_max_lines;
+  pc.hints_max_bytes = config.hints_max_bytes;
   vol->driver_ =
       std::make_unique<PrefetchDriver>(pc, *vol->fetcher_, clock, vol->metadata_.get(), &reg);
   if (vol->listeners_ && vol->driver_->listener() != nullptr)
@@ -124,6 +135,22 @@ VolumeFigures Volume::Figures() {
     f.prefetched_bytes_used = ps.prefetched_bytes_used;
     f.prefetched_bytes_wasted = ps.prefetched_bytes_wasted;
     f.experts = std::move(ps.experts);
+    f.hints_rejected = ps.hints_rejected;
+    f.hints_unresolved = ps.hints_unresolved;
+  }
+  if (const MemoryBudget* m = config_.memory; m != nullptr) {
+    using Use = MemoryBudget::Use;
+    f.memory.budget_bytes = m->total();
+    f.memory.used_bytes = m->used();
+    f.memory.peak_bytes = m->peak();
+    f.memory.prefetch_bytes = m->used(Use::kPrefetch);
+    f.memory.store_queue_bytes = m->used(Use::kStoreQueue);
+    f.memory.demand_bytes = m->used(Use::kDemand);
+    f.memory.hints_bytes = m->used(Use::kHints);
+    f.memory.metadata_bytes = m->used(Use::kMetadata);
+    for (int i = 0; i < MemoryBudget::kUses; ++i) {
+      f.memory.refusals += m->refusals(static_cast<Use>(i));
+    }
   }
   return f;
 }

@@ -25,6 +25,7 @@
 #include "cache-agent/fs/volume_fs.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "cache-agent/volume/volume_figures.h"
+#include "common/memory_budget.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
@@ -49,6 +50,12 @@ class Volume {
     int walk_concurrency = 8;
     // Block size when there is no cache; otherwise the cache's.
     uint32_t block_size = 1 << 20;
+    // The agent's memory budget, shared by all volumes (optional; must outlive the volume):
+    // prefetch buffers, store queue, hints and metadata draw on it.
+    MemoryBudget* memory = nullptr;
+    // This volume's hint queue bounds (lines, accounted bytes).
+    size_t hints_max_lines = 1 << 20;
+    uint64_t hints_max_bytes = 64ull << 20;
     Status Validate() const;
   };
 

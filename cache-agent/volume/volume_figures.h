@@ -14,6 +14,19 @@
 
 namespace spoke::agent {
 
+// The agent's memory budget (shared by every volume); all zero without one.
+struct MemoryFigures {
+  uint64_t budget_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t prefetch_bytes = 0;
+  uint64_t store_queue_bytes = 0;
+  uint64_t demand_bytes = 0;
+  uint64_t hints_bytes = 0;
+  uint64_t metadata_bytes = 0;
+  uint64_t refusals = 0;  // every use
+};
+
 struct VolumeFigures {
   uint64_t cache_bytes = 0;
   uint64_t cache_hits = 0;
@@ -32,6 +45,9 @@ struct VolumeFigures {
   uint64_t prefetched_bytes_wasted = 0;
   double demand_miss_latency_ms_avg = 0;  // the fetcher's: per read that waited for the hub
   std::vector<ExpertStats> experts;       // the prefetcher's own figures
+  uint64_t hints_rejected = 0;            // hint lines refused (invalid or over a bound)
+  uint64_t hints_unresolved = 0;          // queued hints dropped: they named no file
+  MemoryFigures memory;
 };
 
 struct WarmupFigures {

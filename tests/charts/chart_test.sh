@@ -139,6 +139,9 @@ expect_fail "cache.sizeBytes" --set 'cache.sizeBytes=lots'
 expect_fail "cache.hostPath" --set 'cache.hostPath=relative/dir'
 expect_fail "kubeletDir" --set 'kubeletDir=var/lib/kubelet'
 expect_fail "logLevel" --set 'logLevel=verbose'
+expect_fail "agent.memoryBudgetBytes" --set 'agent.memoryBudgetBytes=lots'
+expect_fail "must be below agent.resources.limits.memory" --set 'agent.memoryBudgetBytes=2Gi'
+expect_fail "agent.resources.limits.memory" --set 'agent.resources.limits.memory=big'
 
 step "manifests/"
 if [ -f "$WORK/default.yaml" ]; then

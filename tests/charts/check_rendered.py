@@ -23,10 +23,21 @@ SC_ENUMS = {"mode": {"dataset", "scratch"}, "onDelete": {"delete", "retain", "ar
             "prefetch": {"off", "readahead", "auto"}}
 AGENT_KEYS = {"socket", "cacheDir", "cacheSizeBytes", "blockSizeBytes", "metricsAddress",
               "mountRoots", "stateDir", "hub", "logLevel", "fuseKeeperSocket",
-              "fuseKeeperStart", "handoverTimeoutSeconds"}
+              "fuseKeeperStart", "handoverTimeoutSeconds", "memoryBudgetBytes"}
 HUB_KEYS = {"connections", "inflightPerConnection", "requestTimeoutSeconds"}
 
 errors = []
+
+
+def quantity_bytes(q):
+    """A Kubernetes memory quantity (2Gi, 1500M, 1073741824) in bytes."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+             "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    q = str(q)
+    for suffix in sorted(units, key=len, reverse=True):
+        if q.endswith(suffix):
+            return int(q[:-len(suffix)]) * units[suffix]
+    return int(q)
 
 
 def check(cond, msg):
@@ -207,6 +218,14 @@ def check_render(variant, path):
         check(ps.get("priorityClassName") == "system-node-critical", "agent priorityClassName")
         c = container(ps, "spoke-cache-agent")
         check(c.get("args") == ["--config=/etc/spoke/agent.yaml"], "agent args")
+        # The memory budget is 75% of the container's limit (the rest: the agent's baseline).
+        limit = c.get("resources", {}).get("limits", {}).get("memory")
+        check(limit is not None, "agent container has a memory limit")
+        if limit is not None:
+            want_budget = quantity_bytes(limit) * 3 // 4
+            check(agent_cfg.get("memoryBudgetBytes") == want_budget,
+                  f"agent.yaml memoryBudgetBytes {agent_cfg.get('memoryBudgetBytes')!r} != 75% "
+                  f"of the agent's memory limit {limit} ({want_budget})")
         check(c.get("securityContext", {}).get("privileged") is True, "agent privileged")
         check(c.get("securityContext", {}).get("readOnlyRootFilesystem") is True,
               "agent readOnlyRootFilesystem")

@@ -65,6 +65,42 @@ would print in exponent form) or a size string such as 200Gi, unchanged.
 {{- end -}}
 {{- end -}}
 
+{{/*
+A size (bytes, or a Kubernetes quantity with a binary or decimal suffix: 2Gi, 1500M) as a
+number of bytes. Fails naming the value when it is neither.
+*/}}
+{{- define "spoke.bytes" -}}
+{{- $s := include "spoke.size" .value -}}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- $num := regexFind "^[0-9]+" $s -}}
+{{- $unit := trimPrefix $num $s -}}
+{{- if or (not $num) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%s %q: want bytes or a size like 2Gi" .name $s) -}}
+{{- end -}}
+{{- mul (int64 $num) (int64 (get $units $unit)) -}}
+{{- end -}}
+
+{{/*
+The agent's memoryBudgetBytes: agent.memoryBudgetBytes, else 75% of the agent container's
+memory limit, else "" (the agent derives it from its cgroup).
+*/}}
+{{- define "spoke.agentMemoryBudget" -}}
+{{- $limit := dig "limits" "memory" "" .Values.agent.resources -}}
+{{- if .Values.agent.memoryBudgetBytes -}}
+{{- $budget := include "spoke.bytes" (dict "name" "agent.memoryBudgetBytes" "value" .Values.agent.memoryBudgetBytes) -}}
+{{- if $limit -}}
+{{- $limitBytes := include "spoke.bytes" (dict "name" "agent.resources.limits.memory" "value" $limit) -}}
+{{- if ge (int64 $budget) (int64 $limitBytes) -}}
+{{- fail (printf "agent.memoryBudgetBytes %s: must be below agent.resources.limits.memory (%s), which also holds the agent's baseline" $budget $limitBytes) -}}
+{{- end -}}
+{{- end -}}
+{{- $budget -}}
+{{- else if $limit -}}
+{{- $limitBytes := include "spoke.bytes" (dict "name" "agent.resources.limits.memory" "value" $limit) -}}
+{{- div (mul (int64 $limitBytes) 3) 4 -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "spoke.serviceAccount.controller" -}}
 {{ include "spoke.fullname" . }}-controller
 {{- end -}}

@@ -35,6 +35,7 @@ TEST(AgentConfigTest, DefaultsWhenEmpty) {
   EXPECT_EQ(c->fuse_keeper_socket, "");  // no keeper unless configured
   EXPECT_TRUE(c->fuse_keeper_start);
   EXPECT_EQ(c->handover_timeout_seconds, 5);
+  EXPECT_EQ(c->memory_budget_bytes, 0u);  // derived at start
 }
 
 TEST(AgentConfigTest, EveryKeyTheChartWrites) {
@@ -56,6 +57,7 @@ evictionPolicy: lru
 fuseKeeperSocket: /run/spoke/fuse-keeper.sock
 fuseKeeperStart: false
 handoverTimeoutSeconds: 8
+memoryBudgetBytes: 1536Mi
 )");
   ASSERT_TRUE(c) << c.error().message();
   EXPECT_EQ(c->socket, "/csi/agent.sock");
@@ -74,6 +76,7 @@ handoverTimeoutSeconds: 8
   EXPECT_EQ(c->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
   EXPECT_FALSE(c->fuse_keeper_start);
   EXPECT_EQ(c->handover_timeout_seconds, 8);
+  EXPECT_EQ(c->memory_budget_bytes, 1536ull << 20);
 }
 
 TEST(AgentConfigTest, SizesAsPlainBytes) {
@@ -130,6 +133,11 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
       {"fuseKeeperSocket: /" + std::string(120, 'k'), "fuseKeeperSocket: longer than"},
       {"fuseKeeperStart: maybe", "fuseKeeperStart:"},
       {"handoverTimeoutSeconds: 1000", "handoverTimeoutSeconds:"},
+      {"memoryBudgetBytes: lots", "memoryBudgetBytes:"},
+      {"memoryBudgetBytes: 8Mi",
+       "memoryBudgetBytes: must be 0 (derive from the memory limit) or "
+       "at least 16 blocks"},
+      {"memoryBudgetBytes: [1]", "memoryBudgetBytes:"},
   };
   for (const auto& c : cases) {
     std::string err = ErrorOf(c.yaml);

@@ -78,6 +78,31 @@ TEST(RenderTest, StatsWithExperts) {
   EXPECT_NE(RenderStats("", s).find("UNREACHABLE: Command timed out"), std::string::npos);
 }
 
+TEST(RenderTest, StatsWithTheAgentsMemoryBudget) {
+  v1::VolumeStatsResponse s;
+  s.set_volume_id("v1");
+  s.set_hub_reachable(true);
+  EXPECT_EQ(RenderStats("", s).find("agent memory"), std::string::npos) << "no budget, no line";
+  s.set_hints_rejected(12);
+  s.set_hints_unresolved(3);
+  auto* m = s.mutable_memory();
+  m->set_budget_bytes(64 << 20);
+  m->set_used_bytes(40 << 20);
+  m->set_peak_bytes(48 << 20);
+  m->set_prefetch_bytes(30 << 20);
+  m->set_store_queue_bytes(4 << 20);
+  m->set_hints_bytes(6 << 20);
+  m->set_refusals(7);
+  std::string out = RenderStats("", s);
+  EXPECT_NE(out.find("hints dropped      12 rejected, 3 unresolved"), std::string::npos) << out;
+  EXPECT_NE(out.find("agent memory       40.0 MiB of 64.0 MiB budget (peak 48.0 MiB, 7 refusals)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("prefetch 30.0 MiB, store queue 4.0 MiB, demand 0 B, hints 6.0 MiB"),
+            std::string::npos)
+      << out;
+}
+
 TEST(RenderTest, ProgressBarAndPlainLine) {
   v1::WarmupProgress p;
   p.set_bytes_total(1000000000);

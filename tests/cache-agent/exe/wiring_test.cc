@@ -33,5 +33,28 @@ TEST(Wiring, UnknownPolicyIsRefusedByName) {
   EXPECT_NE(p.error().message().find("fifo"), std::string::npos);
 }
 
+// memoryBudgetBytes: 0 = 75% of the container's memory limit (as the chart derives it), the
+// built-in default without a limit, never below the configuration's minimum.
+TEST(Wiring, MemoryBudgetIsDerivedFromTheMemoryLimit) {
+  EXPECT_EQ(DeriveMemoryBudgetBytes(2ull << 30, 1 << 20), 1536ull << 20);
+  EXPECT_EQ(DeriveMemoryBudgetBytes(std::nullopt, 1 << 20), kDefaultMemoryBudgetBytes);
+  EXPECT_EQ(DeriveMemoryBudgetBytes(4ull << 20, 1 << 20), kMinMemoryBudgetBlocks << 20);
+}
+
+TEST(Wiring, MemoryBudgetFromTheConfigIsExported) {
+  AgentConfig config;
+  config.memory_budget_bytes = 64ull << 20;
+  metrics::Registry registry;
+  auto budget = MakeMemoryBudget(config, registry);
+  ASSERT_TRUE(budget) << budget.error().message();
+  EXPECT_EQ((*budget)->total(), 64ull << 20);
+  EXPECT_EQ(registry.GetGauge("spoke_memory_budget_bytes", "").Value(), 64 << 20);
+  config.memory_budget_bytes = 0;
+  auto derived = MakeMemoryBudget(config, registry);
+  ASSERT_TRUE(derived);
+  EXPECT_EQ((*derived)->total(),
+            DeriveMemoryBudgetBytes(CgroupMemoryLimit(), config.block_size_bytes));
+}
+
 }  // namespace
 }  // namespace spoke::agent

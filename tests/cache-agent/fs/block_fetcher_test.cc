@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "tests/cache-agent/fs/fakes.h"
@@ -331,6 +332,139 @@ TEST(BlockFetcher, WarmFetchesMissingBlocksOnly) {
   ASSERT_TRUE(w);
   EXPECT_EQ(*w, 7u * kBlock);
   EXPECT_EQ(rig.cache.blocks(), 8u);
+}
+
+// --- the agent's memory budget (shared by every volume) ---
+
+struct BudgetRig {
+  // `total_blocks` of budget, a quarter kept for demand; two volumes (fetchers) share it.
+  explicit BudgetRig(uint64_t total_blocks) : cache(kBlock) {
+    remote.PutFile("big", std::string(64 * kBlock, 'b'));
+    MemoryBudget::Config mc;
+    mc.total_bytes = total_blocks * kBlock;
+    budget = std::make_unique<MemoryBudget>(mc);
+    BlockFetcher::Config c;
+    c.block_size = kBlock;
+    c.store_threads = 1;
+    c.memory = budget.get();
+    a = std::make_unique<BlockFetcher>(remote, &cache, 7, c, registry, metrics::Labels{});
+    b = std::make_unique<BlockFetcher>(remote, &cache, 8, c, registry, metrics::Labels{});
+    auto st = remote.Stat("big");
+    big = FileRef{"big", st->file_id, st->ContentVersion(), st->size};
+  }
+  ~BudgetRig() {
+    remote.HoldReads(false);
+    cache.HoldPuts(false);
+    a.reset();
+    b.reset();
+    remote.WaitIdle();
+  }
+  PrefetchRequest Request(uint64_t first, uint64_t count) const {
+    return {"big", big.file_id, big.version, big.size, first, count, 0, 1};
+  }
+  void WaitUntil(const std::function<bool()>& done) {
+    for (int i = 0; i < 5000 && !done(); ++i) std::this_thread::sleep_for(1ms);
+  }
+  FakeRemoteFs remote;
+  FakeBlockCache cache;
+  metrics::Registry registry;
+  std::unique_ptr<MemoryBudget> budget;
+  std::unique_ptr<BlockFetcher> a, b;
+  FileRef big;
+};
+
+// A prefetched block holds its room from queueing until the cache stored it; beyond the
+// budget's background share, Prefetch is refused (back-pressure) for every volume.
+TEST(BlockFetcherMemory, PrefetchHoldsItsRoomUntilStoredAcrossVolumes) {
+  BudgetRig rig(8);  // background share: 6 blocks
+  rig.cache.HoldPuts(true);
+  EXPECT_FALSE(rig.a->Prefetch(rig.Request(0, 10)));
+  EXPECT_EQ(rig.budget->used(), 6u * kBlock);
+  EXPECT_FALSE(rig.b->Prefetch(rig.Request(20, 1))) << "the other volume shares the budget";
+  EXPECT_GE(rig.budget->refusals(MemoryBudget::Use::kPrefetch), 2u);
+  rig.remote.WaitIdle();  // fetched: now waiting for the (held) store thread
+  rig.WaitUntil([&] { return rig.budget->used(MemoryBudget::Use::kStoreQueue) == 6u * kBlock; });
+  EXPECT_EQ(rig.budget->used(MemoryBudget::Use::kStoreQueue), 6u * kBlock);
+  EXPECT_EQ(rig.budget->used(), 6u * kBlock) << "released before stored";
+  rig.cache.HoldPuts(false);
+  rig.WaitUntil([&] { return rig.budget->used() == 0; });
+  EXPECT_EQ(rig.budget->used(), 0u);
+  EXPECT_EQ(rig.cache.blocks(), 6u);
+  EXPECT_TRUE(rig.b->Prefetch(rig.Request(20, 1)));
+}
+
+// The no-deadlock rule: with every background byte held by prefetches stuck behind a
+// blocked cache disk, a reader still gets its blocks (demand never waits for memory); what
+// does not fit in the whole budget is served and not cached, and its charge is returned.
+TEST(BlockFetcherMemory, ReadersNeverWaitForPrefetchMemory) {
+  BudgetRig rig(8);
+  rig.cache.HoldPuts(true);
+  EXPECT_FALSE(rig.a->Prefetch(rig.Request(0, 10)));
+  rig.remote.WaitIdle();
+  auto r = rig.b->GetBlocks(rig.big, 40, 8);
+  for (const auto& blk : r) {
+    ASSERT_TRUE(blk);
+    EXPECT_EQ(std::string((*blk)->begin(), (*blk)->end()), std::string(kBlock, 'b'));
+  }
+  // 6 prefetched + 2 demand blocks fill the budget; the other 6 demand blocks are not cached.
+  rig.WaitUntil([&] { return rig.b->store_skips() >= 6; });
+  EXPECT_EQ(rig.b->store_skips(), 6u);
+  EXPECT_EQ(rig.budget->used(MemoryBudget::Use::kDemand), 0u);
+  EXPECT_EQ(rig.budget->used(), 8u * kBlock);
+  rig.cache.HoldPuts(false);
+  rig.WaitUntil([&] { return rig.budget->used() == 0; });
+  EXPECT_EQ(rig.budget->used(), 0u);
+}
+
+// A prefetch a reader asks for becomes demand (its room moves with it); fetches still
+// queued when the volume goes give their room back.
+TEST(BlockFetcherMemory, PromotionMovesTheRoomAndShutdownReturnsIt) {
+  BudgetRig rig(8);
+  rig.remote.HoldReads(true);
+  EXPECT_TRUE(rig.a->Prefetch(rig.Request(0, 4)));
+  EXPECT_EQ(rig.budget->used(MemoryBudget::Use::kPrefetch), 4u * kBlock);
+  std::thread reader([&] {
+    auto r = rig.a->GetBlocks(rig.big, 0, 1);
+    EXPECT_TRUE(r[0]);
+  });
+  rig.WaitUntil([&] { return rig.budget->used(MemoryBudget::Use::kDemand) == kBlock; });
+  EXPECT_EQ(rig.budget->used(MemoryBudget::Use::kDemand), kBlock);
+  EXPECT_EQ(rig.budget->used(MemoryBudget::Use::kPrefetch), 3u * kBlock);
+  rig.remote.HoldReads(false);
+  reader.join();
+  rig.remote.WaitIdle();
+  rig.WaitUntil([&] { return rig.budget->used() == 0; });
+  EXPECT_EQ(rig.budget->used(), 0u);
+
+  // Queued, never sent (no hub slot): released by the destructor.
+  BlockFetcher::Config c;
+  c.block_size = kBlock;
+  c.max_hub_inflight = 2;
+  c.demand_reserved = 1;
+  c.memory = rig.budget.get();
+  rig.remote.HoldReads(true);
+  auto narrow =
+      std::make_unique<BlockFetcher>(rig.remote, &rig.cache, 9, c, rig.registry, metrics::Labels{});
+  EXPECT_TRUE(narrow->Prefetch(rig.Request(30, 4)));
+  EXPECT_EQ(rig.budget->used(), 4u * kBlock);
+  rig.remote.HoldReads(false);
+  narrow.reset();
+  rig.remote.WaitIdle();
+  rig.WaitUntil([&] { return rig.budget->used() == 0; });
+  EXPECT_EQ(rig.budget->used(), 0u);
+}
+
+// Warm-up is no reader: it waits for background room (its own earlier blocks give theirs
+// back once stored) instead of growing the agent, and still caches every block.
+TEST(BlockFetcherMemory, WarmUpWaitsForRoomInsteadOfGrowing) {
+  BudgetRig rig(8);  // background share: 6 blocks
+  auto w = rig.a->Warm(rig.big, 0, 16);
+  ASSERT_TRUE(w) << w.error().ToString();
+  EXPECT_EQ(*w, 16u * kBlock);
+  EXPECT_EQ(rig.cache.blocks(), 16u);
+  EXPECT_LE(rig.budget->peak(), 6u * kBlock);
+  rig.WaitUntil([&] { return rig.budget->used() == 0; });
+  EXPECT_EQ(rig.budget->used(), 0u);
 }
 
 }  // namespace

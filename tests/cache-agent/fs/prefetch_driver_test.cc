@@ -266,5 +266,43 @@ TEST(CacheListenerFanout, RoutesVerdictsByVolume) {
   EXPECT_EQ(b.used, 0);
 }
 
+// The metadata cache's entries are accounted in the agent's memory budget (an estimate per
+// entry), also when prefetch is off, and given back when the volume goes.
+TEST(PrefetchDriverMemory, MetadataEntriesAreAccountedInTheBudget) {
+  FakeRemoteFs remote;
+  for (int i = 0; i < 50; ++i) remote.PutFile(Name(i), "x");
+  FakeBlockCache cache(kBlock);
+  metrics::Registry registry;
+  ManualClock clock;
+  MemoryBudget::Config mc;
+  mc.total_bytes = 64 << 20;
+  MemoryBudget budget(mc);
+  MetadataCache meta(remote, MetadataCache::Config{}, clock);
+  ASSERT_TRUE(meta.Init());
+  meta.StartWalk();
+  ASSERT_TRUE(meta.WaitWalk(10s));
+  BlockFetcher::Config fc;
+  fc.block_size = kBlock;
+  fc.memory = &budget;
+  BlockFetcher fetcher(remote, &cache, VolumeKey("vol"), fc, registry, metrics::Labels{});
+  for (PrefetchMode mode : {PrefetchMode::kOff, PrefetchMode::kAuto}) {
+    PrefetchDriver::Config pc;
+    pc.volume_id = "vol";
+    pc.mode = mode;
+    pc.read_ahead_max_bytes = 8 * kBlock;
+    pc.tick_interval = 0ms;
+    pc.memory = &budget;
+    {
+      PrefetchDriver driver(pc, fetcher, clock, &meta, &registry);
+      driver.UpdateMetrics();
+      EXPECT_GE(meta.entries(), 52u);  // root, train/, 50 files
+      EXPECT_EQ(budget.used(MemoryBudget::Use::kMetadata),
+                meta.entries() * PrefetchDriver::kMetadataEntryBytes)
+          << ToString(mode);
+    }
+    EXPECT_EQ(budget.used(MemoryBudget::Use::kMetadata), 0u) << ToString(mode);
+  }
+}
+
 }  // namespace
 }  // namespace spoke::agent

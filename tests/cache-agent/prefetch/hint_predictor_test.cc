@@ -122,5 +122,58 @@ TEST(HintPredictor, FloodStaysWithinTheHintBudget) {
   EXPECT_GT(hints.AddHints("x\n").accepted, 0u);
 }
 
+// Every volume's hints draw on the agent's one memory budget: once it is spent (here by
+// another volume's hints), lines are rejected and counted as budget refusals; unresolved
+// hints dropped by Predict, and a volume going away, give their bytes back.
+TEST(HintPredictor, HintsOfAllVolumesShareTheAgentBudget) {
+  AccessTracker::Config tc;
+  tc.block_size = 1 << 20;
+  AccessTracker tracker(tc);
+  NothingPresent none;
+  MemoryBudget::Config mc;
+  mc.total_bytes = 4 << 20;  // background share: 3 MiB
+  MemoryBudget budget(mc);
+  HintPredictor::Options o;
+  o.max_pending_bytes = 2 << 20;  // per volume
+  o.memory = &budget;
+  HintPredictor first(tracker, none, o);
+  auto flood = [](HintPredictor& h, const std::string& tag) {
+    HintCounts total;
+    for (int w = 0; w < 64; ++w) {
+      std::string text;
+      for (int i = 0; i < 256; ++i) {
+        for (int c = 0; c < 5; ++c) text += std::string(200, 'x') + "/";  // ~1 KB, valid
+        text += tag + std::to_string(w * 256 + i) + "\n";
+      }
+      const HintCounts c = h.AddHints(text);
+      total.accepted += c.accepted;
+      total.rejected += c.rejected;
+    }
+    return total;
+  };
+  flood(first, "a");
+  EXPECT_LE(first.pending_bytes(), o.max_pending_bytes);
+  EXPECT_EQ(budget.used(MemoryBudget::Use::kHints), first.pending_bytes());
+  EXPECT_EQ(first.budget_rejected(), 0u) << "the per-volume bound came first";
+  {
+    HintPredictor second(tracker, none, o);
+    const HintCounts c = flood(second, "b");
+    EXPECT_GT(c.rejected, 0u);
+    EXPECT_GT(second.budget_rejected(), 0u);
+    EXPECT_LE(budget.used(), budget.background_limit());
+    EXPECT_EQ(budget.used(MemoryBudget::Use::kHints),
+              first.pending_bytes() + second.pending_bytes());
+    EXPECT_GT(budget.refusals(MemoryBudget::Use::kHints), 0u);
+  }
+  EXPECT_EQ(budget.used(MemoryBudget::Use::kHints), first.pending_bytes())
+      << "freed with the volume";
+  std::vector<PrefetchRequest> out;
+  first.Predict(64 << 20, 1 << 20, &out);  // none resolves: dropped, counted, bytes returned
+  EXPECT_GT(first.unresolved(), 0u);
+  EXPECT_EQ(budget.used(MemoryBudget::Use::kHints), first.pending_bytes());
+  while (first.pending() > 0) first.Predict(64 << 20, 1 << 20, &out);
+  EXPECT_EQ(budget.used(), 0u);
+}
+
 }  // namespace
 }  // namespace spoke::agent

@@ -1,0 +1,356 @@
+// The agent's memory stays bounded under the attacks a pod can mount on it: the real
+// spoke-cache-agent (memoryBudgetBytes: 64Mi) serves two mounts of an nfs-ganesha export
+// behind the WAN delay proxy; every mount's `.spoke-hints` is flooded with long lines that
+// name nothing, the hint file also names every file of a many-file dataset (wide prefetch),
+// and readers go through the whole dataset. The agent's VmRSS, sampled from /proc during the
+// run, must stay under its idle RSS (measured in the same run) plus the budget, and every
+// read must return the export's bytes. A memory bound, not a speed test.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/hub.h"
+
+namespace spoke {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using spoke::testing::BinaryDir;
+
+constexpr uint64_t kBudget = 64ull << 20;
+
+std::string ReadWhole(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  *ok = static_cast<bool>(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *ok = *ok && !in.bad();
+  return ss.str();
+}
+
+std::pair<int, std::string> Capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {127, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
+}
+
+// VmRSS of `pid` in bytes; 0 when the process is gone.
+uint64_t VmRss(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6)) * 1024;  // kB
+  }
+  return 0;
+}
+
+class MemoryBoundTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0 || ::access("/dev/fuse", R_OK | W_OK) != 0) {
+      GTEST_SKIP() << "needs root and /dev/fuse";
+    }
+    hub_ = spoke::testing::TestHub::Start();
+    ASSERT_NE(hub_, nullptr);
+    wan_ = spoke::testing::WanProxy::Start(*hub_, 30);
+    ASSERT_NE(wan_, nullptr);
+    work_ = std::make_unique<spoke::testing::TempDir>("spoke-memory-it");
+    socket_ = work_->path() + "/agent.sock";
+    metrics_port_ = spoke::testing::FreePort();
+    for (const char* m : {"/mnt-a", "/mnt-b"}) mounts_.push_back(work_->path() + m);
+    std::ofstream(work_->path() + "/agent.yaml")
+        << "socket: " << socket_ << "\n"
+        << "cacheDir: " << work_->path() << "/cache\n"
+        << "cacheSizeBytes: 2Gi\n"
+        << "memoryBudgetBytes: " << kBudget << "\n"
+        << "stateDir: " << work_->path() << "/state\n"
+        << "mountRoots: [" << work_->path() << "]\n"
+        << "metricsAddress: 127.0.0.1:" << metrics_port_ << "\n"
+        << "logLevel: info\n"
+        << "hub: {connections: 4, inflightPerConnection: 64, requestTimeoutSeconds: 10}\n";
+    MakeDataset();
+  }
+
+  void TearDown() override {
+    if (agent_pid_ > 0) {
+      for (const auto& m : mounts_) Spokectl("unmount " + m);
+      ::kill(agent_pid_, SIGTERM);
+      int status = 0;
+      for (int i = 0; i < 300 && ::waitpid(agent_pid_, &status, WNOHANG) != agent_pid_; ++i) {
+        std::this_thread::sleep_for(50ms);
+        if (i == 299) {
+          ::kill(agent_pid_, SIGKILL);
+          ::waitpid(agent_pid_, nullptr, 0);
+        }
+      }
+      agent_pid_ = -1;
+    }
+    for (const auto& m : mounts_) ::umount2(m.c_str(), MNT_DETACH);  // whatever is left
+    work_.reset();
+    wan_.reset();
+    hub_.reset();
+  }
+
+  // 320 files of 1 MiB (+ a few bytes) in 40 directories, and two 24 MiB files: far more
+  // than the budget, so unbounded prefetching would hold several times its size.
+  void MakeDataset() {
+    std::mt19937_64 rng(7);
+    auto blob = [&](size_t n) {
+      std::string s(n, '\0');
+      for (size_t i = 0; i + 8 <= n; i += 8) {
+        const uint64_t v = rng();
+        std::memcpy(&s[i], &v, 8);
+      }
+      return s;
+    };
+    const std::string root = hub_->export_dir();
+    for (int d = 0; d < 40; ++d) {
+      const std::string dir = "data/d" + std::to_string(d);
+      fs::create_directories(root + "/" + dir);
+      for (int f = 0; f < 8; ++f) {
+        const std::string rel = dir + "/f" + std::to_string(f) + ".bin";
+        std::ofstream(root + "/" + rel, std::ios::binary) << blob((1u << 20) + 64 * f);
+        files_.push_back(rel);
+      }
+    }
+    fs::create_directories(root + "/big");
+    for (const char* name : {"big/x.tar", "big/y.tar"}) {
+      std::ofstream(root + "/" + name, std::ios::binary) << blob(24u << 20);
+      files_.push_back(name);
+    }
+  }
+
+  std::pair<int, std::string> Spokectl(const std::string& args) {
+    return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + socket_ + " " + args);
+  }
+
+  std::string AgentLog() {
+    bool ok;
+    std::string log = ReadWhole(work_->path() + "/agent.log", &ok);
+    return log.size() > 6000 ? "..." + log.substr(log.size() - 6000) : log;
+  }
+
+  void StartAgent() {
+    const std::string bin = BinaryDir() + "/cache-agent/agent/spoke-cache-agent";
+    const std::string cfg = work_->path() + "/agent.yaml";
+    const std::string log = work_->path() + "/agent.log";
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execl(bin.c_str(), bin.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    agent_pid_ = pid;
+    httplib::Client http("127.0.0.1", metrics_port_);
+    for (int i = 0; i < 200; ++i) {
+      auto res = http.Get("/healthz");
+      if (res && res->status == 200 && fs::exists(socket_)) return;
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL() << "spoke-cache-agent did not come up; log:\n" << AgentLog();
+  }
+
+  // Sum of every series of `name` (with `label` in its label set, when given); -1 if absent.
+  double Metric(const std::string& name, const std::string& label = "") {
+    httplib::Client http("127.0.0.1", metrics_port_);
+    auto res = http.Get("/metrics");
+    if (!res || res->status != 200) return -1;
+    std::istringstream in(res->body);
+    std::string line;
+    double sum = 0;
+    bool found = false;
+    while (std::getline(in, line)) {
+      if (!(line.starts_with(name + " ") || line.starts_with(name + "{"))) continue;
+      if (!label.empty() && line.find(label) == std::string::npos) continue;
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+      found = true;
+    }
+    return found ? sum : -1;
+  }
+
+  std::unique_ptr<spoke::testing::TestHub> hub_;
+  std::unique_ptr<spoke::testing::WanProxy> wan_;
+  std::unique_ptr<spoke::testing::TempDir> work_;
+  std::vector<std::string> mounts_;
+  std::string socket_;
+  int metrics_port_ = 0;
+  pid_t agent_pid_ = -1;
+  std::vector<std::string> files_;
+};
+
+TEST_F(MemoryBoundTest, RssStaysUnderTheBudgetUnderAHintFloodAndAPrefetchStorm) {
+  StartAgent();
+  const HubAddress wan = wan_->address();
+  const std::string url = "'nfs://127.0.0.1" + wan.share +
+                          "?nfsport=" + std::to_string(wan.nfs_port) +
+                          "&mountport=" + std::to_string(wan.mount_port) + "'";
+  for (const auto& m : mounts_) {
+    auto [rc, out] = Spokectl("mount --prefetch auto " + url + " " + m);
+    ASSERT_EQ(rc, 0) << out << AgentLog();
+  }
+  EXPECT_EQ(Metric("spoke_memory_budget_bytes"), static_cast<double>(kBudget));
+
+  // Idle baseline: mounted, the metadata walks done (a listing of the tree), nothing read.
+  for (const auto& m : mounts_) {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(m, ec); !ec && it != fs::end(it);
+         it.increment(ec)) {
+    }
+    ASSERT_FALSE(ec) << ec.message();
+  }
+  std::this_thread::sleep_for(2s);
+  const uint64_t baseline = VmRss(agent_pid_);
+  ASSERT_GT(baseline, 0u);
+
+  std::atomic<bool> stop_sampling{false};
+  std::atomic<uint64_t> peak{baseline};
+  std::thread sampler([&] {
+    while (!stop_sampling.load()) {
+      const uint64_t rss = VmRss(agent_pid_);
+      uint64_t p = peak.load();
+      while (rss > p && !peak.compare_exchange_weak(p, rss)) {
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+
+  // The attack: per mount, 48 MiB of ~3.8 KB lines naming nothing, then the whole dataset
+  // as hints (wide prefetch), then more junk while the readers run.
+  std::atomic<uint64_t> hint_bytes_written{0};
+  auto flood = [&](const std::string& mount, int seed, int megabytes) {
+    int fd = ::open((mount + "/.spoke-hints").c_str(), O_WRONLY | O_APPEND);
+    if (fd < 0) {
+      ADD_FAILURE() << "open " << mount << "/.spoke-hints: " << std::strerror(errno);
+      return;
+    }
+    // Valid hint paths (components under NAME_MAX, under PATH_MAX in all) naming nothing.
+    std::string component(250, 'z');
+    std::string chunk;
+    for (int line = 0; chunk.size() < (1u << 20) - 4096; ++line) {
+      chunk += "no/such-" + std::to_string(seed) + "/";
+      for (int c = 0; c < 15; ++c) chunk += component + "/";
+      chunk += std::to_string(line) + "\n";
+    }
+    for (int i = 0; i < megabytes; ++i) {
+      for (size_t off = 0; off < chunk.size();) {
+        const ssize_t n = ::write(fd, chunk.data() + off, chunk.size() - off);
+        if (n <= 0) {
+          ADD_FAILURE() << "hint write: " << std::strerror(errno);
+          ::close(fd);
+          return;
+        }
+        off += static_cast<size_t>(n);
+        hint_bytes_written += static_cast<uint64_t>(n);
+      }
+    }
+    ::close(fd);
+  };
+  auto hint_dataset = [&](const std::string& mount) {
+    std::string text;
+    for (const auto& f : files_) text += f + "\n";
+    std::ofstream(mount + "/.spoke-hints", std::ios::app) << text;
+  };
+  std::vector<std::thread> attackers;
+  for (size_t i = 0; i < mounts_.size(); ++i) {
+    attackers.emplace_back([&, i] {
+      flood(mounts_[i], static_cast<int>(i), 48);
+      hint_dataset(mounts_[i]);
+      flood(mounts_[i], static_cast<int>(i) + 10, 48);
+    });
+  }
+
+  // Readers: the whole dataset through one mount (and the big files through the other),
+  // compared with the export byte for byte.
+  std::atomic<size_t> next{0};
+  std::atomic<int> mismatches{0};
+  std::mutex bad_mu;
+  std::string first_bad;
+  auto compare = [&](const std::string& mount, const std::string& rel) {
+    bool ok_mnt = false, ok_hub = false;
+    const std::string got = ReadWhole(mount + "/" + rel, &ok_mnt);
+    const std::string want = ReadWhole(hub_->export_dir() + "/" + rel, &ok_hub);
+    if (!ok_mnt || !ok_hub || got != want) {
+      mismatches++;
+      std::lock_guard<std::mutex> lock(bad_mu);
+      if (first_bad.empty()) first_bad = mount + "/" + rel + (ok_mnt ? " differs" : " unreadable");
+    }
+  };
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&] {
+      for (size_t i; (i = next++) < files_.size();) compare(mounts_[0], files_[i]);
+    });
+  }
+  readers.emplace_back([&] {
+    for (const char* f : {"big/y.tar", "big/x.tar"}) compare(mounts_[1], f);
+  });
+  for (auto& t : readers) t.join();
+  for (auto& t : attackers) t.join();
+  std::this_thread::sleep_for(1s);  // prefetches still in flight settle
+  stop_sampling = true;
+  sampler.join();
+
+  const double hints_refused = Metric("spoke_memory_refusals_total", "use=\"hints\"");
+  const double prefetch_refused = Metric("spoke_memory_refusals_total", "use=\"prefetch\"");
+  const double hints_rejected = Metric("spoke_prefetch_hints_total", "result=\"rejected\"");
+  const double hints_dropped = Metric("spoke_prefetch_hints_dropped_total");
+  const double peak_accounted = Metric("spoke_memory_peak_bytes");
+  const double prefetched = Metric("spoke_prefetch_predicted_blocks_total");
+  std::cout << "[ memory   ] budget " << (kBudget >> 20) << " MiB, idle RSS " << (baseline >> 20)
+            << " MiB, peak RSS " << (peak.load() >> 20) << " MiB (+"
+            << ((peak.load() - baseline) >> 20) << " MiB), peak accounted "
+            << static_cast<uint64_t>(peak_accounted) / (1 << 20) << " MiB; hints written "
+            << (hint_bytes_written.load() >> 20) << " MiB, rejected " << hints_rejected
+            << " (budget refusals " << hints_refused << "), dropped unresolved " << hints_dropped
+            << "; prefetch refusals " << prefetch_refused << ", blocks prefetched " << prefetched
+            << std::endl;
+
+  // spokectl stats shows the agent-wide figures.
+  auto [rc, stats] = Spokectl("stats " + mounts_[0]);
+  EXPECT_EQ(rc, 0) << stats;
+  EXPECT_NE(stats.find("of 64.0 MiB budget"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("hints dropped"), std::string::npos) << stats;
+  std::cout << stats;
+
+  EXPECT_EQ(mismatches.load(), 0) << "e.g. " << first_bad << "\n" << AgentLog();
+  EXPECT_LE(peak.load(), baseline + kBudget)
+      << "the agent grew by " << ((peak.load() - baseline) >> 20) << " MiB over a "
+      << (kBudget >> 20) << " MiB budget\n"
+      << AgentLog();
+  // The attack did reach the bounds (the test would prove nothing otherwise).
+  EXPECT_GE(hint_bytes_written.load(), 2 * 96 * ((1ull << 20) - 8192));
+  EXPECT_GT(hints_rejected, 0) << "the flood never reached a hint bound";
+  EXPECT_GT(prefetched, 0) << "nothing was prefetched";
+  EXPECT_LE(peak_accounted, static_cast<double>(kBudget) * 1.5)
+      << "accounted memory far above the budget";
+}
+
+}  // namespace
+}  // namespace spoke
