@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
@@ -21,6 +22,9 @@ Status ValidName(const std::string& name) {
   if (name.size() > 255) return std::unexpected(Error::FromErrno(ENAMETOOLONG, "name too long"));
   return Ok();
 }
+
+// Open files unlinked through this mount live on under this prefix until closed.
+constexpr std::string_view kHiddenPrefix = ".spoke-unlinked-";
 
 }  // namespace
 
@@ -114,6 +118,64 @@ void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
   }
 }
 
+bool VolumeFs::IsHiddenName(const std::string& name) { return name.starts_with(kHiddenPrefix); }
+
+bool VolumeFs::HasHandles(uint64_t ino) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, h] : handles_) {
+    if (h->ino == ino) return true;
+  }
+  return false;
+}
+
+Status VolumeFs::HideOpenFile(uint64_t parent, const std::string& name, uint64_t ino,
+                              const Credentials& who) {
+  auto from = ChildPath(parent, name);
+  if (!from) return std::unexpected(from.error());
+  uint64_t unique;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unique = next_handle_++;  // never repeats, also across agents (starts at the wall clock)
+  }
+  char id[40];
+  std::snprintf(id, sizeof(id), "%llx", static_cast<unsigned long long>(unique));
+  std::string hidden_name = std::string(kHiddenPrefix) + id;
+  auto to = ChildPath(parent, hidden_name);
+  if (!to) return std::unexpected(to.error());
+  SPOKE_RETURN_IF_ERROR(remote_.RenameAs(who, *from, *to));
+  metadata_.Hidden(parent, name, hidden_name);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [hid, h] : handles_) {
+      if (h->ino == ino) h->file.path = *to;
+    }
+    unlinked_[ino] = Unlinked{*to, who};
+  }
+  // Its last holder may have closed it while we renamed.
+  if (!HasHandles(ino)) RemoveIfUnlinked(ino);
+  return Ok();
+}
+
+void VolumeFs::RemoveIfUnlinked(uint64_t ino) {
+  Unlinked gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = unlinked_.find(ino);
+    if (it == unlinked_.end()) return;
+    for (const auto& [id, h] : handles_) {
+      if (h->ino == ino) return;  // still held
+    }
+    gone = std::move(it->second);
+    unlinked_.erase(it);
+  }
+  auto st = remote_.UnlinkAs(gone.who, gone.path);
+  if (!st && st.error().code() != Code::kNotFound) {
+    log::Warn("removing an unlinked file after its last close failed",
+              {{"path", gone.path}, {"error", st.error().ToString()}});
+  }
+  metadata_.Invalidate(ino);
+}
+
 bool VolumeFs::IsHintName(uint64_t parent, const std::string& name) {
   return parent == kRootIno && name == kHintFileName;
 }
@@ -141,17 +203,26 @@ VolumeFs::OpenFile VolumeFs::OpenHints() {
 Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
   if (auto st = ValidName(name); !st) return std::unexpected(st.error());
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
+  if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
   return metadata_.Lookup(parent, name);
 }
 
 Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
   if (ino == kHintIno) return HintAttr();
-  return metadata_.GetAttr(ino);
+  auto attr = metadata_.GetAttr(ino);
+  if (attr) {
+    // The hidden name of an unlinked open file is not one of its links.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (unlinked_.contains(ino) && attr->nlink > 0) attr->nlink--;
+  }
+  return attr;
 }
 
 Result<std::vector<NamedInode>> VolumeFs::ReadDir(uint64_t ino) {
   auto r = metadata_.ReadDir(ino);
-  if (!r || ino != kRootIno) return r;
+  if (!r) return r;
+  std::erase_if(*r, [](const NamedInode& e) { return IsHiddenName(e.name); });
+  if (ino != kRootIno) return r;
   // The control file is ours: never listed (and a hub file of that name is shadowed).
   std::erase_if(*r, [](const NamedInode& e) { return e.name == kHintFileName; });
   return r;
@@ -294,6 +365,7 @@ Status VolumeFs::Release(uint64_t handle) {
   }
   if (prefetch_ != nullptr) prefetch_->OnClose(CloseEvent{handle, clock_.Now()});
   if (h->written) metadata_.Invalidate(h->ino);
+  RemoveIfUnlinked(h->ino);
   return Ok();
 }
 
@@ -410,7 +482,11 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credenti
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
+  if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
   auto child = metadata_.Lookup(parent, name);
+  if (child && !child->attr.is_dir() && HasHandles(child->ino)) {
+    return HideOpenFile(parent, name, child->ino, who);
+  }
   auto st = remote_.UnlinkAs(who, *path);
   if (!st) return st;
   metadata_.Removed(parent, name);
@@ -439,7 +515,17 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   if (!from) return std::unexpected(from.error());
   auto to = ChildPath(new_parent, new_name);
   if (!to) return std::unexpected(to.error());
+  if (IsHiddenName(name) || IsHiddenName(new_name))
+    return Fail(Code::kNotFound, "no entry " + (IsHiddenName(name) ? name : new_name));
   auto replaced = metadata_.Lookup(new_parent, new_name);
+  if (replaced && !replaced->attr.is_dir() && HasHandles(replaced->ino)) {
+    // Its holders keep it: moved aside first, so the rename below replaces nothing.
+    auto moved = metadata_.Lookup(parent, name);
+    if (moved && moved->ino != replaced->ino) {
+      SPOKE_RETURN_IF_ERROR(HideOpenFile(new_parent, new_name, replaced->ino, who));
+      replaced = Fail(Code::kNotFound, "moved aside");
+    }
+  }
   auto st = remote_.RenameAs(who, *from, *to);
   if (!st) return st;
   metadata_.Renamed(parent, name, new_parent, new_name);
