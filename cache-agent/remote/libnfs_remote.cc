@@ -408,22 +408,26 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
                                                     const std::shared_ptr<NfsJob>& j) {
     c.GetHandle(
         key, false,
-        [&c, j, offset, length, shared_done](int err, const char* msg,
-                                             std::shared_ptr<NfsHandle> h) {
+        [&c, j, key, offset, length, shared_done](int err, const char* msg,
+                                                  std::shared_ptr<NfsHandle> h) {
           if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
           // Reads larger than the hub's rsize are issued as consecutive chunks.
           auto buf = std::make_shared<std::vector<char>>();
           buf->reserve(length);
           auto step = std::make_shared<std::function<void()>>();
-          *step = [&c, j, h, offset, length, shared_done, buf, step]() {
+          *step = [&c, j, h, key, offset, length, shared_done, buf, step]() {
             uint64_t at = offset + buf->size();
             uint64_t want = std::min<uint64_t>(length - buf->size(), c.read_max());
             c.Call([&](nfs_context* ctx, auto tramp,
                        void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
-                   [&c, j, h, length, shared_done, buf, step](int err, void* data) {
+                   [&c, j, h, key, length, shared_done, buf, step](int err, void* data) {
                      if (err < 0) {
                        c.ReleaseHandle(h);
                        *step = nullptr;
+                       // A READ of a handle whose file is gone (replaced by a rename on
+                       // another node) fails with EFAULT in libnfs 4.0: the retry must
+                       // open the name again.
+                       c.DropHandle(key);
                        return c.AttemptFailed(j, err, Msg(data));
                      }
                      const char* bytes = static_cast<const char*>(data);
@@ -527,7 +531,12 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
           auto part_done = [&c, j, h, key, file_id, st, shared_done]() {
             if (--st->pending > 0) return;
             c.ReleaseHandle(h);
-            if (st->err < 0) return c.AttemptFailed(j, st->err, st->msg);
+            if (st->err < 0) {
+              // A READ of a handle whose file is gone (replaced by a rename on another node)
+              // fails with EFAULT in libnfs 4.0: the retry must open the name again.
+              c.DropHandle(key);
+              return c.AttemptFailed(j, st->err, st->msg);
+            }
             if (st->attr.file_id != file_id) {
               // The cached handle (or the name) is another file now: never its bytes.
               c.DropHandle(key);
@@ -543,7 +552,7 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
             if (c.Finish(j)) (*shared_done)(CheckedRead{std::move(st->buf), st->attr});
           };
           auto fail = [st](int e, const std::string& m) {
-            if (st->err == 0) {
+            if (st->err == 0 || e == -ESTALE) {  // ESTALE says the most
               st->err = e;
               st->msg = m;
             }

@@ -221,7 +221,7 @@ TEST(VolumeFs, StrictReStatsOnOpenAndNeverServesOldBlocks) {
   ASSERT_TRUE(got);
   EXPECT_TRUE(*got == v1);
   ASSERT_TRUE(rig.ReadAll("f", kBlock));  // cached now
-  uint64_t ino = rig.Ino("f");           // (a strict lookup asks the hub too)
+  uint64_t ino = rig.Ino("f");            // (a strict lookup asks the hub too)
   int stats = rig.remote.stats;
   std::string v2 = Pattern(2 * kBlock, 6);  // same size, new content
   rig.remote.PutFile("f", v2);
