@@ -8,7 +8,8 @@
 # unexpected failure or unexpected pass; prints pjdfstest's summary line. Exit 77 (ctest:
 # skipped) when not root or when pjdfstest, its dummy users or a Spoke binary is missing
 # (scripts/install-deps.sh installs them).
-# Env: SPOKE_PJDFSTEST_TIMEOUT (seconds, default 170), KEEP_WORKDIR=1 keeps the logs.
+# Env: SPOKE_PJDFSTEST_TIMEOUT (seconds, default 170), SPOKE_PJDFSTEST_CONFIG (another
+# configuration file), KEEP_WORKDIR=1 keeps the logs.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,7 +67,9 @@ agent_pid=$SPOKE_PID
 # Strict consistency: every stat pjdfstest makes right after a change must see it. Root
 # callers are root on the hub (the export does not squash root), so chown and friends are
 # the hub's to allow or refuse.
-mkdir -p "$work/mnt"
+# A second file system for the EXDEV cases: the work dir's own (not the mount).
+mkdir -p "$work/mnt" "$work/other-fs"
+chmod 0777 "$work/other-fs"
 "$ctl_bin" --socket "$work/agent.sock" mount \
   "nfs://127.0.0.1$EXPORT/scratch?nfsport=$NFS_PORT&mountport=$MOUNT_PORT" "$work/mnt" \
   --mode scratch --consistency strict --allow-root
@@ -74,7 +77,7 @@ mkdir -p "$work/mnt"
 # pjdfstest's tests call umask(0) and switch to its dummy users; its temp dirs live under -p.
 set +e
 NO_COLOR=1 CLICOLOR=0 timeout --kill-after=10 "$limit" \
-  "$pjdfstest" -c "$here/pjdfstest.toml" -p "$work/mnt" "$@" >"$work/pjdfstest.log" 2>&1
+  "$pjdfstest" -c "${SPOKE_PJDFSTEST_CONFIG:-$here/pjdfstest.toml}" -p "$work/mnt" -s "$work/other-fs" "$@" >"$work/pjdfstest.log" 2>&1
 rc=$?
 set -e
 grep -E "FAILED|PASSED UNEXPECTEDLY" "$work/pjdfstest.log" | sed 's/^/  /' || true
