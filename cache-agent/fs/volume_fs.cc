@@ -128,8 +128,8 @@ bool VolumeFs::HasHandles(uint64_t ino) const {
   return false;
 }
 
-Status VolumeFs::HideOpenFile(uint64_t parent, const std::string& name, uint64_t ino,
-                              const Credentials& who) {
+Result<std::string> VolumeFs::HideOpenFile(uint64_t parent, const std::string& name, uint64_t ino,
+                                           const Credentials& who) {
   auto from = ChildPath(parent, name);
   if (!from) return std::unexpected(from.error());
   uint64_t unique;
@@ -153,7 +153,29 @@ Status VolumeFs::HideOpenFile(uint64_t parent, const std::string& name, uint64_t
   }
   // Its last holder may have closed it while we renamed.
   if (!HasHandles(ino)) RemoveIfUnlinked(ino);
-  return Ok();
+  return hidden_name;
+}
+
+void VolumeFs::RestoreAside(uint64_t parent, const std::string& hidden_name,
+                            const std::string& name, const InodeAttr& file,
+                            const Credentials& who) {
+  auto hidden = ChildPath(parent, hidden_name);
+  auto path = ChildPath(parent, name);
+  if (!hidden || !path) return;
+  if (auto st = remote_.RenameAs(who, *hidden, *path); !st) {
+    log::Warn("a file moved aside for a rename that failed could not get its name back",
+              {{"path", *path}, {"hidden", *hidden}, {"error", st.error().ToString()}});
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unlinked_.erase(file.ino);
+    for (auto& [id, h] : handles_) {
+      if (h->ino == file.ino) h->file.path = *path;
+    }
+  }
+  metadata_.Added(parent, name, file.attr);
+  metadata_.Invalidate(file.ino);
 }
 
 void VolumeFs::RemoveIfUnlinked(uint64_t ino) {
@@ -485,7 +507,9 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credenti
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
   auto child = metadata_.Lookup(parent, name);
   if (child && !child->attr.is_dir() && HasHandles(child->ino)) {
-    return HideOpenFile(parent, name, child->ino, who);
+    auto hidden = HideOpenFile(parent, name, child->ino, who);
+    if (!hidden) return std::unexpected(hidden.error());
+    return Ok();
   }
   auto st = remote_.UnlinkAs(who, *path);
   if (!st) return st;
@@ -518,16 +542,27 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   if (IsHiddenName(name) || IsHiddenName(new_name))
     return Fail(Code::kNotFound, "no entry " + (IsHiddenName(name) ? name : new_name));
   auto replaced = metadata_.Lookup(new_parent, new_name);
+  std::optional<InodeAttr> aside;  // the replaced file, open here, moved to a hidden name
+  std::string aside_name;
   if (replaced && !replaced->attr.is_dir() && HasHandles(replaced->ino)) {
     // Its holders keep it: moved aside first, so the rename below replaces nothing.
     auto moved = metadata_.Lookup(parent, name);
     if (moved && moved->ino != replaced->ino) {
-      SPOKE_RETURN_IF_ERROR(HideOpenFile(new_parent, new_name, replaced->ino, who));
+      if (moved->attr.is_dir()) {
+        return std::unexpected(Error::FromErrno(ENOTDIR, new_name + " is not a directory"));
+      }
+      auto hidden = HideOpenFile(new_parent, new_name, replaced->ino, who);
+      if (!hidden) return std::unexpected(hidden.error());
+      aside = *replaced;
+      aside_name = *hidden;
       replaced = Fail(Code::kNotFound, "moved aside");
     }
   }
   auto st = remote_.RenameAs(who, *from, *to);
-  if (!st) return st;
+  if (!st) {
+    if (aside) RestoreAside(new_parent, aside_name, new_name, *aside, who);
+    return st;
+  }
   metadata_.Renamed(parent, name, new_parent, new_name);
   if (replaced) DropBlocks(replaced->attr.file_id);
   // Open handles keep their path: RemoteFs calls of a renamed open file use the new one.

@@ -173,9 +173,13 @@ class VolumeFs {
   static bool IsHintName(uint64_t parent, const std::string& name);
   static bool IsHiddenName(const std::string& name);
   bool HasHandles(uint64_t ino) const;
-  // Renames parent/name (the file `ino`, open here) to a hidden name; see the header note.
-  Status HideOpenFile(uint64_t parent, const std::string& name, uint64_t ino,
-                      const Credentials& who);
+  // Renames parent/name (the file `ino`, open here) to a hidden name (returned); see the
+  // header note.
+  Result<std::string> HideOpenFile(uint64_t parent, const std::string& name, uint64_t ino,
+                                   const Credentials& who);
+  // Gives a file moved aside by HideOpenFile its name back (the rename it made room for failed).
+  void RestoreAside(uint64_t parent, const std::string& hidden_name, const std::string& name,
+                    const InodeAttr& file, const Credentials& who);
   // Removes a hidden file whose last handle has closed (no-op for other inodes).
   void RemoveIfUnlinked(uint64_t ino);
   FileAttr HintAttr() const;

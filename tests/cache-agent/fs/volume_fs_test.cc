@@ -528,6 +528,34 @@ TEST(VolumeFs, RenameOverAnOpenFileKeepsItForItsHolders) {
   EXPECT_EQ(left->front().name, "ckpt.pt");
 }
 
+TEST(VolumeFs, AFailedRenameOverAnOpenFileGivesItItsNameBack) {
+  Rig rig(Consistency::kTtl, /*read_only=*/false);
+  rig.remote.PutFile("target", "held open");
+  rig.remote.PutFile("src", "gone soon");
+  rig.Init();
+  auto target = rig.Ino("target");
+  ASSERT_NE(rig.Ino("src"), 0u);
+  auto held = rig.fs->Open(target, O_RDONLY);
+  ASSERT_TRUE(held);
+  ASSERT_TRUE(rig.remote.Unlink("src"));  // another node removed it; our listing still has it
+  auto st = rig.fs->Rename(kRootIno, "src", kRootIno, "target", 0);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), Code::kNotFound);
+  EXPECT_EQ(rig.remote.Data("target"), "held open");
+  auto left = rig.remote.ReadDir("");
+  ASSERT_TRUE(left);
+  EXPECT_EQ(left->size(), 1u) << "no hidden copy left behind";
+  char buf[16] = {};
+  auto n = rig.fs->Read(held->handle, 0, sizeof buf, buf);
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(std::string(buf, *n), "held open");
+  ASSERT_TRUE(rig.fs->Release(held->handle));
+  EXPECT_TRUE(rig.remote.Exists("target")) << "a file that got its name back is not removed";
+  auto again = rig.fs->Lookup(kRootIno, "target");
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(again->ino, target);
+}
+
 TEST(VolumeFs, StrictLookupsSeeWhatAnotherNodeDidAtOnce) {
   Rig rig(Consistency::kStrict, /*read_only=*/false);
   rig.remote.PutFile("a", "first");
