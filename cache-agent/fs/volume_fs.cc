@@ -146,10 +146,13 @@ Result<std::string> VolumeFs::HideOpenFile(uint64_t parent, const std::string& n
   metadata_.Hidden(parent, name, hidden_name);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    uint64_t file_id = 0;
     for (auto& [hid, h] : handles_) {
-      if (h->ino == ino) h->file.path = *to;
+      if (h->ino != ino) continue;
+      h->file.path = *to;
+      file_id = h->file.file_id;
     }
-    unlinked_[ino] = Unlinked{*to, who};
+    unlinked_[ino] = Unlinked{*to, who, file_id};
   }
   // Its last holder may have closed it while we renamed.
   if (!HasHandles(ino)) RemoveIfUnlinked(ino);
@@ -195,6 +198,7 @@ void VolumeFs::RemoveIfUnlinked(uint64_t ino) {
     log::Warn("removing an unlinked file after its last close failed",
               {{"path", gone.path}, {"error", st.error().ToString()}});
   }
+  if (gone.file_id != 0) DropBlocks(gone.file_id);
   metadata_.Invalidate(ino);
 }
 

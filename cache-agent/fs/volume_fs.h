@@ -150,6 +150,7 @@ class VolumeFs {
   struct Unlinked {
     std::string path;
     Credentials who;  // who unlinked it: the final removal is made as them
+    uint64_t file_id = 0;
   };
   struct Handle {
     uint64_t ino = 0;
