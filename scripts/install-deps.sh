@@ -8,6 +8,7 @@ CSI_SPEC_VERSION=v1.12.0        # CSI spec whose csi.proto we compile
 CSI_TEST_VERSION=v5.4.0         # csi-sanity built against spec v1.12.0
 HELM_VERSION=v3.19.5
 KUBE_VALIDATE_VERSION=1.31.0    # kubernetes-validate ships the API schemas offline
+PJDFSTEST_VERSION=0.2.2         # POSIX conformance suite run on a scratch mount (tests/posix)
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl python3 python3-venv
@@ -18,6 +19,7 @@ APT_PACKAGES=(
   nfs-ganesha nfs-ganesha-vfs rpcbind
   fio gnuplot-nox iproute2 procps psmisc util-linux kmod
   clang-format clang-tidy
+  libacl1-dev  # pjdfstest (built with cargo below) links libacl
   # libFuzzer harnesses (fuzz/): clang 19 is the first whose concepts level lets libstdc++ 12
   # expose std::expected; libclang-rt holds libFuzzer and the sanitizer runtimes.
   clang-19 libclang-rt-19-dev
@@ -52,6 +54,24 @@ gotool() { # name module@version
 }
 gotool csi-sanity "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@${CSI_TEST_VERSION}"
 gotool helm "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+
+# pjdfstest, pinned, in /usr/local/bin (tests/posix/run_pjdfstest.sh looks there first).
+if [ "$(/usr/local/bin/pjdfstest --version 2>/dev/null)" != "pjdfstest ${PJDFSTEST_VERSION}" ]; then
+  # It needs Rust 1.85+ (rustup's toolchain; bookworm's cargo is too old).
+  cargo=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
+  if [ ! -x "$cargo" ]; then
+    echo "install-deps: pjdfstest needs cargo (Rust >= 1.85, e.g. from rustup); none found" >&2
+    exit 1
+  fi
+  echo "install-deps: cargo install pjdfstest ${PJDFSTEST_VERSION}"
+  $SUDO "$cargo" install --locked --root /usr/local pjdfstest --version "${PJDFSTEST_VERSION}"
+fi
+# Its two dummy identities (tests/posix/pjdfstest.toml): nobody:nogroup exist on Debian;
+# tests:tests is ours.
+getent group tests >/dev/null || $SUDO groupadd --system tests
+getent passwd tests >/dev/null ||
+  $SUDO useradd --system --gid tests --no-create-home --home-dir / \
+    --shell /usr/sbin/nologin --comment "Dummy user for pjdfstest" tests
 
 # The CSI spec module (csi.proto is read from the module cache at build time).
 go mod download -json "github.com/container-storage-interface/spec@${CSI_SPEC_VERSION}" >/dev/null

@@ -16,7 +16,7 @@ std::string Usage() {
          "\n"
          "  mount NFS-URL DIR [--mode dataset|scratch] [--consistency immutable|ttl|strict]\n"
          "        [--prefetch off|readahead|auto] [--ttl SECONDS] [--hub-timeout SECONDS]\n"
-         "        [--read-only]\n"
+         "        [--read-only] [--allow-root]\n"
          "      NFS-URL: nfs://server/export/path?nfsport=N&mountport=M\n"
          "  unmount DIR\n"
          "  status                      mounts and hub reachability\n"
@@ -52,7 +52,7 @@ struct Verbs {
 
 // Flags that exist on some command: given to another one, the error names the command.
 bool IsKnownFlag(std::string_view flag) {
-  if (flag == "--volume" || flag == "--read-only") return true;
+  if (flag == "--volume" || flag == "--read-only" || flag == "--allow-root") return true;
   for (const auto& f : kMountFlags) {
     if (flag == f.flag) return true;
   }
@@ -107,6 +107,9 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
     mount_opts.push_back(mount->add_option(kMountFlags[i].flag, mount_values[i]));
   }
   mount->add_flag("--read-only", cmd.read_only);
+  // Root callers reach the hub as root (volume option allowRoot), not as hubUid/hubGid.
+  bool allow_root = false;
+  mount->add_flag("--allow-root", allow_root);
   verbs[3].app->add_option("--volume", cmd.volume_id);
 
   try {
@@ -150,6 +153,7 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
   for (size_t i = 0; i < mount_opts.size(); ++i) {
     if (mount_opts[i]->count() > 0) cmd.mount_options[kMountFlags[i].key] = mount_values[i];
   }
+  if (allow_root) cmd.mount_options[std::string(kParamAllowRoot)] = "true";
   switch (cmd.verb) {
     case Verb::kMount:
       cmd.nfs_url = positional[0];

@@ -184,7 +184,55 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
   return Ok();
 }
 
+Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name) {
+  SPOKE_RETURN_IF_ERROR(KnowInode(parent));
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(parent);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(parent));
+    if (it->second.attr_valid && !it->second.attr.is_dir())
+      return Fail(Code::kInvalidArgument, "not a directory");
+    path = PathLocked(parent);
+  }
+  path = path.empty() ? name : path + "/" + name;
+  stats_made_++;
+  auto st = remote_.Stat(path);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto pit = nodes_.find(parent);
+  if (pit == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(parent));
+  if (!st) {
+    if (st.error().code() == Code::kNotFound) {
+      // Gone on the hub (another node removed or renamed it): forget the cached entry.
+      auto c = pit->second.children.find(name);
+      if (c != pit->second.children.end()) {
+        auto n = nodes_.find(c->second);
+        if (n != nodes_.end() && n->second.parent == parent && n->second.name == name)
+          n->second.attr_valid = false;
+        pit->second.children.erase(c);
+        std::erase(pit->second.order, name);
+      }
+    }
+    return std::unexpected(st.error());
+  }
+  auto c = pit->second.children.find(name);
+  if (c != pit->second.children.end()) {
+    auto old = nodes_.find(c->second);
+    if (old != nodes_.end() && old->second.attr.file_id != st->file_id &&
+        old->second.parent == parent && old->second.name == name) {
+      // Replaced on the hub (rename over it elsewhere): the old inode no longer has this name.
+      old->second.attr_valid = false;
+    }
+  }
+  uint64_t ino = InodeFor(parent, name, *st);
+  Node& p = nodes_[parent];
+  if (!p.children.contains(name)) p.order.push_back(name);
+  p.children[name] = ino;
+  return InodeAttr{ino, nodes_[ino].attr};
+}
+
 Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name) {
+  if (config_.consistency == Consistency::kStrict) return LookupOnHub(parent, name);
   if (auto st = EnsureListed(parent, false); !st) return std::unexpected(st.error());
   std::lock_guard<std::mutex> lock(mu_);
   auto& p = nodes_[parent];
@@ -244,7 +292,9 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
 }
 
 Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
-  if (auto st = EnsureListed(ino, false); !st) return std::unexpected(st.error());
+  // Strict: a listing (opendir) always reflects the hub now, as lookups do.
+  bool force = config_.consistency == Consistency::kStrict;
+  if (auto st = EnsureListed(ino, force); !st) return std::unexpected(st.error());
   std::lock_guard<std::mutex> lock(mu_);
   const Node& n = nodes_[ino];
   std::vector<NamedInode> out;
@@ -326,6 +376,22 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
   n.attr_valid = false;  // ctime changed
   p.attr_valid = false;
   np.attr_valid = false;
+}
+
+void MetadataCache::Hidden(uint64_t parent, const std::string& name,
+                           const std::string& hidden_name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Node& p = nodes_[parent];
+  auto it = p.children.find(name);
+  if (it == p.children.end()) return;
+  uint64_t ino = it->second;
+  p.children.erase(it);
+  std::erase(p.order, name);
+  p.attr_valid = false;  // mtime changed
+  Node& n = nodes_[ino];
+  n.parent = parent;
+  n.name = hidden_name;
+  n.attr_valid = false;  // ctime changed
 }
 
 void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {

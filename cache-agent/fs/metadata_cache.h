@@ -88,9 +88,12 @@ class MetadataCache {
   // Files found by the walk (and since), in directory order, depth first.
   std::vector<WalkedFile> Files(const std::string& prefix = "") const;
 
-  // kNotFound, kInvalidArgument (not a directory), hub errors.
+  // kNotFound, kInvalidArgument (not a directory), hub errors. Strict volumes ask the hub for
+  // every name (a file another node created or replaced is seen at once, also when the
+  // directory's listing is cached); other modes answer from the listing while it is fresh.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name);
   Result<FileAttr> GetAttr(uint64_t ino);
+  // Strict volumes list the directory on the hub on every call.
   Result<std::vector<NamedInode>> ReadDir(uint64_t ino);
   // Re-stats now whatever the mode (strict open, after writes).
   Result<FileAttr> Revalidate(uint64_t ino);
@@ -104,6 +107,9 @@ class MetadataCache {
   void Removed(uint64_t parent, const std::string& name);
   void Renamed(uint64_t parent, const std::string& name, uint64_t new_parent,
                const std::string& new_name);
+  // The entry was renamed on the hub to `hidden_name` in the same directory, a name that is
+  // never listed: the inode keeps a path for its open handles but leaves the namespace.
+  void Hidden(uint64_t parent, const std::string& name, const std::string& hidden_name);
   void SetAttr(uint64_t ino, const FileAttr& attr);
   // Forgets the inode's attributes: the next GetAttr asks the hub.
   void Invalidate(uint64_t ino);
@@ -136,6 +142,7 @@ class MetadataCache {
   Status KnowInode(uint64_t ino);
   void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
   Status EnsureListed(uint64_t ino, bool force);
+  Result<InodeAttr> LookupOnHub(uint64_t parent, const std::string& name);
   void WalkWorker();
 
   RemoteFs& remote_;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
@@ -20,6 +21,9 @@ Status ValidName(const std::string& name) {
   if (name.size() > 255) return std::unexpected(Error::FromErrno(ENAMETOOLONG, "name too long"));
   return Ok();
 }
+
+// Open files unlinked through this mount live on under this prefix until closed.
+constexpr std::string_view kHiddenPrefix = ".spoke-unlinked-";
 
 }  // namespace
 
@@ -114,6 +118,90 @@ void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
   }
 }
 
+bool VolumeFs::IsHiddenName(const std::string& name) { return name.starts_with(kHiddenPrefix); }
+
+bool VolumeFs::HasHandles(uint64_t ino) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, h] : handles_) {
+    if (h->ino == ino) return true;
+  }
+  return false;
+}
+
+Result<std::string> VolumeFs::HideOpenFile(uint64_t parent, const std::string& name, uint64_t ino,
+                                           const Credentials& who) {
+  auto from = ChildPath(parent, name);
+  if (!from) return std::unexpected(from.error());
+  uint64_t unique;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unique = next_handle_++;  // never repeats, also across agents (starts at the wall clock)
+  }
+  char id[40];
+  std::snprintf(id, sizeof(id), "%llx", static_cast<unsigned long long>(unique));
+  std::string hidden_name = std::string(kHiddenPrefix) + id;
+  auto to = ChildPath(parent, hidden_name);
+  if (!to) return std::unexpected(to.error());
+  SPOKE_RETURN_IF_ERROR(remote_.RenameAs(who, *from, *to));
+  metadata_.Hidden(parent, name, hidden_name);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t file_id = 0;
+    for (auto& [hid, h] : handles_) {
+      if (h->ino != ino) continue;
+      h->file.path = *to;
+      file_id = h->file.file_id;
+    }
+    unlinked_[ino] = Unlinked{*to, who, file_id};
+  }
+  // Its last holder may have closed it while we renamed.
+  if (!HasHandles(ino)) RemoveIfUnlinked(ino);
+  return hidden_name;
+}
+
+void VolumeFs::RestoreAside(uint64_t parent, const std::string& hidden_name,
+                            const std::string& name, const InodeAttr& file,
+                            const Credentials& who) {
+  auto hidden = ChildPath(parent, hidden_name);
+  auto path = ChildPath(parent, name);
+  if (!hidden || !path) return;
+  if (auto st = remote_.RenameAs(who, *hidden, *path); !st) {
+    log::Warn("a file moved aside for a rename that failed could not get its name back",
+              {{"path", *path}, {"hidden", *hidden}, {"error", st.error().ToString()}});
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unlinked_.erase(file.ino);
+    for (auto& [id, h] : handles_) {
+      if (h->ino == file.ino) h->file.path = *path;
+    }
+  }
+  metadata_.Added(parent, name, file.attr);
+  metadata_.Invalidate(file.ino);
+}
+
+void VolumeFs::RemoveIfUnlinked(uint64_t ino) {
+  Unlinked gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = unlinked_.find(ino);
+    if (it == unlinked_.end()) return;
+    for (const auto& [id, h] : handles_) {
+      if (h->ino == ino) return;  // still held
+    }
+    gone = std::move(it->second);
+    unlinked_.erase(it);
+  }
+  auto st = remote_.UnlinkAs(gone.who, gone.path);
+  if (!st && st.error().code() != Code::kNotFound) {
+    log::Warn("removing an unlinked file after its last close failed",
+              {{"path", gone.path}, {"error", st.error().ToString()}});
+  }
+  if (gone.file_id != 0) DropBlocks(gone.file_id);
+  metadata_.Invalidate(ino);
+}
+
 bool VolumeFs::IsHintName(uint64_t parent, const std::string& name) {
   return parent == kRootIno && name == kHintFileName;
 }
@@ -141,17 +229,26 @@ VolumeFs::OpenFile VolumeFs::OpenHints() {
 Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
   if (auto st = ValidName(name); !st) return std::unexpected(st.error());
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
+  if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
   return metadata_.Lookup(parent, name);
 }
 
 Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
   if (ino == kHintIno) return HintAttr();
-  return metadata_.GetAttr(ino);
+  auto attr = metadata_.GetAttr(ino);
+  if (attr) {
+    // The hidden name of an unlinked open file is not one of its links.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (unlinked_.contains(ino) && attr->nlink > 0) attr->nlink--;
+  }
+  return attr;
 }
 
 Result<std::vector<NamedInode>> VolumeFs::ReadDir(uint64_t ino) {
   auto r = metadata_.ReadDir(ino);
-  if (!r || ino != kRootIno) return r;
+  if (!r) return r;
+  std::erase_if(*r, [](const NamedInode& e) { return IsHiddenName(e.name); });
+  if (ino != kRootIno) return r;
   // The control file is ours: never listed (and a hub file of that name is shadowed).
   std::erase_if(*r, [](const NamedInode& e) { return e.name == kHintFileName; });
   return r;
@@ -294,6 +391,7 @@ Status VolumeFs::Release(uint64_t handle) {
   }
   if (prefetch_ != nullptr) prefetch_->OnClose(CloseEvent{handle, clock_.Now()});
   if (h->written) metadata_.Invalidate(h->ino);
+  RemoveIfUnlinked(h->ino);
   return Ok();
 }
 
@@ -426,7 +524,13 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credenti
   if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
+  if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
   auto child = metadata_.Lookup(parent, name);
+  if (child && !child->attr.is_dir() && HasHandles(child->ino)) {
+    auto hidden = HideOpenFile(parent, name, child->ino, who);
+    if (!hidden) return std::unexpected(hidden.error());
+    return Ok();
+  }
   auto st = remote_.UnlinkAs(who, *path);
   if (!st) return st;
   metadata_.Removed(parent, name);
@@ -455,9 +559,30 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   if (!from) return std::unexpected(from.error());
   auto to = ChildPath(new_parent, new_name);
   if (!to) return std::unexpected(to.error());
+  if (IsHiddenName(name) || IsHiddenName(new_name))
+    return Fail(Code::kNotFound, "no entry " + (IsHiddenName(name) ? name : new_name));
   auto replaced = metadata_.Lookup(new_parent, new_name);
+  std::optional<InodeAttr> aside;  // the replaced file, open here, moved to a hidden name
+  std::string aside_name;
+  if (replaced && !replaced->attr.is_dir() && HasHandles(replaced->ino)) {
+    // Its holders keep it: moved aside first, so the rename below replaces nothing.
+    auto moved = metadata_.Lookup(parent, name);
+    if (moved && moved->ino != replaced->ino) {
+      if (moved->attr.is_dir()) {
+        return std::unexpected(Error::FromErrno(ENOTDIR, new_name + " is not a directory"));
+      }
+      auto hidden = HideOpenFile(new_parent, new_name, replaced->ino, who);
+      if (!hidden) return std::unexpected(hidden.error());
+      aside = *replaced;
+      aside_name = *hidden;
+      replaced = Fail(Code::kNotFound, "moved aside");
+    }
+  }
   auto st = remote_.RenameAs(who, *from, *to);
-  if (!st) return st;
+  if (!st) {
+    if (aside) RestoreAside(new_parent, aside_name, new_name, *aside, who);
+    return st;
+  }
   metadata_.Renamed(parent, name, new_parent, new_name);
   if (replaced) DropBlocks(replaced->attr.file_id);
   // Open handles keep their path: RemoteFs calls of a renamed open file use the new one.

@@ -17,6 +17,11 @@
 // bytes go to PrefetchDriver::AddHints (one path per line), release flushes a last
 // unterminated line; reads return nothing. Unlink/rename/mkdir of it: kPermissionDenied.
 //
+// Unlink of a file some handle of this mount holds open, or a rename over one, first renames
+// it on the hub to `.spoke-unlinked-<id>` in the same directory (as the kernel NFS client's
+// silly rename): the holders keep reading and writing it, its link count shows one less, and
+// the last release removes it. Names with that prefix are never listed or looked up.
+//
 // All methods are thread-safe (FUSE calls them from several threads). Errors: kNotFound,
 // kReadOnly, kInvalidArgument, kAlreadyExists, kNotEmpty, kNoSpace, kPermissionDenied and the
 // hub's kTimeout/kUnavailable/kIo (EIO at the edge).
@@ -142,6 +147,12 @@ class VolumeFs {
   size_t open_handles() const;
 
  private:
+  // A file unlinked while open: where it lives on the hub until its last handle closes.
+  struct Unlinked {
+    std::string path;
+    Credentials who;  // who unlinked it: the final removal is made as them
+    uint64_t file_id = 0;
+  };
   struct Handle {
     uint64_t ino = 0;
     FileRef file;
@@ -162,6 +173,17 @@ class VolumeFs {
   void DropBlocks(uint64_t file_id);
   void MarkChanged(uint64_t ino, std::optional<uint64_t> size);
   static bool IsHintName(uint64_t parent, const std::string& name);
+  static bool IsHiddenName(const std::string& name);
+  bool HasHandles(uint64_t ino) const;
+  // Renames parent/name (the file `ino`, open here) to a hidden name (returned); see the
+  // header note.
+  Result<std::string> HideOpenFile(uint64_t parent, const std::string& name, uint64_t ino,
+                                   const Credentials& who);
+  // Gives a file moved aside by HideOpenFile its name back (the rename it made room for failed).
+  void RestoreAside(uint64_t parent, const std::string& hidden_name, const std::string& name,
+                    const InodeAttr& file, const Credentials& who);
+  // Removes a hidden file whose last handle has closed (no-op for other inodes).
+  void RemoveIfUnlinked(uint64_t ino);
   FileAttr HintAttr() const;
   OpenFile OpenHints();
 
@@ -175,6 +197,7 @@ class VolumeFs {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_;  // guarded by mu_
   uint64_t next_handle_;                                           // guarded by mu_
+  std::unordered_map<uint64_t, Unlinked> unlinked_;                // by inode; guarded by mu_
   std::atomic<uint64_t> dirty_versions_{0};
 
   std::mutex statfs_mu_;

@@ -32,6 +32,7 @@ struct stat ToStat(uint64_t ino, const FileAttr& a) {
   st.st_nlink = a.nlink;
   st.st_uid = a.uid;
   st.st_gid = a.gid;
+  st.st_rdev = static_cast<dev_t>(a.rdev);
   st.st_size = static_cast<off_t>(a.size);
   st.st_blocks = static_cast<blkcnt_t>((a.used ? a.used : a.size) / 512);
   st.st_blksize = kMaxIo;

@@ -28,6 +28,7 @@ FileAttr FromStat(const nfs_stat_64& st) {
   a.gid = static_cast<uint32_t>(st.nfs_gid);
   a.size = st.nfs_size;
   a.used = st.nfs_used;
+  a.rdev = st.nfs_rdev;
   a.atime = {static_cast<time_t>(st.nfs_atime), static_cast<long>(st.nfs_atime_nsec)};
   a.mtime = {static_cast<time_t>(st.nfs_mtime), static_cast<long>(st.nfs_mtime_nsec)};
   a.ctime = {static_cast<time_t>(st.nfs_ctime), static_cast<long>(st.nfs_ctime_nsec)};
@@ -65,6 +66,7 @@ FileAttr FromDirent(const nfsdirent& e) {
   a.gid = e.gid;
   a.size = e.size;
   a.used = e.used;
+  a.rdev = e.rdev;
   a.atime = {e.atime.tv_sec, static_cast<long>(e.atime_nsec)};
   a.mtime = {e.mtime.tv_sec, static_cast<long>(e.mtime_nsec)};
   a.ctime = {e.ctime.tv_sec, static_cast<long>(e.ctime_nsec)};
@@ -356,7 +358,9 @@ Result<FileAttr> LibnfsRemote::Stat(const std::string& path) {
                                    const std::function<void(FileAttr)>& deliver) {
                                  c.Call(
                                      [&](nfs_context* ctx, auto tramp, void* priv) {
-                                       return nfs_stat64_async(ctx, p.c_str(), tramp, priv);
+                                       // LSTAT: a symbolic link's own attributes,
+                                       // as FUSE's getattr and lookup expect.
+                                       return nfs_lstat64_async(ctx, p.c_str(), tramp, priv);
                                      },
                                      [&c, j, deliver](int err, void* data) {
                                        if (err < 0) return c.AttemptFailed(j, err, Msg(data));
@@ -404,22 +408,26 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
                                                     const std::shared_ptr<NfsJob>& j) {
     c.GetHandle(
         key, false,
-        [&c, j, offset, length, shared_done](int err, const char* msg,
-                                             std::shared_ptr<NfsHandle> h) {
+        [&c, j, key, offset, length, shared_done](int err, const char* msg,
+                                                  std::shared_ptr<NfsHandle> h) {
           if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
           // Reads larger than the hub's rsize are issued as consecutive chunks.
           auto buf = std::make_shared<std::vector<char>>();
           buf->reserve(length);
           auto step = std::make_shared<std::function<void()>>();
-          *step = [&c, j, h, offset, length, shared_done, buf, step]() {
+          *step = [&c, j, h, key, offset, length, shared_done, buf, step]() {
             uint64_t at = offset + buf->size();
             uint64_t want = std::min<uint64_t>(length - buf->size(), c.read_max());
             c.Call([&](nfs_context* ctx, auto tramp,
                        void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
-                   [&c, j, h, length, shared_done, buf, step](int err, void* data) {
+                   [&c, j, h, key, length, shared_done, buf, step](int err, void* data) {
                      if (err < 0) {
                        c.ReleaseHandle(h);
                        *step = nullptr;
+                       // A READ of a handle whose file is gone (replaced by a rename on
+                       // another node) fails with EFAULT in libnfs 4.0: the retry must
+                       // open the name again.
+                       c.DropHandle(key);
                        return c.AttemptFailed(j, err, Msg(data));
                      }
                      const char* bytes = static_cast<const char*>(data);
@@ -491,7 +499,7 @@ Result<FileAttr> LibnfsRemote::StatOn(NfsConnection& conn, const std::string& pa
   std::string p = Full(path);
   return RunBlocking<FileAttr>(conn, in_flight_, job,
                                StatCall([p](nfs_context* ctx, auto tramp, void* priv) {
-                                 return nfs_stat64_async(ctx, p.c_str(), tramp, priv);
+                                 return nfs_lstat64_async(ctx, p.c_str(), tramp, priv);
                                }));
 }
 
@@ -523,7 +531,12 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
           auto part_done = [&c, j, h, key, file_id, st, shared_done]() {
             if (--st->pending > 0) return;
             c.ReleaseHandle(h);
-            if (st->err < 0) return c.AttemptFailed(j, st->err, st->msg);
+            if (st->err < 0) {
+              // A READ of a handle whose file is gone (replaced by a rename on another node)
+              // fails with EFAULT in libnfs 4.0: the retry must open the name again.
+              c.DropHandle(key);
+              return c.AttemptFailed(j, st->err, st->msg);
+            }
             if (st->attr.file_id != file_id) {
               // The cached handle (or the name) is another file now: never its bytes.
               c.DropHandle(key);
@@ -539,7 +552,7 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
             if (c.Finish(j)) (*shared_done)(CheckedRead{std::move(st->buf), st->attr});
           };
           auto fail = [st](int e, const std::string& m) {
-            if (st->err == 0) {
+            if (st->err == 0 || e == -ESTALE) {  // ESTALE says the most
               st->err = e;
               st->msg = m;
             }
@@ -750,6 +763,7 @@ Result<FileAttr> LibnfsRemote::SetAttr(const std::string& path, const SetAttrReq
   return SetAttrOn(Writer(), path, req);
 }
 
+// The l* calls: a symbolic link's own attributes change (FUSE resolved any link already).
 Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string& path,
                                          const SetAttrRequest& req) {
   std::string p = Full(path);
@@ -760,7 +774,7 @@ Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string&
   if (req.mode) {
     int mode = static_cast<int>(*req.mode & 07777);
     auto st = run("SETATTR", [p, mode](nfs_context* ctx, auto tramp, void* priv) {
-      return nfs_chmod_async(ctx, p.c_str(), mode, tramp, priv);
+      return nfs_lchmod_async(ctx, p.c_str(), mode, tramp, priv);
     });
     if (!st) return std::unexpected(st.error());
   }
@@ -768,7 +782,7 @@ Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string&
     int uid = req.uid ? static_cast<int>(*req.uid) : -1;
     int gid = req.gid ? static_cast<int>(*req.gid) : -1;
     auto st = run("SETATTR", [p, uid, gid](nfs_context* ctx, auto tramp, void* priv) {
-      return nfs_chown_async(ctx, p.c_str(), uid, gid, tramp, priv);
+      return nfs_lchown_async(ctx, p.c_str(), uid, gid, tramp, priv);
     });
     if (!st) return std::unexpected(st.error());
   }
@@ -806,7 +820,7 @@ Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string&
       (*times)[1] = {mt.tv_sec, mt.tv_nsec / 1000};
     }
     auto st = run("SETATTR", [p, times](nfs_context* ctx, auto tramp, void* priv) {
-      return nfs_utimes_async(ctx, p.c_str(), times ? times->data() : nullptr, tramp, priv);
+      return nfs_lutimes_async(ctx, p.c_str(), times ? times->data() : nullptr, tramp, priv);
     });
     if (!st) return std::unexpected(st.error());
   }

@@ -28,6 +28,7 @@ struct FileAttr {
   uint32_t gid = 0;
   uint64_t size = 0;
   uint64_t used = 0;  // bytes allocated on the hub
+  uint64_t rdev = 0;  // device number of a character or block device
   struct timespec atime {};
   struct timespec mtime {};
   struct timespec ctime {};
@@ -84,7 +85,8 @@ class RemoteFs {
 
   virtual ~RemoteFs() = default;
 
-  // kNotFound, kTimeout, kUnavailable, kIo.
+  // The entry's own attributes (a symbolic link is not followed). kNotFound, kTimeout,
+  // kUnavailable, kIo.
   virtual Result<FileAttr> Stat(const std::string& path) = 0;
   // Entries without "." and "..". kNotFound, kTimeout, kUnavailable, kIo.
   virtual Result<std::vector<DirEntry>> ReadDir(const std::string& path) = 0;

@@ -28,6 +28,11 @@ TEST(SpokectlArgsTest, Mount) {
                                          {"ttlSeconds", "5"},
                                          {"prefetch", "off"},
                                          {"hubTimeoutSeconds", "3"}}));
+  // --allow-root: root callers stay root on the hub (volume option allowRoot).
+  c = P({"mount", "nfs://h/srv/data", "/mnt/d", "--mode", "scratch", "--allow-root"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->mount_options, (StringMap{{"mode", "scratch"}, {"allowRoot", "true"}}));
+  EXPECT_NE(ErrorOf({"unmount", "/d", "--allow-root"}).find("--allow-root"), std::string::npos);
 }
 
 TEST(SpokectlArgsTest, OtherCommands) {

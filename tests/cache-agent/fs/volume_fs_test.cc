@@ -221,10 +221,11 @@ TEST(VolumeFs, StrictReStatsOnOpenAndNeverServesOldBlocks) {
   ASSERT_TRUE(got);
   EXPECT_TRUE(*got == v1);
   ASSERT_TRUE(rig.ReadAll("f", kBlock));  // cached now
+  uint64_t ino = rig.Ino("f");            // (a strict lookup asks the hub too)
   int stats = rig.remote.stats;
   std::string v2 = Pattern(2 * kBlock, 6);  // same size, new content
   rig.remote.PutFile("f", v2);
-  auto f = rig.fs->Open(rig.Ino("f"), O_RDONLY);
+  auto f = rig.fs->Open(ino, O_RDONLY);
   ASSERT_TRUE(f);
   EXPECT_TRUE(f->direct_io);
   EXPECT_FALSE(f->keep_cache);
@@ -456,6 +457,126 @@ TEST(VolumeFs, AppendWritesAtTheHubsEndOfFileAsTheOpener) {
   EXPECT_EQ(rig.remote.last_who(), carol);
   EXPECT_EQ(rig.remote.Data("log"), "ONE\ntwo\nthree\n");
   ASSERT_TRUE(rig.fs->Release(w->handle));
+}
+
+// The error code of a lookup (kOk when it found something).
+Code LookupCode(VolumeFs& fs, uint64_t parent, const std::string& name) {
+  auto r = fs.Lookup(parent, name);
+  return r ? Code::kOk : r.error().code();
+}
+
+TEST(VolumeFs, UnlinkOfAnOpenFileHidesItOnTheHubUntilTheLastRelease) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.remote.PutFile("d/f", "data");
+  rig.Init();
+  uint64_t dir = rig.Ino("d"), ino = rig.Ino("d/f");
+  auto w = rig.fs->Open(ino, O_RDWR);
+  auto r = rig.fs->Open(ino, O_RDONLY);
+  ASSERT_TRUE(w && r);
+  ASSERT_TRUE(rig.fs->Unlink(dir, "f"));
+  EXPECT_FALSE(rig.remote.Exists("d/f"));
+  auto on_hub = rig.remote.ReadDir("d");
+  ASSERT_TRUE(on_hub);
+  ASSERT_EQ(on_hub->size(), 1u);
+  EXPECT_TRUE(on_hub->front().name.starts_with(".spoke-unlinked-")) << on_hub->front().name;
+  // Out of the namespace through the mount...
+  auto listed = rig.fs->ReadDir(dir);
+  ASSERT_TRUE(listed);
+  EXPECT_TRUE(listed->empty());
+  EXPECT_EQ(LookupCode(*rig.fs, dir, "f"), Code::kNotFound);
+  EXPECT_EQ(LookupCode(*rig.fs, dir, on_hub->front().name), Code::kNotFound);
+  // ...but its holders read and write it.
+  ASSERT_TRUE(rig.fs->Write(w->handle, 4, "+more", 5));
+  char buf[16] = {};
+  auto n = rig.fs->Read(r->handle, 0, sizeof buf, buf);
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(std::string(buf, *n), "data+more");
+  auto attr = rig.fs->GetAttr(ino);
+  ASSERT_TRUE(attr) << attr.error().ToString();
+  EXPECT_EQ(attr->size, 9u);
+  ASSERT_TRUE(rig.fs->Release(w->handle));
+  EXPECT_EQ(rig.remote.ReadDir("d")->size(), 1u) << "one holder left";
+  ASSERT_TRUE(rig.fs->Release(r->handle));
+  EXPECT_TRUE(rig.remote.ReadDir("d")->empty()) << "removed at the last release";
+  // A file nobody holds is removed at once.
+  rig.remote.PutFile("d/g", "g");
+  ASSERT_TRUE(rig.fs->Unlink(dir, "g"));
+  EXPECT_TRUE(rig.remote.ReadDir("d")->empty());
+}
+
+TEST(VolumeFs, RenameOverAnOpenFileKeepsItForItsHolders) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.remote.PutFile("ckpt.pt", "old checkpoint");
+  rig.remote.PutFile("ckpt.tmp", "new");
+  rig.Init();
+  auto old = rig.fs->Open(rig.Ino("ckpt.pt"), O_RDONLY);
+  ASSERT_TRUE(old);
+  ASSERT_TRUE(rig.fs->Rename(kRootIno, "ckpt.tmp", kRootIno, "ckpt.pt", 0));
+  EXPECT_EQ(rig.remote.Data("ckpt.pt"), "new");
+  EXPECT_FALSE(rig.remote.Exists("ckpt.tmp"));
+  char buf[32] = {};
+  auto n = rig.fs->Read(old->handle, 0, sizeof buf, buf);
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(std::string(buf, *n), "old checkpoint");
+  auto now = rig.ReadAll("ckpt.pt");
+  ASSERT_TRUE(now);
+  EXPECT_EQ(*now, "new");
+  ASSERT_TRUE(rig.fs->Release(old->handle));
+  auto left = rig.remote.ReadDir("");
+  ASSERT_TRUE(left);
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ(left->front().name, "ckpt.pt");
+}
+
+TEST(VolumeFs, AFailedRenameOverAnOpenFileGivesItItsNameBack) {
+  Rig rig(Consistency::kTtl, /*read_only=*/false);
+  rig.remote.PutFile("target", "held open");
+  rig.remote.PutFile("src", "gone soon");
+  rig.Init();
+  auto target = rig.Ino("target");
+  ASSERT_NE(rig.Ino("src"), 0u);
+  auto held = rig.fs->Open(target, O_RDONLY);
+  ASSERT_TRUE(held);
+  ASSERT_TRUE(rig.remote.Unlink("src"));  // another node removed it; our listing still has it
+  auto st = rig.fs->Rename(kRootIno, "src", kRootIno, "target", 0);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), Code::kNotFound);
+  EXPECT_EQ(rig.remote.Data("target"), "held open");
+  auto left = rig.remote.ReadDir("");
+  ASSERT_TRUE(left);
+  EXPECT_EQ(left->size(), 1u) << "no hidden copy left behind";
+  char buf[16] = {};
+  auto n = rig.fs->Read(held->handle, 0, sizeof buf, buf);
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(std::string(buf, *n), "held open");
+  ASSERT_TRUE(rig.fs->Release(held->handle));
+  EXPECT_TRUE(rig.remote.Exists("target")) << "a file that got its name back is not removed";
+  auto again = rig.fs->Lookup(kRootIno, "target");
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(again->ino, target);
+}
+
+TEST(VolumeFs, StrictLookupsSeeWhatAnotherNodeDidAtOnce) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.remote.PutFile("a", "first");
+  rig.Init();
+  auto listed = rig.fs->ReadDir(kRootIno);
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->size(), 1u);
+  EXPECT_EQ(LookupCode(*rig.fs, kRootIno, "b"), Code::kNotFound);
+  // Another node creates b, then renames it over a: no listing is trusted for either.
+  rig.remote.PutFile("b", "second");
+  auto b = rig.fs->Lookup(kRootIno, "b");
+  ASSERT_TRUE(b) << b.error().ToString();
+  EXPECT_EQ(rig.fs->ReadDir(kRootIno)->size(), 2u);
+  ASSERT_TRUE(rig.remote.Rename("b", "a"));
+  auto a = rig.fs->Lookup(kRootIno, "a");
+  ASSERT_TRUE(a) << a.error().ToString();
+  EXPECT_EQ(a->attr.file_id, b->attr.file_id);
+  EXPECT_EQ(LookupCode(*rig.fs, kRootIno, "b"), Code::kNotFound);
+  auto data = rig.ReadAll("a");
+  ASSERT_TRUE(data);
+  EXPECT_EQ(*data, "second");
 }
 
 TEST(VolumeFs, NamespaceChangesReachTheHubAsTheCaller) {

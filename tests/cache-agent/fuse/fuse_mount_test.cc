@@ -548,6 +548,131 @@ TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
   ASSERT_TRUE(vol->Unmount());
 }
 
+TEST_F(FuseMount, ScratchUnlinkedOpenFileStaysUsableUntilItsLastClose) {
+  testing::TempDir mnt("spoke-mnt");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.cache.consistency = Consistency::kStrict;
+  auto vol = MountAt("vol-unlinked", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  std::string m = mnt.path() + "/ul", h = hub_->export_dir() + "/scratch/ul";
+  ASSERT_EQ(::mkdir(m.c_str(), 0777), 0) << strerror(errno);
+  int fd = ::open((m + "/held").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(::write(fd, "before", 6), 6);
+  int reader = ::open((m + "/held").c_str(), O_RDONLY);
+  ASSERT_GE(reader, 0) << strerror(errno);
+  ASSERT_EQ(::unlink((m + "/held").c_str()), 0) << strerror(errno);
+
+  // Gone from the namespace, through the mount and on the hub under its name...
+  struct stat st;
+  EXPECT_EQ(::stat((m + "/held").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_FALSE(fs::exists(h + "/held"));
+  int listed = 0;
+  for (const auto& e : fs::directory_iterator(m)) {
+    ADD_FAILURE() << "listed after unlink: " << e.path();
+    ++listed;
+  }
+  EXPECT_EQ(listed, 0);
+  // ...but both holders keep using it, and it has no links left.
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_nlink, 0u);
+  ASSERT_EQ(::pwrite(fd, "after!", 6, 6), 6) << strerror(errno);
+  char buf[32] = {};
+  ASSERT_EQ(::pread(reader, buf, sizeof buf, 0), 12) << strerror(errno);
+  EXPECT_EQ(std::string(buf, 12), "beforeafter!");
+  ASSERT_EQ(::ftruncate(fd, 3), 0) << strerror(errno);
+  ASSERT_EQ(::fstat(reader, &st), 0);
+  EXPECT_EQ(st.st_size, 3);
+  // A new file may take the name meanwhile.
+  WriteFile(m + "/held", "new");
+  EXPECT_EQ(Slurp(m + "/held"), "new");
+
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(std::distance(fs::directory_iterator(h), fs::directory_iterator{}), 2)
+      << "still on the hub while the reader holds it";
+  ASSERT_EQ(::pread(reader, buf, sizeof buf, 0), 3);
+  EXPECT_EQ(std::string(buf, 3), "bef");
+  ASSERT_EQ(::close(reader), 0);
+  // The last close removes it from the hub (release is asynchronous to close: bounded wait).
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::distance(fs::directory_iterator(h), fs::directory_iterator{}) != 1 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(h)) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"held"});
+  ASSERT_EQ(::unlink((m + "/held").c_str()), 0);
+  ASSERT_EQ(::rmdir(m.c_str()), 0) << strerror(errno);
+  ASSERT_TRUE(vol->Unmount());
+}
+
+// The checkpoint pattern of a training job, across two nodes: node A writes ckpt.tmp, fsyncs
+// and renames it over ckpt.pt; node B (its own agent cache) must read ckpt.pt back
+// byte-identical right after each save, larger and smaller than the one before.
+TEST_F(FuseMount, ScratchCheckpointRenamedOverOnOneNodeIsReadExactlyOnAnother) {
+  testing::TempDir mnt_a("spoke-mnt-a"), mnt_b("spoke-mnt-b");
+  testing::TempDir cache_b_dir("spoke-fuse-cache-b");
+  BlockCache::Config cc;
+  cc.dir = cache_b_dir.path();
+  cc.capacity_bytes = 256ull << 20;
+  metrics::Registry registry_b;
+  auto cache_b = OpenBlockCache(cc, MakeLruPolicy(), &registry_b);
+  ASSERT_TRUE(cache_b) << cache_b.error().ToString();
+  FuseVolumeMounter::Config mc;
+  mc.hub.request_timeout_seconds = 3;
+  FuseVolumeMounter node_b(mc, cache_b->get(), &registry_b);
+
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.cache.consistency = Consistency::kStrict;
+  auto vol_a = MountAt("vol-ckpt", ctx, mnt_a.path());
+  ASSERT_NE(vol_a, nullptr);
+  auto vol_b = node_b.Mount("vol-ckpt", ctx, mnt_b.path(), false);
+  ASSERT_TRUE(vol_b) << vol_b.error().ToString();
+  std::string a = mnt_a.path() + "/ckpt", b = mnt_b.path() + "/ckpt";
+  ASSERT_EQ(::mkdir(a.c_str(), 0777), 0) << strerror(errno);
+
+  const size_t sizes[] = {3 * (1u << 20) + 123, 5 * (1u << 20) + 7, 1u << 20, 4096, 2 * (1u << 20)};
+  uint32_t seed = 7000;
+  for (size_t size : sizes) {
+    SCOPED_TRACE("checkpoint of " + std::to_string(size) + " bytes");
+    std::string data = Pattern(size, seed++);
+    int fd = ::open((a + "/ckpt.tmp").c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    for (size_t off = 0; off < size;) {
+      ssize_t n = ::write(fd, data.data() + off, std::min<size_t>(size - off, 1 << 20));
+      ASSERT_GT(n, 0) << strerror(errno);
+      off += static_cast<size_t>(n);
+    }
+    ASSERT_EQ(::fsync(fd), 0) << strerror(errno);
+    ASSERT_EQ(::close(fd), 0);
+    ASSERT_EQ(::rename((a + "/ckpt.tmp").c_str(), (a + "/ckpt.pt").c_str()), 0) << strerror(errno);
+    // Strict: node B sees the new checkpoint at once, whole, and no ckpt.tmp.
+    auto got = ReadThrough(b + "/ckpt.pt");
+    ASSERT_TRUE(got) << got.error().ToString();
+    EXPECT_EQ(got->size(), size);
+    EXPECT_TRUE(*got == data) << "node B read other bytes than node A saved";
+    struct stat st;
+    EXPECT_EQ(::stat((b + "/ckpt.tmp").c_str(), &st), -1);
+    ASSERT_EQ(::stat((b + "/ckpt.pt").c_str(), &st), 0);
+    EXPECT_EQ(static_cast<size_t>(st.st_size), size);
+  }
+  // A file another node creates is visible at once in strict mode, even right after this
+  // node listed the directory and looked the name up in vain.
+  struct stat st;
+  EXPECT_EQ(::stat((b + "/late").c_str(), &st), -1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(b), fs::directory_iterator{}), 1);
+  WriteFile(a + "/late", "here");
+  EXPECT_EQ(::stat((b + "/late").c_str(), &st), 0) << strerror(errno);
+  EXPECT_EQ(Slurp(b + "/late"), "here");
+  ASSERT_EQ(::unlink((a + "/late").c_str()), 0);
+  ASSERT_EQ(::unlink((a + "/ckpt.pt").c_str()), 0);
+  ASSERT_EQ(::rmdir(a.c_str()), 0) << strerror(errno);
+  ASSERT_TRUE((*vol_b)->Unmount());
+  ASSERT_TRUE(vol_a->Unmount());
+}
+
 TEST_F(FuseMount, UnreachableHubFailsTheMountWithinTheTimeout) {
   testing::TempDir mnt("spoke-mnt");
   VolumeContext ctx;
