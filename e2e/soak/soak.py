@@ -137,17 +137,19 @@ class Ledger:
             active = [f for f in self.faults if f.start <= end and f.end + grace >= start]
             changed = self.changed_at.get(path, float("inf")) <= end
         kinds = {f.kind for f in active}
+        # A file replaced under an immutable volume breaks the volume's contract: an error on
+        # it is a fair answer (never a mix of versions), whatever else happened around it.
         # A hub fault explains an error that needs the hub whether or not the agent was also
         # restarted around it (a restart that mounts survive causes none by itself).
-        if kinds & HUB_FAULTS:
+        if changed:
+            cause = "hub-changed"
+        elif kinds & HUB_FAULTS:
             hub = sorted(kinds & HUB_FAULTS)[0]
             cached = (cached_since is not None and
                       all(f.start > cached_since for f in active if f.kind in HUB_FAULTS))
             cause = ("cached-read-failed:" if cached else "hub-unreachable:") + hub
         elif "agent-kill" in kinds:
             cause = "agent-restart"
-        elif changed:  # replaced under an immutable volume: an error is a fair answer
-            cause = "hub-changed"
         elif "cache-flip" in kinds:
             cause = "cache-flip"
         else:
