@@ -328,10 +328,25 @@ class Cluster:
                 if line.startswith(name + " ") or line.startswith(name + "{")]
         return sum(vals) if vals else None
 
-    def kill_agent(self):
+    def kill_agent(self, timeout=30):
+        """SIGKILL; returns None once the process is gone, or a description of why it is not
+        after `timeout` (threads stuck in the kernel: the successor is started anyway, its
+        takeover may release them). Never waits forever."""
         with self.agent_lock:
             self.agent.send_signal(signal.SIGKILL)
-            self.agent.wait()
+            try:
+                self.agent.wait(timeout=timeout)
+                return None
+            except subprocess.TimeoutExpired:
+                stuck = []
+                for t in sorted(os.listdir("/proc/%d/task" % self.agent.pid)):
+                    try:
+                        with open("/proc/%d/task/%s/wchan" % (self.agent.pid, t)) as f:
+                            stuck.append(f.read().strip() or "?")
+                    except OSError:
+                        pass
+                return "pid %d still alive %d s after SIGKILL (threads waiting in: %s)" % (
+                    self.agent.pid, timeout, ", ".join(sorted(set(stuck))))
 
     def restart_agent(self):
         with self.agent_lock:
@@ -666,7 +681,9 @@ def drive_faults(cluster, ledger, names, kinds, stop_at, rng, counts):
             time.sleep(hold)
         elif kind == "agent-kill":
             f = ledger.begin_fault(kind, "SIGKILL, restart with the same state dir")
-            cluster.kill_agent()
+            stuck = cluster.kill_agent()
+            if stuck:
+                ledger.add_violation("killed agent did not exit: " + stuck)
             time.sleep(min(hold, 2.0))
             try:
                 cluster.restart_agent()
