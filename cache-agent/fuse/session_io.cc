@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -418,6 +419,11 @@ Result<std::string> FuseConnectionDir(const std::string& mountpoint) {
     return Fail(Code::kNotFound, "cannot stat '" + mountpoint + "': " + std::strerror(errno));
   }
   std::string dir = "/sys/fs/fuse/connections/" + std::to_string(minor(st.st_dev));
+  if (::access(dir.c_str(), F_OK) != 0 && ::access("/sys/fs/fuse/connections", F_OK) == 0) {
+    // fusectl is not mounted everywhere (containers, minimal hosts): mount it (EBUSY when
+    // it is there already).
+    ::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr);
+  }
   if (::access(dir.c_str(), F_OK) != 0) {
     return Fail(Code::kNotFound, "'" + mountpoint + "' is not a FUSE mount (no " + dir + ")");
   }

@@ -149,7 +149,8 @@ class SessionIo {
 // /sys/fs/fuse/connections/<id> of the FUSE mount at `mountpoint` (id = the minor device
 // number of the mount). Its "abort" file ends every request of the connection with an error,
 // and "waiting" counts requests not yet answered: the bound for kernels without
-// FUSE_NOTIFY_RESEND. kNotFound when `mountpoint` is not a FUSE mount.
+// FUSE_NOTIFY_RESEND. Mounts fusectl there first when it is not mounted. kNotFound when
+// `mountpoint` is not a FUSE mount.
 Result<std::string> FuseConnectionDir(const std::string& mountpoint);
 
 }  // namespace spoke::fuse
