@@ -340,10 +340,17 @@ TEST_F(MemoryBoundTest, RssStaysUnderTheBudgetUnderAHintFloodAndAPrefetchStorm) 
   std::cout << stats;
 
   EXPECT_EQ(mismatches.load(), 0) << "e.g. " << first_bad << "\n" << AgentLog();
+#if defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer the agent's RSS holds the allocator's quarantine of freed memory
+  // (256 MiB by default) and its shadow: RSS says nothing about the budget there. The
+  // accounted bound below and every correctness check still apply.
+  std::cout << "[ memory   ] RSS bound not checked under AddressSanitizer\n";
+#else
   EXPECT_LE(peak.load(), baseline + kBudget)
       << "the agent grew by " << ((peak.load() - baseline) >> 20) << " MiB over a "
       << (kBudget >> 20) << " MiB budget\n"
       << AgentLog();
+#endif
   // The attack did reach the bounds (the test would prove nothing otherwise).
   EXPECT_GE(hint_bytes_written.load(), 2 * 96 * ((1ull << 20) - 8192));
   EXPECT_GT(hints_rejected, 0) << "the flood never reached a hint bound";
