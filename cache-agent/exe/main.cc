@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -112,7 +113,14 @@ int Run(int argc, char** argv) {
     log::Error("cannot open the block cache", {{"error", cache.error().message()}});
     return 1;
   }
-  auto mounter = MakeAgentMounter(*config, **cache, registry);
+  // Test-only fault (tests/cache-agent/peer): this agent corrupts the blocks it serves peers.
+  const char* fault = std::getenv("SPOKE_TEST_FAULT_PEER_CORRUPT_SERVED_BLOCKS");
+  auto peers = StartAgentPeers(*config, registry, fault != nullptr && std::string(fault) == "1");
+  if (!peers) {
+    log::Error("cannot start the peer node", {{"error", peers.error().message()}});
+    return 1;
+  }
+  auto mounter = MakeAgentMounter(*config, **cache, registry, peers->get());
   if (!mounter) {
     log::Error("cannot create the FUSE mounter", {{"error", mounter.error().message()}});
     return 1;
@@ -148,6 +156,7 @@ int Run(int argc, char** argv) {
   go.socket_mode = 0600;  // root only: the API mounts file systems
   auto served = ServeUntilSignal(go, {&service}, [&] {
     http.Stop();
+    if (*peers) (*peers)->Shutdown();
     // An upgrade or restart must not end the mounts: only NodeUnstage / spokectl unmount do.
     if (!config->fuse_keeper_socket.empty()) {
       manager->HandOver(drain);
@@ -164,6 +173,7 @@ int Run(int argc, char** argv) {
   }
   manager.reset();
   mounter->reset();
+  peers->reset();  // after every volume (each leaves the peer node when it closes)
   if (auto s = (*cache)->Close(); !s) {
     log::Error("cannot persist the cache index (the next start rebuilds it by scanning)",
                {{"error", s.error().message()}});

@@ -17,6 +17,7 @@
 #include "cache-agent/agent/mounted_volume.h"
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/cache/eviction_policy.h"
+#include "cache-agent/peer/peer_node.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -33,10 +34,18 @@ Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name
 Result<std::unique_ptr<BlockCache>> OpenAgentCache(const AgentConfig& config,
                                                    metrics::Registry& registry);
 
-// The real FUSE mounter, serving volumes from `cache` and the hub. `cache` and `registry`
-// must outlive it.
+// The real FUSE mounter, serving volumes from `cache`, the cluster's peers (`peers`, may be
+// null) and the hub. `cache`, `registry` and `peers` must outlive it.
 Result<std::unique_ptr<VolumeMounter>> MakeAgentMounter(const AgentConfig& config,
                                                         BlockCache& cache,
-                                                        metrics::Registry& registry);
+                                                        metrics::Registry& registry,
+                                                        PeerNode* peers = nullptr);
+
+// The agent's peer node (config.peer): reads the token file, starts the peer server and the
+// membership refresh. nullptr when peers are off. `fault_corrupt_served_blocks` is the
+// test-only fault of PeerNode::Config.
+Result<std::unique_ptr<PeerNode>> StartAgentPeers(const AgentConfig& config,
+                                                  metrics::Registry& registry,
+                                                  bool fault_corrupt_served_blocks = false);
 
 }  // namespace spoke::agent

@@ -201,9 +201,22 @@ void BlockFetcher::Dispatch() {
     }
   }
   for (auto& f : start) {
-    remote_.ReadAsync(f->path, f->offset, f->length,
-                      [this, f](Result<std::vector<char>> r) { OnFetched(f, std::move(r)); });
+    // The source first (a peer's copy); on any failure of it, the hub.
+    BlockSource* src = config_.source;
+    if (src != nullptr && src->FetchAsync({f->key, f->path, f->offset, f->length},
+                                          [this, f](Result<std::vector<char>> r) {
+                                            if (r) return OnFetched(f, std::move(r), false);
+                                            ReadFromHub(f);
+                                          })) {
+      continue;
+    }
+    ReadFromHub(f);
   }
+}
+
+void BlockFetcher::ReadFromHub(const FetchPtr& f) {
+  remote_.ReadAsync(f->path, f->offset, f->length,
+                    [this, f](Result<std::vector<char>> r) { OnFetched(f, std::move(r)); });
 }
 
 bool BlockFetcher::DropExpiredLocked(const FetchPtr& f, SteadyTime now) {
@@ -220,16 +233,17 @@ bool BlockFetcher::DropExpiredLocked(const FetchPtr& f, SteadyTime now) {
   return false;
 }
 
-void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
+void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
   bool store = false;
   bool prefetched = false;  // its bytes stay in prefetch_bytes_ until stored
   {
     std::lock_guard<std::mutex> lock(mu_);
     hub_inflight_--;
     if (r) {
-      hub_bytes_->Inc(r->size());
+      if (from_hub) hub_bytes_->Inc(r->size());
       f->result = std::make_shared<const std::vector<char>>(std::move(*r));
-      store = cache_ != nullptr && !(*f->result)->empty();
+      store = cache_ != nullptr && !(*f->result)->empty() &&
+              (from_hub || config_.source->keep_local_copy());
     } else {
       f->result = std::unexpected(r.error());
     }

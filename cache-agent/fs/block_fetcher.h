@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "cache-agent/cache/block_cache.h"
+#include "cache-agent/fs/block_source.h"
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/metrics.h"
@@ -75,6 +76,9 @@ class BlockFetcher {
     // prefetch_bytes_max until stored (so a slow cache disk slows prefetching down); a
     // demand block that would exceed this bound is served but not cached.
     uint64_t store_queue_bytes_max = 256ull << 20;
+    // Asked before the hub for every block to fetch (the cluster's peers); null = hub only.
+    // Must outlive the fetcher. Its bytes are not counted as hub bytes.
+    BlockSource* source = nullptr;
     Status Validate() const;
   };
 
@@ -149,7 +153,9 @@ class BlockFetcher {
   FetchPtr Join(const FileRef& file, uint64_t index, Class cls, ExpertId expert,
                 double predicted_use, SteadyTime deadline, bool* created);
   void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
-  void OnFetched(const FetchPtr& f, Result<std::vector<char>> r);
+  // `from_hub`: false for a block the BlockSource gave (not counted as hub bytes).
+  void OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub = true);
+  void ReadFromHub(const FetchPtr& f);
   void StoreLoop();
   // kTimeout when `f` is not done by `deadline`.
   Result<BlockData> Wait(const FetchPtr& f, SteadyTime deadline);

@@ -49,6 +49,9 @@ class Volume {
     int walk_concurrency = 8;
     // Block size when there is no cache; otherwise the cache's.
     uint32_t block_size = 1 << 20;
+    // Asked before the hub for blocks to fetch (the cluster's peers); null = hub only. Must
+    // outlive the volume.
+    BlockSource* block_source = nullptr;
     Status Validate() const;
   };
 
@@ -69,6 +72,8 @@ class Volume {
   const VolumeContext& context() const { return config_.context; }
   bool read_only() const { return read_only_; }
   VolumeFs& fs() { return *fs_; }
+  // The volume's fetcher: peers are served from it (cache, or one hub read).
+  BlockFetcher& fetcher() { return *fetcher_; }
 
   // Figures for VolumeStats; asks the hub for FSSTAT (bounded by the hub timeout; on
   // failure hub_reachable=false and the error is kept, the call still succeeds).

@@ -138,6 +138,9 @@ expect_fail "inlineVolumes.modes" "${SC[@]}" --set 'inlineVolumes.modes[0]=any'
 expect_fail "cache.sizeBytes" --set 'cache.sizeBytes=lots'
 expect_fail "cache.hostPath" --set 'cache.hostPath=relative/dir'
 expect_fail "kubeletDir" --set 'kubeletDir=var/lib/kubelet'
+expect_fail "peers.tokenSecret" --set peers.enabled=true
+expect_fail "peers.port" "${SC[@]}" --set peers.port=9810
+expect_fail "peers.timeoutMs" "${SC[@]}" --set peers.timeoutMs=0
 expect_fail "logLevel" --set 'logLevel=verbose'
 
 step "manifests/"
