@@ -154,11 +154,22 @@ class PeerAgentsTest : public ::testing::Test {
     ASSERT_EQ(want_.size(), files_.size());
   }
 
+  // Cache geometry and peer policy of every agent of a test.
+  struct Options {
+    std::string cache_size = "512Mi";
+    std::string block_size = "1Mi";
+    std::string read_ahead = "64Mi";
+    bool keep_local_copy = true;
+  };
+  Options options_;
+
   void WriteConfig(const AgentProc& a, bool peers) {
     std::ofstream c(a.dir + "/agent.yaml");
     c << "socket: " << a.socket << "\n"
       << "cacheDir: " << a.dir << "/cache\n"
-      << "cacheSizeBytes: 512Mi\n"
+      << "cacheSizeBytes: " << options_.cache_size << "\n"
+      << "blockSizeBytes: " << options_.block_size << "\n"
+      << "readAheadMaxBytes: " << options_.read_ahead << "\n"
       << "stateDir: " << a.dir << "/state\n"
       << "mountRoots: [" << a.dir << "]\n"
       << "metricsAddress: 127.0.0.1:" << a.metrics_port << "\n"
@@ -170,6 +181,7 @@ class PeerAgentsTest : public ::testing::Test {
         << "peerTokenFile: " << token_file_ << "\n"
         // Generous for a loaded test machine; the asker reads the hub after it either way.
         << "peerTimeoutMs: 5000\n"
+        << "peerKeepLocalCopy: " << (options_.keep_local_copy ? "true" : "false") << "\n"
         << "peers: [";
       for (int i = 0; i < kAgents; ++i) {
         c << (i ? ", " : "") << "\"127.0.0.1:" << agents_[i].peer_port << "\"";
@@ -370,6 +382,36 @@ TEST_F(PeerAgentsTest, WithoutPeersEachAgentReadsTheDatasetFromTheHub) {
               (unsigned long long)dataset_bytes_, (unsigned long long)hub, ratio);
   EXPECT_GE(hub, 3 * dataset_bytes_);
   EXPECT_EQ(Sum("spoke_peer_hits_total"), 0u);
+}
+
+TEST_F(PeerAgentsTest, ADatasetTwiceOneCacheFitsTheClusterAndEpochTwoSkipsTheHub) {
+  // 256 KiB blocks and 24 MiB caches: the ~48 MiB dataset is twice one agent's cache but
+  // fits the three. Without local copies each block is cached once, by its owner.
+  options_.cache_size = "24Mi";
+  options_.block_size = "256Ki";
+  options_.read_ahead = "4Mi";
+  options_.keep_local_copy = false;
+  StartAll(true);
+  if (HasFatalFailure()) return;
+  std::vector<std::string> details;
+  auto bad = ReadEverywhere({0, 1, 2}, &details);
+  for (int i = 0; i < kAgents; ++i) EXPECT_EQ(bad[i], 0) << "epoch 1 reader " << i << ": " << details[i];
+  const uint64_t epoch1 = Sum("spoke_hub_read_bytes_total");
+  // Fresh FUSE mounts: the second epoch cannot be served from the kernel's page cache.
+  for (auto& a : agents_) ASSERT_EQ(Spokectl(a, "unmount " + a.mnt).first, 0) << Log(a);
+  for (auto& a : agents_) ASSERT_EQ(Mount(a).first, 0) << Log(a);
+  bad = ReadEverywhere({0, 1, 2}, &details);
+  for (int i = 0; i < kAgents; ++i) EXPECT_EQ(bad[i], 0) << "epoch 2 reader " << i << ": " << details[i];
+  // An unmount drops the volume's series: these count from the new mounts on.
+  const uint64_t epoch2 = Sum("spoke_hub_read_bytes_total");
+  std::printf("[2x one cache] dataset %llu bytes, hub bytes epoch 1 %llu (%.3fx), epoch 2 %llu "
+              "(%.3fx)\n",
+              (unsigned long long)dataset_bytes_, (unsigned long long)epoch1,
+              static_cast<double>(epoch1) / static_cast<double>(dataset_bytes_),
+              (unsigned long long)epoch2,
+              static_cast<double>(epoch2) / static_cast<double>(dataset_bytes_));
+  EXPECT_LE(static_cast<double>(epoch1), 1.05 * static_cast<double>(dataset_bytes_));
+  EXPECT_LE(static_cast<double>(epoch2), 0.05 * static_cast<double>(dataset_bytes_));
 }
 
 TEST_F(PeerAgentsTest, APeerKilledMidReadCostsTheOtherReadersNoError) {
