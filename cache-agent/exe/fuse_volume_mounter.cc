@@ -15,8 +15,9 @@ namespace {
 void KeepForever(std::unique_ptr<FuseAdapter> fuse, std::unique_ptr<Volume> volume,
                  std::unique_ptr<PeerVolume> peer) {
   static std::mutex mu;
-  static auto* kept = new std::vector<std::tuple<std::unique_ptr<FuseAdapter>, std::unique_ptr<Volume>,
-                                                 std::unique_ptr<PeerVolume>>>();
+  static auto* kept =
+      new std::vector<std::tuple<std::unique_ptr<FuseAdapter>, std::unique_ptr<Volume>,
+                                 std::unique_ptr<PeerVolume>>>();
   std::lock_guard lock(mu);
   kept->emplace_back(std::move(fuse), std::move(volume), std::move(peer));
 }

@@ -94,15 +94,13 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
   std::unique_ptr<PeerNode> node(new PeerNode(config, registry));
   node->service_ = std::make_unique<Service>(*node);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(),
-                           &node->port_);
+  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &node->port_);
   builder.RegisterService(node->service_.get());
   builder.SetMaxReceiveMessageSize(64 << 10);  // requests are small
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   node->server_ = builder.BuildAndStart();
   if (node->server_ == nullptr || node->port_ == 0) {
-    return Fail(Code::kUnavailable,
-                "peerListenAddress: cannot listen on " + config.listen_address);
+    return Fail(Code::kUnavailable, "peerListenAddress: cannot listen on " + config.listen_address);
   }
   PeerSet::Config mc = config.members;
   mc.self_port = node->port_;
@@ -303,7 +301,8 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
       ->async()
       ->GetBlock(&call->ctx, &call->req, &call->resp, [call, &node](grpc::Status st) {
         auto fail = [&](std::string why) {
-          call->done(std::unexpected(Error(Code::kUnavailable, "peer " + call->member + ": " + why)));
+          call->done(
+              std::unexpected(Error(Code::kUnavailable, "peer " + call->member + ": " + why)));
         };
         if (!st.ok()) {
           // A refusal is an answer (the peer is alive); silence or a broken link is not.

@@ -62,8 +62,7 @@ class PeerNode {
 
   // Starts the server and the membership refresh. kInvalidArgument for a bad config,
   // kUnavailable when the listen address cannot be bound.
-  static Result<std::unique_ptr<PeerNode>> Start(const Config& config,
-                                                 metrics::Registry& registry);
+  static Result<std::unique_ptr<PeerNode>> Start(const Config& config, metrics::Registry& registry);
   ~PeerNode();  // Shutdown(), then waits for the membership thread
   PeerNode(const PeerNode&) = delete;
   PeerNode& operator=(const PeerNode&) = delete;

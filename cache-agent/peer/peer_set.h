@@ -70,9 +70,9 @@ class PeerSet {
   Resolver resolve_;
   LocalAddresses local_;
   mutable std::mutex mu_;
-  std::vector<std::string> resolved_;       // guarded by mu_
-  std::string self_;                        // guarded by mu_; "" = not among the members
-  std::map<std::string, Health> health_;    // guarded by mu_
+  std::vector<std::string> resolved_;     // guarded by mu_
+  std::string self_;                      // guarded by mu_; "" = not among the members
+  std::map<std::string, Health> health_;  // guarded by mu_
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by mu_
   std::thread thread_;

@@ -11,12 +11,13 @@ Result<std::string> LoadPeerToken(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string token = ss.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' ||
-                            token.back() == ' ' || token.back() == '\t')) {
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
+                            token.back() == '\t')) {
     token.pop_back();
   }
   if (token.size() < kPeerTokenMinBytes) {
-    return Fail(Code::kInvalidArgument, "peerTokenFile: the token in " + path + " must be at least " +
+    return Fail(Code::kInvalidArgument, "peerTokenFile: the token in " + path +
+                                            " must be at least " +
                                             std::to_string(kPeerTokenMinBytes) + " bytes");
   }
   for (unsigned char c : token) {

@@ -178,7 +178,8 @@ class PeerAgentsTest : public ::testing::Test {
       << "hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 10}\n";
     if (peers) {
       c << "peerListenAddress: 127.0.0.1:" << a.peer_port << "\n"
-        << "peerTokenFile: " << token_file_ << "\n"
+        << "peerTokenFile: " << token_file_
+        << "\n"
         // Generous for a loaded test machine; the asker reads the hub after it either way.
         << "peerTimeoutMs: 5000\n"
         << "peerKeepLocalCopy: " << (options_.keep_local_copy ? "true" : "false") << "\n"
@@ -333,12 +334,13 @@ TEST_F(PeerAgentsTest, WithPeersTheClusterReadsTheDatasetFromTheHubOnce) {
   for (int i = 0; i < kAgents; ++i) EXPECT_EQ(bad[i], 0) << "reader " << i << ": " << details[i];
   uint64_t hub = Sum("spoke_hub_read_bytes_total");
   double ratio = static_cast<double>(hub) / static_cast<double>(dataset_bytes_);
-  std::printf("[peers] dataset %llu bytes, hub bytes (3 agents) %llu = %.3fx, peer hit bytes %llu, "
-              "fallbacks %llu, checksum rejects %llu\n",
-              (unsigned long long)dataset_bytes_, (unsigned long long)hub, ratio,
-              (unsigned long long)Sum("spoke_peer_hit_bytes_total"),
-              (unsigned long long)Sum("spoke_peer_fallbacks_total"),
-              (unsigned long long)Sum("spoke_peer_checksum_rejects_total"));
+  std::printf(
+      "[peers] dataset %llu bytes, hub bytes (3 agents) %llu = %.3fx, peer hit bytes %llu, "
+      "fallbacks %llu, checksum rejects %llu\n",
+      (unsigned long long)dataset_bytes_, (unsigned long long)hub, ratio,
+      (unsigned long long)Sum("spoke_peer_hit_bytes_total"),
+      (unsigned long long)Sum("spoke_peer_fallbacks_total"),
+      (unsigned long long)Sum("spoke_peer_checksum_rejects_total"));
   for (auto& a : agents_) {
     std::istringstream m(Metrics(a));
     for (std::string line; std::getline(m, line);) {
@@ -395,21 +397,23 @@ TEST_F(PeerAgentsTest, ADatasetTwiceOneCacheFitsTheClusterAndEpochTwoSkipsTheHub
   if (HasFatalFailure()) return;
   std::vector<std::string> details;
   auto bad = ReadEverywhere({0, 1, 2}, &details);
-  for (int i = 0; i < kAgents; ++i) EXPECT_EQ(bad[i], 0) << "epoch 1 reader " << i << ": " << details[i];
+  for (int i = 0; i < kAgents; ++i)
+    EXPECT_EQ(bad[i], 0) << "epoch 1 reader " << i << ": " << details[i];
   const uint64_t epoch1 = Sum("spoke_hub_read_bytes_total");
   // Fresh FUSE mounts: the second epoch cannot be served from the kernel's page cache.
   for (auto& a : agents_) ASSERT_EQ(Spokectl(a, "unmount " + a.mnt).first, 0) << Log(a);
   for (auto& a : agents_) ASSERT_EQ(Mount(a).first, 0) << Log(a);
   bad = ReadEverywhere({0, 1, 2}, &details);
-  for (int i = 0; i < kAgents; ++i) EXPECT_EQ(bad[i], 0) << "epoch 2 reader " << i << ": " << details[i];
+  for (int i = 0; i < kAgents; ++i)
+    EXPECT_EQ(bad[i], 0) << "epoch 2 reader " << i << ": " << details[i];
   // An unmount drops the volume's series: these count from the new mounts on.
   const uint64_t epoch2 = Sum("spoke_hub_read_bytes_total");
-  std::printf("[2x one cache] dataset %llu bytes, hub bytes epoch 1 %llu (%.3fx), epoch 2 %llu "
-              "(%.3fx)\n",
-              (unsigned long long)dataset_bytes_, (unsigned long long)epoch1,
-              static_cast<double>(epoch1) / static_cast<double>(dataset_bytes_),
-              (unsigned long long)epoch2,
-              static_cast<double>(epoch2) / static_cast<double>(dataset_bytes_));
+  std::printf(
+      "[2x one cache] dataset %llu bytes, hub bytes epoch 1 %llu (%.3fx), epoch 2 %llu "
+      "(%.3fx)\n",
+      (unsigned long long)dataset_bytes_, (unsigned long long)epoch1,
+      static_cast<double>(epoch1) / static_cast<double>(dataset_bytes_), (unsigned long long)epoch2,
+      static_cast<double>(epoch2) / static_cast<double>(dataset_bytes_));
   EXPECT_LE(static_cast<double>(epoch1), 1.05 * static_cast<double>(dataset_bytes_));
   EXPECT_LE(static_cast<double>(epoch2), 0.05 * static_cast<double>(dataset_bytes_));
 }
@@ -434,11 +438,11 @@ TEST_F(PeerAgentsTest, APeerKilledMidReadCostsTheOtherReadersNoError) {
   EXPECT_TRUE(served) << "agent 2 never served a block before it was killed";
   EXPECT_EQ(bad[0], 0) << details[0];
   EXPECT_EQ(bad[1], 0) << details[1];
-  std::printf("[peer killed] survivors' fallbacks to the hub: %llu, hub bytes %llu (%.3fx)\n",
-              (unsigned long long)Sum("spoke_peer_fallbacks_total"),
-              (unsigned long long)Sum("spoke_hub_read_bytes_total"),
-              static_cast<double>(Sum("spoke_hub_read_bytes_total")) /
-                  static_cast<double>(dataset_bytes_));
+  std::printf(
+      "[peer killed] survivors' fallbacks to the hub: %llu, hub bytes %llu (%.3fx)\n",
+      (unsigned long long)Sum("spoke_peer_fallbacks_total"),
+      (unsigned long long)Sum("spoke_hub_read_bytes_total"),
+      static_cast<double>(Sum("spoke_hub_read_bytes_total")) / static_cast<double>(dataset_bytes_));
 }
 
 TEST_F(PeerAgentsTest, CorruptedBlocksFromAPeerAreRejectedAndReadFromTheHub) {

@@ -42,8 +42,8 @@ struct Agent {
     BlockFetcher::Config fc;
     fc.block_size = kBlock;
     fc.source = peer.get();
-    fetcher = std::make_unique<BlockFetcher>(hub, &cache, volume_key, fc, registry,
-                                             metrics::Labels{});
+    fetcher =
+        std::make_unique<BlockFetcher>(hub, &cache, volume_key, fc, registry, metrics::Labels{});
     peer->Serve(fetcher.get());
   }
   ~Agent() {
@@ -76,8 +76,8 @@ class PeerNodeTest : public ::testing::Test {
   }
 
   // `n` agents on loopback listing each other; `extra` members nobody serves.
-  void StartAgents(int n, std::vector<std::string> extra = {},
-                   std::vector<bool> corrupt = {}, std::vector<std::string> tokens = {}) {
+  void StartAgents(int n, std::vector<std::string> extra = {}, std::vector<bool> corrupt = {},
+                   std::vector<std::string> tokens = {}) {
     std::vector<uint16_t> ports;
     std::vector<std::string> members = extra;
     for (int i = 0; i < n; ++i) {

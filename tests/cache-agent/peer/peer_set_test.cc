@@ -97,7 +97,7 @@ TEST(PeerSet, RepeatedFailuresMarkAPeerDownForABackoffThenItComesBack) {
   set.ReportFailure("10.0.0.2:1");
   set.ReportFailure("10.0.0.2:1");
   EXPECT_EQ(set.Live().members.size(), 2u);  // two failures: still a member
-  set.ReportSuccess("10.0.0.2:1");            // a success resets the count
+  set.ReportSuccess("10.0.0.2:1");           // a success resets the count
   set.ReportFailure("10.0.0.2:1");
   set.ReportFailure("10.0.0.2:1");
   EXPECT_EQ(set.Live().members.size(), 2u);

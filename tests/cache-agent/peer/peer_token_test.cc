@@ -12,10 +12,10 @@ namespace {
 TEST(PeerToken, EqualOnlyWhenEveryByteAndTheLengthMatch) {
   const std::string t = "0123456789abcdef0123";
   EXPECT_TRUE(PeerTokenEquals(t, t));
-  EXPECT_FALSE(PeerTokenEquals(t, "0123456789abcdef0124"));  // last byte
-  EXPECT_FALSE(PeerTokenEquals(t, "x123456789abcdef0123"));  // first byte
+  EXPECT_FALSE(PeerTokenEquals(t, "0123456789abcdef0124"));     // last byte
+  EXPECT_FALSE(PeerTokenEquals(t, "x123456789abcdef0123"));     // first byte
   EXPECT_FALSE(PeerTokenEquals(t, t.substr(0, t.size() - 1)));  // prefix
-  EXPECT_FALSE(PeerTokenEquals(t, t + "4"));                     // longer
+  EXPECT_FALSE(PeerTokenEquals(t, t + "4"));                    // longer
   EXPECT_FALSE(PeerTokenEquals(t, ""));
   EXPECT_FALSE(PeerTokenEquals("", ""));  // no token configured: nobody gets in
 }
