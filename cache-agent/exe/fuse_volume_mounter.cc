@@ -76,7 +76,19 @@ class FuseMountedVolume final : public MountedVolume {
   // The volume's peer side (its fetcher's block source); peers are answered from now on.
   void ServePeers(std::unique_ptr<PeerVolume> peer) {
     peer_ = std::move(peer);
-    if (peer_ != nullptr) peer_->Serve(&volume_->fetcher());
+    if (peer_ == nullptr) return;
+    // A peer's block is read only for the file this volume sees at that path, so that a
+    // stale or wrong request never stores bytes under another file's key.
+    Volume* v = volume_.get();
+    peer_->Serve(&v->fetcher(),
+                 [v](const std::string& path, uint64_t file_id, uint64_t version) -> Status {
+                   auto a = v->metadata().Resolve(path);
+                   if (!a) return std::unexpected(a.error());
+                   if (a->attr.file_id != file_id || a->attr.ContentVersion() != version) {
+                     return Fail(Code::kNotFound, "another version of " + path + " is here");
+                   }
+                   return Ok();
+                 });
   }
 
  private:

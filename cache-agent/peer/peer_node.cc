@@ -197,19 +197,26 @@ PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path,
 
 PeerVolume::~PeerVolume() { node_.Unregister(this); }
 
-void PeerVolume::Serve(BlockFetcher* fetcher) {
+void PeerVolume::Serve(BlockFetcher* fetcher, FileCheck check) {
   std::unique_lock lock(node_.vols_mu_);
   fetcher_ = fetcher;
-  if (fetcher == nullptr) node_.vols_cv_.wait(lock, [&] { return uses_ == 0; });
+  if (fetcher == nullptr) {
+    node_.vols_cv_.wait(lock, [&] { return uses_ == 0; });
+    check_ = nullptr;
+  } else {
+    check_ = std::move(check);
+  }
 }
 
 grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
                                     std::chrono::steady_clock::time_point deadline,
                                     peer::v1::GetBlockResponse* resp) {
   BlockFetcher* fetcher;
+  const FileCheck* check;
   {
     std::lock_guard lock(node_.vols_mu_);
-    fetcher = fetcher_;  // valid while our use is held (Acquire)
+    fetcher = fetcher_;  // both valid while our use is held (Acquire)
+    check = &check_;
   }
   if (req.block_size() != fetcher->block_size()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -223,6 +230,12 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
   if (!path || *path != req.file_path() || path->empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "file_path: must be a normalised path inside the volume");
+  }
+  if (*check) {
+    if (auto st = (*check)(*path, req.file_id(), req.version()); !st) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "file_path: " + st.error().message());
+    }
   }
   const uint64_t bs = req.block_size();
   if (req.block_index() > (UINT64_MAX - req.length()) / bs) {

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,9 +129,14 @@ class PeerVolume final : public BlockSource {
   bool FetchAsync(const Block& block, Done done) override;
   bool keep_local_copy() const override { return node_.config_.keep_local_copy; }
 
-  // Answers peers from `fetcher` from now on; nullptr stops and waits for the calls in
-  // progress (each bounded by its deadline). `fetcher` must stay valid until then.
-  void Serve(BlockFetcher* fetcher);
+  // Whether the file at `path` (relative to the volume) is this file id and content version
+  // here; a request naming another one is refused rather than cached under a wrong key.
+  using FileCheck =
+      std::function<Status(const std::string& path, uint64_t file_id, uint64_t version)>;
+  // Answers peers from `fetcher` from now on, checking each request with `check` (may be
+  // empty: no check); nullptr stops and waits for the calls in progress (each bounded by its
+  // deadline). `fetcher` and what `check` uses must stay valid until then.
+  void Serve(BlockFetcher* fetcher, FileCheck check = {});
 
   const std::string& identity() const { return key_; }
 
@@ -152,6 +158,7 @@ class PeerVolume final : public BlockSource {
 
   // Guarded by node_.vols_mu_: the fetcher peers are answered from, and calls using it.
   BlockFetcher* fetcher_ = nullptr;
+  FileCheck check_;
   int uses_ = 0;
 
   // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another

@@ -74,6 +74,8 @@ class Volume {
   VolumeFs& fs() { return *fs_; }
   // The volume's fetcher: peers are served from it (cache, or one hub read).
   BlockFetcher& fetcher() { return *fetcher_; }
+  // Its metadata: a peer's request is checked against it (the file at that path).
+  MetadataCache& metadata() { return *metadata_; }
 
   // Figures for VolumeStats; asks the hub for FSSTAT (bounded by the hub timeout; on
   // failure hub_reachable=false and the error is kept, the call still succeeds).

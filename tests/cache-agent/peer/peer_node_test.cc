@@ -168,6 +168,13 @@ TEST_F(PeerNodeTest, ADeadPeerCostsABoundedNumberOfAsksThenIsLeftOut) {
 TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   StartAgents(1);
   Agent& a = *agents_[0];
+  // The owner checks the file it would read is the one asked for (exe/ wires its metadata).
+  a.peer->Serve(a.fetcher.get(), [&](const std::string& path, uint64_t id, uint64_t version) {
+    return path == file_.path && id == file_.file_id && version == file_.version
+               ? Ok()
+               : Fail(Code::kNotFound, "another version of " + path);
+  });
+  uint64_t version = file_.version;
   auto ask = [&](std::string hub, std::string volume_path, std::string path,
                  std::string token = kToken) {
     auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
@@ -180,7 +187,7 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
     req.set_volume_path(volume_path);
     req.set_file_path(path);
     req.set_file_id(file_.file_id);
-    req.set_version(file_.version);
+    req.set_version(version);
     req.set_block_index(0);
     req.set_block_size(kBlock);
     req.set_length(kBlock);
@@ -196,6 +203,9 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   EXPECT_EQ(ask(kHub, "data", "/etc/passwd"), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(ask(kHub, "data", "train/./shard-0"), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(a.Counter("spoke_peer_auth_failures_total"), 2u);
+  version = file_.version + 1;  // a version the owner does not have
+  EXPECT_EQ(ask(kHub, "data", "train/shard-0"), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 1u);
 }
 
 }  // namespace
