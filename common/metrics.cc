@@ -76,11 +76,23 @@ Histogram& Registry::GetHistogram(const std::string& name, const std::string& he
 }
 
 void Registry::RemoveLabeled(const std::string& key, const std::string& value) {
+  // Removed series leave the exposition but stay allocated for the rest of the process:
+  // GetCounter's references stay valid, so a late update from a component still winding
+  // down (a hub call in flight when its volume is unmounted) writes into a detached metric,
+  // not into freed memory. A few dozen small objects per unmount.
+  static std::mutex retired_mu;
+  static auto* retired = new std::vector<std::shared_ptr<void>>();
   MutexLock lock(mu_);
+  std::lock_guard<std::mutex> retired_lock(retired_mu);
   auto drop = [&](auto& m) {
     for (auto it = m.begin(); it != m.end();) {
       auto l = it->first.find(key);
-      it = (l != it->first.end() && l->second == value) ? m.erase(it) : std::next(it);
+      if (l != it->first.end() && l->second == value) {
+        retired->push_back(std::shared_ptr<void>(std::move(it->second)));
+        it = m.erase(it);
+      } else {
+        ++it;
+      }
     }
   };
   for (auto& [name, f] : families_) {

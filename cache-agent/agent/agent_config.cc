@@ -30,6 +30,45 @@ std::vector<std::string> ParseMountRoots(ConfigReader& r) {
   return roots;
 }
 
+// Keeps ParseHostPort's "why" (the reader prefixes the file and key).
+void CheckHostPort(ConfigReader& r, std::string_view key, const std::string& value) {
+  if (auto s = ParseHostPort(value, key, nullptr, nullptr); !s) {
+    std::string why = s.error().message();
+    r.Reject(key, why.substr(why.find(": ") + 2));
+  }
+}
+
+void ParsePeerConfig(ConfigReader& r, PeerConfig* p) {
+  p->listen_address = r.String("peerListenAddress", p->listen_address);
+  if (auto expanded = ExpandMetricsAddress(
+          p->listen_address, [](const char* n) -> const char* { return std::getenv(n); });
+      !expanded) {
+    r.Reject("peerListenAddress", expanded.error().message());
+  } else {
+    p->listen_address = *expanded;
+  }
+  if (!p->listen_address.empty()) CheckHostPort(r, "peerListenAddress", p->listen_address);
+  p->peers = r.StringList("peers", p->peers);
+  for (const auto& peer : p->peers) CheckHostPort(r, "peers", peer);
+  p->service = r.String("peerService", p->service);
+  if (!p->service.empty()) CheckHostPort(r, "peerService", p->service);
+  p->token_file = r.String("peerTokenFile", p->token_file);
+  p->timeout_ms = static_cast<int>(r.Int("peerTimeoutMs", p->timeout_ms, 10, 60000));
+  p->keep_local_copy = r.Bool("peerKeepLocalCopy", p->keep_local_copy);
+  if (p->enabled()) {
+    if (p->peers.empty() && p->service.empty()) {
+      r.Reject("peerListenAddress", "peers are on but neither peers nor peerService names them");
+    }
+    if (p->token_file.empty() || p->token_file.front() != '/') {
+      r.Reject("peerTokenFile", "must be an absolute path when peerListenAddress is set, got '" +
+                                    p->token_file + "'");
+    }
+  } else if (!p->peers.empty() || !p->service.empty()) {
+    r.Reject(p->peers.empty() ? "peerService" : "peers",
+             "needs peerListenAddress (this agent must be a peer to use peers)");
+  }
+}
+
 }  // namespace
 
 Result<std::string> ExpandMetricsAddress(std::string_view text,
@@ -172,6 +211,8 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
                                       std::to_string(kMinMemoryBudgetBlocks * c.block_size_bytes) +
                                       " bytes), got " + std::to_string(c.memory_budget_bytes));
   }
+
+  ParsePeerConfig(r, &c.peer);
 
   if (auto s = r.Finish(); !s) return std::unexpected(s.error());
   return c;

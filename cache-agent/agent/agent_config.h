@@ -30,6 +30,20 @@ struct HubPoolConfig {
   int retries = 3;
 };
 
+// Cache sharing with the other agents of the cluster (keys peers*, docs/peers.md).
+struct PeerConfig {
+  // "host:port" the peer server listens on ("${POD_IP}:port" in Kubernetes); "" = no peers.
+  std::string listen_address;
+  std::vector<std::string> peers;  // static members, "host:port" each (self may be listed)
+  // A headless Service "name.namespace.svc:port" resolved every few seconds; "" = none.
+  std::string service;
+  std::string token_file;  // the cluster token (a mounted Secret)
+  int timeout_ms = 2000;   // bound on one ask of a peer; then the hub
+  // Store blocks got from peers in the local cache too (the admission policy decides).
+  bool keep_local_copy = true;
+  bool enabled() const { return !listen_address.empty(); }
+};
+
 // The eviction policies `evictionPolicy` accepts. Each has a factory in exe/wiring.cc
 // (MakeEvictionPolicy); tests/cache-agent/exe/wiring_test.cc checks that none is missing.
 const std::vector<std::string>& EvictionPolicyNames();
@@ -66,6 +80,9 @@ struct AgentConfig {
   // The agent's memory budget (prefetch buffers, store queue, hints, metadata), shared by
   // every volume. 0 = derived at start: 75% of the cgroup's memory limit, else 1.5 GiB.
   uint64_t memory_budget_bytes = 0;
+  // Cache sharing between the agents of a cluster (docs/peers.md). Off unless
+  // peer_listen_address is set; then peer_token_file and peers and/or peer_service are needed.
+  PeerConfig peer;
 
   // Host and port of metrics_address (valid only when it is not empty).
   std::string MetricsHost() const;

@@ -254,15 +254,20 @@ MountManager::~MountManager() { Shutdown(); }
 void MountManager::RemoveEntryAndSeries(const std::string& target) {
   std::string volume_id;
   bool still_mounted = false;
+  std::shared_ptr<MountedVolume> volume;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(target);
     if (it == entries_.end()) return;
     volume_id = it->second.record.volume_id;
+    volume = std::move(it->second.volume);
     entries_.erase(it);
     for (const auto& [t, e] : entries_)
       still_mounted = still_mounted || e.record.volume_id == volume_id;
   }
+  // The stack goes before its series: a hub call still in flight (a /metrics scrape's
+  // FSSTAT) records into them until the volume's hub client is gone.
+  volume.reset();
   // The volume's series go with its last mount: /metrics does not grow with every volume
   // the node ever had.
   if (!still_mounted) registry_.RemoveLabeled("volume", VolumeMetricsLabel(volume_id));
@@ -446,6 +451,7 @@ Status MountManager::Unmount(const std::string& target_path) {
   auto cleaned = CleanStaleMount(host_, target_path);
   if (!cleaned) return std::unexpected(cleaned.error());
   if (!known) return Ok();
+  volume.reset();  // RemoveEntryAndSeries drops the last reference before the series
   RemoveEntryAndSeries(target_path);
   UpdateGauges();
   log::Info("volume unmounted", {{"target", target_path}});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <utility>
 
 #include "cache-agent/fuse/fuse_adapter.h"
@@ -12,12 +13,14 @@ namespace {
 
 // Where a session that would not end keeps its adapter and volume (reachable, so leak checkers
 // stay quiet about it), for the rest of the process.
-void KeepForever(std::unique_ptr<FuseAdapter> fuse, std::unique_ptr<Volume> volume) {
+void KeepForever(std::unique_ptr<FuseAdapter> fuse, std::unique_ptr<Volume> volume,
+                 std::unique_ptr<PeerVolume> peer) {
   static std::mutex mu;
   static auto* kept =
-      new std::vector<std::pair<std::unique_ptr<FuseAdapter>, std::unique_ptr<Volume>>>();
+      new std::vector<std::tuple<std::unique_ptr<FuseAdapter>, std::unique_ptr<Volume>,
+                                 std::unique_ptr<PeerVolume>>>();
   std::lock_guard lock(mu);
-  kept->emplace_back(std::move(fuse), std::move(volume));
+  kept->emplace_back(std::move(fuse), std::move(volume), std::move(peer));
 }
 
 // A Volume served by a FUSE session: what the control plane holds for a mount.
@@ -26,17 +29,19 @@ class FuseMountedVolume final : public MountedVolume {
   FuseMountedVolume(std::unique_ptr<Volume> volume, std::string target)
       : volume_(std::move(volume)), target_(std::move(target)) {}
   ~FuseMountedVolume() override {
+    if (peer_ != nullptr) peer_->Serve(nullptr);  // no peer is answered from a closing volume
     (void)Unmount();
     if (fuse_ != nullptr && !fuse_->session_ended()) {
       // A worker is still inside the volume (a request the hub has not answered): freeing the
       // stack under it would crash the agent. Keep both alive; the loop ends with the process.
       log::Error("FUSE session still running at unmount; its volume is kept in memory",
                  {{"target", target_}});
-      KeepForever(std::move(fuse_), std::move(volume_));
+      KeepForever(std::move(fuse_), std::move(volume_), std::move(peer_));
       return;
     }
     fuse_.reset();  // the session ends before the stack it serves
     volume_.reset();
+    peer_.reset();  // the fetcher's block source: after the fetcher
   }
 
   const std::string& volume_id() const override { return volume_->volume_id(); }
@@ -69,8 +74,26 @@ class FuseMountedVolume final : public MountedVolume {
 
   Volume& volume() { return *volume_; }
   void Serve(std::unique_ptr<FuseAdapter> fuse) { fuse_ = std::move(fuse); }
+  // The volume's peer side (its fetcher's block source); peers are answered from now on.
+  void ServePeers(std::unique_ptr<PeerVolume> peer) {
+    peer_ = std::move(peer);
+    if (peer_ == nullptr) return;
+    // A peer's block is read only for the file this volume sees at that path, so that a
+    // stale or wrong request never stores bytes under another file's key.
+    Volume* v = volume_.get();
+    peer_->Serve(&v->fetcher(),
+                 [v](const std::string& path, uint64_t file_id, uint64_t version) -> Status {
+                   auto a = v->metadata().Resolve(path);
+                   if (!a) return std::unexpected(a.error());
+                   if (a->attr.file_id != file_id || a->attr.ContentVersion() != version) {
+                     return Fail(Code::kNotFound, "another version of " + path + " is here");
+                   }
+                   return Ok();
+                 });
+  }
 
  private:
+  std::unique_ptr<PeerVolume> peer_;  // outlives volume_ (declared first, destroyed last)
   std::unique_ptr<Volume> volume_;
   std::string target_;
   std::unique_ptr<FuseAdapter> fuse_;
@@ -92,10 +115,11 @@ Status FuseVolumeMounter::Config::Validate() const {
 }
 
 FuseVolumeMounter::FuseVolumeMounter(const Config& config, BlockCache* cache,
-                                     metrics::Registry* registry)
+                                     metrics::Registry* registry, PeerNode* peers)
     : config_(config),
       cache_(cache),
       registry_(registry),
+      peers_(peers),
       listeners_(std::make_shared<CacheListenerFanout>()) {
   if (cache_ != nullptr) cache_->SetListener(listeners_.get());
 }
@@ -165,10 +189,20 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   vc.memory = config_.memory;
   vc.hints_max_lines = config_.hints_max_lines;
   vc.hints_max_bytes = config_.hints_max_bytes;
+  // Cache sharing: the cluster's peers are asked before the hub, and answered for this
+  // volume, by hub identity (the hub export and the volume's path under it). Read-only
+  // volumes only: a writable one holds blocks written here that no peer may be given.
+  std::unique_ptr<PeerVolume> peer;
+  if (peers_ != nullptr && (read_only || context.read_only())) {
+    peer = peers_->Join(PeerHubName(context.hub.server, context.hub.nfs_port, context.hub.share),
+                        *path, cache_ != nullptr ? cache_->block_size() : config_.block_size);
+    vc.block_source = peer.get();
+  }
   auto volume =
       Volume::Open(vc, std::move(*remote), cache_, listeners_, registry_, SystemClock::Get());
   if (!volume) return std::unexpected(volume.error());
   auto vol = std::make_unique<FuseMountedVolume>(std::move(*volume), target_path);
+  vol->ServePeers(std::move(peer));
 
   FuseAdapter::Options fo;
   fo.mountpoint = target_path;
@@ -196,7 +230,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
 Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& config,
                                                              BlockCache& cache,
                                                              metrics::Registry& registry,
-                                                             MemoryBudget& memory) {
+                                                             MemoryBudget& memory,
+                                                             PeerNode* peers) {
   FuseVolumeMounter::Config c;
   c.hub.connections = config.hub.connections;
   c.hub.inflight_per_connection = config.hub.inflight_per_connection;
@@ -210,7 +245,8 @@ Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& 
   c.hints_max_bytes = std::clamp<uint64_t>(memory.background_limit() / 4,
                                            HintPredictor::HintBytes(kMaxHintPath), 64ull << 20);
   if (auto st = c.Validate(); !st) return std::unexpected(st.error());
-  return std::unique_ptr<VolumeMounter>(std::make_unique<FuseVolumeMounter>(c, &cache, &registry));
+  return std::unique_ptr<VolumeMounter>(
+      std::make_unique<FuseVolumeMounter>(c, &cache, &registry, peers));
 }
 
 }  // namespace spoke::agent

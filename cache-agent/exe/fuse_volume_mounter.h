@@ -15,6 +15,7 @@
 #include "cache-agent/agent/mounted_volume.h"
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/fs/prefetch_driver.h"
+#include "cache-agent/peer/peer_node.h"
 #include "cache-agent/remote/libnfs_remote.h"
 #include "cache-agent/volume/volume.h"
 #include "common/metrics.h"
@@ -50,7 +51,9 @@ class FuseVolumeMounter final : public VolumeMounter {
   // must outlive the mounter and every volume it mounted.
   // Registers itself (a CacheListenerFanout) as the cache's listener: prefetch verdicts
   // reach each volume's scheduler.
-  FuseVolumeMounter(const Config& config, BlockCache* cache, metrics::Registry* registry);
+  // `peers` (may be null: no cache sharing) must outlive the mounter and its volumes.
+  FuseVolumeMounter(const Config& config, BlockCache* cache, metrics::Registry* registry,
+                    PeerNode* peers = nullptr);
   ~FuseVolumeMounter() override;
 
   // kInvalidArgument (bad context or target), kUnavailable (hub not reachable within the
@@ -76,6 +79,7 @@ class FuseVolumeMounter final : public VolumeMounter {
   Config config_;
   BlockCache* cache_;
   metrics::Registry* registry_;
+  PeerNode* peers_;
   // Shared with the mounted volumes (each removes its scheduler when it goes).
   std::shared_ptr<CacheListenerFanout> listeners_;
 };
@@ -85,6 +89,7 @@ class FuseVolumeMounter final : public VolumeMounter {
 Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& config,
                                                              BlockCache& cache,
                                                              metrics::Registry& registry,
-                                                             MemoryBudget& memory);
+                                                             MemoryBudget& memory,
+                                                             PeerNode* peers = nullptr);
 
 }  // namespace spoke::agent

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -119,7 +120,14 @@ int Run(int argc, char** argv) {
   }
   log::Info("memory budget",
             {{"bytes", (*memory)->total()}, {"background_limit", (*memory)->background_limit()}});
-  auto mounter = MakeAgentMounter(*config, **cache, registry, **memory);
+  // Test-only fault (tests/cache-agent/peer): this agent corrupts the blocks it serves peers.
+  const char* fault = std::getenv("SPOKE_TEST_FAULT_PEER_CORRUPT_SERVED_BLOCKS");
+  auto peers = StartAgentPeers(*config, registry, fault != nullptr && std::string(fault) == "1");
+  if (!peers) {
+    log::Error("cannot start the peer node", {{"error", peers.error().message()}});
+    return 1;
+  }
+  auto mounter = MakeAgentMounter(*config, **cache, registry, **memory, peers->get());
   if (!mounter) {
     log::Error("cannot create the FUSE mounter", {{"error", mounter.error().message()}});
     return 1;
@@ -155,6 +163,7 @@ int Run(int argc, char** argv) {
   go.socket_mode = 0600;  // root only: the API mounts file systems
   auto served = ServeUntilSignal(go, {&service}, [&] {
     http.Stop();
+    if (*peers) (*peers)->Shutdown();
     // An upgrade or restart must not end the mounts: only NodeUnstage / spokectl unmount do.
     if (!config->fuse_keeper_socket.empty()) {
       manager->HandOver(drain);
@@ -171,6 +180,7 @@ int Run(int argc, char** argv) {
   }
   manager.reset();
   mounter->reset();
+  peers->reset();  // after every volume (each leaves the peer node when it closes)
   if (auto s = (*cache)->Close(); !s) {
     log::Error("cannot persist the cache index (the next start rebuilds it by scanning)",
                {{"error", s.error().message()}});

@@ -9,6 +9,7 @@
 #include "cache-agent/cache/block_cache_factory.h"  // OpenBlockCache, MakeLruPolicy
 #include "cache-agent/cache/nothrash_policy.h"
 #include "cache-agent/exe/fuse_volume_mounter.h"
+#include "cache-agent/peer/peer_token.h"
 
 namespace spoke::agent {
 namespace {
@@ -100,8 +101,25 @@ Result<std::unique_ptr<MemoryBudget>> MakeMemoryBudget(const AgentConfig& config
 Result<std::unique_ptr<VolumeMounter>> MakeAgentMounter(const AgentConfig& config,
                                                         BlockCache& cache,
                                                         metrics::Registry& registry,
-                                                        MemoryBudget& memory) {
-  return MakeFuseVolumeMounter(config, cache, registry, memory);
+                                                        MemoryBudget& memory, PeerNode* peers) {
+  return MakeFuseVolumeMounter(config, cache, registry, memory, peers);
+}
+
+Result<std::unique_ptr<PeerNode>> StartAgentPeers(const AgentConfig& config,
+                                                  metrics::Registry& registry,
+                                                  bool fault_corrupt_served_blocks) {
+  if (!config.peer.enabled()) return std::unique_ptr<PeerNode>();
+  auto token = LoadPeerToken(config.peer.token_file);
+  if (!token) return std::unexpected(token.error());
+  PeerNode::Config pc;
+  pc.listen_address = config.peer.listen_address;
+  pc.token = *token;
+  pc.timeout = std::chrono::milliseconds(config.peer.timeout_ms);
+  pc.keep_local_copy = config.peer.keep_local_copy;
+  pc.members.static_peers = config.peer.peers;
+  pc.members.service = config.peer.service;
+  pc.fault_corrupt_served_blocks = fault_corrupt_served_blocks;
+  return PeerNode::Start(pc, registry);
 }
 
 }  // namespace spoke::agent

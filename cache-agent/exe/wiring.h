@@ -18,6 +18,7 @@
 #include "cache-agent/agent/mounted_volume.h"
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/cache/eviction_policy.h"
+#include "cache-agent/peer/peer_node.h"
 #include "common/memory_budget.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -48,11 +49,19 @@ std::optional<uint64_t> CgroupMemoryLimit();
 Result<std::unique_ptr<MemoryBudget>> MakeMemoryBudget(const AgentConfig& config,
                                                        metrics::Registry& registry);
 
-// The real FUSE mounter, serving volumes from `cache` and the hub. `cache`, `registry` and
-// `memory` must outlive it.
+// The real FUSE mounter, serving volumes from `cache`, the cluster's peers (`peers`, may be
+// null) and the hub. `cache`, `registry`, `memory` and `peers` must outlive it.
 Result<std::unique_ptr<VolumeMounter>> MakeAgentMounter(const AgentConfig& config,
                                                         BlockCache& cache,
                                                         metrics::Registry& registry,
-                                                        MemoryBudget& memory);
+                                                        MemoryBudget& memory,
+                                                        PeerNode* peers = nullptr);
+
+// The agent's peer node (config.peer): reads the token file, starts the peer server and the
+// membership refresh. nullptr when peers are off. `fault_corrupt_served_blocks` is the
+// test-only fault of PeerNode::Config.
+Result<std::unique_ptr<PeerNode>> StartAgentPeers(const AgentConfig& config,
+                                                  metrics::Registry& registry,
+                                                  bool fault_corrupt_served_blocks = false);
 
 }  // namespace spoke::agent

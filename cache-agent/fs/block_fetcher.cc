@@ -222,13 +222,29 @@ void BlockFetcher::Dispatch() {
     }
   }
   for (auto& f : start) {
-    // Bytes only from the file and version the block belongs to (the name may have been
-    // replaced on the hub since), and only whole blocks: never cache what would mix versions.
-    remote_.ReadCheckedAsync(f->path, f->key.file_id, f->offset, f->length,
-                             [this, f](Result<RemoteFs::CheckedRead> r) {
-                               OnFetched(f, CheckFetched(*f, std::move(r)));
-                             });
+    // The source first (a peer's copy, checked by the owner against the same file id and
+    // version); on any failure of it or a block of the wrong length, the hub.
+    BlockSource* src = config_.source;
+    if (src != nullptr && src->FetchAsync({f->key, f->path, f->offset, f->length},
+                                          [this, f](Result<std::vector<char>> r) {
+                                            if (r && r->size() == f->length) {
+                                              return OnFetched(f, std::move(r), false);
+                                            }
+                                            ReadFromHub(f);
+                                          })) {
+      continue;
+    }
+    ReadFromHub(f);
   }
+}
+
+void BlockFetcher::ReadFromHub(const FetchPtr& f) {
+  // Bytes only from the file and version the block belongs to (the name may have been
+  // replaced on the hub since), and only whole blocks: never cache what would mix versions.
+  remote_.ReadCheckedAsync(f->path, f->key.file_id, f->offset, f->length,
+                           [this, f](Result<RemoteFs::CheckedRead> r) {
+                             OnFetched(f, CheckFetched(*f, std::move(r)));
+                           });
 }
 
 Result<std::vector<char>> BlockFetcher::CheckFetched(const Fetch& f,
@@ -275,7 +291,7 @@ void BlockFetcher::ReleaseMemoryLocked(Fetch& f) {
   f.memory_held = 0;
 }
 
-void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
+void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
   bool store = false;
   bool prefetched = false;   // its bytes stay in prefetch_bytes_ until stored
   bool over_budget = false;  // a reader's block the memory budget has no room to queue
@@ -283,9 +299,10 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r) {
     std::lock_guard<std::mutex> lock(mu_);
     hub_inflight_--;
     if (r) {
-      hub_bytes_->Inc(r->size());
+      if (from_hub) hub_bytes_->Inc(r->size());
       f->result = std::make_shared<const std::vector<char>>(std::move(*r));
-      store = cache_ != nullptr && !(*f->result)->empty();
+      store = cache_ != nullptr && !(*f->result)->empty() &&
+              (from_hub || config_.source->keep_local_copy());
     } else {
       f->result = std::unexpected(r.error());
     }

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "cache-agent/cache/block_cache.h"
+#include "cache-agent/fs/block_source.h"
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/memory_budget.h"
@@ -86,6 +87,9 @@ class BlockFetcher {
     uint64_t store_queue_bytes_max = 256ull << 20;
     // The agent's memory budget, shared by every volume (optional; must outlive the fetcher).
     MemoryBudget* memory = nullptr;
+    // Asked before the hub for every block to fetch (the cluster's peers); null = hub only.
+    // Must outlive the fetcher. Its bytes are not counted as hub bytes.
+    BlockSource* source = nullptr;
     Status Validate() const;
   };
 
@@ -162,7 +166,9 @@ class BlockFetcher {
   FetchPtr Join(const FileRef& file, uint64_t index, Class cls, ExpertId expert,
                 double predicted_use, SteadyTime deadline, bool* created, bool room_taken);
   void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
-  void OnFetched(const FetchPtr& f, Result<std::vector<char>> r);
+  // `from_hub`: false for a block the BlockSource gave (not counted as hub bytes).
+  void OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub = true);
+  void ReadFromHub(const FetchPtr& f);
   // The bytes of a checked read, or an error when the hub's file is not the version `f`
   // belongs to (ESTALE, counted) or the reply is not the whole block (EIO).
   Result<std::vector<char>> CheckFetched(const Fetch& f, Result<RemoteFs::CheckedRead> r);

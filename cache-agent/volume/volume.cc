@@ -78,6 +78,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   fc.read_deadline = config.read_deadline;
   fc.prefetch_bytes_max = config.prefetch_bytes_max;
   fc.memory = config.memory;
+  fc.source = config.block_source;
   if (auto st = fc.Validate(); !st) return std::unexpected(st.error());
   vol->fetcher_ = std::make_unique<BlockFetcher>(*vol->remote_, cache, VolumeKey(config.volume_id),
                                                  fc, reg, labels);

@@ -56,6 +56,9 @@ class Volume {
     // This volume's hint queue bounds (lines, accounted bytes).
     size_t hints_max_lines = 1 << 20;
     uint64_t hints_max_bytes = 64ull << 20;
+    // Asked before the hub for blocks to fetch (the cluster's peers); null = hub only. Must
+    // outlive the volume.
+    BlockSource* block_source = nullptr;
     Status Validate() const;
   };
 
@@ -76,6 +79,10 @@ class Volume {
   const VolumeContext& context() const { return config_.context; }
   bool read_only() const { return read_only_; }
   VolumeFs& fs() { return *fs_; }
+  // The volume's fetcher: peers are served from it (cache, or one hub read).
+  BlockFetcher& fetcher() { return *fetcher_; }
+  // Its metadata: a peer's request is checked against it (the file at that path).
+  MetadataCache& metadata() { return *metadata_; }
 
   // Figures for VolumeStats; asks the hub for FSSTAT (bounded by the hub timeout; on
   // failure hub_reachable=false and the error is kept, the call still succeeds).

@@ -2,7 +2,7 @@
 # (#if !__has_include("spoke_layer/<part>.h") #error ..., see cache-agent/CMakeLists.txt), so
 # that including it from a lower layer fails to compile.
 # Run: cmake -DSOURCE_DIR=<repo> -P layering_check.cmake
-set(parts cache remote prefetch fs volume fuse agent exe)
+set(parts cache remote prefetch fs volume peer fuse agent exe)
 set(failures "")
 foreach(part ${parts})
   file(GLOB headers "${SOURCE_DIR}/cache-agent/${part}/*.h")

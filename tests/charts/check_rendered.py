@@ -25,6 +25,9 @@ AGENT_KEYS = {"socket", "cacheDir", "cacheSizeBytes", "blockSizeBytes", "metrics
               "mountRoots", "stateDir", "hub", "logLevel", "fuseKeeperSocket",
               "fuseKeeperStart", "handoverTimeoutSeconds", "memoryBudgetBytes"}
 HUB_KEYS = {"connections", "inflightPerConnection", "requestTimeoutSeconds"}
+# Written only when peers.enabled (cache sharing, docs/peers.md).
+PEER_KEYS = {"peerListenAddress", "peerService", "peerTokenFile", "peerTimeoutMs",
+             "peerKeepLocalCopy"}
 
 errors = []
 
@@ -117,7 +120,21 @@ def check_render(variant, path):
         agent_cfg = yaml.safe_load(cm["data"]["agent.yaml"])
         node_cfg = yaml.safe_load(cm["data"]["node.yaml"])
         ctl_cfg = yaml.safe_load(cm["data"]["controller.yaml"])
-        check(set(agent_cfg) == AGENT_KEYS, f"agent.yaml keys {sorted(agent_cfg)}")
+        peers_on = "peerListenAddress" in agent_cfg
+        want_agent = AGENT_KEYS | PEER_KEYS if peers_on else AGENT_KEYS
+        check(set(agent_cfg) == want_agent, f"agent.yaml keys {sorted(agent_cfg)}")
+        if peers_on:
+            check(str(agent_cfg["peerListenAddress"]).startswith("${POD_IP}:"),
+                  "agent.yaml peerListenAddress on the pod IP")
+            port = str(agent_cfg["peerListenAddress"]).rsplit(":", 1)[1]
+            check(str(agent_cfg["peerService"]).endswith(".svc:" + port),
+                  "agent.yaml peerService names the headless Service on the peer port")
+            svc = one(docs, "Service", "-agent-peers")
+            check(svc and svc["spec"].get("clusterIP") == "None", "peer Service is headless")
+            check(svc and str(agent_cfg["peerService"]).startswith(svc["metadata"]["name"] + "."),
+                  "agent.yaml peerService is the rendered peer Service")
+            check(one(docs, "NetworkPolicy", "-agent-peers") is not None,
+                  "a NetworkPolicy guards the peer port")
         check(set(agent_cfg.get("hub", {})) == HUB_KEYS, "agent.yaml hub keys")
         check(agent_cfg.get("socket") == "/run/spoke/agent.sock", "agent.yaml socket")
         check(agent_cfg.get("metricsAddress") == "${POD_IP}:9810", "agent.yaml metricsAddress")

@@ -153,7 +153,23 @@ template.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.peers.enabled -}}
+{{- if empty .Values.peers.tokenSecret -}}
+{{- fail "peers.enabled needs peers.tokenSecret (a Secret with the cluster token under the key token)" -}}
+{{- end -}}
+{{- if or (lt (int .Values.peers.port) 1) (gt (int .Values.peers.port) 65535) (eq (int .Values.peers.port) (int .Values.agent.metricsPort)) -}}
+{{- fail (printf "peers.port %v: want 1..65535, other than agent.metricsPort" .Values.peers.port) -}}
+{{- end -}}
+{{- if or (lt (int .Values.peers.timeoutMs) 10) (gt (int .Values.peers.timeoutMs) 60000) -}}
+{{- fail (printf "peers.timeoutMs %v: want 10..60000" .Values.peers.timeoutMs) -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has .Values.logLevel (list "debug" "info" "warn" "error")) -}}
 {{- fail (printf "logLevel %q: want debug, info, warn or error" .Values.logLevel) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The headless Service through which agents find their peers (DNS lists ready pods only). */}}
+{{- define "spoke.peerService" -}}
+{{ include "spoke.fullname" . }}-agent-peers
 {{- end -}}

@@ -138,6 +138,19 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
        "memoryBudgetBytes: must be 0 (derive from the memory limit) or "
        "at least 16 blocks"},
       {"memoryBudgetBytes: [1]", "memoryBudgetBytes:"},
+      {"peerListenAddress: 7311", "peerListenAddress: expected host:port"},
+      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t", "peerListenAddress: peers are on"},
+      {"peerListenAddress: 0.0.0.0:7311\npeers: [a:1]", "peerTokenFile: must be an absolute"},
+      {"peerListenAddress: 0.0.0.0:7311\npeers: [a:1]\npeerTokenFile: t",
+       "peerTokenFile: must be an absolute"},
+      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t\npeers: [node-a]",
+       "peers: expected host:port"},
+      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t\npeerService: spoke-peers",
+       "peerService: expected host:port"},
+      {"peers: [10.0.0.1:7311]", "peers: needs peerListenAddress"},
+      {"peerService: spoke-peers.spoke.svc:7311", "peerService: needs peerListenAddress"},
+      {"peerTimeoutMs: 0", "peerTimeoutMs:"},
+      {"peerKeepLocalCopy: often", "peerKeepLocalCopy:"},
   };
   for (const auto& c : cases) {
     std::string err = ErrorOf(c.yaml);
@@ -187,6 +200,33 @@ TEST(AgentConfigTest, MountRootsDefaultAndSet) {
 }
 
 // The chart writes metricsAddress: "${POD_IP}:9810": one address, not every interface.
+TEST(AgentConfigTest, PeersOffByDefault) {
+  auto c = Parse("");
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(c->peer.enabled());
+  EXPECT_EQ(c->peer.timeout_ms, 2000);
+  EXPECT_TRUE(c->peer.keep_local_copy);
+}
+
+TEST(AgentConfigTest, PeerKeys) {
+  auto c = Parse(R"(
+peerListenAddress: 0.0.0.0:7311
+peers: ["10.0.0.1:7311", "[fd00::2]:7311"]
+peerService: spoke-peers.spoke.svc.cluster.local:7311
+peerTokenFile: /etc/spoke/peer/token
+peerTimeoutMs: 500
+peerKeepLocalCopy: false
+)");
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->peer.enabled());
+  EXPECT_EQ(c->peer.listen_address, "0.0.0.0:7311");
+  EXPECT_EQ(c->peer.peers, (std::vector<std::string>{"10.0.0.1:7311", "[fd00::2]:7311"}));
+  EXPECT_EQ(c->peer.service, "spoke-peers.spoke.svc.cluster.local:7311");
+  EXPECT_EQ(c->peer.token_file, "/etc/spoke/peer/token");
+  EXPECT_EQ(c->peer.timeout_ms, 500);
+  EXPECT_FALSE(c->peer.keep_local_copy);
+}
+
 TEST(AgentConfigTest, MetricsAddressOnThePodIp) {
   auto env = [](const char* name) -> const char* {
     return std::string_view(name) == "POD_IP" ? "10.1.2.3" : nullptr;

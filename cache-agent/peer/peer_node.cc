@@ -1,0 +1,353 @@
+#include "cache-agent/peer/peer_node.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "cache-agent/peer/peer_token.h"
+#include "cache-agent/peer/rendezvous.h"
+#include "common/log.h"
+#include "common/volume.h"
+
+namespace spoke::agent {
+namespace {
+
+// A block is at most the largest NFSv3 read: 1 MiB, plus room for the message around it.
+constexpr int kMaxMessageBytes = (1 << 20) + (64 << 10);
+
+std::chrono::steady_clock::time_point SteadyDeadline(const grpc::ServerContext& ctx,
+                                                     std::chrono::milliseconds cap) {
+  auto now_sys = std::chrono::system_clock::now();
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline() - now_sys);
+  return std::chrono::steady_clock::now() + std::clamp(left, std::chrono::milliseconds(0), cap);
+}
+
+}  // namespace
+
+std::string PeerHubName(const std::string& server, uint16_t nfs_port, const std::string& share) {
+  return server + ":" + std::to_string(nfs_port) + share;
+}
+
+// The gRPC service: checks the token, finds the volume, hands the call to it.
+class PeerNode::Service final : public peer::v1::Peer::Service {
+ public:
+  explicit Service(PeerNode& node) : node_(node) {}
+
+  grpc::Status GetBlock(grpc::ServerContext* ctx, const peer::v1::GetBlockRequest* req,
+                        peer::v1::GetBlockResponse* resp) override {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kPeerTokenHeader);
+    std::string_view presented;
+    if (it != md.end()) presented = std::string_view(it->second.data(), it->second.size());
+    if (!PeerTokenEquals(node_.config_.token, presented)) {
+      node_.m_.auth_failures->Inc();
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "peer token missing or wrong");
+    }
+    PeerVolume* v = node_.Acquire(req->hub() + '\n' + req->volume_path());
+    if (v == nullptr) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no volume of this hub path is mounted");
+    }
+    // The asker's own deadline bounds the work, and never more than a hub read's bound.
+    auto st = v->ServeBlock(*req, SteadyDeadline(*ctx, std::chrono::seconds(60)), resp);
+    node_.Release(v);
+    return st;
+  }
+
+ private:
+  PeerNode& node_;
+};
+
+Status PeerNode::Config::Validate() const {
+  if (listen_address.empty()) return Fail(Code::kInvalidArgument, "listen_address: is required");
+  if (token.size() < kPeerTokenMinBytes)
+    return Fail(Code::kInvalidArgument, "token: must be at least 16 bytes");
+  if (timeout < std::chrono::milliseconds(1))
+    return Fail(Code::kInvalidArgument, "timeout: must be >= 1 ms");
+  PeerSet::Config m = members;
+  if (m.self_port == 0) m.self_port = 1;  // set from the bound port at Start
+  if (auto s = m.Validate(); !s) return std::unexpected(s.error().Wrap("members"));
+  return Ok();
+}
+
+PeerNode::PeerNode(const Config& config, metrics::Registry& registry) : config_(config) {
+  auto counter = [&](const char* name, const char* help, metrics::Labels labels = {}) {
+    return &registry.GetCounter(name, help, labels);
+  };
+  m_.hits = counter("spoke_peer_hits_total", "Blocks received from a peer (checksum verified)");
+  m_.hit_bytes = counter("spoke_peer_hit_bytes_total", "Bytes received from peers");
+  const char* fb = "Blocks asked of a peer and then read from the hub";
+  m_.fallback_error = counter("spoke_peer_fallbacks_total", fb, {{"reason", "error"}});
+  m_.fallback_refused = counter("spoke_peer_fallbacks_total", fb, {{"reason", "refused"}});
+  m_.checksum_rejects = counter("spoke_peer_checksum_rejects_total",
+                                "Blocks from peers rejected: checksum or length mismatch");
+  m_.served_blocks = counter("spoke_peer_served_blocks_total", "Blocks served to peers");
+  m_.served_bytes = counter("spoke_peer_served_bytes_total", "Bytes served to peers");
+  m_.auth_failures =
+      counter("spoke_peer_auth_failures_total", "Peer calls refused for a missing or wrong token");
+  m_.members = &registry.GetGauge("spoke_peer_members", "Live peers, this agent included");
+}
+
+Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
+                                                  metrics::Registry& registry) {
+  if (auto s = config.Validate(); !s) return std::unexpected(s.error());
+  std::unique_ptr<PeerNode> node(new PeerNode(config, registry));
+  node->service_ = std::make_unique<Service>(*node);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &node->port_);
+  builder.RegisterService(node->service_.get());
+  builder.SetMaxReceiveMessageSize(64 << 10);  // requests are small
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  node->server_ = builder.BuildAndStart();
+  if (node->server_ == nullptr || node->port_ == 0) {
+    return Fail(Code::kUnavailable, "peerListenAddress: cannot listen on " + config.listen_address);
+  }
+  PeerSet::Config mc = config.members;
+  mc.self_port = node->port_;
+  node->members_ = std::make_unique<PeerSet>(mc);
+  node->members_->Start();
+  node->m_.members->Set(static_cast<int64_t>(node->members_->Live().members.size()));
+  log::Info("peer server listening", {{"address", config.listen_address},
+                                      {"port", node->port_},
+                                      {"members", node->members_->resolved_count()}});
+  if (config.fault_corrupt_served_blocks) {
+    log::Warn("TEST FAULT: served peer blocks are corrupted on purpose");
+  }
+  return node;
+}
+
+PeerNode::~PeerNode() {
+  Shutdown();
+  members_.reset();
+  std::lock_guard lock(vols_mu_);
+  if (!volumes_.empty()) log::Error("peer node destroyed before its volumes");
+}
+
+void PeerNode::Shutdown() {
+  if (shut_down_.exchange(true)) return;
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+peer::v1::Peer::Stub* PeerNode::StubFor(const std::string& member) {
+  std::lock_guard lock(stubs_mu_);
+  auto& stub = stubs_[member];
+  if (!stub) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    // A peer that went away is retried soon after it comes back (pod restart).
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    stub = peer::v1::Peer::NewStub(
+        grpc::CreateCustomChannel(member, grpc::InsecureChannelCredentials(), args));
+  }
+  return stub.get();
+}
+
+std::unique_ptr<PeerVolume> PeerNode::Join(const std::string& hub, const std::string& volume_path,
+                                           uint32_t block_size) {
+  std::unique_ptr<PeerVolume> v(new PeerVolume(*this, hub, volume_path, block_size));
+  Register(v.get());
+  return v;
+}
+
+void PeerNode::Register(PeerVolume* v) {
+  std::lock_guard lock(vols_mu_);
+  volumes_.emplace(v->key_, v);
+}
+
+void PeerNode::Unregister(PeerVolume* v) {
+  std::unique_lock lock(vols_mu_);
+  v->fetcher_ = nullptr;
+  vols_cv_.wait(lock, [&] { return v->uses_ == 0; });
+  auto [b, e] = volumes_.equal_range(v->key_);
+  for (auto it = b; it != e; ++it) {
+    if (it->second == v) {
+      volumes_.erase(it);
+      break;
+    }
+  }
+}
+
+PeerVolume* PeerNode::Acquire(const std::string& key) {
+  std::lock_guard lock(vols_mu_);
+  auto [b, e] = volumes_.equal_range(key);
+  for (auto it = b; it != e; ++it) {
+    if (it->second->fetcher_ != nullptr) {
+      it->second->uses_++;
+      return it->second;
+    }
+  }
+  return nullptr;
+}
+
+void PeerNode::Release(PeerVolume* v) {
+  {
+    std::lock_guard lock(vols_mu_);
+    v->uses_--;
+  }
+  vols_cv_.notify_all();
+}
+
+PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path,
+                       uint32_t block_size)
+    : node_(node),
+      hub_(std::move(hub)),
+      volume_path_(std::move(volume_path)),
+      key_(hub_ + '\n' + volume_path_),
+      block_size_(block_size) {}
+
+PeerVolume::~PeerVolume() { node_.Unregister(this); }
+
+void PeerVolume::Serve(BlockFetcher* fetcher, FileCheck check) {
+  std::unique_lock lock(node_.vols_mu_);
+  fetcher_ = fetcher;
+  if (fetcher == nullptr) {
+    node_.vols_cv_.wait(lock, [&] { return uses_ == 0; });
+    check_ = nullptr;
+  } else {
+    check_ = std::move(check);
+  }
+}
+
+grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
+                                    std::chrono::steady_clock::time_point deadline,
+                                    peer::v1::GetBlockResponse* resp) {
+  BlockFetcher* fetcher;
+  const FileCheck* check;
+  {
+    std::lock_guard lock(node_.vols_mu_);
+    fetcher = fetcher_;  // both valid while our use is held (Acquire)
+    check = &check_;
+  }
+  if (req.block_size() != fetcher->block_size()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "block_size: this peer uses " + std::to_string(fetcher->block_size()));
+  }
+  if (req.length() == 0 || req.length() > req.block_size()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "length: must be in 1..block_size");
+  }
+  // Only paths inside the volume, in their one normal form (no "..", no absolute path).
+  auto path = NormalizeRelativePath(req.file_path(), "file_path");
+  if (!path || *path != req.file_path() || path->empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "file_path: must be a normalised path inside the volume");
+  }
+  if (*check) {
+    if (auto st = (*check)(*path, req.file_id(), req.version()); !st) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "file_path: " + st.error().message());
+    }
+  }
+  const uint64_t bs = req.block_size();
+  if (req.block_index() > (UINT64_MAX - req.length()) / bs) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "block_index: out of range");
+  }
+  // The file is at least this long; that is all the fetcher needs for this one block.
+  FileRef file{*path, req.file_id(), req.version(), req.block_index() * bs + req.length()};
+  BlockKey key{fetcher->volume_key(), req.file_id(), req.version(), req.block_index()};
+  {
+    std::lock_guard lock(serving_mu_);
+    serving_.insert(key);
+  }
+  const bool cached = fetcher->Cached(file, req.block_index());
+  auto blocks = fetcher->GetBlocks(file, req.block_index(), 1, nullptr, nullptr, deadline);
+  {
+    std::lock_guard lock(serving_mu_);
+    serving_.erase(serving_.find(key));
+  }
+  if (!blocks[0]) {
+    const Error& e = blocks[0].error();
+    auto code = e.code() == Code::kTimeout ? grpc::StatusCode::DEADLINE_EXCEEDED
+                                           : grpc::StatusCode::UNAVAILABLE;
+    return grpc::Status(code, e.message());
+  }
+  const std::vector<char>& data = **blocks[0];
+  if (data.size() != req.length()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the file is shorter here: another version of it");
+  }
+  resp->set_xxh3(XXH3_64bits(data.data(), data.size()));
+  resp->mutable_data()->assign(data.data(), data.size());
+  resp->set_from_cache(cached);
+  if (node_.config_.fault_corrupt_served_blocks) (*resp->mutable_data())[0] ^= 0x5a;
+  node_.m_.served_blocks->Inc();
+  node_.m_.served_bytes->Inc(data.size());
+  return grpc::Status::OK;
+}
+
+bool PeerVolume::FetchAsync(const Block& block, Done done) {
+  {
+    std::lock_guard lock(serving_mu_);
+    if (serving_.contains(block.key)) return false;  // a peer asked us: we read the hub
+  }
+  if (node_.shut_down_.load()) return false;
+  PeerSet::View view = node_.members_->Live();
+  node_.m_.members->Set(static_cast<int64_t>(view.members.size()));
+  uint64_t h = PeerBlockHash(key_, block.key.file_id, block.key.version, block.key.index);
+  int owner = RendezvousOwner(view.members, h);
+  if (owner < 0 || owner == view.self) return false;
+
+  struct Call {
+    grpc::ClientContext ctx;
+    peer::v1::GetBlockRequest req;
+    peer::v1::GetBlockResponse resp;
+    std::string member;
+    uint32_t length = 0;
+    Done done;
+  };
+  auto call = std::make_shared<Call>();
+  call->member = view.members[owner];
+  call->length = block.length;
+  call->done = std::move(done);
+  call->ctx.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
+  call->ctx.AddMetadata(kPeerTokenHeader, node_.config_.token);
+  auto& r = call->req;
+  r.set_hub(hub_);
+  r.set_volume_path(volume_path_);
+  r.set_file_path(block.path);
+  r.set_file_id(block.key.file_id);
+  r.set_version(block.key.version);
+  r.set_block_index(block.key.index);
+  r.set_block_size(block_size_);
+  r.set_length(block.length);
+  PeerNode& node = node_;  // outlives every call (volumes leave before the node goes)
+  node.StubFor(call->member)
+      ->async()
+      ->GetBlock(&call->ctx, &call->req, &call->resp, [call, &node](grpc::Status st) {
+        auto fail = [&](std::string why) {
+          call->done(
+              std::unexpected(Error(Code::kUnavailable, "peer " + call->member + ": " + why)));
+        };
+        if (!st.ok()) {
+          // A refusal is an answer (the peer is alive); silence or a broken link is not.
+          bool refused = st.error_code() == grpc::StatusCode::NOT_FOUND ||
+                         st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                         st.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+          if (refused) {
+            node.members_->ReportSuccess(call->member);
+            node.m_.fallback_refused->Inc();
+          } else {
+            node.members_->ReportFailure(call->member);
+            node.m_.fallback_error->Inc();
+          }
+          if (log::Enabled(log::Level::kDebug)) {
+            log::Debug("peer ask failed", {{"peer", call->member}, {"error", st.error_message()}});
+          }
+          return fail(st.error_message());
+        }
+        node.members_->ReportSuccess(call->member);
+        const std::string& data = call->resp.data();
+        if (data.size() != call->length ||
+            XXH3_64bits(data.data(), data.size()) != call->resp.xxh3()) {
+          node.m_.checksum_rejects->Inc();
+          log::Warn("block from peer rejected: checksum or length mismatch",
+                    {{"peer", call->member}, {"path", call->req.file_path()}});
+          return fail("checksum mismatch");
+        }
+        node.m_.hits->Inc();
+        node.m_.hit_bytes->Inc(data.size());
+        call->done(std::vector<char>(data.begin(), data.end()));
+      });
+  return true;
+}
+
+}  // namespace spoke::agent

@@ -1,0 +1,173 @@
+// PeerNode: this agent's place in the cluster's shared cache (docs/peers.md).
+//
+// - As a server (gRPC, peer.proto), it answers GetBlock for the volumes this agent has
+//   mounted itself, by hub identity (hub + volume path), from the volume's BlockFetcher:
+//   the cache, or one hub read that concurrent askers share, stored in the cache. A file
+//   path outside the volume, a foreign block size or a missing or wrong cluster token are
+//   refused. Only read-only volumes take part (exe/): blocks written through a mount exist
+//   on that node alone.
+// - As a client, each mounted volume gets a PeerVolume, the BlockSource its fetcher asks
+//   before the hub: the block's owner among the live peers (rendezvous hashing) is asked
+//   with a bounded deadline, the answer's checksum is verified, and anything else (no
+//   answer, refusal, wrong checksum, wrong length) sends the fetcher to the hub.
+//
+// Metrics (agent-wide): spoke_peer_hits_total, spoke_peer_hit_bytes_total,
+// spoke_peer_fallbacks_total{reason}, spoke_peer_checksum_rejects_total,
+// spoke_peer_served_blocks_total, spoke_peer_served_bytes_total,
+// spoke_peer_auth_failures_total, spoke_peer_members.
+#pragma once
+
+#if !__has_include("spoke_layer/peer.h")
+#error "wrong-way include: cache-agent/peer/ is not among this target's dependencies"
+#endif
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "cache-agent/fs/block_fetcher.h"
+#include "cache-agent/fs/block_source.h"
+#include "cache-agent/peer/peer_set.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "peer.grpc.pb.h"
+
+namespace spoke::agent {
+
+class PeerVolume;
+
+class PeerNode {
+ public:
+  struct Config {
+    std::string listen_address;  // "host:port" of the peer server
+    std::string token;           // the cluster token (LoadPeerToken)
+    // Bound on one ask of a peer; then the hub.
+    std::chrono::milliseconds timeout{2000};
+    // Store blocks from peers in the local cache too (admission policy permitting).
+    bool keep_local_copy = true;
+    PeerSet::Config members;  // self_port is set from listen_address
+    // Test-only fault: flips a byte of every served block after its checksum is taken, so
+    // that receivers must reject it. Never set in production.
+    bool fault_corrupt_served_blocks = false;
+    Status Validate() const;
+  };
+
+  // Starts the server and the membership refresh. kInvalidArgument for a bad config,
+  // kUnavailable when the listen address cannot be bound.
+  static Result<std::unique_ptr<PeerNode>> Start(const Config& config, metrics::Registry& registry);
+  ~PeerNode();  // Shutdown(), then waits for the membership thread
+  PeerNode(const PeerNode&) = delete;
+  PeerNode& operator=(const PeerNode&) = delete;
+
+  // Stops answering peers (calls in progress get a short grace). Idempotent.
+  void Shutdown();
+
+  // The peer side of one mounted volume. `hub` is "server:nfsport/share", `volume_path`
+  // the volume's directory under the share. The PeerVolume must be destroyed before this
+  // node, and must outlive the fetcher it is the source of.
+  std::unique_ptr<PeerVolume> Join(const std::string& hub, const std::string& volume_path,
+                                   uint32_t block_size);
+
+  int port() const { return port_; }
+  PeerSet& members() { return *members_; }
+
+ private:
+  friend class PeerVolume;
+  class Service;
+  struct Metrics {
+    metrics::Counter* hits;
+    metrics::Counter* hit_bytes;
+    metrics::Counter* fallback_error;
+    metrics::Counter* fallback_refused;
+    metrics::Counter* checksum_rejects;
+    metrics::Counter* served_blocks;
+    metrics::Counter* served_bytes;
+    metrics::Counter* auth_failures;
+    metrics::Gauge* members;
+  };
+
+  PeerNode(const Config& config, metrics::Registry& registry);
+  // The stub for `member` ("ip:port"), made on first use.
+  peer::v1::Peer::Stub* StubFor(const std::string& member);
+  void Register(PeerVolume* v);
+  void Unregister(PeerVolume* v);
+  // The serving volume for a hub identity, with a use held (Release when done); null if none.
+  PeerVolume* Acquire(const std::string& key);
+  void Release(PeerVolume* v);
+
+  Config config_;
+  Metrics m_;
+  int port_ = 0;
+  std::unique_ptr<PeerSet> members_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> shut_down_{false};
+
+  std::mutex stubs_mu_;
+  std::map<std::string, std::unique_ptr<peer::v1::Peer::Stub>> stubs_;  // guarded by stubs_mu_
+
+  std::mutex vols_mu_;
+  std::condition_variable vols_cv_;
+  std::multimap<std::string, PeerVolume*> volumes_;  // by identity; guarded by vols_mu_
+};
+
+// One mounted volume's peer side: the BlockSource of its fetcher, and (after Serve) the
+// volume peers are answered from.
+class PeerVolume final : public BlockSource {
+ public:
+  ~PeerVolume() override;  // Serve(nullptr), then leaves the node
+
+  bool FetchAsync(const Block& block, Done done) override;
+  bool keep_local_copy() const override { return node_.config_.keep_local_copy; }
+
+  // Whether the file at `path` (relative to the volume) is this file id and content version
+  // here; a request naming another one is refused rather than cached under a wrong key.
+  using FileCheck =
+      std::function<Status(const std::string& path, uint64_t file_id, uint64_t version)>;
+  // Answers peers from `fetcher` from now on, checking each request with `check` (may be
+  // empty: no check); nullptr stops and waits for the calls in progress (each bounded by its
+  // deadline). `fetcher` and what `check` uses must stay valid until then.
+  void Serve(BlockFetcher* fetcher, FileCheck check = {});
+
+  const std::string& identity() const { return key_; }
+
+  // Serves one block to a peer (the node's service calls it with a use held); the gRPC
+  // status of the answer.
+  grpc::Status ServeBlock(const peer::v1::GetBlockRequest& req,
+                          std::chrono::steady_clock::time_point deadline,
+                          peer::v1::GetBlockResponse* resp);
+
+ private:
+  friend class PeerNode;
+  PeerVolume(PeerNode& node, std::string hub, std::string volume_path, uint32_t block_size);
+
+  PeerNode& node_;
+  std::string hub_;
+  std::string volume_path_;
+  std::string key_;  // hub + '\n' + volume_path
+  uint32_t block_size_;
+
+  // Guarded by node_.vols_mu_: the fetcher peers are answered from, and calls using it.
+  BlockFetcher* fetcher_ = nullptr;
+  FileCheck check_;
+  int uses_ = 0;
+
+  // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another
+  // peer (no ask loops when two agents briefly disagree about the member set).
+  std::mutex serving_mu_;
+  std::unordered_multiset<BlockKey, BlockKeyHash> serving_;  // guarded by serving_mu_
+};
+
+// "server:nfsport/share": how peers name a hub export.
+std::string PeerHubName(const std::string& server, uint16_t nfs_port, const std::string& share);
+
+}  // namespace spoke::agent

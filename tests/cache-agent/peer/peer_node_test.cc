@@ -1,0 +1,212 @@
+// Three PeerNodes in one process, each with its own BlockFetcher and cache over one shared
+// in-memory hub, talking gRPC over loopback: ownership, one hub read per block for the
+// cluster, checksum rejection, wrong tokens, dead peers and refused requests.
+#include "cache-agent/peer/peer_node.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache-agent/peer/peer_token.h"
+#include "tests/cache-agent/fs/fakes.h"
+#include "tests/support/hub.h"
+
+namespace spoke::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeBlockCache;
+using testing::FakeRemoteFs;
+
+constexpr uint32_t kBlock = 4096;
+constexpr uint64_t kBlocks = 48;
+const std::string kToken = "cluster-token-for-tests-0001";
+const std::string kHub = "hub.example:2049/export";
+
+std::string Pattern(uint64_t n) {
+  std::string s(n, '\0');
+  for (uint64_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + i / kBlock) & 0xff);
+  return s;
+}
+
+// One agent: a peer node and one mounted volume (fetcher + cache) of the shared hub.
+struct Agent {
+  Agent(FakeRemoteFs& hub, const PeerNode::Config& pc, uint64_t volume_key) : cache(kBlock) {
+    auto n = PeerNode::Start(pc, registry);
+    EXPECT_TRUE(n) << n.error().ToString();
+    node = std::move(*n);
+    peer = node->Join(kHub, "data", kBlock);
+    BlockFetcher::Config fc;
+    fc.block_size = kBlock;
+    fc.source = peer.get();
+    fetcher =
+        std::make_unique<BlockFetcher>(hub, &cache, volume_key, fc, registry, metrics::Labels{});
+    peer->Serve(fetcher.get());
+  }
+  ~Agent() {
+    peer->Serve(nullptr);
+    fetcher.reset();
+    peer.reset();
+    node.reset();
+  }
+  uint64_t Counter(const std::string& name, metrics::Labels labels = {}) {
+    return registry.GetCounter(name, "", labels).Value();
+  }
+  metrics::Registry registry;
+  FakeBlockCache cache;
+  std::unique_ptr<PeerNode> node;
+  std::unique_ptr<PeerVolume> peer;
+  std::unique_ptr<BlockFetcher> fetcher;
+};
+
+class PeerNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    hub_.PutFile("train/shard-0", Pattern(kBlocks * kBlock - 100));  // short last block
+    auto a = hub_.Stat("train/shard-0");
+    file_ = FileRef{"train/shard-0", a->file_id, a->ContentVersion(), a->size};
+    want_ = hub_.Data("train/shard-0");
+  }
+  void TearDown() override {
+    agents_.clear();
+    hub_.WaitIdle();
+  }
+
+  // `n` agents on loopback listing each other; `extra` members nobody serves.
+  void StartAgents(int n, std::vector<std::string> extra = {}, std::vector<bool> corrupt = {},
+                   std::vector<std::string> tokens = {}) {
+    std::vector<uint16_t> ports;
+    std::vector<std::string> members = extra;
+    for (int i = 0; i < n; ++i) {
+      ports.push_back(spoke::testing::FreePort());
+      members.push_back("127.0.0.1:" + std::to_string(ports.back()));
+    }
+    for (int i = 0; i < n; ++i) {
+      PeerNode::Config pc;
+      pc.listen_address = "127.0.0.1:" + std::to_string(ports[i]);
+      pc.token = i < static_cast<int>(tokens.size()) ? tokens[i] : kToken;
+      pc.timeout = 2000ms;
+      pc.members.static_peers = members;
+      pc.members.failures_to_mark_down = 2;
+      pc.members.down_period = 60s;
+      pc.fault_corrupt_served_blocks = i < static_cast<int>(corrupt.size()) && corrupt[i];
+      // Different volume keys: agents name their volumes differently, the hub identity
+      // is what peers agree on.
+      agents_.push_back(std::make_unique<Agent>(hub_, pc, 100 + i));
+    }
+  }
+
+  // Reads the whole file through `a`, one block per call, checking every byte.
+  void ReadAll(Agent& a) {
+    for (uint64_t b = 0; b < kBlocks; ++b) {
+      auto r = a.fetcher->GetBlocks(file_, b, 1);
+      ASSERT_TRUE(r[0]) << "block " << b << ": " << r[0].error().ToString();
+      std::string got((*r[0])->begin(), (*r[0])->end());
+      ASSERT_EQ(got, want_.substr(b * kBlock, kBlock)) << "block " << b;
+    }
+  }
+
+  uint64_t Sum(const std::string& counter, metrics::Labels labels = {}) {
+    uint64_t s = 0;
+    for (auto& a : agents_) s += a->Counter(counter, labels);
+    return s;
+  }
+
+  FakeRemoteFs hub_;
+  FileRef file_;
+  std::string want_;
+  std::vector<std::unique_ptr<Agent>> agents_;
+};
+
+TEST_F(PeerNodeTest, ThreeReadersOfOneFileReadEachBlockFromTheHubOnce) {
+  StartAgents(3);
+  std::vector<std::thread> readers;
+  for (auto& a : agents_) readers.emplace_back([&, p = a.get()] { ReadAll(*p); });
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size());
+  EXPECT_EQ(Sum("spoke_hub_read_bytes_total"), want_.size());
+  // Each agent owns about a third and got the other two thirds from peers.
+  EXPECT_EQ(Sum("spoke_peer_hit_bytes_total"), 2 * want_.size());
+  EXPECT_EQ(Sum("spoke_peer_served_bytes_total"), 2 * want_.size());
+  EXPECT_EQ(Sum("spoke_peer_checksum_rejects_total"), 0u);
+  for (auto& a : agents_) EXPECT_GT(a->Counter("spoke_peer_served_blocks_total"), 0u);
+}
+
+TEST_F(PeerNodeTest, ACorruptedBlockIsRejectedAndReadFromTheHub) {
+  StartAgents(2, {}, {false, true});  // agent 1 corrupts what it serves
+  ReadAll(*agents_[0]);
+  uint64_t rejects = agents_[0]->Counter("spoke_peer_checksum_rejects_total");
+  EXPECT_GT(rejects, 0u);
+  EXPECT_EQ(agents_[0]->Counter("spoke_peer_hits_total"), 0u);
+  EXPECT_EQ(rejects, agents_[1]->Counter("spoke_peer_served_blocks_total"));
+}
+
+TEST_F(PeerNodeTest, APeerWithAnotherTokenIsRefusedAndTheHubServes) {
+  StartAgents(2, {}, {}, {kToken, "some-other-cluster-token-99"});
+  ReadAll(*agents_[0]);
+  EXPECT_GT(agents_[1]->Counter("spoke_peer_auth_failures_total"), 0u);
+  EXPECT_EQ(agents_[1]->Counter("spoke_peer_served_blocks_total"), 0u);
+  EXPECT_EQ(agents_[0]->Counter("spoke_peer_hits_total"), 0u);
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size());
+}
+
+TEST_F(PeerNodeTest, ADeadPeerCostsABoundedNumberOfAsksThenIsLeftOut) {
+  // A member that is listed but does not listen (a pod that died).
+  std::string dead = "127.0.0.1:" + std::to_string(spoke::testing::FreePort());
+  StartAgents(1, {dead});
+  ReadAll(*agents_[0]);
+  ReadAll(*agents_[0]);  // cached now
+  uint64_t failed = agents_[0]->Counter("spoke_peer_fallbacks_total", {{"reason", "error"}});
+  EXPECT_GE(failed, 1u);
+  EXPECT_LE(failed, 2u);  // failures_to_mark_down
+  EXPECT_EQ(agents_[0]->node->members().Live().members.size(), 1u);
+}
+
+TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  // The owner checks the file it would read is the one asked for (exe/ wires its metadata).
+  a.peer->Serve(a.fetcher.get(), [&](const std::string& path, uint64_t id, uint64_t version) {
+    return path == file_.path && id == file_.file_id && version == file_.version
+               ? Ok()
+               : Fail(Code::kNotFound, "another version of " + path);
+  });
+  uint64_t version = file_.version;
+  auto ask = [&](std::string hub, std::string volume_path, std::string path,
+                 std::string token = kToken) {
+    auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(a.node->port()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    if (!token.empty()) ctx.AddMetadata(kPeerTokenHeader, token);
+    peer::v1::GetBlockRequest req;
+    req.set_hub(hub);
+    req.set_volume_path(volume_path);
+    req.set_file_path(path);
+    req.set_file_id(file_.file_id);
+    req.set_version(version);
+    req.set_block_index(0);
+    req.set_block_size(kBlock);
+    req.set_length(kBlock);
+    peer::v1::GetBlockResponse resp;
+    return stub->GetBlock(&ctx, req, &resp).error_code();
+  };
+  EXPECT_EQ(ask(kHub, "data", "train/shard-0"), grpc::StatusCode::OK);
+  EXPECT_EQ(ask(kHub, "data", "train/shard-0", ""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ask(kHub, "data", "train/shard-0", kToken + "x"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ask(kHub, "other", "train/shard-0"), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ask("elsewhere:2049/export", "data", "train/shard-0"), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ask(kHub, "data", "../etc/passwd"), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ask(kHub, "data", "/etc/passwd"), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ask(kHub, "data", "train/./shard-0"), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(a.Counter("spoke_peer_auth_failures_total"), 2u);
+  version = file_.version + 1;  // a version the owner does not have
+  EXPECT_EQ(ask(kHub, "data", "train/shard-0"), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 1u);
+}
+
+}  // namespace
+}  // namespace spoke::agent
