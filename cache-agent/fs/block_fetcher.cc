@@ -241,10 +241,9 @@ void BlockFetcher::Dispatch() {
 void BlockFetcher::ReadFromHub(const FetchPtr& f) {
   // Bytes only from the file and version the block belongs to (the name may have been
   // replaced on the hub since), and only whole blocks: never cache what would mix versions.
-  remote_.ReadCheckedAsync(f->path, f->key.file_id, f->offset, f->length,
-                           [this, f](Result<RemoteFs::CheckedRead> r) {
-                             OnFetched(f, CheckFetched(*f, std::move(r)));
-                           });
+  remote_.ReadCheckedAsync(
+      f->path, f->key.file_id, f->offset, f->length,
+      [this, f](Result<RemoteFs::CheckedRead> r) { OnFetched(f, CheckFetched(*f, std::move(r))); });
 }
 
 Result<std::vector<char>> BlockFetcher::CheckFetched(const Fetch& f,

@@ -244,6 +244,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = r->handle;
   fi->keep_cache = r->keep_cache;
   fi->direct_io = r->direct_io;
+  fi->noflush = 1;  // see the note at the flush handler in Ops()
   fuse_reply_open(req, fi);
 }
 
@@ -290,6 +291,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   auto e = Entry(self, r->first.ino, r->first.attr);
   fi->fh = r->second.handle;
   fi->direct_io = r->second.direct_io;
+  fi->noflush = 1;
   fuse_reply_create(req, &e, fi);
 }
 
@@ -387,9 +389,10 @@ const fuse_lowlevel_ops& Ops() {
     o.open = OpOpen;
     o.read = OpRead;
     o.release = OpRelease;
-    // No flush handler: libfuse answers ENOSYS once and the kernel stops sending FLUSH on
-    // close (writes are on the hub when write() returns, so there is nothing to flush). A
-    // close() then never waits for the agent, also while it restarts.
+    // Nothing to flush (writes are on the hub when write() returns): every open answers
+    // FOPEN_NOFLUSH (kernels 5.16+), so a close() never waits for the agent, also while it
+    // restarts; that matters to any process that forks and execs with a file of the mount
+    // open (exec closes it). Older kernels send one FLUSH, get ENOSYS and stop sending.
     o.fsync = OpFsync;
     o.write = OpWrite;
     o.create = OpCreate;

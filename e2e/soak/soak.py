@@ -831,6 +831,7 @@ def main():
         log("hub ports %s, proxy %d/%d, agent pid %d; dataset %d files"
             % (cluster.hub_ports, cluster.wan_nfs, cluster.wan_mnt, cluster.agent.pid,
                len(names)))
+        start_watchdog(args, cluster, ledger, work)
         stop = threading.Event()
         threads = []
         for i in range(args.readers):
@@ -912,6 +913,70 @@ def main():
         else:
             shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
+
+
+def fuse_connections_of(mountpoints):
+    """The FUSE connection ids (/sys/fs/fuse/connections/N) of `mountpoints`, read from
+    mountinfo: a stat() of a hung mount would hang too."""
+    ids = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if fields[4] in mountpoints and " - fuse" in line:
+                    ids.append(int(fields[2].split(":")[1]))
+    except (OSError, IndexError, ValueError):
+        pass
+    return ids
+
+
+def start_watchdog(args, cluster, ledger, work):
+    """The soak itself never hangs: past its whole budget (load, recovery, final pass), it
+    prints what is blocked and where the agent's threads wait, aborts its own FUSE connections
+    (so blocked threads return) and exits with a failure."""
+    budget = args.duration + 4 * args.request_bound + 180
+
+    def watch():
+        time.sleep(budget)
+        print("soak: FAIL: still running %.0f s after the start (budget for --duration %.0f)"
+              % (budget, args.duration), file=sys.stderr)
+        with ledger.lock:
+            for op, path, start in ledger.inflight.values():
+                print("  blocked: %s %s for %.0f s" % (op, path, time.monotonic() - start),
+                      file=sys.stderr)
+        pid = cluster.agent.pid if cluster.agent else None
+        if pid and cluster.agent.poll() is None:
+            waits = collections.Counter()
+            for t in os.listdir("/proc/%d/task" % pid):
+                try:
+                    with open("/proc/%d/task/%s/wchan" % (pid, t)) as f:
+                        waits[f.read().strip() or "running"] += 1
+                except OSError:
+                    pass
+            print("  agent pid %d threads by kernel wait: %s"
+                  % (pid, ", ".join("%s=%d" % kv for kv in waits.most_common())),
+                  file=sys.stderr)
+        else:
+            print("  agent not running", file=sys.stderr)
+        tail_log(os.path.join(cluster.agent_dir, "agent.log"), 60)
+        for conn in fuse_connections_of((cluster.ds_mnt, cluster.sc_mnt)):
+            try:
+                with open("/sys/fs/fuse/connections/%d/abort" % conn, "w") as f:
+                    f.write("1")
+            except OSError:
+                pass
+        for p in (cluster.agent, cluster.proxy, cluster.keeper):
+            if p and p.poll() is None:
+                p.kill()
+        for mnt in (cluster.ds_mnt, cluster.sc_mnt):
+            subprocess.run(["umount", "-l", mnt], capture_output=True, timeout=30)
+        cluster.stop_hub()
+        print("soak: work dir kept: %s" % work, file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="watchdog").start()
 
 
 def tail_log(path, n=30):
