@@ -100,20 +100,34 @@ void FdKeeperServer::Stop() {
 }
 
 void FdKeeperServer::Serve() {
+  using Clock = std::chrono::steady_clock;
   std::vector<UniqueFd> clients;
-  std::set<int> denied;  // accepted, but from a uid that may not use the keeper
+  std::set<int> denied;   // accepted, but from a uid that may not use the keeper
+  std::set<int> holders;  // clients holding the agent's lease
+  Clock::time_point last_seen = Clock::now();  // of a lease or a request
   while (!stopping_) {
+    int timeout_ms = -1;
+    if (config_.orphan_timeout.count() > 0 && holders.empty() && size() > 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          last_seen + config_.orphan_timeout - Clock::now());
+      if (left.count() <= 0) {
+        ReleaseOrphans(config_.orphan_timeout);
+        continue;
+      }
+      timeout_ms = static_cast<int>(std::min<int64_t>(left.count() + 1, 60000));
+    }
     std::vector<pollfd> fds;
     fds.push_back({wake_fd_.get(), POLLIN, 0});
     fds.push_back({listen_fd_.get(),
                    static_cast<short>(clients.size() < config_.max_clients ? POLLIN : 0), 0});
     for (auto& c : clients) fds.push_back({c.get(), POLLIN, 0});
-    int n = ::poll(fds.data(), fds.size(), -1);
+    int n = ::poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
       log::Error("fd keeper poll failed", {{"error", std::strerror(errno)}});
       return;
     }
+    if (n == 0) continue;  // the orphan clock is checked at the top
     if (fds[0].revents) break;
     // Serve existing clients first (indices shift once we erase, so walk backwards).
     for (size_t i = clients.size(); i-- > 0;) {
@@ -129,10 +143,27 @@ void FdKeeperServer::Serve() {
                                    std::to_string(config_.allowed_uid) + " may use the fd keeper"}}
                     .dump());
       } else if (re & POLLIN) {
-        keep = HandleRequest(fd);
+        bool hold = false;
+        keep = HandleRequest(fd, &hold);
+        last_seen = Clock::now();
+        if (keep && hold && holders.insert(fd).second) {
+          log::Info("fd keeper: an agent holds the kept connections",
+                    {{"kept", static_cast<int64_t>(size())}});
+        }
       }
       if (!keep) {
         denied.erase(fd);
+        if (holders.erase(fd) > 0) {
+          last_seen = Clock::now();
+          if (holders.empty() && size() > 0) {
+            log::Warn(
+                "fd keeper: the agent serving the kept connections went away; they are "
+                "released unless an agent takes them back in time",
+                {{"kept", static_cast<int64_t>(size())},
+                 {"orphan_timeout_ms",
+                  static_cast<int64_t>(config_.orphan_timeout.count())}});
+          }
+        }
         clients.erase(clients.begin() + static_cast<ptrdiff_t>(i));
       }
     }
@@ -158,7 +189,23 @@ Status FdKeeperServer::Reply(int client, const std::string& text, std::span<cons
   return SendFdMessage(client, text, fds, config_.io_timeout);
 }
 
-bool FdKeeperServer::HandleRequest(int client) {
+void FdKeeperServer::ReleaseOrphans(std::chrono::milliseconds idle) {
+  std::map<std::string, KeptFd> released;
+  {
+    MutexLock lock(mu_);
+    released.swap(entries_);
+  }
+  std::string keys;
+  for (const auto& [key, e] : released) keys += (keys.empty() ? "" : ",") + key;
+  log::Error(
+      "fd keeper: no agent took the kept FUSE connections back; released, so their mounts "
+      "fail (ECONNABORTED) instead of waiting forever",
+      {{"idle_ms", static_cast<int64_t>(idle.count())},
+       {"released", static_cast<int64_t>(released.size())},
+       {"keys", keys}});
+}  // `released` closes the descriptors; the last one of a connection aborts it
+
+bool FdKeeperServer::HandleRequest(int client, bool* hold) {
   auto msg = RecvFdMessage(client, std::chrono::milliseconds(0));
   if (!msg) {
     if (msg.error().code() != Code::kUnavailable) {
@@ -213,6 +260,10 @@ bool FdKeeperServer::HandleRequest(int client) {
       if (!Reply(client, texts[i], std::span<const int>(&fd, 1))) return false;
     }
     return Reply(client, json{{"ok", true}, {"count", texts.size()}}.dump()).has_value();
+  }
+  if (op == "hold") {
+    *hold = true;
+    return Reply(client, json{{"ok", true}}.dump()).has_value();
   }
   if (op == "del") {
     std::string key = req->value("key", "");
@@ -296,6 +347,27 @@ Result<bool> FdKeeperClient::Del(const std::string& key) const {
   if (!j) return std::unexpected(j.error());
   if (!j->value("ok", false)) return std::unexpected(KeeperError(*j));
   return j->value("found", false);
+}
+
+Result<UniqueFd> FdKeeperClient::Hold() const {
+  auto sock = Connect();
+  if (!sock) return std::unexpected(sock.error());
+  if (auto s = SendFdMessage(sock->get(), json{{"op", "hold"}}.dump(), {}, timeout_); !s) {
+    return std::unexpected(s.error());
+  }
+  auto reply = RecvFdMessage(sock->get(), timeout_);
+  if (!reply) return std::unexpected(reply.error().Wrap("fd keeper hold"));
+  auto j = ParseObject(reply->data, "keeper reply");
+  if (!j) return std::unexpected(j.error());
+  if (!j->value("ok", false)) return std::unexpected(KeeperError(*j));
+  return std::move(*sock);
+}
+
+bool FdKeeperClient::HoldAlive(int hold) {
+  if (hold < 0) return false;
+  pollfd p{hold, POLLIN, 0};
+  // The keeper never writes on a lease: anything readable is its end (EOF) or an error.
+  return ::poll(&p, 1, 0) == 0;
 }
 
 }  // namespace spoke

@@ -8,6 +8,8 @@
 //                                                      ... one record per entry, then
 //                                                      {"ok":true,"count":N}
 //   {"op":"del","key":K}                           ->  {"ok":true,"found":bool}
+//   {"op":"hold"}                                  ->  {"ok":true}; the connection stays open
+//                                                      as the agent's lease (see orphan_timeout)
 //   any failure                                    ->  {"ok":false,"error":"..."}
 // PUT of an existing key replaces (and closes) the old descriptor. Keys are 1..256 printable
 // bytes; metadata is a JSON object of at most 32 KiB, opaque to the keeper.
@@ -46,6 +48,11 @@ class FdKeeperServer {
     std::chrono::milliseconds io_timeout{5000};
     // Clients served at once; more wait in the listen backlog.
     size_t max_clients = 64;
+    // While no agent holds a lease ("hold") and no client has asked anything for this long,
+    // the kept descriptors are released: with no agent to serve them, their mounts would
+    // otherwise make every access wait forever; released, they fail (ECONNABORTED). Counted
+    // from the last lease's end (or the last request). 0 = keep them forever.
+    std::chrono::milliseconds orphan_timeout{0};
 
     Status Validate() const;
   };
@@ -66,8 +73,11 @@ class FdKeeperServer {
 
  private:
   void Serve();
-  // Handles one request on `client`; false when the client should be dropped.
-  bool HandleRequest(int client);
+  // Releases every kept descriptor (the orphan timeout passed).
+  void ReleaseOrphans(std::chrono::milliseconds idle);
+  // Handles one request on `client`; false when the client should be dropped. Sets `*hold`
+  // when the client took the agent's lease.
+  bool HandleRequest(int client, bool* hold);
   Status Reply(int client, const std::string& json, std::span<const int> fds = {});
 
   Config config_;
@@ -93,6 +103,11 @@ class FdKeeperClient {
   Result<std::vector<KeptFd>> List() const;
   // Forgets `key` and closes the keeper's duplicate. Returns whether the key was kept.
   Result<bool> Del(const std::string& key) const;
+  // Takes the agent's lease: the returned connection tells the keeper an agent serves the kept
+  // descriptors for as long as it stays open (it closes with the process, however it ends).
+  Result<UniqueFd> Hold() const;
+  // Whether the keeper still has the lease `hold` (false once the keeper went away).
+  static bool HoldAlive(int hold);
 
  private:
   Result<UniqueFd> Connect() const;

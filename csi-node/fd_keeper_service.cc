@@ -16,6 +16,7 @@ Result<std::unique_ptr<FdKeeperServer>> StartFuseKeeper(const NodeConfig& config
   }
   FdKeeperServer::Config keeper;
   keeper.socket_path = config.fuse_keeper_socket;
+  keeper.orphan_timeout = config.fuse_keeper_orphan_timeout;
   auto server = std::make_unique<FdKeeperServer>(keeper);
   if (auto s = server->Start(); !s) return std::unexpected(s.error().Wrap("fuseKeeperSocket"));
   return server;

@@ -43,6 +43,9 @@ Status Apply(ConfigReader& r, NodeConfig* c,
                              std::chrono::duration<double>(c->agent_timeout).count(), 1, 600);
   c->agent_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   c->fuse_keeper_socket = r.String("fuseKeeperSocket", c->fuse_keeper_socket);
+  c->fuse_keeper_orphan_timeout = std::chrono::seconds(static_cast<int64_t>(
+      r.Seconds("fuseKeeperOrphanTimeoutSeconds",
+                static_cast<double>(c->fuse_keeper_orphan_timeout.count()), 0, 86400)));
   if (auto s = r.Finish(); !s) return s;
 
   if (c->region.empty() && getenv) {

@@ -6,6 +6,7 @@
 //   topology: {region: eu-west-1, zone: eu-west-1a}     # or env SPOKE_REGION / SPOKE_ZONE
 //   agentTimeoutSeconds: 30
 //   fuseKeeperSocket: /run/spoke/fuse-keeper.sock   # hold the agent's /dev/fuse fds (optional)
+//   fuseKeeperOrphanTimeoutSeconds: 300   # release them when no agent is back by then; 0 = never
 //   inlineVolumes:                       # CSI inline (ephemeral) volumes; none when absent
 //     servers: [hub.example.com]         # exact server names or IPs
 //     sharePrefixes: [/srv/datasets]     # share, or a directory prefix of it
@@ -56,6 +57,9 @@ struct NodeConfig {
   // When set, the plugin embeds the fd keeper here: it holds a duplicate of every FUSE
   // connection the agent serves, so mounts stay connected across agent crashes and upgrades.
   std::string fuse_keeper_socket;
+  // How long the keeper waits for an agent to take its connections back before releasing
+  // them (their mounts then fail (ECONNABORTED) rather than hang); 0 = forever.
+  std::chrono::seconds fuse_keeper_orphan_timeout{300};
   InlinePolicy inline_volumes;
 
   // Non-empty node id, absolute paths, state dir inside kubeletDir when enforced.

@@ -188,7 +188,19 @@ std::vector<std::string> MountManager::AdoptKept(const std::vector<MountRecord>&
   return adopted;
 }
 
+void MountManager::HoldKeeper() {
+  if (options_.keeper_socket.empty() || FdKeeperClient::HoldAlive(keeper_hold_.get())) return;
+  FdKeeperClient keeper(options_.keeper_socket, options_.keeper_timeout);
+  auto hold = keeper.Hold();
+  if (!hold) {
+    keeper_hold_.Reset();
+    return;  // unreachable keeper: SyncKeeper reports it and retries
+  }
+  keeper_hold_ = std::move(*hold);
+}
+
 std::chrono::steady_clock::time_point MountManager::SyncKeeper() {
+  HoldKeeper();
   auto now = std::chrono::steady_clock::now();
   std::vector<std::pair<MountRecord, std::shared_ptr<MountedVolume>>> mounted;
   std::vector<std::string> lost;
@@ -308,6 +320,7 @@ Status MountManager::Start() {
   // Connections the keeper held through the restart: served again before anything else, so
   // their users see only a pause.
   std::vector<std::string> adopted = AdoptKept(*records);
+  HoldKeeper();
   // Stale mounts next, synchronously: they are local and fast, and a pod reading through
   // one gets ENOTCONN until it is gone.
   for (const auto& r : *records) {

@@ -28,6 +28,7 @@
 #include "cache-agent/agent/host_mounts.h"
 #include "cache-agent/agent/mount_state.h"
 #include "cache-agent/agent/mounted_volume.h"
+#include "common/fd_passing.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/volume.h"
@@ -166,6 +167,10 @@ class MountManager {
   metrics::Counter& stale_cleaned_;
   metrics::Counter& adopted_;
   std::chrono::milliseconds keeper_backoff_{0};  // GUARDED_BY(bg_mu_ thread): bg thread only
+  // This agent's lease on the keeper (start-up, then the bg thread only): while it is open the
+  // keeper does not release the connections it holds; it closes with the process.
+  UniqueFd keeper_hold_;
+  void HoldKeeper();
 };
 
 }  // namespace spoke::agent

@@ -3,7 +3,12 @@
 // purpose and is never upgraded with the agent (in Kubernetes, spoke-csi-node embeds the same
 // server).
 //
-//   spoke-fuse-keeper --socket /run/spoke/fuse-keeper.sock [--log-level info] [--version]
+//   spoke-fuse-keeper --socket /run/spoke/fuse-keeper.sock [--orphan-timeout 300]
+//                     [--log-level info] [--version]
+//
+// --orphan-timeout: seconds without an agent (no lease, no request) after which the kept
+// connections are released, so their mounts fail (ECONNABORTED) instead of waiting forever for
+// an agent that is not coming back; 0 = never.
 //
 // SIGTERM/SIGINT stop it; the descriptors it held close with it (the agent keeps its own
 // duplicates, so mounts stay up while the agent runs and the agent re-puts them on reconnect).
@@ -19,7 +24,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: spoke-fuse-keeper [--socket /run/spoke/fuse-keeper.sock]\n"
+    "usage: spoke-fuse-keeper [--socket /run/spoke/fuse-keeper.sock] [--orphan-timeout 300]\n"
     "                         [--log-level debug|info|warn|error] [--version]\n";
 
 int Die(const std::string& msg) {
@@ -33,6 +38,7 @@ int main(int argc, char** argv) {
   using namespace spoke;
   FdKeeperServer::Config config;
   config.socket_path = "/run/spoke/fuse-keeper.sock";
+  config.orphan_timeout = std::chrono::seconds(300);
   std::string level = "info";
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -42,6 +48,19 @@ int main(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       return 0;
+    } else if (arg == "--orphan-timeout") {
+      if (i + 1 >= argc) return Die(arg + " needs a value\n" + kUsage);
+      std::string v = argv[++i];
+      size_t used = 0;
+      long secs = -1;
+      try {
+        secs = std::stol(v, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != v.size() || secs < 0 || secs > 86400) {
+        return Die("--orphan-timeout must be 0..86400 seconds, got '" + v + "'");
+      }
+      config.orphan_timeout = std::chrono::seconds(secs);
     } else if (arg == "--socket" || arg == "--log-level") {
       if (i + 1 >= argc) return Die(arg + " needs a value\n" + kUsage);
       (arg == "--socket" ? config.socket_path : level) = argv[++i];

@@ -143,7 +143,8 @@ def check_render(variant, path):
         check(agent_cfg.get("cacheSizeBytes") == want_size,
               f"agent.yaml cacheSizeBytes {agent_cfg.get('cacheSizeBytes')!r} != {want_size!r}")
         check(agent_cfg.get("blockSizeBytes") == "1Mi", "agent.yaml blockSizeBytes")
-        want_node = {"kubeletDir", "topology", "fuseKeeperSocket"} | (
+        want_node = {"kubeletDir", "topology", "fuseKeeperSocket",
+                     "fuseKeeperOrphanTimeoutSeconds"} | (
             {"inlineVolumes"} if variant == "full" else set())
         check(set(node_cfg) == want_node, f"node.yaml keys {sorted(node_cfg)}")
         if variant == "full":

@@ -104,6 +104,76 @@ TEST_F(FdKeeperTest, PutReplacesAndClosesTheOlderDescriptor) {
   EXPECT_EQ(server_->size(), 1u);
 }
 
+// Polls for up to 10 s; whether `pred` became true.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  for (int i = 0; i < 1000; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+TEST(FdKeeperOrphanTest, ReleasesKeptDescriptorsOnlyWhenNoAgentHoldsTheLeaseForTheTimeout) {
+  TempDir dir;
+  FdKeeperServer::Config config;
+  config.socket_path = dir.path() + "/keeper.sock";
+  config.allowed_uid = ::geteuid();
+  config.orphan_timeout = 300ms;
+  FdKeeperServer server(config);
+  ASSERT_TRUE(server.Start());
+  FdKeeperClient c(config.socket_path, 2000ms);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto hold = c.Hold();
+  ASSERT_TRUE(hold) << hold.error().ToString();
+  EXPECT_TRUE(FdKeeperClient::HoldAlive(hold->get()));
+  Pipe p;
+  ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
+  p.r.Reset();  // the keeper's copy is the pipe's only read end
+  // Held: kept well past the timeout.
+  std::this_thread::sleep_for(900ms);
+  EXPECT_EQ(server.size(), 1u);
+  EXPECT_EQ(::write(p.w.get(), "x", 1), 1);
+
+  // A new agent's lease taken while the old one is still open, then the old one ends: still
+  // held.
+  auto second = c.Hold();
+  ASSERT_TRUE(second);
+  hold->Reset();
+  std::this_thread::sleep_for(900ms);
+  EXPECT_EQ(server.size(), 1u);
+
+  // The last lease ends (the agent died): released after the timeout, the descriptor closed.
+  second->Reset();
+  ASSERT_TRUE(Eventually([&] { return server.size() == 0; })) << "never released";
+  EXPECT_EQ(::write(p.w.get(), "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+}
+
+TEST(FdKeeperOrphanTest, WithoutATimeoutNothingIsEverReleasedAndTheLeaseEndsWithTheKeeper) {
+  TempDir dir;
+  FdKeeperServer::Config config;
+  config.socket_path = dir.path() + "/keeper.sock";
+  config.allowed_uid = ::geteuid();
+  auto server = std::make_unique<FdKeeperServer>(config);
+  ASSERT_TRUE(server->Start());
+  FdKeeperClient c(config.socket_path, 2000ms);
+  Pipe p;
+  ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
+  auto hold = c.Hold();
+  ASSERT_TRUE(hold);
+  hold->Reset();
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(server->size(), 1u);
+
+  auto again = c.Hold();
+  ASSERT_TRUE(again);
+  server.reset();  // the keeper went away: the agent sees its lease end and takes a new one
+  EXPECT_TRUE(Eventually([&] { return !FdKeeperClient::HoldAlive(again->get()); }));
+  EXPECT_FALSE(FdKeeperClient::HoldAlive(-1));
+}
+
 TEST_F(FdKeeperTest, ListsManyEntriesInKeyOrder) {
   std::vector<Pipe> pipes(40);
   auto c = Client();

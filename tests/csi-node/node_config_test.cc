@@ -29,7 +29,7 @@ TEST(NodeConfig, FileSettingsAndEnvFallback) {
   NodeConfig c;
   ASSERT_TRUE(
       LoadNodeConfigString("kubeletDir: /opt/kubelet/\ntopology: {region: eu-west-1, zone: \"\"}\n"
-                           "agentTimeoutSeconds: 5\n",
+                           "agentTimeoutSeconds: 5\nfuseKeeperOrphanTimeoutSeconds: 0\n",
                            &c, Env({{"SPOKE_REGION", "ignored"}, {"SPOKE_ZONE", "eu-west-1b"}})));
   EXPECT_TRUE(c.kubelet_dir_enforced);
   EXPECT_EQ(c.kubelet_dir, "/opt/kubelet/");
@@ -37,6 +37,10 @@ TEST(NodeConfig, FileSettingsAndEnvFallback) {
   EXPECT_EQ(c.region, "eu-west-1");
   EXPECT_EQ(c.zone, "eu-west-1b");
   EXPECT_EQ(c.agent_timeout.count(), 5000);
+  EXPECT_EQ(c.fuse_keeper_orphan_timeout.count(), 0);  // 0 = keep the connections forever
+  NodeConfig d;
+  ASSERT_TRUE(LoadNodeConfigString("", &d, Env({})));
+  EXPECT_EQ(d.fuse_keeper_orphan_timeout.count(), 300);
 }
 
 TEST(NodeConfig, ErrorsNameTheKey) {
@@ -50,6 +54,10 @@ TEST(NodeConfig, ErrorsNameTheKey) {
   s = LoadNodeConfigString("agentTimeoutSeconds: 0\n", &c, Env({}));
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message().find("agentTimeoutSeconds"), std::string::npos);
+  s = LoadNodeConfigString("fuseKeeperOrphanTimeoutSeconds: -5\n", &c, Env({}));
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("fuseKeeperOrphanTimeoutSeconds"), std::string::npos)
+      << s.error().message();
 }
 
 TEST(NodeConfig, InlineVolumeAllowList) {

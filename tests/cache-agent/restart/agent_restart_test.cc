@@ -173,10 +173,10 @@ class AgentRestartTest : public ::testing::Test {
     return pid;
   }
 
-  void StartKeeper() {
-    keeper_pid_ =
-        Spawn({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket", keeper_socket_},
-              work_->path() + "/keeper.log");
+  void StartKeeper(const std::string& orphan_timeout_seconds = "300") {
+    keeper_pid_ = Spawn({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket",
+                         keeper_socket_, "--orphan-timeout", orphan_timeout_seconds},
+                        work_->path() + "/keeper.log");
     for (int i = 0; i < 100 && !fs::exists(keeper_socket_); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -471,6 +471,60 @@ TEST_F(AgentRestartTest, CloseAndExecDoNotWaitForAStoppedAgent) {
   ::close(efd);
   std::string back = ReadAll(mnt_ + "/closing.log");
   EXPECT_EQ(back, "abc");
+}
+
+// An agent that never comes back (crash loop, node being drained): the keeper releases the
+// connections after its orphan timeout, and the pod's accesses fail (ECONNABORTED, like an
+// aborted FUSE connection) instead of waiting forever.
+TEST_F(AgentRestartTest, WithNoAgentBackTheKeeperReleasesTheMountsSoReadsFailInsteadOfHanging) {
+  Stop(keeper_pid_, SIGTERM);
+  StartKeeper("2");
+  ASSERT_GT(StartAgent(), 0);
+  HubAddress wan = wan_->address();
+  std::string url = "'nfs://127.0.0.1" + wan.share + "?nfsport=" + std::to_string(wan.nfs_port) +
+                    "&mountport=" + std::to_string(wan.mount_port) + "'";
+  auto [rc, out] = Spokectl("mount " + url + " " + mnt_ + " --mode scratch");
+  ASSERT_EQ(rc, 0) << out << Diagnostics();
+  std::string file = mnt_ + "/data/d1/f3.bin";
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  char b[4096];
+  ASSERT_GT(::pread(fd, b, sizeof(b), 0), 0);
+  // The keeper has the connection once the agent's keeper sync ran.
+  for (int i = 0; i < 100 && ReadAll(work_->path() + "/keeper.log").find("kept") ==
+                                 std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+
+  Stop(agent_pid_, SIGKILL);  // and no successor
+  std::string unseen = mnt_ + "/data/d2/f7.bin";  // never looked up: its LOOKUP needs the agent
+  pid_t child = ::fork();
+  if (child == 0) {
+    int n = ::open(unseen.c_str(), O_RDONLY);  // waits while the keeper still holds it
+    bool disconnected = n < 0 && (errno == ENOTCONN || errno == ECONNABORTED);
+    ::_exit(disconnected ? 0 : n < 0 ? 10 + (errno % 100) : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = -1;
+  bool done = false;
+  for (int i = 0; i < 300 && !done; ++i) {  // 30 s: the 2 s timeout plus ample slack
+    done = ::waitpid(child, &status, WNOHANG) == child;
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!done) {
+    ::umount2(mnt_.c_str(), MNT_DETACH);
+    Stop(keeper_pid_, SIGKILL);  // the keeper's copy was the last: the read returns now
+    ::waitpid(child, &status, 0);
+  }
+  ::close(fd);
+  EXPECT_TRUE(done) << "a read still waited for the dead agent 30 s later\n"
+                    << ReadAll(work_->path() + "/keeper.log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "open did not fail with ENOTCONN/ECONNABORTED: child status " << status;
+  EXPECT_NE(ReadAll(work_->path() + "/keeper.log").find("no agent took the kept FUSE connections"),
+            std::string::npos)
+      << ReadAll(work_->path() + "/keeper.log");
 }
 
 }  // namespace
