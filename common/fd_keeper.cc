@@ -160,8 +160,7 @@ void FdKeeperServer::Serve() {
                 "fd keeper: the agent serving the kept connections went away; they are "
                 "released unless an agent takes them back in time",
                 {{"kept", static_cast<int64_t>(size())},
-                 {"orphan_timeout_ms",
-                  static_cast<int64_t>(config_.orphan_timeout.count())}});
+                 {"orphan_timeout_ms", static_cast<int64_t>(config_.orphan_timeout.count())}});
           }
         }
         clients.erase(clients.begin() + static_cast<ptrdiff_t>(i));

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <thread>
 
+#include "tests/support/netns.h"
+
 namespace spoke::testing {
 
 TempDir::TempDir(const std::string& prefix) {
@@ -84,8 +86,9 @@ uint16_t FreePort() {
   return ntohs(a.sin_port);
 }
 
-std::unique_ptr<TestHub> TestHub::Start() {
+std::unique_ptr<TestHub> TestHub::Start(const std::string& netns) {
   std::unique_ptr<TestHub> hub(new TestHub());
+  hub->netns_ = netns;
   hub->dir_ = std::make_unique<TempDir>("spoke-hub");
   hub->export_dir_ = hub->dir_->path() + "/export";
   hub->nfs_port_ = FreePort();
@@ -98,8 +101,9 @@ std::unique_ptr<TestHub> TestHub::Start() {
 }
 
 bool TestHub::Restart() {
-  std::string cmd = SourceDir() + "/scripts/spoke-hub start " + dir_->path() + " " +
-                    std::to_string(nfs_port_) + " " + std::to_string(mount_port_) + " >/dev/null";
+  std::string cmd = (netns_.empty() ? "" : NetTopology::Enter(netns_)) + SourceDir() +
+                    "/scripts/spoke-hub start " + dir_->path() + " " + std::to_string(nfs_port_) +
+                    " " + std::to_string(mount_port_) + " >/dev/null";
   return Run(cmd) == 0;
 }
 
@@ -111,36 +115,52 @@ HubAddress TestHub::address() const {
   return HubAddress{"127.0.0.1", nfs_port_, mount_port_, export_dir_};
 }
 
-std::unique_ptr<WanProxy> WanProxy::Start(const TestHub& hub, int one_way_delay_ms) {
+namespace {
+
+// Whether something accepts on ip:port, seen from `netns` ("" = this process's network).
+bool Accepts(const std::string& netns, const std::string& ip, uint16_t port) {
+  auto try_connect = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    return ok;
+  };
+  if (netns.empty()) return try_connect();
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(NetTopology::JoinInChild(netns) && try_connect() ? 0 : 1);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
+std::unique_ptr<WanProxy> WanProxy::Start(const TestHub& hub, int one_way_delay_ms,
+                                          const std::string& netns, const std::string& listen_ip) {
   std::unique_ptr<WanProxy> proxy(new WanProxy());
   uint16_t nfs = FreePort(), mnt = FreePort();
   std::string bin = BinaryDir() + "/e2e/wan-proxy/spoke-wan-proxy";
   std::string nfs_route =
-      "127.0.0.1:" + std::to_string(nfs) + "=127.0.0.1:" + std::to_string(hub.nfs_port());
+      listen_ip + ":" + std::to_string(nfs) + "=127.0.0.1:" + std::to_string(hub.nfs_port());
   std::string mnt_route =
-      "127.0.0.1:" + std::to_string(mnt) + "=127.0.0.1:" + std::to_string(hub.mount_port());
+      listen_ip + ":" + std::to_string(mnt) + "=127.0.0.1:" + std::to_string(hub.mount_port());
   std::string delay = std::to_string(one_way_delay_ms);
   pid_t pid = ::fork();
   if (pid == 0) {
+    if (!netns.empty() && !NetTopology::JoinInChild(netns)) ::_exit(126);
     ::execl(bin.c_str(), bin.c_str(), "--delay-ms", delay.c_str(), "--route", nfs_route.c_str(),
             "--route", mnt_route.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   proxy->pid_ = pid;
-  proxy->address_ = HubAddress{"127.0.0.1", nfs, mnt, hub.export_dir()};
+  proxy->address_ = HubAddress{listen_ip, nfs, mnt, hub.export_dir()};
   // Wait until both listeners accept.
   for (int i = 0; i < 100; ++i) {
-    bool up = true;
-    for (uint16_t port : {nfs, mnt}) {
-      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(port);
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      up = up && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-      ::close(fd);
-    }
-    if (up) return proxy;
+    if (Accepts(netns, listen_ip, nfs) && Accepts(netns, listen_ip, mnt)) return proxy;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ADD_FAILURE() << "spoke-wan-proxy did not start (" << bin << ")";

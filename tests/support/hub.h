@@ -34,9 +34,9 @@ std::string BinaryDir();  // $SPOKE_BINARY_DIR
 
 class TestHub {
  public:
-  // Starts ganesha serving <tmp>/export over NFSv3 on loopback high ports. Aborts the test
-  // (gtest FAIL) if it cannot.
-  static std::unique_ptr<TestHub> Start();
+  // Starts ganesha serving <tmp>/export over NFSv3 on loopback high ports — of the network
+  // namespace `netns` when given (NetTopology). Aborts the test (gtest FAIL) if it cannot.
+  static std::unique_ptr<TestHub> Start(const std::string& netns = "");
   ~TestHub();
 
   const std::string& export_dir() const { return export_dir_; }
@@ -51,6 +51,7 @@ class TestHub {
 
  private:
   TestHub() = default;
+  std::string netns_;
   std::unique_ptr<TempDir> dir_;
   std::string export_dir_;
   uint16_t nfs_port_ = 0;
@@ -61,7 +62,11 @@ class TestHub {
 // delay on each direction (30 ms each way = 60 ms RTT).
 class WanProxy {
  public:
-  static std::unique_ptr<WanProxy> Start(const TestHub& hub, int one_way_delay_ms);
+  // In `netns` (the hub's) when given, listening on `listen_ip` there (e.g. its bridge
+  // address, for clients in other namespaces).
+  static std::unique_ptr<WanProxy> Start(const TestHub& hub, int one_way_delay_ms,
+                                         const std::string& netns = "",
+                                         const std::string& listen_ip = "127.0.0.1");
   ~WanProxy();
   // The hub as a client reaches it through the proxy.
   HubAddress address() const { return address_; }

@@ -1,7 +1,8 @@
-// Cache sharing with the real binaries: three spoke-cache-agent processes on loopback (each
-// its own ports, cache and state dirs, FUSE mount) share one hub, nfs-ganesha behind the WAN
-// delay proxy. Readers on the three mounts read one dataset and check every file's sha256
-// against the export. Hub bytes are the agents' spoke_hub_read_bytes_total (/metrics).
+// Cache sharing with the real binaries: three spoke-cache-agent processes, each in a network
+// namespace of its own (a "node": own address, cache and state dirs, FUSE mount), joined by a
+// bridge in a fourth namespace that holds the hub, nfs-ganesha behind the WAN delay proxy. Readers
+// on the three mounts read one dataset and check every file's sha256 against the export. Hub bytes
+// are the agents' spoke_hub_read_bytes_total (/metrics).
 //
 //   - with peers, the cluster reads the dataset from the hub about once (<= 1.05x);
 //   - without peers, each agent reads it itself (about 3x);
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "tests/support/hub.h"
+#include "tests/support/netns.h"
 
 namespace spoke {
 namespace {
@@ -99,9 +101,13 @@ class PeerAgentsTest : public ::testing::Test {
     if (::geteuid() != 0 || ::access("/dev/fuse", R_OK | W_OK) != 0) {
       GTEST_SKIP() << "needs root and /dev/fuse";
     }
-    hub_ = spoke::testing::TestHub::Start();
+    std::string why;
+    net_ = spoke::testing::NetTopology::Create(kAgents, &why);
+    if (net_ == nullptr) GTEST_SKIP() << "no network namespaces: " << why;
+    hub_ = spoke::testing::TestHub::Start(net_->hub_ns());
     ASSERT_NE(hub_, nullptr);
-    wan_ = spoke::testing::WanProxy::Start(*hub_, 30);  // 60 ms round trip
+    // 60 ms round trip, on the bridge: the nodes reach the hub only through it.
+    wan_ = spoke::testing::WanProxy::Start(*hub_, 30, net_->hub_ns(), net_->hub_ip());
     ASSERT_NE(wan_, nullptr);
     work_ = std::make_unique<spoke::testing::TempDir>("spoke-peers-it");
     token_file_ = work_->path() + "/peer-token";
@@ -130,6 +136,7 @@ class PeerAgentsTest : public ::testing::Test {
     work_.reset();
     wan_.reset();
     hub_.reset();
+    net_.reset();
   }
 
   // 24 files of 0.5..3.5 MiB of random bytes (about 48 MiB), not block-aligned.
@@ -178,7 +185,7 @@ class PeerAgentsTest : public ::testing::Test {
       << "fuseKeeperSocket: \"\"\n"
       << "hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 10}\n";
     if (peers) {
-      c << "peerListenAddress: 127.0.0.1:" << a.peer_port << "\n"
+      c << "peerListenAddress: " << net_->node_ip(Index(a)) << ":" << a.peer_port << "\n"
         << "peerTokenFile: " << token_file_
         << "\n"
         // Generous for a loaded test machine; the asker reads the hub after it either way.
@@ -186,7 +193,7 @@ class PeerAgentsTest : public ::testing::Test {
         << "peerKeepLocalCopy: " << (options_.keep_local_copy ? "true" : "false") << "\n"
         << "peers: [";
       for (int i = 0; i < kAgents; ++i) {
-        c << (i ? ", " : "") << "\"127.0.0.1:" << agents_[i].peer_port << "\"";
+        c << (i ? ", " : "") << "\"" << net_->node_ip(i) << ":" << agents_[i].peer_port << "\"";
       }
       c << "]\n";
     }
@@ -204,8 +211,10 @@ class PeerAgentsTest : public ::testing::Test {
     for (auto& e : env_s) envp.push_back(e.data());
     envp.push_back(nullptr);
     const char* argv[] = {bin.c_str(), "--config", cfg.c_str(), nullptr};
+    const std::string ns = net_->node_ns(Index(a));
     pid_t pid = ::fork();
     if (pid == 0) {
+      if (!spoke::testing::NetTopology::JoinInChild(ns)) ::_exit(126);
       int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
@@ -223,7 +232,8 @@ class PeerAgentsTest : public ::testing::Test {
 
   std::pair<int, std::string> Mount(const AgentProc& a) {
     HubAddress wan = wan_->address();
-    std::string url = "'nfs://127.0.0.1" + wan.share + "?nfsport=" + std::to_string(wan.nfs_port) +
+    std::string url = "'nfs://" + wan.server + wan.share +
+                      "?nfsport=" + std::to_string(wan.nfs_port) +
                       "&mountport=" + std::to_string(wan.mount_port) + "'";
     return Spokectl(a, "mount " + url + " " + a.mnt + " --mode dataset");
   }
@@ -249,12 +259,16 @@ class PeerAgentsTest : public ::testing::Test {
     }
   }
 
+  int Index(const AgentProc& a) const { return static_cast<int>(&a - agents_.data()); }
+
   std::pair<int, std::string> Spokectl(const AgentProc& a, const std::string& args) {
     return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + a.socket + " " + args);
   }
 
   std::string Metrics(const AgentProc& a) {
-    return Capture("curl -sf --max-time 5 http://127.0.0.1:" + std::to_string(a.metrics_port) +
+    // The agent's metrics listen on its node's loopback.
+    return Capture(spoke::testing::NetTopology::Enter(net_->node_ns(Index(a))) +
+                   "curl -sf --max-time 5 http://127.0.0.1:" + std::to_string(a.metrics_port) +
                    "/metrics")
         .second;
   }
@@ -331,6 +345,7 @@ class PeerAgentsTest : public ::testing::Test {
     return bad;
   }
 
+  std::unique_ptr<spoke::testing::NetTopology> net_;  // destroyed last: the processes run in it
   std::unique_ptr<spoke::testing::TestHub> hub_;
   std::unique_ptr<spoke::testing::WanProxy> wan_;
   std::unique_ptr<spoke::testing::TempDir> work_;
