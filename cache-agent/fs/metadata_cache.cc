@@ -161,6 +161,7 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
   Node& n = nodes_[ino];
   n.order = std::move(order);
   n.children = std::move(children);
+  n.unlisted.clear();
   n.listed = true;
   n.list_time = clock_.Now();
 }
@@ -209,8 +210,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
         auto n = nodes_.find(c->second);
         if (n != nodes_.end() && n->second.parent == parent && n->second.name == name)
           n->second.attr_valid = false;
-        pit->second.children.erase(c);
-        std::erase(pit->second.order, name);
+        Unlist(pit->second, name);
       }
     }
     return std::unexpected(st.error());
@@ -225,9 +225,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
     }
   }
   uint64_t ino = InodeFor(parent, name, *st);
-  Node& p = nodes_[parent];
-  if (!p.children.contains(name)) p.order.push_back(name);
-  p.children[name] = ino;
+  List(nodes_[parent], name, ino);
   return InodeAttr{ino, nodes_[ino].attr};
 }
 
@@ -269,9 +267,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
   if (!st) {
     if (st.error().code() == Code::kNotFound && ino != kRootIno) {
       auto p = nodes_.find(n.parent);
-      if (p != nodes_.end() && p->second.children.erase(n.name) > 0) {
-        std::erase(p->second.order, n.name);
-      }
+      if (p != nodes_.end()) Unlist(p->second, n.name);
       n.attr_valid = false;
     }
     return std::unexpected(st.error());
@@ -330,10 +326,40 @@ Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
 InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const FileAttr& attr) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t ino = InodeFor(parent, name, attr);
-  Node& p = nodes_[parent];
-  if (!p.children.contains(name)) p.order.push_back(name);
-  p.children[name] = ino;
+  List(nodes_[parent], name, ino);
   return InodeAttr{ino, attr};
+}
+
+void MetadataCache::List(Node& p, const std::string& name, uint64_t ino) {
+  if (!p.children.contains(name) && p.unlisted.erase(name) == 0) p.order.push_back(name);
+  p.children[name] = ino;
+}
+
+bool MetadataCache::Unlist(Node& p, const std::string& name) {
+  if (p.children.erase(name) == 0) return false;
+  p.unlisted.insert(name);
+  if (p.unlisted.size() > p.children.size() + 64) {
+    std::erase_if(p.order, [&p](const std::string& n) { return p.unlisted.contains(n); });
+    p.unlisted.clear();
+  }
+  return true;
+}
+
+void MetadataCache::ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino) {
+  auto n = nodes_.find(ino);
+  if (n == nodes_.end() || ino == kRootIno) return;
+  Node& node = n->second;
+  // Known under another name (a hard link, a rename seen since), or a directory that still
+  // has entries here: kept.
+  bool only_name = node.parent == parent && node.name == name;
+  bool gone = node.attr.is_dir() ? node.children.empty() : node.attr.nlink <= 1;
+  if (!only_name || !gone) {
+    node.attr_valid = false;
+    return;
+  }
+  auto f = by_file_id_.find(node.attr.file_id);
+  if (f != by_file_id_.end() && f->second == ino) by_file_id_.erase(f);
+  nodes_.erase(n);
 }
 
 void MetadataCache::Removed(uint64_t parent, const std::string& name) {
@@ -341,11 +367,10 @@ void MetadataCache::Removed(uint64_t parent, const std::string& name) {
   Node& p = nodes_[parent];
   auto it = p.children.find(name);
   if (it == p.children.end()) return;
-  auto n = nodes_.find(it->second);
-  if (n != nodes_.end()) n->second.attr_valid = false;
-  p.children.erase(it);
-  std::erase(p.order, name);
+  uint64_t ino = it->second;
+  Unlist(p, name);
   p.attr_valid = false;  // mtime/nlink changed
+  ForgetRemovedLocked(parent, name, ino);
 }
 
 void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t new_parent,
@@ -360,16 +385,13 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
     return;
   }
   uint64_t ino = it->second;
-  p.children.erase(it);
-  std::erase(p.order, name);
+  Unlist(p, name);
   Node& np = nodes_[new_parent];
   auto old = np.children.find(new_name);
-  if (old != np.children.end()) {
-    nodes_[old->second].attr_valid = false;
-  } else {
-    np.order.push_back(new_name);
+  if (old != np.children.end() && old->second != ino) {
+    ForgetRemovedLocked(new_parent, new_name, old->second);  // replaced (an open one was hidden)
   }
-  np.children[new_name] = ino;
+  List(np, new_name, ino);
   Node& n = nodes_[ino];
   n.parent = new_parent;
   n.name = new_name;
@@ -385,8 +407,7 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
   auto it = p.children.find(name);
   if (it == p.children.end()) return;
   uint64_t ino = it->second;
-  p.children.erase(it);
-  std::erase(p.order, name);
+  Unlist(p, name);
   p.attr_valid = false;  // mtime changed
   Node& n = nodes_[ino];
   n.parent = parent;

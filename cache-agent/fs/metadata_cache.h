@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cache-agent/fs/clock.h"
@@ -131,9 +132,19 @@ class MetadataCache {
     std::chrono::steady_clock::time_point attr_time{};
     bool listed = false;
     std::chrono::steady_clock::time_point list_time{};
-    std::vector<std::string> order;                      // hub listing order
+    // Hub listing order. A removed name stays here (listed in `unlisted`) until compaction,
+    // so that removing n names of a big directory costs O(n), not O(n * size).
+    std::vector<std::string> order;
     std::unordered_map<std::string, uint64_t> children;  // name -> ino
+    std::unordered_set<std::string> unlisted;            // in `order`, not in `children`
   };
+  // Adds `name` -> `ino` to directory `p` (keeps its place in the order if it had one).
+  static void List(Node& p, const std::string& name, uint64_t ino);
+  // Removes `name` from directory `p`; false when it was not there.
+  static bool Unlist(Node& p, const std::string& name);
+  // The node of a name our own unlink/rmdir removed goes when nothing else names it, so that
+  // memory stays flat across create/unlink cycles. Caller holds mu_.
+  void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino);
   bool Fresh(std::chrono::steady_clock::time_point t) const;
   std::string PathLocked(uint64_t ino) const;
   uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr);

@@ -772,6 +772,75 @@ TEST(VolumeFs, NodeIdsAndHandlesOfAnEarlierAgentResolve) {
   EXPECT_EQ(none.error().code(), Code::kNotFound);
 }
 
+// A scratch volume's job writes and deletes files all day: the inode table must not keep
+// what it deleted, and deleting the entries of a big directory must not cost O(size) each.
+TEST(VolumeFs, CreateUnlinkCyclesKeepTheInodeTableFlatAndListingsRight) {
+  Rig rig(Consistency::kImmutable, /*read_only=*/false);
+  rig.Init();
+  auto d = rig.fs->Mkdir(kRootIno, "tmp", 0755);
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(rig.fs->ReadDir(d->ino));  // listed (empty): from now on its order is ours
+  const size_t baseline = rig.meta->entries();
+  for (int cycle = 0; cycle < 4; ++cycle) {
+    for (int i = 0; i < 300; ++i) {
+      auto c = rig.fs->Create(d->ino, "f" + std::to_string(i), 0644, O_WRONLY | O_CREAT);
+      ASSERT_TRUE(c) << c.error().ToString();
+      ASSERT_TRUE(rig.fs->Release(c->second.handle));
+    }
+    EXPECT_EQ(rig.meta->entries(), baseline + 300);
+    // All but f7, f100 and f299 go; the listing keeps the creation order of the rest.
+    for (int i = 0; i < 300; ++i) {
+      if (i == 7 || i == 100 || i == 299) continue;
+      ASSERT_TRUE(rig.fs->Unlink(d->ino, "f" + std::to_string(i)));
+    }
+    auto list = rig.fs->ReadDir(d->ino);
+    ASSERT_TRUE(list);
+    std::vector<std::string> names;
+    for (const auto& e : *list) names.push_back(e.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"f7", "f100", "f299"})) << "cycle " << cycle;
+    for (const char* n : {"f7", "f100", "f299"}) ASSERT_TRUE(rig.fs->Unlink(d->ino, n));
+    EXPECT_EQ(rig.meta->entries(), baseline) << "cycle " << cycle << " kept deleted inodes";
+  }
+  // A name removed and created again is listed once.
+  for (const char* n : {"a", "b", "a"}) {
+    auto c = rig.fs->Create(d->ino, n, 0644, O_WRONLY | O_CREAT);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(rig.fs->Release(c->second.handle));
+    if (std::string(n) == "b") {
+      ASSERT_TRUE(rig.fs->Unlink(d->ino, "a"));
+    }
+  }
+  auto list = rig.fs->ReadDir(d->ino);
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].name, "a");
+  EXPECT_EQ((*list)[1].name, "b");
+  // rmdir of the emptied directory forgets it too.
+  for (const char* n : {"a", "b"}) ASSERT_TRUE(rig.fs->Unlink(d->ino, n));
+  ASSERT_TRUE(rig.fs->Rmdir(kRootIno, "tmp"));
+  EXPECT_EQ(rig.meta->entries(), baseline - 1);
+}
+
+TEST(MetadataCache, AFileWithAnotherNameKeepsItsInodeWhenOneNameGoes) {
+  FakeRemoteFs remote;
+  ManualClock clock;
+  MetadataCache meta(remote, {}, clock);
+  ASSERT_TRUE(meta.Init());
+  FileAttr linked;
+  linked.file_id = 4242;
+  linked.mode = S_IFREG | 0644;
+  linked.nlink = 2;
+  auto a = meta.Added(kRootIno, "a", linked);
+  auto b = meta.Added(kRootIno, "b", linked);
+  ASSERT_EQ(a.ino, b.ino);
+  const size_t with_both = meta.entries();
+  meta.Removed(kRootIno, "a");
+  EXPECT_EQ(meta.entries(), with_both);
+  auto path = meta.PathOf(b.ino);
+  ASSERT_TRUE(path.has_value());
+  EXPECT_EQ(*path, "b");
+}
+
 TEST(MetadataCache, WalkLoadsTheTreeInDirectoryOrder) {
   FakeRemoteFs remote;
   for (int i = 0; i < 20; ++i) {
