@@ -138,7 +138,7 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
   n.parent = parent;
   n.name = name;
   if (n.attr_valid && n.attr.ContentVersion() != attr.ContentVersion()) {
-    n.listed = n.listed && attr.is_dir();
+    if (n.dir_data) n.dir_data->listed = n.dir_data->listed && attr.is_dir();
   }
   n.attr = attr;
   n.attr_valid = true;
@@ -158,12 +158,12 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
     order.push_back(e.name);
     children[e.name] = child;
   }
-  Node& n = nodes_[ino];
-  n.order = std::move(order);
-  n.children = std::move(children);
-  n.unlisted.clear();
-  n.listed = true;
-  n.list_time = clock_.Now();
+  Dir& d = nodes_[ino].dir();
+  d.order = std::move(order);
+  d.children = std::move(children);
+  d.unlisted.clear();
+  d.listed = true;
+  d.list_time = clock_.Now();
 }
 
 Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
@@ -175,7 +175,7 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
     if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
     if (it->second.attr_valid && !it->second.attr.is_dir())
       return Fail(Code::kInvalidArgument, "not a directory");
-    if (!force && it->second.listed && Fresh(it->second.list_time)) return Ok();
+    if (!force && it->second.entries().listed && Fresh(it->second.entries().list_time)) return Ok();
     path = PathLocked(ino);
   }
   listings_made_++;
@@ -205,18 +205,18 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   if (!st) {
     if (st.error().code() == Code::kNotFound) {
       // Gone on the hub (another node removed or renamed it): forget the cached entry.
-      auto c = pit->second.children.find(name);
-      if (c != pit->second.children.end()) {
+      auto c = pit->second.dir().children.find(name);
+      if (c != pit->second.dir().children.end()) {
         auto n = nodes_.find(c->second);
         if (n != nodes_.end() && n->second.parent == parent && n->second.name == name)
           n->second.attr_valid = false;
-        Unlist(pit->second, name);
+        Unlist(pit->second.dir(), name);
       }
     }
     return std::unexpected(st.error());
   }
-  auto c = pit->second.children.find(name);
-  if (c != pit->second.children.end()) {
+  auto c = pit->second.dir().children.find(name);
+  if (c != pit->second.dir().children.end()) {
     auto old = nodes_.find(c->second);
     if (old != nodes_.end() && old->second.attr.file_id != st->file_id &&
         old->second.parent == parent && old->second.name == name) {
@@ -225,7 +225,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
     }
   }
   uint64_t ino = InodeFor(parent, name, *st);
-  List(nodes_[parent], name, ino);
+  List(nodes_[parent].dir(), name, ino);
   return InodeAttr{ino, nodes_[ino].attr};
 }
 
@@ -234,8 +234,8 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
   if (auto st = EnsureListed(parent, false); !st) return std::unexpected(st.error());
   std::lock_guard<std::mutex> lock(mu_);
   auto& p = nodes_[parent];
-  auto it = p.children.find(name);
-  if (it == p.children.end()) return Fail(Code::kNotFound, "no entry " + name);
+  auto it = p.dir().children.find(name);
+  if (it == p.dir().children.end()) return Fail(Code::kNotFound, "no entry " + name);
   return InodeAttr{it->second, nodes_[it->second].attr};
 }
 
@@ -267,7 +267,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
   if (!st) {
     if (st.error().code() == Code::kNotFound && ino != kRootIno) {
       auto p = nodes_.find(n.parent);
-      if (p != nodes_.end()) Unlist(p->second, n.name);
+      if (p != nodes_.end()) Unlist(p->second.dir(), n.name);
       n.attr_valid = false;
     }
     return std::unexpected(st.error());
@@ -277,7 +277,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
     // will find the new file under a new inode.
     n.attr_valid = false;
     auto p = nodes_.find(n.parent);
-    if (p != nodes_.end()) p->second.listed = false;
+    if (p != nodes_.end()) p->second.dir().listed = false;
     return Fail(Code::kNotFound, path + " was replaced on the hub");
   }
   n.attr = *st;
@@ -292,9 +292,9 @@ Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
   bool force = config_.consistency == Consistency::kStrict;
   if (auto st = EnsureListed(ino, force); !st) return std::unexpected(st.error());
   std::lock_guard<std::mutex> lock(mu_);
-  const Node& n = nodes_[ino];
+  const Dir& n = nodes_[ino].entries();
   std::vector<NamedInode> out;
-  out.reserve(n.order.size());
+  out.reserve(n.children.size());
   for (const auto& name : n.order) {
     auto c = n.children.find(name);
     if (c == n.children.end()) continue;
@@ -326,16 +326,21 @@ Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
 InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const FileAttr& attr) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t ino = InodeFor(parent, name, attr);
-  List(nodes_[parent], name, ino);
+  List(nodes_[parent].dir(), name, ino);
   return InodeAttr{ino, attr};
 }
 
-void MetadataCache::List(Node& p, const std::string& name, uint64_t ino) {
+const MetadataCache::Dir& MetadataCache::Node::entries() const {
+  static const Dir kNone;
+  return dir_data ? *dir_data : kNone;
+}
+
+void MetadataCache::List(Dir& p, const std::string& name, uint64_t ino) {
   if (!p.children.contains(name) && p.unlisted.erase(name) == 0) p.order.push_back(name);
   p.children[name] = ino;
 }
 
-bool MetadataCache::Unlist(Node& p, const std::string& name) {
+bool MetadataCache::Unlist(Dir& p, const std::string& name) {
   if (p.children.erase(name) == 0) return false;
   p.unlisted.insert(name);
   if (p.unlisted.size() > p.children.size() + 64) {
@@ -352,7 +357,7 @@ void MetadataCache::ForgetRemovedLocked(uint64_t parent, const std::string& name
   // Known under another name (a hard link, a rename seen since), or a directory that still
   // has entries here: kept.
   bool only_name = node.parent == parent && node.name == name;
-  bool gone = node.attr.is_dir() ? node.children.empty() : node.attr.nlink <= 1;
+  bool gone = node.attr.is_dir() ? node.entries().children.empty() : node.attr.nlink <= 1;
   if (!only_name || !gone) {
     node.attr_valid = false;
     return;
@@ -365,10 +370,10 @@ void MetadataCache::ForgetRemovedLocked(uint64_t parent, const std::string& name
 void MetadataCache::Removed(uint64_t parent, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node& p = nodes_[parent];
-  auto it = p.children.find(name);
-  if (it == p.children.end()) return;
+  auto it = p.dir().children.find(name);
+  if (it == p.dir().children.end()) return;
   uint64_t ino = it->second;
-  Unlist(p, name);
+  Unlist(p.dir(), name);
   p.attr_valid = false;  // mtime/nlink changed
   ForgetRemovedLocked(parent, name, ino);
 }
@@ -377,21 +382,21 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
                             const std::string& new_name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node& p = nodes_[parent];
-  auto it = p.children.find(name);
-  if (it == p.children.end()) {
+  auto it = p.dir().children.find(name);
+  if (it == p.dir().children.end()) {
     // Not known here: make both directories list again.
-    p.listed = false;
-    nodes_[new_parent].listed = false;
+    p.dir().listed = false;
+    nodes_[new_parent].dir().listed = false;
     return;
   }
   uint64_t ino = it->second;
-  Unlist(p, name);
+  Unlist(p.dir(), name);
   Node& np = nodes_[new_parent];
-  auto old = np.children.find(new_name);
-  if (old != np.children.end() && old->second != ino) {
+  auto old = np.dir().children.find(new_name);
+  if (old != np.dir().children.end() && old->second != ino) {
     ForgetRemovedLocked(new_parent, new_name, old->second);  // replaced (an open one was hidden)
   }
-  List(np, new_name, ino);
+  List(np.dir(), new_name, ino);
   Node& n = nodes_[ino];
   n.parent = new_parent;
   n.name = new_name;
@@ -404,10 +409,10 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
                            const std::string& hidden_name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node& p = nodes_[parent];
-  auto it = p.children.find(name);
-  if (it == p.children.end()) return;
+  auto it = p.dir().children.find(name);
+  if (it == p.dir().children.end()) return;
   uint64_t ino = it->second;
-  Unlist(p, name);
+  Unlist(p.dir(), name);
   p.attr_valid = false;  // mtime changed
   Node& n = nodes_[ino];
   n.parent = parent;
@@ -466,7 +471,7 @@ void MetadataCache::WalkWorker() {
       log::Warn("metadata walk: listing failed", {{"error", st.error().ToString()}});
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      const Node& n = nodes_[ino];
+      const Dir& n = nodes_[ino].entries();
       for (const auto& name : n.order) {
         auto c = n.children.find(name);
         if (c != n.children.end() && nodes_[c->second].attr.is_dir()) subdirs.push_back(c->second);
@@ -494,7 +499,7 @@ std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
                                                                 const std::string& path) {
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return;
-    const Node& n = it->second;
+    const Dir& n = it->second.entries();
     for (const auto& name : n.order) {
       auto c = n.children.find(name);
       if (c == n.children.end()) continue;

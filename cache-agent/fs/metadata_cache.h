@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -123,13 +124,8 @@ class MetadataCache {
   Consistency consistency() const { return config_.consistency; }
 
  private:
-  struct Node {
-    uint64_t ino = 0;
-    uint64_t parent = 0;
-    std::string name;
-    FileAttr attr;
-    bool attr_valid = false;
-    std::chrono::steady_clock::time_point attr_time{};
+  // What only a directory has: most inodes are files, which carry none of it (a pointer).
+  struct Dir {
     bool listed = false;
     std::chrono::steady_clock::time_point list_time{};
     // Hub listing order. A removed name stays here (listed in `unlisted`) until compaction,
@@ -138,10 +134,24 @@ class MetadataCache {
     std::unordered_map<std::string, uint64_t> children;  // name -> ino
     std::unordered_set<std::string> unlisted;            // in `order`, not in `children`
   };
+  struct Node {
+    uint64_t ino = 0;
+    uint64_t parent = 0;
+    std::string name;
+    FileAttr attr;
+    bool attr_valid = false;
+    std::chrono::steady_clock::time_point attr_time{};
+    std::unique_ptr<Dir> dir_data;
+    Dir& dir() {
+      if (!dir_data) dir_data = std::make_unique<Dir>();
+      return *dir_data;
+    }
+    const Dir& entries() const;  // an empty Dir for a file
+  };
   // Adds `name` -> `ino` to directory `p` (keeps its place in the order if it had one).
-  static void List(Node& p, const std::string& name, uint64_t ino);
+  static void List(Dir& p, const std::string& name, uint64_t ino);
   // Removes `name` from directory `p`; false when it was not there.
-  static bool Unlist(Node& p, const std::string& name);
+  static bool Unlist(Dir& p, const std::string& name);
   // The node of a name our own unlink/rmdir removed goes when nothing else names it, so that
   // memory stays flat across create/unlink cycles. Caller holds mu_.
   void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino);
