@@ -86,6 +86,17 @@ uint16_t FreePort() {
   return ntohs(a.sin_port);
 }
 
+std::pair<int, std::string> Capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {127, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
+}
+
 std::unique_ptr<TestHub> TestHub::Start(const std::string& netns) {
   std::unique_ptr<TestHub> hub(new TestHub());
   hub->netns_ = netns;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/volume.h"
@@ -28,6 +29,9 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Runs a shell command; returns (exit code, stdout+stderr).
+std::pair<int, std::string> Capture(const std::string& cmd);
 
 std::string SourceDir();  // $SPOKE_SOURCE_DIR (set by ctest) or the compiled-in default
 std::string BinaryDir();  // $SPOKE_BINARY_DIR

@@ -29,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using spoke::testing::BinaryDir;
+using spoke::testing::Capture;
 
 std::string ReadFile(const std::string& path, bool* ok) {
   std::ifstream in(path, std::ios::binary);
@@ -36,18 +37,6 @@ std::string ReadFile(const std::string& path, bool* ok) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// Runs a command, returns (exit code, stdout+stderr).
-std::pair<int, std::string> Capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {127, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
 }
 
 void DropPageCache() {

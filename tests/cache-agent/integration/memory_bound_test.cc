@@ -36,6 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using spoke::testing::BinaryDir;
+using spoke::testing::Capture;
 
 constexpr uint64_t kBudget = 64ull << 20;
 
@@ -46,17 +47,6 @@ std::string ReadWhole(const std::string& path, bool* ok) {
   ss << in.rdbuf();
   *ok = *ok && !in.bad();
   return ss.str();
-}
-
-std::pair<int, std::string> Capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {127, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
 }
 
 // VmRSS of `pid` in bytes; 0 when the process is gone.

@@ -38,18 +38,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using spoke::testing::BinaryDir;
+using spoke::testing::Capture;
 using namespace std::chrono_literals;
-
-std::pair<int, std::string> Capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {127, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
-}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

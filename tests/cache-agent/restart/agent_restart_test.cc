@@ -36,6 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using spoke::testing::BinaryDir;
+using spoke::testing::Capture;
 using Clock = std::chrono::steady_clock;
 
 std::string ReadAll(const std::string& path) {
@@ -43,17 +44,6 @@ std::string ReadAll(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-std::pair<int, std::string> Capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {127, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
 }
 
 int EnvInt(const char* name, int def) {
@@ -183,6 +173,15 @@ class AgentRestartTest : public ::testing::Test {
     ASSERT_TRUE(fs::exists(keeper_socket_)) << ReadAll(work_->path() + "/keeper.log");
   }
 
+  // The hub's export through the WAN proxy, as a scratch volume at mnt_.
+  void MountScratch() {
+    HubAddress wan = wan_->address();
+    std::string url = "'nfs://127.0.0.1" + wan.share + "?nfsport=" + std::to_string(wan.nfs_port) +
+                      "&mountport=" + std::to_string(wan.mount_port) + "'";
+    auto [rc, out] = Spokectl("mount " + url + " " + mnt_ + " --mode scratch");
+    ASSERT_EQ(rc, 0) << out << Diagnostics();
+  }
+
   std::pair<int, std::string> Spokectl(const std::string& args) {
     return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + socket_ + " " + args);
   }
@@ -258,11 +257,8 @@ struct Outcome {
 
 TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   ASSERT_GT(StartAgent(), 0);
-  HubAddress wan = wan_->address();
-  std::string url = "'nfs://127.0.0.1" + wan.share + "?nfsport=" + std::to_string(wan.nfs_port) +
-                    "&mountport=" + std::to_string(wan.mount_port) + "'";
-  auto [rc, out] = Spokectl("mount " + url + " " + mnt_ + " --mode scratch");
-  ASSERT_EQ(rc, 0) << out << Diagnostics();
+  MountScratch();
+  if (HasFatalFailure()) return;
 
   const int readers = std::max(1, EnvInt("SPOKE_RESTART_TEST_READERS", 8));
   const int kill_seconds = std::max(3, EnvInt("SPOKE_RESTART_TEST_SECONDS", 30));
@@ -421,11 +417,8 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
 // mount could not even start the next agent.
 TEST_F(AgentRestartTest, CloseAndExecDoNotWaitForAStoppedAgent) {
   ASSERT_GT(StartAgent(), 0);
-  HubAddress wan = wan_->address();
-  std::string url = "'nfs://127.0.0.1" + wan.share + "?nfsport=" + std::to_string(wan.nfs_port) +
-                    "&mountport=" + std::to_string(wan.mount_port) + "'";
-  auto [rc, out] = Spokectl("mount " + url + " " + mnt_ + " --mode scratch");
-  ASSERT_EQ(rc, 0) << out << Diagnostics();
+  MountScratch();
+  if (HasFatalFailure()) return;
 
   int wfd = ::open((mnt_ + "/closing.log").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
   ASSERT_GE(wfd, 0) << std::strerror(errno);
@@ -480,24 +473,20 @@ TEST_F(AgentRestartTest, WithNoAgentBackTheKeeperReleasesTheMountsSoReadsFailIns
   Stop(keeper_pid_, SIGTERM);
   StartKeeper("2");
   ASSERT_GT(StartAgent(), 0);
-  HubAddress wan = wan_->address();
-  std::string url = "'nfs://127.0.0.1" + wan.share + "?nfsport=" + std::to_string(wan.nfs_port) +
-                    "&mountport=" + std::to_string(wan.mount_port) + "'";
-  auto [rc, out] = Spokectl("mount " + url + " " + mnt_ + " --mode scratch");
-  ASSERT_EQ(rc, 0) << out << Diagnostics();
+  MountScratch();
+  if (HasFatalFailure()) return;
   std::string file = mnt_ + "/data/d1/f3.bin";
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   char b[4096];
   ASSERT_GT(::pread(fd, b, sizeof(b), 0), 0);
   // The keeper has the connection once the agent's keeper sync ran.
-  for (int i = 0; i < 100 && ReadAll(work_->path() + "/keeper.log").find("kept") ==
-                                 std::string::npos;
-       ++i) {
+  for (int i = 0;
+       i < 100 && ReadAll(work_->path() + "/keeper.log").find("kept") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 
-  Stop(agent_pid_, SIGKILL);  // and no successor
+  Stop(agent_pid_, SIGKILL);                      // and no successor
   std::string unseen = mnt_ + "/data/d2/f7.bin";  // never looked up: its LOOKUP needs the agent
   pid_t child = ::fork();
   if (child == 0) {
