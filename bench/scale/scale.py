@@ -147,9 +147,10 @@ def main():
         metrics = free_port()
         with open(os.path.join(work, "agent.yaml"), "w") as f:
             f.write("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: 1Gi\nstateDir: %s/state\n"
+                    "mountRoots: [%s]\n"
                     "metricsAddress: 127.0.0.1:%d\nlogLevel: info\n"
                     "hub: {connections: 4, inflightPerConnection: 16, requestTimeoutSeconds: %d}\n"
-                    % (sock, work, work, metrics, a.hub_timeout))
+                    % (sock, work, work, work, metrics, a.hub_timeout))
         agent = subprocess.Popen([agent_bin, "--config", os.path.join(work, "agent.yaml")],
                                  stdout=open(os.path.join(work, "agent.log"), "w"),
                                  stderr=subprocess.STDOUT)
