@@ -231,12 +231,29 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
 
 Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name) {
   if (config_.consistency == Consistency::kStrict) return LookupOnHub(parent, name);
-  if (auto st = EnsureListed(parent, false); !st) return std::unexpected(st.error());
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& p = nodes_[parent];
-  auto it = p.dir().children.find(name);
-  if (it == p.dir().children.end()) return Fail(Code::kNotFound, "no entry " + name);
-  return InodeAttr{it->second, nodes_[it->second].attr};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto p = nodes_.find(parent);
+    if (p != nodes_.end()) {
+      const Dir& d = p->second.entries();
+      auto it = d.children.find(name);
+      if (d.listed && Fresh(d.list_time)) {
+        if (it == d.children.end()) return Fail(Code::kNotFound, "no entry " + name);
+        return InodeAttr{it->second, nodes_[it->second].attr};
+      }
+      // A name met before (an earlier lookup) while its attributes are fresh.
+      if (it != d.children.end()) {
+        auto c = nodes_.find(it->second);
+        if (c != nodes_.end() && c->second.attr_valid && Fresh(c->second.attr_time)) {
+          return InodeAttr{it->second, c->second.attr};
+        }
+      }
+    }
+  }
+  // Not listed yet (or no longer fresh): one LOOKUP, not a listing of the whole directory,
+  // which takes a round trip per page (a 20k-entry directory: ~25 s at 60 ms; one larger
+  // than the hub timeout allows could never be listed). The walk and readdir list it.
+  return LookupOnHub(parent, name);
 }
 
 Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {

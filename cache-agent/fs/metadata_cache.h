@@ -92,7 +92,8 @@ class MetadataCache {
 
   // kNotFound, kInvalidArgument (not a directory), hub errors. Strict volumes ask the hub for
   // every name (a file another node created or replaced is seen at once, also when the
-  // directory's listing is cached); other modes answer from the listing while it is fresh.
+  // directory's listing is cached); other modes answer from the listing while it is fresh,
+  // and ask the hub for the one name (LOOKUP) while the directory is not listed.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name);
   Result<FileAttr> GetAttr(uint64_t ino);
   // Strict volumes list the directory on the hub on every call.
