@@ -27,6 +27,13 @@ scripts/demo.sh runs (4000 samples, ~6 minutes on 2 cores), full = the RESULTS.m
 samples, ~2.2 GB, about an hour). Each gives the dataset size and every scenario's epochs.
 
 Then plot.gp -> samples-per-s.png and summarize.py -> results.md (+ the targets).
+
+--nodes N (N >= 2): N nodes of one cluster at once instead (nodes.py): network namespaces
+spk2r-<pid>-hub (bridge, ganesha, the WAN proxy) and -n1..-nN (one agent and one loader
+each, joined to the bridge by a veth capped with tbf at --node-link-mbit both ways);
+scenarios local-direct, local-parallel (N loaders on the local disk), peers-off and peers-on
+(the agents as static peers); the table gives cluster WAN/hub bytes per epoch against the
+dataset, cold epoch and steady samples/s per node against local-direct.
 Needs root (FUSE mounts, /proc/sys/vm/drop_caches). Stops everything it started (by pid) and
 unmounts every mount, also on failure, Ctrl-C or SIGTERM. Standard library only.
 """
@@ -1091,11 +1098,14 @@ class Experiment:
             raise Failure(f"{scenario}: mounts failed: "
                           f"{'; '.join(errors) or 'a mount did not return within 150 s'}")
         trace = f"{self.out}/{scenario}.cluster.trace"
+        link0 = self.cluster.link_bytes()
         s = self.start_node_sampler(labels, labels, trace)
         try:
             t0s = self.run_node_loaders(labels, mnts, n, spaces)
         finally:
             self.stop_thread(s)
+        link = [(i1 - i0, o1 - o0) for (i0, o0), (i1, o1)
+                in zip(link0, self.cluster.link_bytes())]
         bodies = [self.save_stats(label, mnt, label, metrics=True)
                   for label, mnt in zip(labels, mnts)]
         with open(f"{self.out}/{scenario}.tc.txt", "w") as f:
@@ -1107,7 +1117,8 @@ class Experiment:
             self.annotate(label, t0, mount_s=m, cache_size_bytes=self.cache_bytes, node=k,
                           nodes=self.a.nodes, link_mbit=self.a.node_link_mbit,
                           peers=int(peers))
-        cl = self.cluster_summary(scenario, labels, t0s, trace, bodies, peers=int(peers))
+        cl = self.cluster_summary(scenario, labels, t0s, trace, bodies, peers=int(peers),
+                                  link_bytes_per_node=link)
         wan = cl.get("wan_bytes_per_epoch")
         if wan:
             log(f"{scenario}: WAN bytes per epoch " + " / ".join(
