@@ -202,6 +202,9 @@ def parse_args(argv):
                     help=f"with --nodes N > 1: each node's in-region link (to the hub "
                     f"namespace's bridge, so hub and peer traffic), capped with tbf in both "
                     f"directions, Mbit/s (default {NODE_LINK_MBIT:g})")
+    ap.add_argument("--peer-timeout-ms", type=int,
+                    help="with --nodes N > 1: the agents' peerTimeoutMs in peers-on "
+                    "(default: the agent's, 2000)")
     ap.add_argument("--delay-ms", type=int, default=30,
                     help="one-way WAN delay (default 30 = 60 ms RTT)")
     ap.add_argument("--stage-streams", type=int, default=32,
@@ -222,6 +225,12 @@ def parse_args(argv):
             ap.error("--node-link-mbit needs --nodes N > 1 (it caps each node's link)")
         if a.node_link_mbit <= 0:
             ap.error(f"--node-link-mbit must be positive, got {a.node_link_mbit:g}")
+    if a.peer_timeout_ms is not None:
+        if a.nodes == 1:
+            ap.error("--peer-timeout-ms needs --nodes N > 1 (peers-on only)")
+        if not 10 <= a.peer_timeout_ms <= 60000:
+            ap.error(f"--peer-timeout-ms must be 10..60000 (the agent's range), got "
+                     f"{a.peer_timeout_ms}")
     if a.nodes > 1 and a.node_link_mbit is None:
         a.node_link_mbit = NODE_LINK_MBIT
     valid = NODE_SCENARIOS if a.nodes > 1 else ALL_SCENARIOS
@@ -686,7 +695,9 @@ class Experiment:
                 f"--eviction-policy {a.eviction_policy} --delay-ms {a.delay_ms} "
                 f"--stage-streams {a.stage_streams}"
                 + (f" --nodes {a.nodes} --node-link-mbit {a.node_link_mbit:g} "
-                   f"--scenarios {','.join(a.scenarios)}" if a.nodes > 1 else "") + "\n"
+                   f"--scenarios {','.join(a.scenarios)}"
+                   + (f" --peer-timeout-ms {a.peer_timeout_ms}" if a.peer_timeout_ms else "")
+                   if a.nodes > 1 else "") + "\n"
                 f"epochs: {', '.join(f'{k} {v}' for k, v in a.epochs_of.items())}\n"
                 f"commit: {commit}\n"
                 f"machine: {machine_line()}, "
@@ -1068,13 +1079,17 @@ class Experiment:
                             for k in range(1, len(spaces) + 1))
         log(f"scenario {scenario}: {len(spaces)} nodes, each its agent (cache "
             f"{self.cache_bytes} bytes, prefetch auto) and loader, over the WAN"
-            + (f", peers [{members}]" if peers else ", no peers") + f", {n} epochs")
+            + (f", peers [{members}], peerTimeoutMs "
+               f"{self.a.peer_timeout_ms or 'default (2000)'}" if peers else ", no peers")
+            + f", {n} epochs")
         for k, (label, ns) in enumerate(zip(labels, spaces), 1):
             extra = ""
             if peers:
                 extra = (f"peerListenAddress: {nodes.node_addr(k)}:{PEER_PORT}\n"
                          f"peerTokenFile: {self.token_file}\n"
                          f"peers: [{members}]\n")
+                if self.a.peer_timeout_ms is not None:
+                    extra += f"peerTimeoutMs: {self.a.peer_timeout_ms}\n"
             self.start_agent(label, self.cache_bytes, ns=ns, extra_cfg=extra)
         mnts = [f"{self.work}/mnt-{label}" for label in labels]
         # All nodes mount at once: a peer that has not mounted the volume yet refuses to
@@ -1118,7 +1133,8 @@ class Experiment:
                           nodes=self.a.nodes, link_mbit=self.a.node_link_mbit,
                           peers=int(peers))
         cl = self.cluster_summary(scenario, labels, t0s, trace, bodies, peers=int(peers),
-                                  link_bytes_per_node=link)
+                                  link_bytes_per_node=link,
+                                  peer_timeout_ms=self.a.peer_timeout_ms or 2000)
         wan = cl.get("wan_bytes_per_epoch")
         if wan:
             log(f"{scenario}: WAN bytes per epoch " + " / ".join(
