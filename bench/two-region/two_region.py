@@ -27,6 +27,13 @@ scripts/demo.sh runs (4000 samples, ~6 minutes on 2 cores), full = the RESULTS.m
 samples, ~2.2 GB, about an hour). Each gives the dataset size and every scenario's epochs.
 
 Then plot.gp -> samples-per-s.png and summarize.py -> results.md (+ the targets).
+
+--nodes N (N >= 2): N nodes of one cluster at once instead (nodes.py): network namespaces
+spk2r-<pid>-hub (bridge, ganesha, the WAN proxy) and -n1..-nN (one agent and one loader
+each, joined to the bridge by a veth capped with tbf at --node-link-mbit both ways);
+scenarios local-direct, local-parallel (N loaders on the local disk), peers-off and peers-on
+(the agents as static peers); the table gives cluster WAN/hub bytes per epoch against the
+dataset, cold epoch and steady samples/s per node against local-direct.
 Needs root (FUSE mounts, /proc/sys/vm/drop_caches). Stops everything it started (by pid) and
 unmounts every mount, also on failure, Ctrl-C or SIGTERM. Standard library only.
 """
@@ -36,6 +43,7 @@ import contextlib
 import io
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -50,6 +58,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import annotate  # noqa: E402  (bench/two-region/annotate.py)
+import nodes  # noqa: E402  (bench/two-region/nodes.py: --nodes N)
 import summarize  # noqa: E402  (bench/two-region/summarize.py)
 
 MIB = 1 << 20
@@ -57,6 +66,17 @@ MIN_CACHE = 64 * MIB  # the agent's minimum cacheSizeBytes
 ALL_SCENARIOS = ["local-direct", "co-located", "remote-no-spoke", "spoke-cold", "spoke-warm",
                  "stage-in", "spoke-hints", "spoke-cache-0.5x"]
 WORKLOADS = ("report", "resnet50", "unet3d", "shards")
+# --nodes N > 1: one loader per node, all nodes at once (bench/two-region/nodes.py).
+# local-direct: one loader alone on the local disk (the baseline of every ratio);
+# local-parallel: N loaders at once on the local disk (what the machine itself costs);
+# peers-off / peers-on: one agent per node namespace over the WAN, without / with peers.
+NODE_SCENARIOS = ["local-direct", "local-parallel", "peers-off", "peers-on"]
+NODE_EPOCHS = 2
+NODE_LINK_MBIT = 1000.0
+PEER_PORT = 7311
+# The proxy's ports on the bridge address in the hub namespace: the first two that are not
+# ganesha's.
+WAN_PORTS = (30491, 30492, 30493, 30494)
 HALF_CACHE = "spoke-cache-0.5x"
 HALF_FRACTION = 0.5
 HALF_POLICY = "nothrash"
@@ -170,8 +190,21 @@ def parse_args(argv):
     ap.add_argument("--eviction-policy", default="lru",
                     help="the agents' evictionPolicy (default lru; nothrash for datasets "
                     "larger than the cache)")
-    ap.add_argument("--scenarios", default=",".join(ALL_SCENARIOS),
-                    help="comma-separated subset (default: all, in the order above)")
+    ap.add_argument("--scenarios",
+                    help="comma-separated subset (default: all, in the order above; with "
+                    f"--nodes N > 1: {','.join(NODE_SCENARIOS)})")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="1 (default): the scenarios above, one agent at a time. N > 1: N "
+                    "nodes in network namespaces (one agent and one loader each, all at "
+                    "once) behind one WAN, scenarios " + ",".join(NODE_SCENARIOS) +
+                    f", {NODE_EPOCHS} epochs each unless --epochs")
+    ap.add_argument("--node-link-mbit", type=float,
+                    help=f"with --nodes N > 1: each node's in-region link (to the hub "
+                    f"namespace's bridge, so hub and peer traffic), capped with tbf in both "
+                    f"directions, Mbit/s (default {NODE_LINK_MBIT:g})")
+    ap.add_argument("--peer-timeout-ms", type=int,
+                    help="with --nodes N > 1: the agents' peerTimeoutMs in peers-on "
+                    "(default: the agent's, 2000)")
     ap.add_argument("--delay-ms", type=int, default=30,
                     help="one-way WAN delay (default 30 = 60 ms RTT)")
     ap.add_argument("--stage-streams", type=int, default=32,
@@ -184,11 +217,31 @@ def parse_args(argv):
                     "(default /var/tmp/spoke-2r.PID)")
     ap.add_argument("--keep", action="store_true", help="keep the work dir")
     a = ap.parse_args(argv)
+    if a.nodes < 1:
+        ap.error(f"--nodes must be >= 1 (1 = one agent at a time; N > 1 = N nodes at once), "
+                 f"got {a.nodes}")
+    if a.node_link_mbit is not None:
+        if a.nodes == 1:
+            ap.error("--node-link-mbit needs --nodes N > 1 (it caps each node's link)")
+        if a.node_link_mbit <= 0:
+            ap.error(f"--node-link-mbit must be positive, got {a.node_link_mbit:g}")
+    if a.peer_timeout_ms is not None:
+        if a.nodes == 1:
+            ap.error("--peer-timeout-ms needs --nodes N > 1 (peers-on only)")
+        if not 10 <= a.peer_timeout_ms <= 60000:
+            ap.error(f"--peer-timeout-ms must be 10..60000 (the agent's range), got "
+                     f"{a.peer_timeout_ms}")
+    if a.nodes > 1 and a.node_link_mbit is None:
+        a.node_link_mbit = NODE_LINK_MBIT
+    valid = NODE_SCENARIOS if a.nodes > 1 else ALL_SCENARIOS
+    if a.scenarios is None:
+        a.scenarios = ",".join(valid)
     scenarios = [s for s in a.scenarios.split(",") if s]
-    unknown = [s for s in scenarios if s not in ALL_SCENARIOS]
+    unknown = [s for s in scenarios if s not in valid]
     if unknown or not scenarios:
-        ap.error(f"--scenarios: unknown {unknown or 'empty list'}; choose from "
-                 f"{','.join(ALL_SCENARIOS)}")
+        ap.error(f"--scenarios: unknown {unknown or 'empty list'}"
+                 + (f" with --nodes {a.nodes}" if a.nodes > 1 else "")
+                 + f"; choose from {','.join(valid)}")
     a.scenarios = scenarios
     a.short = a.preset == "short"
     preset = PRESETS[a.preset]
@@ -213,6 +266,9 @@ def parse_args(argv):
     a.epochs_of["remote-no-spoke"] = a.nospoke_epochs or 1
     if a.nospoke_batches is None:
         a.nospoke_batches = preset["nospoke_batches"]
+    if a.nodes > 1:
+        # Every node scenario runs the same epochs (local-direct too: one baseline run).
+        a.epochs_of = {s: a.epochs or NODE_EPOCHS for s in NODE_SCENARIOS}
     for flag, v in (("--samples", a.samples), ("--delay-ms", a.delay_ms + 1),
                     ("--stage-streams", a.stage_streams)):
         if v <= 0:
@@ -241,6 +297,8 @@ class Experiment:
         self.export = f"{self.hub_dir}/export"
         # Everything cleanup() must undo.
         self.agents = {}      # name -> Popen
+        self.agent_ns = {}    # name -> network namespace (--nodes N > 1)
+        self.cluster = None   # nodes.Cluster: namespaces, bridge, veths (--nodes N > 1)
         self.mounts = []      # every FUSE target we asked for
         self.procs = []       # proxy, loader, stage-in copy (own process group)
         self.threads = []     # (stop event, thread): samplers, hint feeder
@@ -262,6 +320,10 @@ class Experiment:
             if not os.access(b, os.X_OK):
                 raise Failure(f"{b} not built (ninja -C {self.build} spoke-cache-agent "
                               "spokectl spoke-loader spoke-wan-proxy)")
+        if self.a.nodes > 1:
+            for tool in ("ip", "tc", "nsenter"):
+                if shutil.which(tool) is None:
+                    raise Failure(f"--nodes {self.a.nodes} needs {tool} (iproute2, util-linux)")
 
     # ------------------------------------------------------------ processes
     def spawn(self, argv, log_path, **kw):
@@ -301,9 +363,24 @@ class Experiment:
                     return int(line.rsplit(":", 1)[1])
         raise Failure(f"agent {name}: no metricsAddress in agent.yaml")
 
-    def start_agent(self, name, cache_bytes, read_ahead=64 * MIB, policy=None):
+    def agent_get(self, name, path, timeout=2.0):
+        """GET on the agent's metrics server (in its network namespace), or None."""
+        url = f"http://127.0.0.1:{self.metrics_port(name)}{path}"
+        ns = self.agent_ns.get(name)
+        if ns is None:
+            return http_get(url, timeout)
+        try:
+            return nodes.in_netns(ns, lambda: http_get(url, timeout), timeout + 3)
+        except (nodes.NetError, OSError) as e:
+            log(f"agent {name}: GET {path} in namespace {ns}: {e}")
+            return None
+
+    def start_agent(self, name, cache_bytes, read_ahead=64 * MIB, policy=None, ns=None,
+                    extra_cfg=""):
         """Fresh dirs unless they exist (then it is a restart on the same cache and state).
-        (readAheadMaxBytes is at least one block; prefetch-off agents get one: unused.)"""
+        (readAheadMaxBytes is at least one block; prefetch-off agents get one: unused.)
+        ns: run it in that network namespace (its metricsAddress is that namespace's
+        loopback); extra_cfg: more agent.yaml lines (peers)."""
         d = self.agent_dir(name)
         os.makedirs(f"{d}/cache", exist_ok=True)
         os.makedirs(f"{d}/state", exist_ok=True)
@@ -317,21 +394,24 @@ class Experiment:
                         "logLevel: info\nhub: {connections: 4, inflightPerConnection: 64, "
                         "requestTimeoutSeconds: 10}\n"
                         f"readAheadMaxBytes: {read_ahead}\n"
-                        f"evictionPolicy: {policy or self.a.eviction_policy}\n")
-        port = self.metrics_port(name)
-        p = self.spawn([self.agent_bin, "--config", cfg], f"{d}/agent.log")
+                        f"evictionPolicy: {policy or self.a.eviction_policy}\n" + extra_cfg)
+        prefix = nodes.nsenter(ns) if ns else []
+        p = self.spawn([*prefix, self.agent_bin, "--config", cfg], f"{d}/agent.log")
         self.agents[name] = p
+        if ns:
+            self.agent_ns[name] = ns
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if os.path.exists(f"{d}/agent.sock") and http_get(
-                    f"http://127.0.0.1:{port}/healthz", 0.5) is not None:
+            if os.path.exists(f"{d}/agent.sock") and self.agent_get(
+                    name, "/healthz", 0.5) is not None:
                 return
             if p.poll() is not None:
                 sys.stderr.write(tail(f"{d}/agent.log", 20))
                 raise Failure(f"agent {name} exited at start (exit {p.returncode})")
             time.sleep(0.05)
         sys.stderr.write(tail(f"{d}/agent.log", 20))
-        raise Failure(f"agent {name} did not come up within 10 s")
+        raise Failure(f"agent {name} did not come up within 10 s"
+                      + (f" (in namespace {ns})" if ns else ""))
 
     def stop_agent(self, name):
         p = self.agents.pop(name, None)
@@ -356,14 +436,19 @@ class Experiment:
         """Sum of every series of the agent's spoke_hub_read_bytes_total, or None."""
         if name not in self.agents:
             return None
-        try:
-            body = http_get(f"http://127.0.0.1:{self.metrics_port(name)}/metrics")
-        except (OSError, Failure):
-            return None
+        return self.metric_sum(name, "spoke_hub_read_bytes_total")
+
+    def metric_sum(self, name, metric, body=None):
+        """Sum of every series of `metric` in the agent's /metrics (or `body`), or None."""
+        if body is None:
+            try:
+                body = self.agent_get(name, "/metrics")
+            except (OSError, Failure):
+                return None
         if body is None:
             return None
         vals = [float(l.split()[-1]) for l in body.splitlines()
-                if l.startswith(("spoke_hub_read_bytes_total ", "spoke_hub_read_bytes_total{"))]
+                if l.startswith((f"{metric} ", f"{metric}{{"))]
         return sum(vals) if vals else None
 
     def wan_stats(self):
@@ -482,10 +567,12 @@ class Experiment:
     def save_stats(self, name, target, label, metrics=False):
         self.ctl(name, "stats", target, output=f"{self.out}/{label}.stats.txt")
         if metrics:
-            body = http_get(f"http://127.0.0.1:{self.metrics_port(name)}/metrics")
+            body = self.agent_get(name, "/metrics")
             if body is not None:
                 with open(f"{self.out}/{label}.metrics.txt", "w") as f:
                     f.write(body)
+            return body
+        return None
 
     # ------------------------------------------------------------ set-up
     def setup(self):
@@ -494,9 +581,31 @@ class Experiment:
         os.makedirs(self.work, exist_ok=True)
         log(f"work {self.work}, results {self.out}")
         log(f"machine: {machine_line()}")
+        hub_prefix = []
+        if self.a.nodes > 1:
+            self.cluster = nodes.Cluster(f"spk2r-{os.getpid()}", self.a.nodes,
+                                         self.a.node_link_mbit, log)
+            try:
+                self.cluster.create()
+            except nodes.NetError as e:
+                raise Failure(f"network set-up: {e}") from None
+            # ganesha (NFSv3) registers with the machine's rpcbind through /run/rpcbind.sock.
+            # spoke-hub would start a missing one inside the hub namespace, where it would
+            # outlive the run: start it here instead, on the host, as spoke-hub does.
+            if subprocess.run(["pgrep", "-x", "rpcbind"],
+                              stdout=subprocess.DEVNULL).returncode != 0:
+                log("no rpcbind runs: starting one on the host (left running, as spoke-hub "
+                    "does)")
+                if subprocess.run(["rpcbind", "-w"]).returncode != 0:
+                    subprocess.run(["rpcbind"])
+            hub_prefix = nodes.nsenter(self.cluster.hub)
         self.hub_started = True
-        r = subprocess.run([f"{ROOT}/scripts/spoke-hub", "start", self.hub_dir],
-                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        try:
+            r = subprocess.run([*hub_prefix, f"{ROOT}/scripts/spoke-hub", "start",
+                                self.hub_dir], capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise Failure("spoke-hub start did not finish within 60 s") from None
         if r.returncode != 0:
             raise Failure(f"spoke-hub start failed: {r.stderr.strip()[-500:]}")
         kv = dict(w.split("=", 1) for w in r.stdout.split() if "=" in w)
@@ -504,7 +613,8 @@ class Experiment:
             hub_nfs, hub_mnt = int(kv["NFS_PORT"]), int(kv["MOUNT_PORT"])
         except (KeyError, ValueError):
             raise Failure(f"spoke-hub start printed no ports: {r.stdout.strip()!r}") from None
-        log(f"hub: ganesha on 127.0.0.1:{hub_nfs} (mount {hub_mnt}), export {self.export}")
+        log(f"hub: ganesha on 127.0.0.1:{hub_nfs} (mount {hub_mnt}), export {self.export}"
+            + (f", in namespace {self.cluster.hub}" if self.cluster else ""))
 
         # The dataset is the export's root (so hint paths, relative to the dataset, are
         # relative to the volume root too). Generated on the hub side: no WAN.
@@ -539,24 +649,38 @@ class Experiment:
             f"(x{self.a.cache_fraction:g} of the {self.a.cache_basis})")
 
         self.direct_url = f"nfs://127.0.0.1{self.export}?nfsport={hub_nfs}&mountport={hub_mnt}"
-        wan_nfs, wan_mnt = free_port(), free_port()
-        self.spawn([self.proxy_bin, "--delay-ms", str(self.a.delay_ms),
-                    "--route", f"127.0.0.1:{wan_nfs}=127.0.0.1:{hub_nfs}",
-                    "--route", f"127.0.0.1:{wan_mnt}=127.0.0.1:{hub_mnt}",
+        if self.cluster:
+            # The proxy in the hub namespace, on the bridge: the nodes' only way to the hub.
+            wan_host = nodes.HUB_ADDR
+            ports = [p for p in WAN_PORTS if p not in (hub_nfs, hub_mnt)]
+            wan_nfs, wan_mnt = ports[0], ports[1]
+        else:
+            wan_host = "127.0.0.1"
+            wan_nfs, wan_mnt = free_port(), free_port()
+        self.spawn([*hub_prefix, self.proxy_bin, "--delay-ms", str(self.a.delay_ms),
+                    "--route", f"{wan_host}:{wan_nfs}=127.0.0.1:{hub_nfs}",
+                    "--route", f"{wan_host}:{wan_mnt}=127.0.0.1:{hub_mnt}",
                     "--stats-file", f"{self.work}/wan.stats"], f"{self.work}/wan-proxy.log")
+
+        def probe():
+            socket.create_connection((wan_host, wan_nfs), timeout=0.5).close()
+
         deadline = time.monotonic() + 5
         while True:
             try:
-                socket.create_connection(("127.0.0.1", wan_nfs), timeout=0.5).close()
+                if self.cluster:
+                    nodes.in_netns(self.cluster.hub, probe, 3)
+                else:
+                    probe()
                 break
-            except OSError:
+            except (OSError, nodes.NetError):
                 if time.monotonic() > deadline:
-                    raise Failure(f"spoke-wan-proxy does not listen on {wan_nfs}: "
+                    raise Failure(f"spoke-wan-proxy does not listen on {wan_host}:{wan_nfs}: "
                                   f"{tail(f'{self.work}/wan-proxy.log', 5)}") from None
                 time.sleep(0.05)
-        self.wan_url = f"nfs://127.0.0.1{self.export}?nfsport={wan_nfs}&mountport={wan_mnt}"
+        self.wan_url = f"nfs://{wan_host}{self.export}?nfsport={wan_nfs}&mountport={wan_mnt}"
         log(f"WAN: spoke-wan-proxy {self.a.delay_ms} ms each way ({2 * self.a.delay_ms} ms "
-            f"RTT) on {wan_nfs}/{wan_mnt}")
+            f"RTT) on {wan_host}:{wan_nfs}/{wan_mnt}")
 
         a = self.a
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
@@ -569,7 +693,11 @@ class Experiment:
                 f"--compute-ms {'preset' if a.compute_ms is None else f'{a.compute_ms:g}'} "
                 f"--cache-fraction {a.cache_fraction:g} --cache-basis {a.cache_basis} "
                 f"--eviction-policy {a.eviction_policy} --delay-ms {a.delay_ms} "
-                f"--stage-streams {a.stage_streams}\n"
+                f"--stage-streams {a.stage_streams}"
+                + (f" --nodes {a.nodes} --node-link-mbit {a.node_link_mbit:g} "
+                   f"--scenarios {','.join(a.scenarios)}"
+                   + (f" --peer-timeout-ms {a.peer_timeout_ms}" if a.peer_timeout_ms else "")
+                   if a.nodes > 1 else "") + "\n"
                 f"epochs: {', '.join(f'{k} {v}' for k, v in a.epochs_of.items())}\n"
                 f"commit: {commit}\n"
                 f"machine: {machine_line()}, "
@@ -803,6 +931,270 @@ class Experiment:
         if entry in self.threads:
             self.threads.remove(entry)
 
+    # ------------------------------------------------------------ --nodes N > 1
+    def node_labels(self, scenario):
+        return [f"{scenario}-n{k}" for k in range(1, self.a.nodes + 1)]
+
+    def start_node_sampler(self, agents, labels, cluster_trace):
+        """Every 0.5 s: per node a trace in annotate.py's format (the WAN proxy's counters,
+        i.e. the whole cluster's, and that node's agent's hub bytes; agent None: "-"), and
+        the cluster trace (WAN counters, sum of every agent's hub bytes)."""
+        stop = threading.Event()
+
+        def sample(files, cf):
+            t = time.time()
+            up, down = self.wan_stats()
+            hubs = [self.hub_bytes(n) if n else None for n in agents]
+            for f, h in zip(files, hubs):
+                f.write(f"{t:.6f} {up} {down} {'-' if h is None else f'{h:.0f}'}\n")
+                f.flush()
+            total = "-" if any(h is None for h in hubs) else f"{sum(hubs):.0f}"
+            cf.write(f"{t:.6f} {up} {down} {total}\n")
+            cf.flush()
+
+        def loop():
+            files = [open(f"{self.out}/{label}.trace", "a") for label in labels]
+            try:
+                with open(cluster_trace, "a") as cf:
+                    while not stop.is_set():
+                        sample(files, cf)
+                        stop.wait(0.5)
+                    time.sleep(0.5)  # the proxy rewrites its stats file every 200 ms
+                    sample(files, cf)
+            finally:
+                for f in files:
+                    f.close()
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        entry = (stop, t)
+        self.threads.append(entry)
+        return entry
+
+    def run_node_loaders(self, labels, dirs, epochs, namespaces):
+        """Drops the page cache, starts one loader per node at once (each in its node's
+        network namespace when given), waits for all (bounded); returns their start times."""
+        drop_caches()
+        started = []
+        for label, d, ns in zip(labels, dirs, namespaces):
+            prefix = nodes.nsenter(ns) if ns else []
+            t0 = time.time()
+            p = self.spawn([*prefix, self.loader_bin, "run", "--dir", d, "--epochs",
+                            str(epochs), "--seed", str(SEED), "--drop-cache", "--label", label,
+                            "--json", f"{self.out}/{label}.json",
+                            "--csv", f"{self.out}/{label}.csv", *self.compute_flags()],
+                           f"{self.out}/{label}.log")
+            started.append((label, p, t0))
+        # A bound far above any sane run: 10x the never-stalled time, plus 10 minutes.
+        batch_s = max(self.a.compute_ms or 0, 250) / 1000.0
+        limit = 600 + 10 * epochs * (self.dataset_files / 32.0) * batch_s
+        deadline = time.monotonic() + limit
+        for label, p, _ in started:
+            try:
+                rc = p.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                running = [lb for lb, q, _ in started if q.poll() is None]
+                raise Failure(f"loaders {', '.join(running)} did not finish within "
+                              f"{limit:.0f} s (see {self.out}/<label>.log)") from None
+            self.procs.remove(p)
+            if rc != 0:
+                log(f"loader {label} exited {rc} (read errors?) -- see {self.out}/{label}.log")
+                self.loader_failed = True
+            if not os.path.isfile(f"{self.out}/{label}.json"):
+                raise Failure(f"loader {label} wrote no summary; log: "
+                              f"{tail(f'{self.out}/{label}.log', 5)}")
+            for line in tail(f"{self.out}/{label}.log", 6).splitlines():
+                print(f"    [{label}] {line}", file=sys.stderr)
+        return [t0 for _, _, t0 in started]
+
+    def cluster_summary(self, scenario, labels, t0s, trace, bodies, **fields):
+        """<scenario>.cluster.json: WAN and summed hub bytes per epoch (epoch e ends when the
+        last node finishes it), peer counters summed over the agents (from their /metrics
+        at the end, `bodies`), and `fields`."""
+        summaries = [nodes.load(f"{self.out}/{label}.json") for label in labels]
+        cl = {"scenario": scenario, "labels": labels, "nodes": self.a.nodes,
+              "link_mbit": self.a.node_link_mbit, "dataset_bytes": self.dataset_bytes,
+              "dataset_files": self.dataset_files, **fields}
+        rows = annotate.load_trace(trace)
+        n_epochs = min(len(s.get("epoch_end_s") or []) for s in summaries)
+        if rows and n_epochs:
+            ends = [max(t0 + s["epoch_end_s"][e] for t0, s in zip(t0s, summaries))
+                    for e in range(n_epochs - 1)]
+            bounds = [rows[0][0], *ends, rows[-1][0]]
+
+            def deltas(col):
+                vals = [annotate.value_at(rows, col, t) for t in bounds]
+                if any(v is None for v in vals):
+                    return None
+                return [max(0.0, b - a) for a, b in zip(vals, vals[1:])]
+
+            up, down, hub = deltas(1), deltas(2), deltas(3)
+            if up is not None and down is not None:
+                cl["wan_bytes_per_epoch"] = [u + d for u, d in zip(up, down)]
+                cl["wan_bytes"] = sum(up) + sum(down)
+            if hub is not None:
+                cl["hub_bytes_per_epoch"] = hub
+                cl["hub_bytes"] = sum(hub)
+        if bodies and all(b is not None for b in bodies):
+            for key, metric in (("hub_read_bytes_end", "spoke_hub_read_bytes_total"),
+                                ("peer_hit_bytes", "spoke_peer_hit_bytes_total"),
+                                ("peer_served_bytes", "spoke_peer_served_bytes_total"),
+                                ("peer_fallbacks", "spoke_peer_fallbacks_total"),
+                                ("peer_checksum_rejects", "spoke_peer_checksum_rejects_total"),
+                                ("peer_members", "spoke_peer_members")):
+                per = [self.metric_sum(None, metric, b) for b in bodies]
+                cl[f"{key}_per_node"] = per
+                if any(v is not None for v in per):
+                    cl[key] = sum(v or 0 for v in per)
+        with open(f"{self.out}/{scenario}.cluster.json", "w") as f:
+            json.dump(cl, f, indent=2)
+            f.write("\n")
+        return cl
+
+    def local_parallel(self):
+        """N loaders at once on the local disk: what the shared machine costs N loaders."""
+        n = self.epochs("local-parallel")
+        labels = self.node_labels("local-parallel")
+        log(f"scenario local-parallel: {self.a.nodes} loaders at once on {self.export} "
+            f"directly, {n} epoch(s)")
+        trace = f"{self.out}/local-parallel.cluster.trace"
+        s = self.start_node_sampler([None] * len(labels), labels, trace)
+        try:
+            t0s = self.run_node_loaders(labels, [self.export] * len(labels), n,
+                                        [None] * len(labels))
+        finally:
+            self.stop_thread(s)
+        for label, t0 in zip(labels, t0s):
+            self.annotate(label, t0, wan_path="none")
+        self.cluster_summary("local-parallel", labels, t0s, trace, None)
+        self.done.append("local-parallel")
+
+    def nodes_spoke(self, scenario, peers):
+        """One agent per node namespace, all over the WAN, one loader per node at once;
+        peers: the agents list each other as static peers."""
+        n = self.epochs(scenario)
+        labels = self.node_labels(scenario)
+        spaces = self.cluster.nodes
+        members = ", ".join(f'"{nodes.node_addr(k)}:{PEER_PORT}"'
+                            for k in range(1, len(spaces) + 1))
+        log(f"scenario {scenario}: {len(spaces)} nodes, each its agent (cache "
+            f"{self.cache_bytes} bytes, prefetch auto) and loader, over the WAN"
+            + (f", peers [{members}], peerTimeoutMs "
+               f"{self.a.peer_timeout_ms or 'default (2000)'}" if peers else ", no peers")
+            + f", {n} epochs")
+        for k, (label, ns) in enumerate(zip(labels, spaces), 1):
+            extra = ""
+            if peers:
+                extra = (f"peerListenAddress: {nodes.node_addr(k)}:{PEER_PORT}\n"
+                         f"peerTokenFile: {self.token_file}\n"
+                         f"peers: [{members}]\n")
+                if self.a.peer_timeout_ms is not None:
+                    extra += f"peerTimeoutMs: {self.a.peer_timeout_ms}\n"
+            self.start_agent(label, self.cache_bytes, ns=ns, extra_cfg=extra)
+        mnts = [f"{self.work}/mnt-{label}" for label in labels]
+        # All nodes mount at once: a peer that has not mounted the volume yet refuses to
+        # serve it (the asker then reads the hub), so staggered mounts cost hub reads.
+        mount_s = [None] * len(labels)
+        errors = []
+
+        def mount_one(i):
+            try:
+                mount_s[i] = self.mount(labels[i], self.wan_url, mnts[i], "--prefetch", "auto")
+            except Failure as e:
+                errors.append(str(e))
+
+        workers = [threading.Thread(target=mount_one, args=(i,), daemon=True)
+                   for i in range(len(labels))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(150)  # spokectl itself is bounded at 120 s
+        if errors or any(w.is_alive() for w in workers):
+            raise Failure(f"{scenario}: mounts failed: "
+                          f"{'; '.join(errors) or 'a mount did not return within 150 s'}")
+        trace = f"{self.out}/{scenario}.cluster.trace"
+        link0 = self.cluster.link_bytes()
+        s = self.start_node_sampler(labels, labels, trace)
+        try:
+            t0s = self.run_node_loaders(labels, mnts, n, spaces)
+        finally:
+            self.stop_thread(s)
+        link = [(i1 - i0, o1 - o0) for (i0, o0), (i1, o1)
+                in zip(link0, self.cluster.link_bytes())]
+        bodies = [self.save_stats(label, mnt, label, metrics=True)
+                  for label, mnt in zip(labels, mnts)]
+        with open(f"{self.out}/{scenario}.tc.txt", "w") as f:
+            f.write(self.cluster.qdisc_stats())
+        for label, mnt in zip(labels, mnts):
+            self.unmount(label, mnt)
+            self.stop_agent(label)
+        for k, (label, t0, m) in enumerate(zip(labels, t0s, mount_s), 1):
+            self.annotate(label, t0, mount_s=m, cache_size_bytes=self.cache_bytes, node=k,
+                          nodes=self.a.nodes, link_mbit=self.a.node_link_mbit,
+                          peers=int(peers))
+        cl = self.cluster_summary(scenario, labels, t0s, trace, bodies, peers=int(peers),
+                                  link_bytes_per_node=link,
+                                  peer_timeout_ms=self.a.peer_timeout_ms or 2000)
+        wan = cl.get("wan_bytes_per_epoch")
+        if wan:
+            log(f"{scenario}: WAN bytes per epoch " + " / ".join(
+                f"{v / self.dataset_bytes:.2f}x" for v in wan) + " the dataset")
+        self.done.append(scenario)
+
+    def report_nodes(self):
+        out = self.out
+        if not self.done:
+            raise Failure("no scenario ran")
+        local = nodes.load(f"{out}/local-direct.json") if "local-direct" in self.done else None
+        scen = []
+        labels = []
+        for name in self.done:
+            if name == "local-direct":
+                scen.append((name, {}, [local], True))
+                labels.append(name)
+                continue
+            cl = nodes.load(f"{out}/{name}.cluster.json")
+            scen.append((name, cl, [nodes.load(f"{out}/{lb}.json") for lb in cl["labels"]],
+                         name == "local-parallel"))
+            labels += cl["labels"]
+        with open(f"{out}/{labels[0]}.json") as f:
+            ideal = json.load(f)["config"]["ideal_samples_per_s"]
+        with open(f"{out}/plot.log", "w") as plot_log:
+            rc = subprocess.run(["gnuplot", "-e", f"csvs='{' '.join(f'{out}/{lb}.csv' for lb in labels)}'",
+                                 "-e", f"titles='{' '.join(labels)}'", "-e",
+                                 f"out='{out}/samples-per-s.png'; ideal={ideal}",
+                                 f"{HERE}/plot.gp"], stderr=plot_log).returncode
+        if rc != 0:
+            log(f"gnuplot failed: {tail(f'{out}/plot.log', 10)}")
+        md = (nodes.cluster_table(scen, local, self.dataset_bytes, self.a.nodes,
+                                  self.a.node_link_mbit) + "\n"
+              + nodes.targets(scen, local, self.a.nodes))
+        with open(f"{out}/run.txt") as f:
+            md += "\n" + f.read()
+        with open(f"{out}/results.md", "w") as f:
+            f.write(md)
+        print()
+        print(md)
+        log(f"plot: {out}/samples-per-s.png")
+        log(f"table: {out}/results.md")
+
+    def run_nodes(self):
+        self.token_file = f"{self.work}/peer-token"
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"spoke-2r-{secrets.token_hex(16)}\n")
+        want = set(self.a.scenarios)
+        if "local-direct" in want:
+            self.local_direct()
+        if "local-parallel" in want:
+            self.local_parallel()
+        if "peers-off" in want:
+            self.nodes_spoke("peers-off", peers=False)
+        if "peers-on" in want:
+            self.nodes_spoke("peers-on", peers=True)
+        self.report_nodes()
+        return 1 if self.loader_failed else 0
+
     # ------------------------------------------------------------ results
     def report(self):
         if not self.done:
@@ -833,6 +1225,8 @@ class Experiment:
     def run(self):
         self.check()
         self.setup()
+        if self.a.nodes > 1:
+            return self.run_nodes()
         want = set(self.a.scenarios)
         if "local-direct" in want:
             self.local_direct()
@@ -855,7 +1249,7 @@ class Experiment:
     def cleanup(self):
         # Processes first that use the mounts (loader, copy), then the mounts, then agents.
         for p in [p for p in self.procs if p not in self.agents.values()]:
-            if os.path.basename(str(p.args[0])) != "spoke-wan-proxy":
+            if self.proxy_bin not in p.args:
                 self.end_process(p, 5)
         for target in self.mounts:
             if is_mountpoint(target):
@@ -876,6 +1270,11 @@ class Experiment:
         if self.hub_started:
             subprocess.run([f"{ROOT}/scripts/spoke-hub", "stop", self.hub_dir],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.cluster:
+            # Last: nothing of ours runs in them any more (veths and bridge go with them).
+            left = self.cluster.delete()
+            if left:
+                log(f"network namespaces NOT deleted: {', '.join(left)}")
         if self.a.keep or not self.created_work:
             if os.path.isdir(self.work):
                 log(f"work dir kept: {self.work}")
