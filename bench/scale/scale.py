@@ -139,6 +139,8 @@ def main():
         export = kv["EXPORT"]
         make_tree(export, a.files, a.big_dir)
         os.makedirs(os.path.join(export, "scratch"))
+        # The cycles create as root, which reaches the hub as the squashed identity.
+        os.chmod(os.path.join(export, "scratch"), 0o1777)
         wan_nfs, wan_mnt = free_port(), free_port()
         procs.append(subprocess.Popen(
             [proxy_bin, "--delay-ms", str(a.delay_ms),
