@@ -461,7 +461,15 @@ def reader(cluster, ledger, names, stop, rng):
                         n = rng.randint(1, 256 << 10)
                         b = ledger.timed("pread", name, os.pread, fd, n, off)
                         versions, _ = ledger.allowed(name)
-                        if not any(v[off:off + n] == b for v in versions):
+                        match = any(v[off:off + n] == b for v in versions)
+                        err = None if match else error_after_short_read(
+                            ledger, fd, name, b, off, versions)
+                        if err is not None:
+                            # Right bytes, then an error: the kernel returns what it copied
+                            # before the error (page cache) as a short read; the error itself
+                            # is classified (below).
+                            raise err
+                        if not match:
                             ledger.add_violation(
                                 "wrong bytes: %s pread(%d bytes at %d) returned %d bytes that "
                                 "match none of its %d versions (sizes %s; by block: %s)"
@@ -477,6 +485,19 @@ def reader(cluster, ledger, names, stop, rng):
             ledger.classify(op, name, e.errno, start, time.monotonic(), cached_since)
         # Leave CPU to the agent (checksumming warm reads would otherwise take both cores).
         time.sleep(rng.uniform(0.01, 0.05))
+
+
+def error_after_short_read(ledger, fd, name, b, off, versions):
+    """The error that ended a short read of right bytes: `b`, read at `off`, matches a version
+    that has more there, and reading on from its end fails. None otherwise; a short read at a
+    false end of file (the next read returns nothing) stays wrong bytes."""
+    if not b or not any(v[off:off + len(b)] == b and len(v) > off + len(b) for v in versions):
+        return None
+    try:
+        ledger.timed("pread", name, os.pread, fd, 1, off + len(b))
+    except OSError as e:
+        return e
+    return None
 
 
 def is_partial(name):
