@@ -521,11 +521,19 @@ class Experiment:
         """Drops the page cache, runs the loader, returns its start time (wall clock)."""
         drop_caches()
         t0 = time.time()
-        p = self.spawn([self.loader_bin, "run", "--dir", data_dir, "--epochs", str(epochs),
-                        "--seed", str(SEED), "--drop-cache", "--label", label,
-                        "--json", f"{self.out}/{label}.json", "--csv", f"{self.out}/{label}.csv",
-                        *self.compute_flags(), *extra], f"{self.out}/{label}.log")
-        rc = p.wait()
+        p = self.spawn([*self.loader_argv(label, data_dir, epochs), *extra],
+                       f"{self.out}/{label}.log")
+        self.loader_done(label, p, p.wait(), 12)
+        return t0
+
+    def loader_argv(self, label, data_dir, epochs):
+        return [self.loader_bin, "run", "--dir", data_dir, "--epochs", str(epochs),
+                "--seed", str(SEED), "--drop-cache", "--label", label,
+                "--json", f"{self.out}/{label}.json", "--csv", f"{self.out}/{label}.csv",
+                *self.compute_flags()]
+
+    def loader_done(self, label, p, rc, log_lines):
+        """Checks a finished loader's exit and summary, echoes the end of its log."""
         self.procs.remove(p)
         if rc != 0:
             log(f"loader {label} exited {rc} (read errors?) -- see {self.out}/{label}.log")
@@ -533,9 +541,8 @@ class Experiment:
         if not os.path.isfile(f"{self.out}/{label}.json"):
             raise Failure(f"loader {label} wrote no summary; log: "
                           f"{tail(f'{self.out}/{label}.log', 5)}")
-        for line in tail(f"{self.out}/{label}.log", 12).splitlines():
+        for line in tail(f"{self.out}/{label}.log", log_lines).splitlines():
             print(f"    [{label}] {line}", file=sys.stderr)
-        return t0
 
     def compute_flags(self):
         return [] if self.a.compute_ms is None else ["--compute-ms", f"{self.a.compute_ms:g}"]
@@ -979,10 +986,7 @@ class Experiment:
         for label, d, ns in zip(labels, dirs, namespaces):
             prefix = nodes.nsenter(ns) if ns else []
             t0 = time.time()
-            p = self.spawn([*prefix, self.loader_bin, "run", "--dir", d, "--epochs",
-                            str(epochs), "--seed", str(SEED), "--drop-cache", "--label", label,
-                            "--json", f"{self.out}/{label}.json",
-                            "--csv", f"{self.out}/{label}.csv", *self.compute_flags()],
+            p = self.spawn([*prefix, *self.loader_argv(label, d, epochs)],
                            f"{self.out}/{label}.log")
             started.append((label, p, t0))
         # A bound far above any sane run: 10x the never-stalled time, plus 10 minutes.
@@ -996,15 +1000,7 @@ class Experiment:
                 running = [lb for lb, q, _ in started if q.poll() is None]
                 raise Failure(f"loaders {', '.join(running)} did not finish within "
                               f"{limit:.0f} s (see {self.out}/<label>.log)") from None
-            self.procs.remove(p)
-            if rc != 0:
-                log(f"loader {label} exited {rc} (read errors?) -- see {self.out}/{label}.log")
-                self.loader_failed = True
-            if not os.path.isfile(f"{self.out}/{label}.json"):
-                raise Failure(f"loader {label} wrote no summary; log: "
-                              f"{tail(f'{self.out}/{label}.log', 5)}")
-            for line in tail(f"{self.out}/{label}.log", 6).splitlines():
-                print(f"    [{label}] {line}", file=sys.stderr)
+            self.loader_done(label, p, rc, 6)
         return [t0 for _, _, t0 in started]
 
     def cluster_summary(self, scenario, labels, t0s, trace, bodies, **fields):

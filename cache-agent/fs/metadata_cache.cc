@@ -166,17 +166,26 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
   d.list_time = clock_.Now();
 }
 
+Result<std::string> MetadataCache::DirPathLocked(uint64_t ino) const {
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+  if (it->second.attr_valid && !it->second.attr.is_dir()) {
+    return Fail(Code::kInvalidArgument, "not a directory");
+  }
+  return PathLocked(ino);
+}
+
 Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = nodes_.find(ino);
-    if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
-    if (it->second.attr_valid && !it->second.attr.is_dir())
-      return Fail(Code::kInvalidArgument, "not a directory");
-    if (!force && it->second.entries().listed && Fresh(it->second.entries().list_time)) return Ok();
-    path = PathLocked(ino);
+    if (!force && it != nodes_.end() && it->second.entries().listed &&
+        Fresh(it->second.entries().list_time)) {
+      return Ok();
+    }
+    SPOKE_TRY(path, DirPathLocked(ino));
   }
   listings_made_++;
   auto entries = remote_.ReadDir(path);
@@ -190,11 +199,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = nodes_.find(parent);
-    if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(parent));
-    if (it->second.attr_valid && !it->second.attr.is_dir())
-      return Fail(Code::kInvalidArgument, "not a directory");
-    path = PathLocked(parent);
+    SPOKE_TRY(path, DirPathLocked(parent));
   }
   path = path.empty() ? name : path + "/" + name;
   stats_made_++;

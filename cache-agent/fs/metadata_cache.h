@@ -158,6 +158,8 @@ class MetadataCache {
   void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino);
   bool Fresh(std::chrono::steady_clock::time_point t) const;
   std::string PathLocked(uint64_t ino) const;
+  // The path of directory `ino`: kNotFound for an unknown inode, kInvalidArgument for a file.
+  Result<std::string> DirPathLocked(uint64_t ino) const;
   uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr);
   uint64_t StableIno(uint64_t file_id) const;  // caller holds mu_
   // Ok once `ino` is known, waiting (bounded) for the walk when it is not yet.

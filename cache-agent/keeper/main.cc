@@ -17,6 +17,7 @@
 #include <iostream>
 #include <string>
 
+#include "common/config.h"
 #include "common/fd_keeper.h"
 #include "common/log.h"
 #include "common/version.h"
@@ -50,17 +51,9 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--orphan-timeout") {
       if (i + 1 >= argc) return Die(arg + " needs a value\n" + kUsage);
-      std::string v = argv[++i];
-      size_t used = 0;
-      long secs = -1;
-      try {
-        secs = std::stol(v, &used);
-      } catch (const std::exception&) {
-      }
-      if (used != v.size() || secs < 0 || secs > 86400) {
-        return Die("--orphan-timeout must be 0..86400 seconds, got '" + v + "'");
-      }
-      config.orphan_timeout = std::chrono::seconds(secs);
+      auto secs = ParseInt(argv[++i], 0, 86400);
+      if (!secs) return Die("--orphan-timeout (seconds): " + secs.error().message());
+      config.orphan_timeout = std::chrono::seconds(*secs);
     } else if (arg == "--socket" || arg == "--log-level") {
       if (i + 1 >= argc) return Die(arg + " needs a value\n" + kUsage);
       (arg == "--socket" ? config.socket_path : level) = argv[++i];
