@@ -79,6 +79,7 @@ class SimCache {
   void SetListener(agent::CacheListener* l) { listener_ = l; }
   bool Contains(const BlockKey& k) const { return blocks_.contains(k); }
   // BlockCache::WouldAdmit: room, or a victim the policy would give.
+  uint64_t FreeBytes() const { return capacity_ > used_ ? capacity_ - used_ : 0; }
   bool WouldAdmit(const BlockKey& k, uint64_t len, const AdmissionHint& hint) const {
     return blocks_.contains(k) || used_ + len <= capacity_ || policy_.WouldAdmit(hint);
   }
@@ -173,6 +174,7 @@ class SimFetcher final : public agent::PrefetchSink {
   bool WouldAdmit(const BlockKey& k, const AdmissionHint& hint) const override {
     return !c_.admission_before_fetch || cache_.WouldAdmit(k, Length(k), hint);
   }
+  uint64_t FreeCacheBytes() const override { return cache_.FreeBytes(); }
   bool Pending(const BlockKey& k) const { return fetches_.contains(k); }
 
   // A demand read of `k`: fetched at demand priority unless it is already being fetched.

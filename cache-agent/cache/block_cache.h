@@ -76,6 +76,9 @@ class BlockCache {
   // the eviction policy would find a victim); changes nothing. The prefetcher asks before a
   // block crosses the WAN. A later Put may still be refused: the cache moves on meanwhile.
   virtual bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const = 0;
+  // Bytes Puts can still take without evicting anything (0 when degraded or full). Filling
+  // free room costs the cache nothing, so the prefetcher may spend it on proven predictions.
+  virtual uint64_t FreeBytes() const = 0;
   // Drops every block of a volume (file_id == 0) or of one file. Returns blocks dropped.
   virtual uint64_t Evict(uint64_t volume, uint64_t file_id) = 0;
   // Bytes held for one volume.

@@ -277,6 +277,12 @@ bool SlotFileBlockCache::WouldAdmit(const BlockKey& key, const AdmissionHint& hi
   return policy_->WouldAdmit(hint);
 }
 
+uint64_t SlotFileBlockCache::FreeBytes() const {
+  MutexLock lock(mu_);
+  if (stats_.degraded || closed_ || slots_->free_count() == 0) return 0;
+  return disk_quota_ > stats_.disk_bytes ? disk_quota_ - stats_.disk_bytes : 0;
+}
+
 bool SlotFileBlockCache::Contains(const BlockKey& key) const {
   MutexLock lock(mu_);
   return !stats_.degraded && index_.contains(key);

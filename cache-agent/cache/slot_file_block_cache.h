@@ -114,6 +114,7 @@ class SlotFileBlockCache final : public BlockCache {
              const AdmissionHint& hint) override;
   bool Contains(const BlockKey& key) const override;
   bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const override;
+  uint64_t FreeBytes() const override;
   uint64_t Evict(uint64_t volume, uint64_t file_id) override;
   uint64_t VolumeBytes(uint64_t volume) const override;
   BlockCacheStats Stats() const override;

@@ -34,7 +34,7 @@ class FuseVolumeMounter final : public VolumeMounter {
     // Prefetch bytes queued or in flight per volume (the rest of the pipe is for demand).
     uint64_t prefetch_bytes_max = 256ull << 20;
     // Directories listed at once by the mount-time metadata walk.
-    int walk_concurrency = 8;
+    int walk_concurrency = 16;  // directories listed at once: each listing is a WAN wait
     // FUSE allow_other: pods run as other users than the agent.
     bool allow_other = true;
     // Block size when no cache is given (cache disabled); otherwise the cache's.

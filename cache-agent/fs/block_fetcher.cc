@@ -127,6 +127,10 @@ bool BlockFetcher::Has(const BlockKey& key) const {
   return inflight_.contains(key);
 }
 
+uint64_t BlockFetcher::CacheFreeBytes() const {
+  return cache_ == nullptr ? 0 : cache_->FreeBytes();
+}
+
 bool BlockFetcher::WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const {
   return cache_ == nullptr || cache_->WouldAdmit(key, hint);
 }

@@ -129,6 +129,8 @@ class BlockFetcher {
   // True when the cache would admit the block now (PrefetchSink::WouldAdmit); true without
   // a cache (nothing to refuse).
   bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const;
+  // The cache's FreeBytes (0 without a cache).
+  uint64_t CacheFreeBytes() const;
   uint32_t block_size() const { return config_.block_size; }
   uint64_t volume_key() const { return volume_; }
   // Drops the cached blocks of file `file_id` of this volume (0 = every file). Returns the

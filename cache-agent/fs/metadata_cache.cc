@@ -502,6 +502,7 @@ void MetadataCache::WalkWorker() {
     {
       std::lock_guard<std::mutex> lock(walk_mu_);
       for (uint64_t d : subdirs) walk_queue_.push_back(d);
+      if (st) walked_dirs_.push_back(ino);
       walk_active_--;
     }
     walk_cv_.notify_all();
@@ -540,6 +541,35 @@ std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
     }
   };
   visit(kRootIno, "");
+  return out;
+}
+
+std::vector<WalkedFile> MetadataCache::WalkedSince(size_t* cursor) const {
+  std::vector<uint64_t> dirs;
+  {
+    std::lock_guard<std::mutex> lock(walk_mu_);
+    if (*cursor < walked_dirs_.size()) {
+      dirs.assign(walked_dirs_.begin() + static_cast<std::ptrdiff_t>(*cursor), walked_dirs_.end());
+    }
+    *cursor = walked_dirs_.size();
+  }
+  std::vector<WalkedFile> out;
+  if (dirs.empty()) return out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t ino : dirs) {
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end()) continue;
+    const std::string dir = PathLocked(ino);
+    const Dir& n = it->second.entries();
+    for (const auto& name : n.order) {
+      auto c = n.children.find(name);
+      if (c == n.children.end()) continue;
+      const Node& cn = nodes_.at(c->second);
+      if (!cn.attr.is_reg()) continue;
+      out.push_back(WalkedFile{dir.empty() ? name : dir + "/" + name, cn.attr.file_id,
+                               cn.attr.ContentVersion(), cn.attr.size});
+    }
+  }
   return out;
 }
 

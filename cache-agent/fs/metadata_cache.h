@@ -89,6 +89,11 @@ class MetadataCache {
   bool walk_done() const { return walk_done_.load(); }
   // Files found by the walk (and since), in directory order, depth first.
   std::vector<WalkedFile> Files(const std::string& prefix = "") const;
+  // The files of the directories the walk listed since `*cursor` (0 at first; advanced), in
+  // listing order, so that prefetching starts on the first directories of a tree instead
+  // of after the whole walk. Read walk_done() before calling: once it was true, the files
+  // returned then complete the walk.
+  std::vector<WalkedFile> WalkedSince(size_t* cursor) const;
 
   // kNotFound, kInvalidArgument (not a directory), hub errors. Strict volumes ask the hub for
   // every name (a file another node created or replaced is seen at once, also when the
@@ -179,7 +184,8 @@ class MetadataCache {
   std::atomic<uint64_t> listings_made_{0};
 
   // Walk state.
-  std::mutex walk_mu_;
+  mutable std::mutex walk_mu_;
+  std::vector<uint64_t> walked_dirs_;  // listed by the walk, in order; guarded by walk_mu_
   std::condition_variable walk_cv_;
   std::deque<uint64_t> walk_queue_;  // guarded by walk_mu_
   int walk_active_ = 0;              // guarded by walk_mu_

@@ -111,14 +111,18 @@ void PrefetchDriver::FeedTreeIfReady() {
   if (!scheduler_ || tree_fed_.load() || metadata_ == nullptr ||
       config_.mode != PrefetchMode::kAuto)
     return;
-  if (!metadata_->walk_done()) return;
   std::lock_guard<std::mutex> lock(feed_mu_);
   if (tree_fed_.load()) return;
-  auto files = metadata_->Files();
+  // Directory by directory as the walk lists them: on a WAN the walk of a big tree takes
+  // seconds, and the working set can be fetched from its first directories meanwhile.
+  const bool done = metadata_->walk_done();  // before taking the files: none is missed
+  auto files = metadata_->WalkedSince(&walk_cursor_);
   for (const WalkedFile& f : files) scheduler_->AddTreeFile(f.path, f.file_id, f.version, f.size);
+  walk_files_fed_ += files.size();
+  if (!done) return;
   tree_fed_.store(true);
   log::Debug("prefetch: metadata walk fed to the tracker",
-             {{"volume", config_.volume_id}, {"files", files.size()}});
+             {{"volume", config_.volume_id}, {"files", walk_files_fed_}});
 }
 
 void PrefetchDriver::Tick() {

@@ -43,7 +43,7 @@ namespace spoke::agent {
 
 // PrefetchSink over a BlockFetcher: Submit = BlockFetcher::Prefetch (prefetch queue, behind
 // demand reads), InFlightBytes = its prefetch bytes queued or in flight, Has = cached or
-// being fetched, WouldAdmit = the cache's admission answer.
+// being fetched, WouldAdmit = the cache's admission answer, FreeCacheBytes = its free room.
 class FetcherPrefetchSink final : public PrefetchSink {
  public:
   explicit FetcherPrefetchSink(BlockFetcher& fetcher) : fetcher_(fetcher) {}
@@ -53,6 +53,7 @@ class FetcherPrefetchSink final : public PrefetchSink {
   bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const override {
     return fetcher_.WouldAdmit(key, hint);
   }
+  uint64_t FreeCacheBytes() const override { return fetcher_.CacheFreeBytes(); }
 
  private:
   BlockFetcher& fetcher_;
@@ -150,7 +151,9 @@ class PrefetchDriver {
   std::unique_ptr<PrefetchScheduler> scheduler_;  // null when off
 
   std::mutex feed_mu_;  // one feeder at a time
-  std::atomic<bool> tree_fed_{false};
+  std::atomic<bool> tree_fed_{false};  // the whole walk was fed
+  size_t walk_cursor_ = 0;             // MetadataCache::WalkedSince; guarded by feed_mu_
+  uint64_t walk_files_fed_ = 0;        // guarded by feed_mu_
 
   std::mutex metrics_mu_;
   std::unique_ptr<PrefetchMetrics> metrics_;  // guarded by metrics_mu_

@@ -66,7 +66,7 @@ ExpertId PrefetchScheduler::AddExpert(std::unique_ptr<Predictor> expert) {
   e.id = static_cast<ExpertId>(experts_.size() + 1);
   e.precision = config_.prior_precision;
   experts_.push_back(std::move(e));
-  UpdateAllowancesLocked();
+  UpdateAllowancesLocked(SpaceLimitLocked(sink_.InFlightBytes()));
   return experts_.back().id;
 }
 
@@ -299,7 +299,12 @@ void PrefetchScheduler::ExpireLocked() {
   }
 }
 
-void PrefetchScheduler::UpdateAllowancesLocked() {
+uint64_t PrefetchScheduler::SpaceLimitLocked(uint64_t inflight) const {
+  const uint64_t free = sink_.FreeCacheBytes();
+  return config_.space_budget_bytes + (free > inflight ? free - inflight : 0);
+}
+
+void PrefetchScheduler::UpdateAllowancesLocked(uint64_t space_limit) {
   // Only demonstrated precision earns budget: an expert without verdicts must not outrank
   // (or out-budget) one that was proven right, whatever the prior.
   const auto earned = [](const Expert& x) { return x.verdicts > 0 || x.predictor->disclosed(); };
@@ -308,14 +313,15 @@ void PrefetchScheduler::UpdateAllowancesLocked() {
     if (earned(x) && x.precision >= config_.cutoff) best = std::max(best, x.precision);
   }
   const uint64_t floor = uint64_t{config_.exploration_blocks} * config_.block_size;
-  const auto space = static_cast<double>(config_.space_budget_bytes);
   for (Expert& x : experts_) {
     uint64_t a = 0;
     if (!earned(x)) {
-      a = static_cast<uint64_t>(space * config_.unproven_share);
+      // Exploration is paid from the configured budget, never from the free room.
+      a = static_cast<uint64_t>(static_cast<double>(config_.space_budget_bytes) *
+                                config_.unproven_share);
     } else if (best > 0 && x.precision >= config_.cutoff) {
       const double r = x.precision / best;
-      a = static_cast<uint64_t>(space * r * r);
+      a = static_cast<uint64_t>(static_cast<double>(space_limit) * r * r);
     }
     x.allowance = std::max(a, floor);
   }
@@ -323,9 +329,10 @@ void PrefetchScheduler::UpdateAllowancesLocked() {
 
 void PrefetchScheduler::ScheduleLocked() {
   if (experts_.empty()) return;
-  UpdateAllowancesLocked();
   const uint64_t bs = config_.block_size;
   uint64_t inflight = sink_.InFlightBytes();
+  const uint64_t space = SpaceLimitLocked(inflight);
+  UpdateAllowancesLocked(space);
   if (inflight + bs > config_.max_inflight_bytes) return;
 
   std::vector<Expert*> order;
@@ -360,10 +367,10 @@ void PrefetchScheduler::ScheduleLocked() {
     return false;
   };
   for (Expert* x : order) {
-    if (outstanding_bytes_ + bs > config_.space_budget_bytes) return;
+    if (outstanding_bytes_ + bs > space) return;
     if (x->outstanding_bytes + bs > x->allowance) continue;
     const uint64_t budget = std::min({x->allowance - x->outstanding_bytes,
-                                      config_.space_budget_bytes - outstanding_bytes_,
+                                      space - outstanding_bytes_,
                                       config_.max_inflight_bytes - inflight});
     proposals_.clear();
     x->predictor->Predict(budget, static_cast<uint32_t>(bs), &proposals_);
@@ -383,7 +390,7 @@ void PrefetchScheduler::ScheduleLocked() {
         while (b + n < end && n < config_.max_request_blocks) {
           const uint64_t len = length(b + n);
           if (inflight + bytes + len > config_.max_inflight_bytes ||
-              outstanding_bytes_ + bytes + len > config_.space_budget_bytes ||
+              outstanding_bytes_ + bytes + len > space ||
               x->outstanding_bytes + bytes + len > x->allowance ||
               PresentLocked(Key(p.file_id, p.version, b + n)) ||
               (n > 0 && !admitted(p, b + n, *x))) {
@@ -432,7 +439,7 @@ void PrefetchScheduler::ScheduleLocked() {
         b += n;
       }
       if (inflight + bs > config_.max_inflight_bytes) return;
-      if (outstanding_bytes_ + bs > config_.space_budget_bytes) return;
+      if (outstanding_bytes_ + bs > space) return;
       if (x->outstanding_bytes + bs > x->allowance) break;
     }
   }

@@ -19,10 +19,15 @@
 // is the decayed share of the volume's non-cached block reads (demand misses + prefetched
 // blocks read) that the expert served.
 //
-// Budgets. Space: the bytes outstanding over all experts stay <= space_budget_bytes (the
-// cache space prefetching may hold before it is proven useful). Budget follows demonstrated
-// precision: an expert with at least one verdict and p >= `cutoff` may hold
-// space_budget x (p / p_best)^2 (p_best over such experts); one below `cutoff` keeps
+// Budgets. Space: the bytes outstanding over all experts stay <= the space limit, which is
+// space_budget_bytes (the cache space prefetching may hold before it is proven useful) plus
+// the cache's free room (PrefetchSink::FreeCacheBytes) not already claimed by prefetches in
+// flight: filling free room evicts nothing, so a working set that fits the cache is fetched
+// whole instead of space_budget at a time (with a shuffled loader, a quarter of the dataset
+// outstanding meant that most reads of the first epoch missed); once the cache is full the
+// limit falls back to space_budget_bytes. Budget follows demonstrated precision: an expert
+// with at least one verdict and p >= `cutoff` may hold space_limit x (p / p_best)^2 (p_best
+// over such experts); one below `cutoff` keeps
 // `exploration_blocks`; one without any verdict yet holds only an exploration allowance,
 // space_budget x `unproven_share` (at least `exploration_blocks`), enough for its first
 // verdicts to arrive quickly even for a set prediction read in random order — except an
@@ -103,6 +108,8 @@ class PrefetchSink {
   // True when the cache would admit the block with `hint` now (BlockCache::WouldAdmit): the
   // scheduler does not send a block over the WAN that the eviction policy would refuse.
   virtual bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const = 0;
+  // Bytes the cache can still take without evicting anything (BlockCache::FreeBytes).
+  virtual uint64_t FreeCacheBytes() const = 0;
 };
 
 struct ExpertStats {
@@ -267,7 +274,10 @@ class PrefetchScheduler final : public CacheListener {
   void ReleaseAllLocked();
   void ExpireLocked();
   void ExpireEpochsLocked();
-  void UpdateAllowancesLocked();
+  // The space prefetching may hold now: space_budget_bytes plus the cache's free room not
+  // already claimed by the prefetch bytes in flight (see "Budgets").
+  uint64_t SpaceLimitLocked(uint64_t inflight) const;
+  void UpdateAllowancesLocked(uint64_t space_limit);
   void ScheduleLocked();
   Expert* ExpertById(ExpertId id);
   void CoverageLocked(ExpertId served_by);

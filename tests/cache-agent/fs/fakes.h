@@ -60,6 +60,12 @@ class FakeRemoteFs : public RemoteFs {
     cv_.notify_all();
   }
   int statfs_calls() const { return statfs_calls_.load(); }
+  // Holds listings of directory `path` (a directory slow to list) until HoldReadDir("").
+  void HoldReadDir(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_dir_ = path;
+    cv_.notify_all();
+  }
   // Holds reads until Release() (to observe queues).
   void HoldReads(bool hold) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -90,7 +96,8 @@ class FakeRemoteFs : public RemoteFs {
   Result<std::vector<DirEntry>> ReadDir(const std::string& path) override {
     readdirs++;
     if (down_) return Down("READDIRPLUS");
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return held_dir_.empty() || held_dir_ != path; });
     auto it = nodes_.find(path);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "no such dir " + path);
     std::vector<DirEntry> out;
@@ -353,6 +360,7 @@ class FakeRemoteFs : public RemoteFs {
   int active_ = 0;
   bool hold_ = false;
   bool hold_statfs_ = false;  // guarded by mu_
+  std::string held_dir_;      // guarded by mu_
   std::atomic<int> statfs_calls_{0};
   std::vector<std::string> read_log_;
   std::atomic<bool> down_{false};
@@ -394,6 +402,7 @@ class FakeBlockCache : public BlockCache {
   bool WouldAdmit(const BlockKey&, const AdmissionHint& hint) const override {
     return hint.origin == kDemand || !refuse_prefetches_;
   }
+  uint64_t FreeBytes() const override { return 0; }
   // Puts wait until released (a slow cache disk).
   void HoldPuts(bool hold) {
     {

@@ -29,13 +29,22 @@ std::string Name(int i) {
 
 struct Rig {
   // `files` files of two blocks each under train/, walked before the driver starts.
-  Rig(PrefetchMode mode, int files, uint64_t space_budget_blocks, bool read_only = true)
+  // With `held_dir`, that directory also holds 4 files and its listing waits until the test
+  // releases it (remote.HoldReadDir("")): the walk is still under way when the rig is ready.
+  Rig(PrefetchMode mode, int files, uint64_t space_budget_blocks, bool read_only = true,
+      const std::string& held_dir = "")
       : cache(kBlock) {
     for (int i = 0; i < files; ++i) remote.PutFile(Name(i), std::string(2 * kBlock, 'a' + i % 26));
+    for (int i = 0; !held_dir.empty() && i < 4; ++i) {
+      remote.PutFile(held_dir + "/g" + std::to_string(i), std::string(2 * kBlock, 'z'));
+    }
+    remote.HoldReadDir(held_dir);
     meta = std::make_unique<MetadataCache>(remote, MetadataCache::Config{}, clock);
     EXPECT_TRUE(meta->Init());
     meta->StartWalk();
-    EXPECT_TRUE(meta->WaitWalk(10s));
+    if (held_dir.empty()) {
+      EXPECT_TRUE(meta->WaitWalk(10s));
+    }
     BlockFetcher::Config fc;
     fc.block_size = kBlock;
     fc.prefetch_bytes_max = 64 * kBlock;
@@ -101,6 +110,23 @@ struct Rig {
   std::unique_ptr<PrefetchDriver> driver;
   std::unique_ptr<VolumeFs> fs;
 };
+
+// The working set is fed directory by directory as the walk lists them: a directory slow to
+// list does not keep the prefetcher from the ones already listed.
+TEST(PrefetchDriver, TheWorkingSetStartsBeforeTheWalkEnds) {
+  Rig rig(PrefetchMode::kAuto, 12, /*space_budget_blocks=*/256, true, "slow");
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!rig.Cached(Name(11)) && std::chrono::steady_clock::now() < deadline) rig.Settle(1);
+  EXPECT_FALSE(rig.meta->walk_done());
+  EXPECT_FALSE(rig.driver->tree_fed());
+  for (int i = 0; i < 12; ++i) EXPECT_TRUE(rig.Cached(Name(i))) << Name(i);
+
+  rig.remote.HoldReadDir("");
+  ASSERT_TRUE(rig.meta->WaitWalk(10s));
+  rig.Settle();
+  EXPECT_TRUE(rig.driver->tree_fed());
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(rig.Cached("slow/g" + std::to_string(i))) << i;
+}
 
 TEST(PrefetchDriver, AutoCachesTheWalkedWorkingSetWithoutReads) {
   Rig rig(PrefetchMode::kAuto, 12, /*space_budget_blocks=*/256);

@@ -37,7 +37,9 @@ class FakeSink final : public PrefetchSink {
     asked_admission.push_back({k, hint});
     return admit;
   }
+  uint64_t FreeCacheBytes() const override { return free_bytes; }
   bool admit = true;  // what the "cache" answers
+  uint64_t free_bytes = 0;  // the "cache"'s free room
   mutable std::vector<std::pair<BlockKey, AdmissionHint>> asked_admission;
   void CompleteAll() {
     inflight.clear();
@@ -202,6 +204,57 @@ TEST(PrefetchScheduler, SetPredictionsAreJudgedAgainstTheEpochNotARank) {
   EXPECT_EQ(ws.expired_blocks, 0u) << "set predictions read within the epoch expired";
   EXPECT_GT(ws.precision, 0.9);
   EXPECT_EQ(ws.budget_bytes, c.space_budget_bytes);
+}
+
+// Demand misses of one shuffled epoch over a working set of `files` half-block files, with
+// the configured space budget a quarter of the set and `free_bytes` of free cache room.
+uint64_t ShuffledEpochMisses(uint64_t free_bytes) {
+  ManualClock clock;
+  FakeSink sink;
+  sink.free_bytes = free_bytes;
+  constexpr int kFiles = 2000;
+  PrefetchScheduler::Config c;
+  c.volume_key = 1;
+  c.block_size = kBs;
+  c.space_budget_bytes = kFiles / 4 * (kBs / 2);
+  c.max_inflight_bytes = 64ull * kBs;
+  PrefetchScheduler s(c, clock, sink);
+  s.AddTrackerExperts({.directory = false, .replay = false, .working_set = true, .hints = false});
+  const auto path = [](int i) { return "train/s" + std::to_string(i); };
+  for (int i = 0; i < kFiles; ++i) s.AddTreeFile(path(i), 100 + i, 1, kBs / 2);
+  std::vector<int> order(kFiles);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(11);
+  std::shuffle(order.begin(), order.end(), rng);
+  uint64_t handle = 0, misses = 0;
+  for (int i : order) {
+    sink.CompleteAll();
+    s.Tick();
+    s.OnOpen(OpenEvent{
+        .handle = ++handle, .path = path(i), .file_id = 100u + i, .version = 1, .size = kBs / 2});
+    ReadEvent r{.handle = handle,
+                .path = path(i),
+                .file_id = 100u + i,
+                .version = 1,
+                .file_size = kBs / 2,
+                .offset = 0,
+                .length = kBs / 2};
+    r.hit = sink.fetching.contains(BlockKey{1, r.file_id, 1, 0});
+    if (!r.hit) ++misses;
+    s.OnRead(r);
+    s.OnClose(CloseEvent{.handle = handle});
+  }
+  return misses;
+}
+
+// A proven expert may fill the cache's free room: filling it evicts nothing. With the space
+// budget alone (a quarter of the set outstanding), a shuffled loader misses on most reads
+// of the first half of the epoch, however fast the link is.
+TEST(PrefetchScheduler, AProvenSetPredictionFillsTheFreeCacheRoomNotOnlyTheSpaceBudget) {
+  const uint64_t budget_only = ShuffledEpochMisses(0);
+  const uint64_t with_room = ShuffledEpochMisses(4000ull * kBs);
+  EXPECT_GT(budget_only, 2000u / 5) << "the space budget alone should leave many misses";
+  EXPECT_LT(with_room, 2000u / 20) << "free room unused: " << with_room << " misses of 2000";
 }
 
 // A set prediction that the epoch did not read is wrong: it expires once the next epoch is
