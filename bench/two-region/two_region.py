@@ -391,7 +391,7 @@ class Experiment:
                 f.write(f"socket: {d}/agent.sock\ncacheDir: {d}/cache\n"
                         f"cacheSizeBytes: {cache_bytes}\nblockSizeBytes: 1048576\n"
                         f"stateDir: {d}/state\nmountRoots: [{self.work}]\nmetricsAddress: 127.0.0.1:{free_port()}\n"
-                        "logLevel: info\nhub: {connections: 4, inflightPerConnection: 64, "
+                        "logLevel: info\nhub: {connections: 4, inflightPerConnection: 128, "
                         "requestTimeoutSeconds: 10}\n"
                         f"readAheadMaxBytes: {read_ahead}\n"
                         f"evictionPolicy: {policy or self.a.eviction_policy}\n" + extra_cfg)

@@ -45,7 +45,7 @@ class LibnfsRemote final : public RemoteFs {
     // hub's per-connection limits and the client's per-loop CPU.
     int connections = 4;
     // Reads in flight per connection: 64 x 1 MiB over a 60 ms RTT is ~1 GB/s.
-    int inflight_per_connection = 64;
+    int inflight_per_connection = 128;
     // Bound on every call, retries included: a dead hub gives an error after this.
     double request_timeout_seconds = 10;
     // Retries of a failed idempotent call (reads, stats) within the bound.

@@ -27,7 +27,7 @@ TEST(AgentConfigTest, DefaultsWhenEmpty) {
   EXPECT_EQ(c->state_dir, "/var/lib/spoke");
   EXPECT_EQ(c->log_level, log::Level::kInfo);
   EXPECT_EQ(c->hub.connections, 4);
-  EXPECT_EQ(c->hub.inflight_per_connection, 64);
+  EXPECT_EQ(c->hub.inflight_per_connection, 128);
   EXPECT_EQ(c->hub.request_timeout_seconds, 10);
   EXPECT_EQ(c->hub.retries, 3);
   EXPECT_EQ(c->read_ahead_max_bytes, 64ull << 20);
