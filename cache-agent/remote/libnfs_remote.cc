@@ -4,7 +4,10 @@
 #include <nfsc/libnfs-raw-nfs.h>
 #include <nfsc/libnfs.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/time.h>
+// After libnfs.h, which defines the EXTERN it uses.
+#include <nfsc/libnfs-raw.h>
 
 #include <array>
 #include <cmath>
@@ -75,6 +78,57 @@ FileAttr FromDirent(const nfsdirent& e) {
 
 const char* Msg(void* data) { return data ? static_cast<const char*>(data) : "error"; }
 
+FileAttr FromFattr3(const fattr3& f) {
+  FileAttr a;
+  a.file_id = f.fileid;
+  a.mode = TypeBits(f.type) | (f.mode & 07777);
+  a.nlink = f.nlink;
+  a.uid = f.uid;
+  a.gid = f.gid;
+  a.size = f.size;
+  a.used = f.used;
+  a.rdev = makedev(f.rdev.specdata1, f.rdev.specdata2);
+  a.atime = {static_cast<time_t>(f.atime.seconds), static_cast<long>(f.atime.nseconds)};
+  a.mtime = {static_cast<time_t>(f.mtime.seconds), static_cast<long>(f.mtime.nseconds)};
+  a.ctime = {static_cast<time_t>(f.ctime.seconds), static_cast<long>(f.ctime.nseconds)};
+  return a;
+}
+
+// The errno of an NFSv3 status (RFC 1813 names them after the errno they stand for).
+int ErrnoOf(nfsstat3 s) {
+  switch (s) {
+    case NFS3ERR_PERM: return EPERM;
+    case NFS3ERR_NOENT: return ENOENT;
+    case NFS3ERR_IO: return EIO;
+    case NFS3ERR_NXIO: return ENXIO;
+    case NFS3ERR_ACCES: return EACCES;
+    case NFS3ERR_NOTDIR: return ENOTDIR;
+    case NFS3ERR_ISDIR: return EISDIR;
+    case NFS3ERR_INVAL: return EINVAL;
+    case NFS3ERR_STALE: return ESTALE;
+    case NFS3ERR_BADHANDLE: return ESTALE;
+    case NFS3ERR_JUKEBOX: return EAGAIN;  // the hub asks to retry later
+    case NFS3ERR_SERVERFAULT: return EIO;
+    default: return EIO;
+  }
+}
+
+// A raw call's failure as the errno AttemptFailed classifies: the RPC layer's failures are
+// transient (EFAULT: socket failure, EINTR: timed out or cancelled, as libnfs reports them
+// through its high-level calls).
+int RpcErrno(int rpc_status) { return rpc_status == RPC_STATUS_ERROR ? -EFAULT : -EINTR; }
+
+nfs_fh3 Fh3(const std::string& fh) {
+  nfs_fh3 h{};
+  h.data.data_len = static_cast<u_int>(fh.size());
+  h.data.data_val = const_cast<char*>(fh.data());
+  return h;
+}
+
+std::string Joined(const std::string& dir, const char* name) {
+  return dir.empty() ? std::string(name) : dir + "/" + name;
+}
+
 // Blocking wrapper: a promise fulfilled by the job's delivery (success) or on_error.
 template <typename T>
 struct Waiter {
@@ -111,6 +165,7 @@ LibnfsRemote::LibnfsRemote(const HubAddress& hub, const Config& config, metrics:
                            const metrics::Labels& labels)
     : config_(config),
       hub_name_(hub.server + ":" + std::to_string(hub.nfs_port)),
+      fh_table_(config.fh_table_size),
       registry_(registry),
       labels_(labels) {
   if (registry_ == nullptr) {
@@ -236,6 +291,173 @@ std::shared_ptr<NfsConnection> LibnfsRemote::ForIdentity(const Credentials& call
   return conn;
 }
 
+void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
+                             std::function<void(std::string)> k) {
+  if (auto e = fh_table_.Find(path)) return k(e->fh);
+  if (!path.empty()) return k({});
+  std::string share_root = c.RootHandle();
+  if (root_.empty() || share_root.empty()) return k(share_root);
+  // The volume's directory inside the share: one LOOKUP per component, once per table.
+  std::vector<std::string> parts;
+  for (size_t at = 0; at < root_.size();) {
+    size_t slash = root_.find('/', at);
+    if (slash == std::string::npos) slash = root_.size();
+    if (slash > at) parts.push_back(root_.substr(at, slash - at));
+    at = slash + 1;
+  }
+  auto step = std::make_shared<std::function<void(size_t, std::string)>>();
+  *step = [this, &c, parts, k, step](size_t i, std::string fh) {
+    if (i == parts.size()) {
+      fh_table_.Put("", fh, 0);
+      *step = nullptr;
+      return k(fh);
+    }
+    LOOKUP3args a{};
+    a.what.dir = Fh3(fh);
+    a.what.name = const_cast<char*>(parts[i].c_str());
+    c.CallRpc([&](rpc_context* rpc, auto cb,
+                  void* p) { return rpc_nfs3_lookup_async(rpc, cb, &a, p); },
+              [step, i, k](int status, void* data) {
+                auto keep = *step;
+                *step = nullptr;
+                auto* r = static_cast<LOOKUP3res*>(data);
+                if (status != RPC_STATUS_SUCCESS || r->status != NFS3_OK) return k({});  // by path
+                const auto& h = r->LOOKUP3res_u.resok.object.data;
+                *step = keep;
+                keep(i + 1, std::string(h.data_val, h.data_len));
+              });
+  };
+  (*step)(0, share_root);
+}
+
+void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                   const std::string& path, const std::string& fh,
+                                   std::function<void(std::vector<DirEntry>)> deliver,
+                                   std::function<void()> by_path) {
+  struct State {
+    std::string fh;
+    cookie3 cookie = 0;
+    cookieverf3 verf{};
+    std::vector<DirEntry> out;
+    struct Handle {
+      std::string name, fh;
+      uint64_t file_id;
+    };
+    std::vector<Handle> handles;
+  };
+  auto st = std::make_shared<State>();
+  st->fh = fh;
+  auto page = std::make_shared<std::function<void()>>();
+  *page = [this, &c, j, path, st, page, deliver, by_path]() {
+    READDIRPLUS3args a{};
+    a.dir = Fh3(st->fh);
+    a.cookie = st->cookie;
+    std::memcpy(a.cookieverf, st->verf, NFS3_COOKIEVERFSIZE);
+    a.dircount = 64u << 10;  // name bytes per page
+    a.maxcount = kMaxRead;   // reply bytes per page: the hub caps it to its own limit
+    c.CallRpc(
+        [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_readdirplus_async(rpc, cb, &a, p); },
+        [this, &c, j, path, st, page, deliver, by_path](int status, void* data) {
+          auto keep = *page;  // the chain ends unless re-armed below
+          *page = nullptr;
+          if (j->finished) return;
+          if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+          auto* r = static_cast<READDIRPLUS3res*>(data);
+          if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE ||
+              r->status == NFS3ERR_BAD_COOKIE) {
+            fh_table_.DropTree(path);  // renamed away or replaced: its name is looked up again
+            return by_path();
+          }
+          if (r->status != NFS3_OK) {
+            return c.AttemptFailed(j, -ErrnoOf(r->status),
+                                   std::string("READDIRPLUS: ") + std::strerror(ErrnoOf(r->status)));
+          }
+          const auto& ok = r->READDIRPLUS3res_u.resok;
+          std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
+          for (const entryplus3* e = ok.reply.entries; e != nullptr; e = e->nextentry) {
+            st->cookie = e->cookie;
+            if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
+            // Entries without attributes, and device numbers (kept in libnfs' encoding on the
+            // other path), are listed by path.
+            if (!e->name_attributes.attributes_follow) return by_path();
+            const fattr3& f = e->name_attributes.post_op_attr_u.attributes;
+            if (f.type == NF3CHR || f.type == NF3BLK) return by_path();
+            st->out.push_back(DirEntry{e->name, FromFattr3(f)});
+            if (e->name_handle.handle_follows && (f.type == NF3REG || f.type == NF3DIR)) {
+              const auto& h = e->name_handle.post_op_fh3_u.handle.data;
+              st->handles.push_back({e->name, std::string(h.data_val, h.data_len), f.fileid});
+            }
+          }
+          if (!ok.reply.eof) {
+            if (ok.reply.entries == nullptr) return by_path();  // no progress: never loop
+            *page = keep;
+            return keep();
+          }
+          for (const auto& h : st->handles) fh_table_.Put(Joined(path, h.name.c_str()), h.fh, h.file_id);
+          if (c.Finish(j)) deliver(std::move(st->out));
+        });
+  };
+  (*page)();
+}
+
+void LibnfsRemote::ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                const std::string& path, const std::string& fh, uint64_t file_id,
+                                uint64_t offset, uint32_t length,
+                                std::shared_ptr<CheckedReadDone> done) {
+  struct State {
+    std::string fh;
+    std::vector<char> buf;
+    FileAttr attr;
+  };
+  auto st = std::make_shared<State>();
+  st->fh = fh;
+  st->buf.reserve(length);
+  auto step = std::make_shared<std::function<void()>>();
+  *step = [this, &c, j, path, file_id, offset, length, st, step, done]() {
+    READ3args a{};
+    a.file = Fh3(st->fh);
+    a.offset = offset + st->buf.size();
+    a.count = static_cast<count3>(std::min<uint64_t>(length - st->buf.size(), c.read_max()));
+    c.CallRpc(
+        [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_read_async(rpc, cb, &a, p); },
+        [this, &c, j, path, file_id, length, st, step, done](int status, void* data) {
+          auto keep = *step;  // the chain ends unless re-armed below
+          *step = nullptr;
+          if (j->finished) return;
+          if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+          auto* r = static_cast<READ3res*>(data);
+          // A handle the hub no longer knows, or one that turns out to be another file: the
+          // retry goes by path (which re-checks the name) and never delivers these bytes.
+          const auto by_path = [&](const std::string& why) {
+            fh_table_.DropTree(path);
+            c.AttemptFailed(j, -ESTALE, "READ by handle: " + why);
+          };
+          if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE) {
+            return by_path("stale handle");
+          }
+          if (r->status != NFS3_OK) {
+            return c.AttemptFailed(j, -ErrnoOf(r->status),
+                                   std::string("READ: ") + std::strerror(ErrnoOf(r->status)));
+          }
+          const auto& ok = r->READ3res_u.resok;
+          if (!ok.file_attributes.attributes_follow) return by_path("no attributes in the reply");
+          st->attr = FromFattr3(ok.file_attributes.post_op_attr_u.attributes);
+          if (st->attr.file_id != file_id) return by_path("another file");
+          const size_t n = std::min<size_t>(ok.data.data_len, length - st->buf.size());
+          st->buf.insert(st->buf.end(), ok.data.data_val, ok.data.data_val + n);
+          // Short replies mid-file are continued; an empty one or EOF is the end.
+          if (!ok.eof && n > 0 && st->buf.size() < length) {
+            *step = keep;
+            return keep();
+          }
+          if (!c.Finish(j)) return;
+          reads_by_handle_++;
+          (*done)(CheckedRead{std::move(st->buf), st->attr});
+        });
+  };
+  (*step)();
+}
+
 std::string LibnfsRemote::Full(const std::string& path) const {
   if (path.empty()) return root_.empty() ? "/" : root_;
   return root_ + "/" + path;
@@ -294,6 +516,7 @@ NfsConnection& LibnfsRemote::ForPath(const std::string& path) {
 }
 
 void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
+  fh_table_.DropTree(path);
   for (auto& c : connections_) c->Invalidate(path);
   // Identity connections cache handles too (writes as the caller).
   std::lock_guard<std::mutex> lock(identities_mu_);
@@ -375,25 +598,35 @@ Result<std::vector<DirEntry>> LibnfsRemote::ReadDir(const std::string& path) {
   std::string p = Full(path);
   return RunBlocking<std::vector<DirEntry>>(
       LeastLoaded(), in_flight_, job,
-      [p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
-          const std::function<void(std::vector<DirEntry>)>& deliver) {
-        c.Call([&](nfs_context* ctx, auto tramp,
-                   void* priv) { return nfs_opendir_async(ctx, p.c_str(), tramp, priv); },
-               [&c, j, deliver](int err, void* data) {
-                 if (err < 0) return c.AttemptFailed(j, err, Msg(data));
-                 auto* dir = static_cast<nfsdir*>(data);
-                 std::vector<DirEntry> out;
-                 // nfs_readdir/closedir never block; they take the context that produced
-                 // the listing.
-                 nfs_context* ctx = c.context();
-                 for (nfsdirent* e = nfs_readdir(ctx, dir); e != nullptr;
-                      e = nfs_readdir(ctx, dir)) {
-                   if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
-                   out.push_back(DirEntry{e->name, FromDirent(*e)});
-                 }
-                 nfs_closedir(ctx, dir);
-                 if (c.Finish(j)) deliver(std::move(out));
-               });
+      [this, path, p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+                      const std::function<void(std::vector<DirEntry>)>& deliver) {
+        // By path: libnfs looks the directory up component by component, then lists it.
+        auto by_path = [&c, j, p, deliver]() {
+          c.Call([&](nfs_context* ctx, auto tramp,
+                     void* priv) { return nfs_opendir_async(ctx, p.c_str(), tramp, priv); },
+                 [&c, j, deliver](int err, void* data) {
+                   if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+                   auto* dir = static_cast<nfsdir*>(data);
+                   std::vector<DirEntry> out;
+                   // nfs_readdir/closedir never block; they take the context that produced
+                   // the listing.
+                   nfs_context* ctx = c.context();
+                   for (nfsdirent* e = nfs_readdir(ctx, dir); e != nullptr;
+                        e = nfs_readdir(ctx, dir)) {
+                     if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) {
+                       continue;
+                     }
+                     out.push_back(DirEntry{e->name, FromDirent(*e)});
+                   }
+                   nfs_closedir(ctx, dir);
+                   if (c.Finish(j)) deliver(std::move(out));
+                 });
+        };
+        if (config_.fh_table_size == 0) return by_path();
+        DirHandle(c, path, [this, &c, j, path, deliver, by_path](std::string fh) {
+          if (fh.empty()) return by_path();
+          ReadDirByHandle(c, j, path, fh, deliver, by_path);
+        });
       });
 }
 
@@ -510,8 +743,13 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
   auto shared_done = std::make_shared<CheckedReadDone>(std::move(done));
   job->on_error = [shared_done](const Error& e) { (*shared_done)(std::unexpected(e)); };
   std::string key = path;
-  job->attempt = [key, file_id, offset, length, shared_done](NfsConnection& c, nfs_context*,
-                                                             const std::shared_ptr<NfsJob>& j) {
+  job->attempt = [this, key, file_id, offset, length, shared_done](
+                     NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j) {
+    // A listed file: one READ by the handle its listing gave (the reply's attributes are
+    // checked as the GETATTR's are below).
+    if (auto e = fh_table_.Find(key); e && e->file_id == file_id) {
+      return ReadByHandle(c, j, key, e->fh, file_id, offset, length, shared_done);
+    }
     c.GetHandle(
         key, false,
         [&c, j, key, file_id, offset, length, shared_done](int err, const char* msg,

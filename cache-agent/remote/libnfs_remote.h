@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "cache-agent/remote/handle_table.h"
 #include "cache-agent/remote/nfs_connection.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/metrics.h"
@@ -53,6 +54,10 @@ class LibnfsRemote final : public RemoteFs {
     int retries = 3;
     // Cached file handles per connection before unused ones are closed.
     size_t handle_cache_size = 8192;
+    // Handles from READDIRPLUS kept by path (handle_table.h), so that a read of a listed
+    // file is one READ round trip instead of a LOOKUP per path component, an ACCESS and the
+    // READ; ~150 bytes each. 0: every read and listing goes by path.
+    size_t fh_table_size = 65536;
     // Connect() waits until one connection is mounted (kUnavailable otherwise). false:
     // returns at once and calls fail with kTimeout until the hub answers (tests, lazy use).
     bool wait_for_mount = true;
@@ -137,6 +142,9 @@ class LibnfsRemote final : public RemoteFs {
   const std::string& hub_name() const { return hub_name_; }
   // Requests started but not finished, over all connections.
   int64_t InFlight() const;
+  // Checked reads answered by a handle from a listing (one round trip), and handles known.
+  uint64_t reads_by_handle() const { return reads_by_handle_.load(); }
+  size_t handles_known() const { return fh_table_.size(); }
 
   // Internal: called by connections with each finished request.
   void Record(const char* op, double seconds, const Error* error);
@@ -167,12 +175,26 @@ class LibnfsRemote final : public RemoteFs {
   Status RenameOn(NfsConnection& c, const std::string& from, const std::string& to);
   Result<FileAttr> StatOn(NfsConnection& c, const std::string& path);
   void InvalidateEverywhere(const std::string& path);
+  // Loop thread of `c`. Calls k with the directory's handle, or an empty one when it is
+  // not known (the caller goes by path); the volume root's is looked up once.
+  void DirHandle(NfsConnection& c, const std::string& path, std::function<void(std::string)> k);
+  // READDIRPLUS pages by handle; records the entries' handles. A stale handle, an entry
+  // without attributes or a device entry hands over to `by_path`.
+  void ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
+                       const std::string& fh, std::function<void(std::vector<DirEntry>)> deliver,
+                       std::function<void()> by_path);
+  // READs by handle with the reply's attributes as the checked read's; a stale handle (or
+  // another file's) is dropped and the attempt fails with ESTALE, so the retry goes by path.
+  void ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
+                    const std::string& fh, uint64_t file_id, uint64_t offset, uint32_t length,
+                    std::shared_ptr<CheckedReadDone> done);
   // The libnfs path of a volume-relative path ("/root/path").
   std::string Full(const std::string& path) const;
 
   Config config_;
   std::string hub_name_;
   std::string root_;  // "" or "/sub/dir": the volume's directory inside the share
+  HandleTable fh_table_;  // before connections_: their loops use it until they stop
   std::unique_ptr<metrics::Registry> own_registry_;  // when none was given
   metrics::Registry* registry_;
   metrics::Labels labels_;
@@ -189,6 +211,7 @@ class LibnfsRemote final : public RemoteFs {
   std::map<std::string, IdentityConn> identities_;  // guarded by identities_mu_
   uint64_t identity_clock_ = 0;                     // guarded by identities_mu_
   std::atomic<bool> reachable_{true};
+  std::atomic<uint64_t> reads_by_handle_{0};
   mutable Mutex error_mu_;
   std::string last_error_ GUARDED_BY(error_mu_);
 };

@@ -19,6 +19,9 @@
 
 #include "common/log.h"
 
+// Exported by libnfs 4.0.0 but not declared in its headers (see NfsConnection::RootHandle).
+extern "C" struct nfs_fh* nfs_get_rootfh(struct nfs_context* nfs);
+
 namespace spoke::agent {
 namespace {
 
@@ -32,6 +35,15 @@ void Trampoline(int err, nfs_context* /*nfs*/, void* data, void* priv) {
 }
 
 void NoopCb(int, nfs_context*, void*, void*) {}
+
+struct PendingRpc {
+  NfsConnection::RpcCallback cb;
+};
+
+void RpcTrampoline(rpc_context* /*rpc*/, int status, void* data, void* priv) {
+  std::unique_ptr<PendingRpc> p(static_cast<PendingRpc*>(priv));
+  p->cb(status, data);
+}
 
 // nfs_get_error may return null.
 std::string ErrorOf(nfs_context* ctx) {
@@ -123,6 +135,33 @@ void NfsConnection::Call(const StartFn& start, Callback cb) {
     std::string msg = "could not queue the request: " + ErrorOf(ctx_);
     owned->cb(-EAGAIN, msg.data());
   }
+}
+
+void NfsConnection::CallRpc(const RpcStartFn& start, RpcCallback cb) {
+  if (ctx_ == nullptr || state_ != State::kUp) {
+    cb(RPC_STATUS_ERROR, const_cast<char*>("not connected"));
+    return;
+  }
+  auto* p = new PendingRpc{std::move(cb)};
+  if (start(nfs_get_rpc_context(ctx_), &RpcTrampoline, p) != 0) {
+    std::unique_ptr<PendingRpc> owned(p);
+    std::string msg = "could not queue the request: " + ErrorOf(ctx_);
+    owned->cb(RPC_STATUS_ERROR, msg.data());
+  }
+}
+
+std::string NfsConnection::RootHandle() const {
+  if (ctx_ == nullptr || state_ != State::kUp) return {};
+  // libnfs 4.0.0 exports nfs_get_rootfh() without declaring it, and keeps struct nfs_fh
+  // private; both are { int len; char *val; } as in its lib/libnfs-private.h, the layout of
+  // the XDR handle the raw calls take.
+  struct FhView {
+    int len;
+    char* val;
+  };
+  const auto* fh = reinterpret_cast<const FhView*>(nfs_get_rootfh(ctx_));
+  if (fh == nullptr || fh->len <= 0 || fh->val == nullptr) return {};
+  return std::string(fh->val, static_cast<size_t>(fh->len));
 }
 
 void NfsConnection::GetHandle(

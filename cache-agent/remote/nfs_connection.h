@@ -32,6 +32,7 @@
 
 struct nfs_context;
 struct nfsfh;
+struct rpc_context;
 
 namespace spoke::agent {
 
@@ -115,6 +116,15 @@ class NfsConnection {
   // Starts one libnfs call; `cb` runs exactly once on the loop thread (also when queueing
   // fails, with -EAGAIN and the error string as data).
   void Call(const StartFn& start, Callback cb);
+  // The same for one raw NFSv3 call (rpc_nfs3_*_async) on this context's socket and
+  // credentials: `cb` gets the RPC status (RPC_STATUS_SUCCESS: `data` is the call's result
+  // struct, valid during the callback only; otherwise an error string or null).
+  using RpcCallback = std::function<void(int status, void* data)>;
+  using RpcStartFn =
+      std::function<int(rpc_context*, void (*)(rpc_context*, int, void*, void*), void*)>;
+  void CallRpc(const RpcStartFn& start, RpcCallback cb);
+  // The share's root handle from the MOUNT reply (empty when not mounted).
+  std::string RootHandle() const;
   // Opens (or reuses) a handle for path; write handles are O_RDWR|O_SYNC (FILE_SYNC).
   // The callback gets err=0 and a referenced handle, or a negative errno + message.
   void GetHandle(const std::string& path, bool write,

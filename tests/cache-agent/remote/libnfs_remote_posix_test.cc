@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "cache-agent/remote/libnfs_remote.h"
@@ -52,8 +53,9 @@ class LibnfsRemotePosix : public ::testing::Test {
     fs::create_directories(shared_);
     fs::permissions(shared_, fs::perms::all);
   }
-  std::unique_ptr<LibnfsRemote> Connect(LibnfsRemote::Config config = TestConfig()) {
-    auto r = LibnfsRemote::Connect(hub_->address(), "", config, nullptr);
+  std::unique_ptr<LibnfsRemote> Connect(LibnfsRemote::Config config = TestConfig(),
+                                        const std::string& root = "") {
+    auto r = LibnfsRemote::Connect(hub_->address(), root, config, nullptr);
     EXPECT_TRUE(r) << r.error().ToString();
     return r ? std::move(*r) : nullptr;
   }
@@ -359,6 +361,91 @@ TEST_F(LibnfsRemotePosix, CheckedReadNeverServesAnotherFileAfterRenameOnTheHub) 
   ASSERT_TRUE(grown) << grown.error().ToString();
   EXPECT_EQ(std::string(grown->data.begin(), grown->data.end()), "NEW+more");
   EXPECT_NE(grown->attr.ContentVersion(), fresh->attr.ContentVersion());
+}
+
+// What a listing gave is read by its handle in one round trip; listings by handle equal
+// those by path; a handle never serves another file than the one the caller means.
+TEST_F(LibnfsRemotePosix, ListedFilesAreReadByHandleAndNeverServeAnotherFile) {
+  fs::create_directories(Hub("shared/ds/a"));
+  fs::create_directories(Hub("shared/ds/b"));
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 5; ++i) files["a/f" + std::to_string(i)] = "bytes of f" + std::to_string(i);
+  files["b/g"] = std::string(2 * (1 << 20) + 77, 'g');  // several READs
+  for (const auto& [rel, data] : files) std::ofstream(Hub("shared/ds/" + rel)) << data;
+  fs::create_symlink("a/f0", Hub("shared/ds/link"));
+
+  auto by_path_config = TestConfig();
+  by_path_config.fh_table_size = 0;
+  auto plain = Connect(by_path_config, "shared/ds");
+  auto node = Connect(TestConfig(), "shared/ds");  // the volume root inside the share
+  ASSERT_TRUE(plain && node);
+  for (const std::string dir : {"", "a", "b"}) {
+    auto want = plain->ReadDir(dir);
+    auto got = node->ReadDir(dir);
+    ASSERT_TRUE(want && got) << dir;
+    ASSERT_EQ(got->size(), want->size()) << dir;
+    std::map<std::string, FileAttr> by_name;
+    for (const auto& e : *want) by_name[e.name] = e.attr;
+    for (const auto& e : *got) {
+      ASSERT_TRUE(by_name.contains(e.name)) << e.name;
+      const FileAttr& w = by_name[e.name];
+      EXPECT_EQ(e.attr.file_id, w.file_id) << e.name;
+      EXPECT_EQ(e.attr.mode, w.mode) << e.name;
+      EXPECT_EQ(e.attr.size, w.size) << e.name;
+      EXPECT_EQ(e.attr.nlink, w.nlink) << e.name;
+      EXPECT_EQ(e.attr.uid, w.uid) << e.name;
+      EXPECT_EQ(e.attr.ContentVersion(), w.ContentVersion()) << e.name;
+    }
+  }
+  EXPECT_EQ(plain->handles_known(), 0u);
+  EXPECT_GE(node->handles_known(), files.size() + 2);
+
+  uint64_t reads = 0;
+  for (const auto& [rel, data] : files) {
+    auto a = node->Stat(rel);
+    ASSERT_TRUE(a) << rel;
+    auto r = node->ReadChecked(rel, a->file_id, 0, 1 << 20);
+    ASSERT_TRUE(r) << rel << ": " << r.error().ToString();
+    EXPECT_EQ(std::string(r->data.begin(), r->data.end()), data.substr(0, 1 << 20)) << rel;
+    EXPECT_EQ(r->attr.ContentVersion(), a->ContentVersion()) << rel;
+    EXPECT_EQ(node->reads_by_handle(), ++reads) << rel << " was not read by its handle";
+  }
+  auto g = node->Stat("b/g");
+  ASSERT_TRUE(g);
+  auto tail = node->ReadChecked("b/g", g->file_id, 2 << 20, 1 << 20);
+  ASSERT_TRUE(tail);
+  EXPECT_EQ(std::string(tail->data.begin(), tail->data.end()), std::string(77, 'g'));
+  EXPECT_EQ(plain->reads_by_handle(), 0u);
+
+  // Replaced on the hub by another client after the listing: the old id gets the old file's
+  // bytes or ESTALE, the new id the new file's; never the other's.
+  auto old_attr = node->Stat("a/f1");
+  ASSERT_TRUE(old_attr);
+  ASSERT_TRUE(plain->CreateAs(kRoot, "a/f1.new", 0644, CreateMode::kExclusive));
+  ASSERT_TRUE(plain->WriteAs(kRoot, "a/f1.new", 0, "NEW", 3));
+  ASSERT_TRUE(plain->RenameAs(kRoot, "a/f1.new", "a/f1"));
+  auto fresh = plain->Stat("a/f1");
+  ASSERT_TRUE(fresh);
+  ASSERT_NE(fresh->file_id, old_attr->file_id);
+  auto stale = node->ReadChecked("a/f1", old_attr->file_id, 0, 100);
+  if (stale) {
+    EXPECT_EQ(std::string(stale->data.begin(), stale->data.end()), "bytes of f1");
+  } else {
+    EXPECT_EQ(stale.error().ToErrno(), ESTALE) << stale.error().ToString();
+  }
+  auto now = node->ReadChecked("a/f1", fresh->file_id, 0, 100);
+  ASSERT_TRUE(now) << now.error().ToString();
+  EXPECT_EQ(std::string(now->data.begin(), now->data.end()), "NEW");
+
+  // Our own unlink and create under the same name: the new file's bytes.
+  ASSERT_TRUE(node->UnlinkAs(kRoot, "a/f2"));
+  ASSERT_TRUE(node->CreateAs(kRoot, "a/f2", 0644, CreateMode::kExclusive));
+  ASSERT_TRUE(node->WriteAs(kRoot, "a/f2", 0, "again", 5));
+  auto again = node->Stat("a/f2");
+  ASSERT_TRUE(again);
+  auto r = node->ReadChecked("a/f2", again->file_id, 0, 100);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(std::string(r->data.begin(), r->data.end()), "again");
 }
 
 // A large read across the hub's READ size arrives whole, with checked and plain reads.

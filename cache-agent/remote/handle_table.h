@@ -1,0 +1,57 @@
+// HandleTable: NFSv3 file handles the hub gave in READDIRPLUS replies, by volume-relative
+// path, so that a read of a listed file is one READ round trip (no LOOKUP per path
+// component, no ACCESS) and a listing of a listed directory is READDIRPLUS alone.
+//
+// A handle names one file for the file's whole life, whatever its name becomes, so the
+// table may lag behind renames: every user checks the file id the entry was recorded with
+// (and the reply's attributes) against the file it means, and a handle the hub calls stale
+// is dropped. Bounded (least recently used entries go); shared by the pool's connections
+// (NFS handles belong to the server, not to a connection). Thread-safe.
+#pragma once
+
+#if !__has_include("spoke_layer/remote.h")
+#error "wrong-way include: cache-agent/remote/ is not among this target's dependencies"
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/thread_annotations.h"
+
+namespace spoke::agent {
+
+class HandleTable {
+ public:
+  struct Entry {
+    std::string fh;  // the opaque handle bytes
+    uint64_t file_id = 0;
+  };
+
+  explicit HandleTable(size_t capacity) : capacity_(capacity) {}
+
+  void Put(const std::string& path, std::string_view fh, uint64_t file_id);
+  std::optional<Entry> Find(const std::string& path);
+  // Drops `path` and every path under it ("a" drops "a/b"; not "ab").
+  void DropTree(const std::string& path);
+  size_t size() const;
+
+ private:
+  struct Slot {
+    Entry entry;
+    std::list<std::string>::iterator lru;
+  };
+  const size_t capacity_;
+  mutable spoke::Mutex mu_;
+  // Ordered: a directory's descendants are one range ("a/" .. "a0"), so dropping a tree
+  // costs its size, not the table's.
+  std::map<std::string, Slot, std::less<>> map_ GUARDED_BY(mu_);
+  std::list<std::string> lru_ GUARDED_BY(mu_);  // front = most recently used
+};
+
+}  // namespace spoke::agent
