@@ -7,6 +7,7 @@
 // read; no unmount: the fd keeper holds the connections and the next agent takes them over,
 // docs/agent-restarts.md), close the cache (persist its index). Without a keeper the sessions
 // end (lazy unmount). mounts.json is kept, so the next start serves the same volumes again.
+#include <malloc.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -191,4 +192,11 @@ int Run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return Run(argc, argv); }
+int main(int argc, char** argv) {
+  // Blocks (up to 1 MiB) and hub replies are allocated and freed at WAN speed. A fixed mmap
+  // threshold turns off glibc's dynamic one, which after the first free of a 1 MiB buffer
+  // would serve such buffers from the heap and keep them resident once freed: the agent's
+  // RSS then follows the memory it holds (which its budget bounds), not its past peaks.
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
+  return Run(argc, argv);
+}

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -404,17 +405,22 @@ TEST_F(LibnfsRemotePosix, ListedFilesAreReadByHandleAndNeverServeAnotherFile) {
   for (const auto& [rel, data] : files) {
     auto a = node->Stat(rel);
     ASSERT_TRUE(a) << rel;
-    auto r = node->ReadChecked(rel, a->file_id, 0, 1 << 20);
+    // As the fetcher asks: a block's length, short for a file's last block. Short blocks go
+    // by handle; whole 1 MiB blocks by path (the lookups are paid once per big file).
+    const auto len = static_cast<uint32_t>(std::min<size_t>(data.size(), 1 << 20));
+    auto r = node->ReadChecked(rel, a->file_id, 0, len);
     ASSERT_TRUE(r) << rel << ": " << r.error().ToString();
-    EXPECT_EQ(std::string(r->data.begin(), r->data.end()), data.substr(0, 1 << 20)) << rel;
+    EXPECT_EQ(std::string(r->data.begin(), r->data.end()), data.substr(0, len)) << rel;
     EXPECT_EQ(r->attr.ContentVersion(), a->ContentVersion()) << rel;
-    EXPECT_EQ(node->reads_by_handle(), ++reads) << rel << " was not read by its handle";
+    if (len < (1u << 20)) ++reads;
+    EXPECT_EQ(node->reads_by_handle(), reads) << rel;
   }
   auto g = node->Stat("b/g");
   ASSERT_TRUE(g);
-  auto tail = node->ReadChecked("b/g", g->file_id, 2 << 20, 1 << 20);
+  auto tail = node->ReadChecked("b/g", g->file_id, 2 << 20, 77);
   ASSERT_TRUE(tail);
   EXPECT_EQ(std::string(tail->data.begin(), tail->data.end()), std::string(77, 'g'));
+  EXPECT_EQ(node->reads_by_handle(), ++reads);
   EXPECT_EQ(plain->reads_by_handle(), 0u);
 
   // Replaced on the hub by another client after the listing: the old id gets the old file's
