@@ -14,7 +14,10 @@
 //
 // File handles are opened lazily per connection (path -> nfsfh cache) and dropped on
 // ESTALE/ENOENT and on local renames/unlinks. They are not shared between connections:
-// struct nfsfh is private to libnfs and tied to its context.
+// struct nfsfh is private to libnfs and tied to its context. Besides, listings are raw
+// READDIRPLUS calls by the directory's handle, and the handles they return are kept for all
+// connections (HandleTable): a listed small file is then read with one raw READ, the round
+// trip a cold file costs over the WAN; what has no known handle goes by path as above.
 #pragma once
 
 #if !__has_include("spoke_layer/remote.h")
