@@ -438,7 +438,9 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
       continue;
     }
     if (cache_ != nullptr) {
-      auto buf = std::make_shared<std::vector<char>>(config_.block_size);
+      // Sized to the block's own length (a small file's block is ~100 KB, not 1 MiB): a
+      // hit neither zeroes nor maps a whole block for a small file.
+      auto buf = std::make_shared<std::vector<char>>(len);
       auto got = cache_->Get(Key(file, index), buf->data(), buf->size());
       if (got) {
         buf->resize(*got);
