@@ -15,8 +15,9 @@ void HandleTable::Put(const std::string& path, std::string_view fh, uint64_t fil
     map_.erase(lru_.back());
     lru_.pop_back();
   }
-  lru_.push_front(path);
-  map_.emplace(path, Slot{Entry{std::string(fh), file_id}, lru_.begin()});
+  auto [slot, added] = map_.emplace(path, Slot{Entry{std::string(fh), file_id}, {}});
+  lru_.push_front(slot);
+  slot->second.lru = lru_.begin();
 }
 
 std::optional<HandleTable::Entry> HandleTable::Find(const std::string& path) {
@@ -29,7 +30,7 @@ std::optional<HandleTable::Entry> HandleTable::Find(const std::string& path) {
 
 void HandleTable::DropTree(const std::string& path) {
   spoke::MutexLock lock(mu_);
-  const auto drop = [&](decltype(map_)::iterator it) {
+  const auto drop = [&](Map::iterator it) {
     lru_.erase(it->second.lru);
     return map_.erase(it);
   };

@@ -42,16 +42,18 @@ class HandleTable {
   size_t size() const;
 
  private:
+  struct Slot;
+  // Ordered: a directory's descendants are one range ("a/" .. "a0"), so dropping a tree
+  // costs its size, not the table's.
+  using Map = std::map<std::string, Slot, std::less<>>;
   struct Slot {
     Entry entry;
-    std::list<std::string>::iterator lru;
+    std::list<Map::iterator>::iterator lru;
   };
   const size_t capacity_;
   mutable spoke::Mutex mu_;
-  // Ordered: a directory's descendants are one range ("a/" .. "a0"), so dropping a tree
-  // costs its size, not the table's.
-  std::map<std::string, Slot, std::less<>> map_ GUARDED_BY(mu_);
-  std::list<std::string> lru_ GUARDED_BY(mu_);  // front = most recently used
+  Map map_ GUARDED_BY(mu_);
+  std::list<Map::iterator> lru_ GUARDED_BY(mu_);  // front = most recently used
 };
 
 }  // namespace spoke::agent
