@@ -23,6 +23,10 @@ APT_PACKAGES=(
   # libFuzzer harnesses (fuzz/): clang 19 is the first whose concepts level lets libstdc++ 12
   # expose std::expected; libclang-rt holds libFuzzer and the sanitizer runtimes.
   clang-19 libclang-rt-19-dev
+  # ThreadSanitizer (build/tsan in scripts/test.sh): Debian's TSan runtime symbolizes its reports
+  # with /usr/bin/llvm-symbolizer-19; without it frames are bare addresses and the named entries
+  # of scripts/tsan.supp match nothing.
+  llvm-19
 )
 
 SUDO=""

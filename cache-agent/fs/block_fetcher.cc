@@ -407,6 +407,7 @@ void BlockFetcher::StoreLoop() {
       ReleaseMemoryLocked(*f);
       auto it = inflight_.find(f->key);
       if (it != inflight_.end() && it->second == f) inflight_.erase(it);
+      stored_gen_++;
     }
     done_cv_.notify_all();
   }
@@ -430,6 +431,11 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
   std::vector<Result<BlockData>> out(count, std::unexpected(Error(Code::kInternal, "not fetched")));
   std::vector<std::pair<size_t, FetchPtr>> waits;
   uint64_t nhits = 0;
+  uint64_t stored_gen;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stored_gen = stored_gen_;
+  }
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t index = first + i;
     uint32_t len = BlockLength(file, index);
@@ -451,9 +457,18 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
       }
     }
     bool created;
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (stopping_) {
       out[i] = std::unexpected(Error(Code::kCancelled, "volume is shutting down"));
+      continue;
+    }
+    // A fetch of this block that finished between the cache miss above and this lock was
+    // stored and has left inflight_: Join would start a second hub read of it. Look in the
+    // cache again whenever a stored fetch settled since stored_gen was read.
+    if (cache_ != nullptr && stored_gen_ != stored_gen && !inflight_.contains(Key(file, index))) {
+      stored_gen = stored_gen_;
+      lock.unlock();
+      --i;  // this block again (unsigned wrap-around is well defined: ++i brings it back)
       continue;
     }
     waits.emplace_back(i, Join(file, index, kDemandClass, kDemand, 0, until, &created, false));

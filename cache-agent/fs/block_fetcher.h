@@ -198,6 +198,10 @@ class BlockFetcher {
   int hub_inflight_ = 0;                                           // guarded by mu_
   int callbacks_pending_ = 0;  // hub reads whose callback has not returned; guarded by mu_
   bool stopping_ = false;      // guarded by mu_
+  // Fetches stored in the cache and then taken out of inflight_ (StoreLoop). GetBlocks looks
+  // in the cache before it takes mu_ to join a fetch: when this moved in between, the block
+  // may have been stored in that window and it looks again rather than read the hub twice.
+  uint64_t stored_gen_ = 0;  // guarded by mu_
   std::atomic<uint64_t> prefetch_bytes_{0};
   std::atomic<uint64_t> prefetch_blocks_{0};
   std::atomic<uint64_t> expired_drops_{0};  // demand fetches dropped at their deadline

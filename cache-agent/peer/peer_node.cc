@@ -180,10 +180,11 @@ PeerVolume* PeerNode::Acquire(const std::string& key) {
 }
 
 void PeerNode::Release(PeerVolume* v) {
-  {
-    std::lock_guard lock(vols_mu_);
-    v->uses_--;
-  }
+  // Notified under the lock: ~PeerNode takes vols_mu_ last, so vols_cv_ is never destroyed
+  // while a serving thread is still inside notify_all(). gRPC's Shutdown in ~PeerNode already
+  // waits for the calls, but that wait is gRPC's own and invisible to ThreadSanitizer.
+  std::lock_guard lock(vols_mu_);
+  v->uses_--;
   vols_cv_.notify_all();
 }
 

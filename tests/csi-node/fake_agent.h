@@ -28,9 +28,24 @@ class FakeAgent final : public agentpb::Agent::Service {
     bool read_only;
   };
 
-  std::chrono::milliseconds delay{0};
-  grpc::Status mount_status = grpc::Status::OK;
-  agentpb::VolumeStatsResponse stats;
+  // Set by the test's thread, read by the server's handler threads, so under mu_ (a call that
+  // is still running when the test changes them races with it otherwise).
+  void set_delay(std::chrono::milliseconds delay) {
+    std::lock_guard<std::mutex> l(mu_);
+    delay_ = delay;
+  }
+  void set_mount_status(grpc::Status status) {
+    std::lock_guard<std::mutex> l(mu_);
+    mount_status_ = std::move(status);
+  }
+  agentpb::VolumeStatsResponse stats() {
+    std::lock_guard<std::mutex> l(mu_);
+    return stats_;
+  }
+  void set_stats(agentpb::VolumeStatsResponse stats) {
+    std::lock_guard<std::mutex> l(mu_);
+    stats_ = std::move(stats);
+  }
 
   std::vector<MountCall> mount_calls() {
     std::lock_guard<std::mutex> l(mu_);
@@ -48,13 +63,13 @@ class FakeAgent final : public agentpb::Agent::Service {
 
   grpc::Status Mount(grpc::ServerContext*, const agentpb::MountRequest* req,
                      agentpb::MountResponse*) override {
-    std::this_thread::sleep_for(delay);
+    std::this_thread::sleep_for(Delay());
     std::lock_guard<std::mutex> l(mu_);
     mount_calls_.push_back({req->volume_id(),
                             {req->volume_context().begin(), req->volume_context().end()},
                             req->target_path(),
                             req->read_only()});
-    if (!mount_status.ok()) return mount_status;
+    if (!mount_status_.ok()) return mount_status_;
     auto it = mounts_.find(req->target_path());
     if (it != mounts_.end()) {
       if (it->second.volume_id() != req->volume_id()) {
@@ -76,7 +91,7 @@ class FakeAgent final : public agentpb::Agent::Service {
 
   grpc::Status Unmount(grpc::ServerContext*, const agentpb::UnmountRequest* req,
                        agentpb::UnmountResponse*) override {
-    std::this_thread::sleep_for(delay);
+    std::this_thread::sleep_for(Delay());
     std::lock_guard<std::mutex> l(mu_);
     unmount_calls_.push_back(req->target_path());
     if (mounts_.erase(req->target_path()) > 0) {
@@ -87,7 +102,7 @@ class FakeAgent final : public agentpb::Agent::Service {
 
   grpc::Status ListMounts(grpc::ServerContext*, const agentpb::ListMountsRequest*,
                           agentpb::ListMountsResponse* resp) override {
-    std::this_thread::sleep_for(delay);
+    std::this_thread::sleep_for(Delay());
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& [_, m] : mounts_) *resp->add_mounts() = m;
     return grpc::Status::OK;
@@ -95,18 +110,26 @@ class FakeAgent final : public agentpb::Agent::Service {
 
   grpc::Status VolumeStats(grpc::ServerContext*, const agentpb::VolumeStatsRequest* req,
                            agentpb::VolumeStatsResponse* resp) override {
-    std::this_thread::sleep_for(delay);
+    std::this_thread::sleep_for(Delay());
     std::lock_guard<std::mutex> l(mu_);
     auto it = mounts_.find(req->target_path());
     if (it == mounts_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "not mounted");
-    *resp = stats;
+    *resp = stats_;
     resp->set_volume_id(it->second.volume_id());
     return grpc::Status::OK;
   }
 
  private:
+  std::chrono::milliseconds Delay() {
+    std::lock_guard<std::mutex> l(mu_);
+    return delay_;
+  }
+
   FakeMounter& mounter_;
   std::mutex mu_;
+  std::chrono::milliseconds delay_{0};
+  grpc::Status mount_status_ = grpc::Status::OK;
+  agentpb::VolumeStatsResponse stats_;
   std::map<std::string, agentpb::MountInfo> mounts_;
   std::vector<MountCall> mount_calls_;
   std::vector<std::string> unmount_calls_;

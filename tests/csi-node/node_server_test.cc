@@ -282,11 +282,12 @@ TEST_F(NodeServerTest, RoMountOptionStagesAndPublishesReadOnly) {
 }
 
 TEST_F(NodeServerTest, AgentErrorsPassThroughWithTheirCode) {
-  agent_->mount_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "hub 10.0.0.5:2049: timeout");
+  agent_->set_mount_status(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "hub 10.0.0.5:2049: timeout"));
   auto s = Stage(MakeId(VolumeMode::kScratch, "s/1"), {});
   EXPECT_CODE(s, UNAVAILABLE);
   EXPECT_NE(s.error_message().find("hub 10.0.0.5:2049: timeout"), std::string::npos);
-  agent_->mount_status = grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "other volume");
+  agent_->set_mount_status(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "other volume"));
   EXPECT_CODE(Stage(MakeId(VolumeMode::kScratch, "s/1"), {}), ALREADY_EXISTS);
 }
 
@@ -441,14 +442,14 @@ TEST_F(NodeServerTest, AgentDownFailsFastWithUnavailable) {
 
 TEST_F(NodeServerTest, HungAgentHitsTheDeadline) {
   MakeServer(socket_, std::chrono::milliseconds(300));
-  agent_->delay = std::chrono::milliseconds(2000);
+  agent_->set_delay(std::chrono::milliseconds(2000));
   auto start = std::chrono::steady_clock::now();
   auto s = Stage(MakeId(VolumeMode::kScratch, "s/1"), {});
   EXPECT_CODE(s, UNAVAILABLE);
   EXPECT_NE(s.error_message().find("did not answer Mount within 300 ms"), std::string::npos)
       << s.error_message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
-  agent_->delay = std::chrono::milliseconds(0);
+  agent_->set_delay(std::chrono::milliseconds(0));
 }
 
 TEST_F(NodeServerTest, UnstageWithTheAgentDownDetachesAStaleMount) {
@@ -506,7 +507,7 @@ TEST_F(NodeServerTest, EphemeralWithBadAttributesIsInvalidAndLeavesNothing) {
   EXPECT_FALSE(fs::exists(server_->EphemeralDir("csi-1")));
   // The agent refusing leaves no directory behind either.
   attrs["share"] = "/srv/export";
-  agent_->mount_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "hub down");
+  agent_->set_mount_status(grpc::Status(grpc::StatusCode::UNAVAILABLE, "hub down"));
   EXPECT_CODE(Publish("csi-1", attrs, target_a_, false, MountCap(), false), UNAVAILABLE);
   EXPECT_FALSE(fs::exists(server_->EphemeralDir("csi-1")));
 }
@@ -558,15 +559,17 @@ TEST_F(NodeServerTest, StatsReportHubCapacityAndCacheFigures) {
   std::string id = MakeId(VolumeMode::kScratch, "s/1");
   ASSERT_TRUE(Stage(id, MakeContext(VolumeMode::kScratch, "s/1")).ok());
   ASSERT_TRUE(Publish(id, {}, target_a_).ok());
-  agent_->stats.set_hub_reachable(true);
-  agent_->stats.set_hub_total_bytes(1000);
-  agent_->stats.set_hub_available_bytes(600);
-  agent_->stats.set_hub_used_bytes(400);
-  agent_->stats.set_hub_total_inodes(50);
-  agent_->stats.set_hub_free_inodes(20);
-  agent_->stats.set_cache_bytes(3 << 20);
-  agent_->stats.set_cache_hits(90);
-  agent_->stats.set_cache_misses(10);
+  auto stats = agent_->stats();
+  stats.set_hub_reachable(true);
+  stats.set_hub_total_bytes(1000);
+  stats.set_hub_available_bytes(600);
+  stats.set_hub_used_bytes(400);
+  stats.set_hub_total_inodes(50);
+  stats.set_hub_free_inodes(20);
+  stats.set_cache_bytes(3 << 20);
+  stats.set_cache_hits(90);
+  stats.set_cache_misses(10);
+  agent_->set_stats(stats);
   csi::v1::NodeGetVolumeStatsResponse resp;
   for (const std::string& path : {target_a_, staging_}) {
     resp.Clear();
@@ -585,8 +588,9 @@ TEST_F(NodeServerTest, StatsReportHubCapacityAndCacheFigures) {
         << resp.volume_condition().message();
   }
 
-  agent_->stats.set_hub_reachable(false);
-  agent_->stats.set_last_hub_error("connect: Connection refused");
+  stats.set_hub_reachable(false);
+  stats.set_last_hub_error("connect: Connection refused");
+  agent_->set_stats(stats);
   resp.Clear();
   ASSERT_TRUE(Stats(id, target_a_, &resp).ok());
   EXPECT_TRUE(resp.volume_condition().abnormal());

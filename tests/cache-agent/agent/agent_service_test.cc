@@ -94,7 +94,10 @@ TEST_F(AgentServiceTest, SocketIsRootOnly) {
 TEST_F(AgentServiceTest, MountListUnmountAreIdempotent) {
   ASSERT_TRUE(Mount(DatasetId(), DatasetContext(), Target("a")).ok());
   ASSERT_TRUE(Mount(DatasetId(), DatasetContext(), Target("a")).ok());
-  EXPECT_EQ(world_->mount_calls, 1);
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->mount_calls, 1);
+  }
   auto s = Mount(DatasetId("/srv/o"), DatasetContext("/srv/o"), Target("a"));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
 
@@ -118,7 +121,10 @@ TEST_F(AgentServiceTest, MountListUnmountAreIdempotent) {
 }
 
 TEST_F(AgentServiceTest, MountFailuresKeepTheirCode) {
-  world_->fail_mount = Code::kUnavailable;
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->fail_mount = Code::kUnavailable;
+  }
   EXPECT_EQ(Mount(DatasetId(), DatasetContext(), Target("a")).error_code(),
             grpc::StatusCode::UNAVAILABLE);
 }
@@ -259,12 +265,18 @@ TEST_F(AgentServiceTest, WarmupStreamsProgressAndEndsWithDone) {
   EXPECT_EQ(got.back().files_done(), 5u);
   EXPECT_TRUE(got.back().error().empty());
   for (size_t i = 0; i + 1 < got.size(); ++i) EXPECT_FALSE(got[i].done());
-  EXPECT_EQ(world_->last_warmup_prefix, "train");
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->last_warmup_prefix, "train");
+  }
 }
 
 TEST_F(AgentServiceTest, WarmupReportsAFileThatCouldNotBeFetched) {
   ASSERT_TRUE(Mount(DatasetId(), DatasetContext(), Target("a")).ok());
-  world_->warmup_error = Error(Code::kIo, "a.jpg: hub I/O error");
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->warmup_error = Error(Code::kIo, "a.jpg: hub I/O error");
+  }
   v1::WarmupRequest req;
   req.set_volume_id(DatasetId());
   auto ctx = Ctx();
@@ -278,8 +290,11 @@ TEST_F(AgentServiceTest, WarmupReportsAFileThatCouldNotBeFetched) {
 
 TEST_F(AgentServiceTest, WarmupStopsWhenTheClientGoesAway) {
   ASSERT_TRUE(Mount(DatasetId(), DatasetContext(), Target("a")).ok());
-  world_->warmup_steps = 100000;
-  world_->warmup_step_delay = std::chrono::milliseconds(5);
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->warmup_steps = 100000;
+    world_->warmup_step_delay = std::chrono::milliseconds(5);
+  }
   v1::WarmupRequest req;
   req.set_volume_id(DatasetId());
   auto ctx = Ctx();
@@ -305,7 +320,10 @@ TEST_F(AgentServiceTest, EvictCountsBlocksAndBytes) {
   ASSERT_TRUE(stub_->Evict(Ctx().get(), req, &resp).ok());
   EXPECT_EQ(resp.evicted_blocks(), 7u);
   EXPECT_EQ(resp.evicted_bytes(), 7u << 20);
-  EXPECT_EQ(world_->last_evict_prefix, "dir/sub");
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->last_evict_prefix, "dir/sub");
+  }
 }
 
 TEST_F(AgentServiceTest, HintRejectsEscapingAndUnknownPaths) {
@@ -319,7 +337,10 @@ TEST_F(AgentServiceTest, HintRejectsEscapingAndUnknownPaths) {
   ASSERT_TRUE(stub_->Hint(Ctx().get(), req, &resp).ok());
   EXPECT_EQ(resp.accepted(), 2u);
   EXPECT_EQ(resp.rejected(), 4u);
-  EXPECT_EQ(world_->hinted, (std::vector<std::string>{"a.jpg", "dir/b.jpg", "unknown.jpg"}));
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->hinted, (std::vector<std::string>{"a.jpg", "dir/b.jpg", "unknown.jpg"}));
+  }
 }
 
 TEST_F(AgentServiceTest, MetricsAndHealthOverHttp) {

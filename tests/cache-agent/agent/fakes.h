@@ -17,6 +17,8 @@
 
 namespace spoke::agent::testing {
 
+// Shared by the test's thread and the agent's (gRPC) threads: both sides take mu, also where
+// a gRPC call already orders them (ThreadSanitizer cannot see gRPC's ordering).
 struct FakeWorld {
   std::mutex mu;
   int mount_calls = 0;
@@ -58,23 +60,28 @@ class FakeVolume : public MountedVolume {
                 const std::function<void(const WarmupFigures&)>& progress,
                 const std::atomic<bool>& cancelled) override {
     int steps;
+    uint64_t step_bytes;
+    std::chrono::milliseconds step_delay;
     {
+      // The test sets these before its call, on its own thread.
       std::lock_guard<std::mutex> l(w_->mu);
       w_->last_warmup_prefix = prefix;
       steps = w_->warmup_steps;
+      step_bytes = w_->warmup_step_bytes;
+      step_delay = w_->warmup_step_delay;
     }
     WarmupFigures f;
     f.files_total = steps;
-    f.bytes_total = steps * w_->warmup_step_bytes;
+    f.bytes_total = steps * step_bytes;
     for (int i = 0; i < steps; ++i) {
       if (cancelled) {
         w_->warmup_was_cancelled = true;
         return Fail(Code::kCancelled, "cancelled");
       }
-      std::this_thread::sleep_for(w_->warmup_step_delay);
+      std::this_thread::sleep_for(step_delay);
       f.files_done++;
-      f.bytes_done += w_->warmup_step_bytes;
-      f.bytes_from_hub += w_->warmup_step_bytes / 2;
+      f.bytes_done += step_bytes;
+      f.bytes_from_hub += step_bytes / 2;
       progress(f);
     }
     std::lock_guard<std::mutex> l(w_->mu);

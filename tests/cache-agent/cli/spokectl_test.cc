@@ -73,7 +73,10 @@ TEST_F(SpokectlTest, MountStatusStatsUnmount) {
   ASSERT_EQ(Run({"mount", "nfs://127.0.0.1/srv/data?nfsport=20491&mountport=20492", Mnt()}), 0)
       << err_.str();
   EXPECT_NE(out_.str().find("mounted nfs://127.0.0.1/srv/data"), std::string::npos);
-  EXPECT_EQ(world_->live.at(Mnt()), "spoke1|dataset|retain|127.0.0.1|20491|20492|/srv/data|");
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->live.at(Mnt()), "spoke1|dataset|retain|127.0.0.1|20491|20492|/srv/data|");
+  }
   // Again: idempotent.
   ASSERT_EQ(Run({"mount", "nfs://127.0.0.1/srv/data?nfsport=20491&mountport=20492", Mnt()}), 0);
 
@@ -81,7 +84,10 @@ TEST_F(SpokectlTest, MountStatusStatsUnmount) {
   EXPECT_NE(out_.str().find(Mnt() + "  127.0.0.1:/srv/data"), std::string::npos) << out_.str();
   EXPECT_NE(out_.str().find("hub: reachable from every mount"), std::string::npos);
 
-  world_->figures.hub_read_bytes = 3 << 20;
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->figures.hub_read_bytes = 3 << 20;
+  }
   ASSERT_EQ(Run({"stats", Mnt() + "/"}), 0) << err_.str();
   EXPECT_NE(out_.str().find("read from hub      3.0 MiB"), std::string::npos) << out_.str();
   ASSERT_EQ(Run({"stats"}), 0);
@@ -90,7 +96,10 @@ TEST_F(SpokectlTest, MountStatusStatsUnmount) {
             0);
 
   ASSERT_EQ(Run({"unmount", Mnt()}), 0) << err_.str();
-  EXPECT_TRUE(world_->live.empty());
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_TRUE(world_->live.empty());
+  }
   ASSERT_EQ(Run({"status"}), 0);
   EXPECT_EQ(out_.str(), "no volumes mounted\n");
 }
@@ -100,9 +109,15 @@ TEST_F(SpokectlTest, WarmupEvictHint) {
   ASSERT_EQ(Run({"warmup", Mnt(), "train"}), 0) << err_.str();
   EXPECT_NE(out_.str().find("done 100%"), std::string::npos) << out_.str();
   EXPECT_NE(out_.str().find("warmed 5.0 MiB in 5 files"), std::string::npos) << out_.str();
-  EXPECT_EQ(world_->last_warmup_prefix, "train");
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->last_warmup_prefix, "train");
+  }
 
-  world_->warmup_error = Error(Code::kIo, "x.jpg: gone");
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->warmup_error = Error(Code::kIo, "x.jpg: gone");
+  }
   EXPECT_EQ(Run({"warmup", Mnt()}), 1);
   EXPECT_NE(err_.str().find("incomplete: x.jpg: gone"), std::string::npos) << err_.str();
 
@@ -113,13 +128,19 @@ TEST_F(SpokectlTest, WarmupEvictHint) {
   std::ofstream(list) << "a.jpg\n" << Mnt() << "/dir/b.jpg\n\nnope.jpg\n";
   ASSERT_EQ(Run({"hint", Mnt(), list}), 0) << err_.str();
   EXPECT_EQ(out_.str(), "hinted 2 paths, rejected 1\n");
-  EXPECT_EQ(world_->hinted, (std::vector<std::string>{"a.jpg", "dir/b.jpg", "nope.jpg"}));
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->hinted, (std::vector<std::string>{"a.jpg", "dir/b.jpg", "nope.jpg"}));
+  }
 }
 
 TEST_F(SpokectlTest, ClearErrors) {
   EXPECT_EQ(Run({"warmup", Mnt()}), 1);
   EXPECT_NE(err_.str().find("no Spoke volume is mounted at " + Mnt()), std::string::npos);
-  world_->fail_mount = Code::kUnavailable;
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->fail_mount = Code::kUnavailable;
+  }
   EXPECT_EQ(Run({"mount", "nfs://127.0.0.1/srv/data", Mnt()}), 1);
   EXPECT_NE(err_.str().find("fake mount failure"), std::string::npos) << err_.str();
   EXPECT_EQ(Run({"mount", "nfs://127.0.0.1/srv/data", Mnt(), "--prefetch", "x"}), 2);
