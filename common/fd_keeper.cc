@@ -333,7 +333,7 @@ Result<std::vector<KeptFd>> FdKeeperClient::List() const {
 }
 
 Result<bool> FdKeeperClient::Del(const std::string& key) const {
-  if (auto s = ValidateKey(key); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(ValidateKey(key));
   auto sock = Connect();
   if (!sock) return std::unexpected(sock.error());
   if (auto s = SendFdMessage(sock->get(), json{{"op", "del"}, {"key", key}}.dump(), {}, timeout_);

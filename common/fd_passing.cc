@@ -106,12 +106,12 @@ Status SendFdMessage(int sock, std::string_view data, std::span<const int> fds,
       return Fail(Code::kTimeout, "sendmsg: peer did not drain its queue within " +
                                       std::to_string(timeout.count()) + " ms");
     }
-    if (auto s = WaitReady(sock, POLLOUT, left, "sendmsg"); !s) return std::unexpected(s.error());
+    SPOKE_RETURN_IF_ERROR(WaitReady(sock, POLLOUT, left, "sendmsg"));
   }
 }
 
 Result<FdMessage> RecvFdMessage(int sock, std::chrono::milliseconds timeout) {
-  if (auto s = WaitReady(sock, POLLIN, timeout, "recvmsg"); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(WaitReady(sock, POLLIN, timeout, "recvmsg"));
   FdMessage out;
   out.data.resize(kMaxFdMessageBytes);
   iovec iov{out.data.data(), out.data.size()};

@@ -276,9 +276,9 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   }
   VolumeParams p;
   p.hub.server = Get(params, kParamServer);
-  if (auto s = CheckServer(p.hub.server); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(CheckServer(p.hub.server));
   p.hub.share = Get(params, kParamShare);
-  if (auto s = CheckShare(p.hub.share); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(CheckShare(p.hub.share));
   auto nfs_port = ParsePort(params, kParamNfsPort, 2049, false);
   if (!nfs_port) return std::unexpected(nfs_port.error());
   p.hub.nfs_port = *nfs_port;
@@ -307,7 +307,7 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
 
   if (p.mode == VolumeMode::kScratch) {
     p.sub_dir = Get(params, kParamSubDir, "${pv.metadata.name}");
-    if (auto s = CheckUrlSafe(p.sub_dir, kParamSubDir); !s) return std::unexpected(s.error());
+    SPOKE_RETURN_IF_ERROR(CheckUrlSafe(p.sub_dir, kParamSubDir));
     if (p.sub_dir.empty()) {
       return std::unexpected(
           Invalid(kParamSubDir, "a scratch volume needs a sub-directory of its own"));
@@ -389,7 +389,7 @@ Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
     out += value;
     i = end + 1;
   }
-  if (auto s = CheckUrlSafe(out, kParamSubDir); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(CheckUrlSafe(out, kParamSubDir));
   auto norm = NormalizeRelativePath(out, kParamSubDir);
   if (!norm) return std::unexpected(norm.error());
   if (norm->empty()) return std::unexpected(Invalid(kParamSubDir, "expands to the share root"));

@@ -248,7 +248,7 @@ class LibnfsSession : public ExportSession {
 Result<std::unique_ptr<ExportSession>> LibnfsExportAdmin::Open(const HubAddress& hub,
                                                                std::chrono::seconds timeout,
                                                                const HubIdentityParams& identity) {
-  if (auto s = hub.Validate(); !s) return std::unexpected(s.error());  // glued into a URL
+  SPOKE_RETURN_IF_ERROR(hub.Validate());  // glued into a URL
   if (timeout.count() < 1) timeout = std::chrono::seconds(1);
   nfs_context* ctx = nfs_init_context();
   if (ctx == nullptr) return Fail(Code::kInternal, "nfs_init_context failed");

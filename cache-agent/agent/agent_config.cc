@@ -214,7 +214,7 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
 
   ParsePeerConfig(r, &c.peer);
 
-  if (auto s = r.Finish(); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(r.Finish());
   return c;
 }
 

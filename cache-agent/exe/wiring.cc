@@ -55,7 +55,7 @@ Result<std::unique_ptr<BlockCache>> OpenAgentCache(const AgentConfig& config,
   cc.dir = config.cache_dir;
   cc.capacity_bytes = config.cache_size_bytes;
   cc.block_size = config.block_size_bytes;
-  if (auto s = cc.Validate(); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(cc.Validate());
   auto policy = MakeEvictionPolicy(config.eviction_policy, cc);
   if (!policy) return std::unexpected(policy.error());
   return OpenBlockCache(cc, std::move(*policy), registry);

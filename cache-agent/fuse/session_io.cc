@@ -105,7 +105,7 @@ Result<InitRecord> InitRecord::FromJson(const std::string& json_text) {
     if (!bytes) return std::unexpected(bytes.error());
     *dest = std::move(*bytes);
   }
-  if (auto s = CheckInitRequest(out.request); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(CheckInitRequest(out.request));
   return out;
 }
 
@@ -168,14 +168,14 @@ Result<std::unique_ptr<SessionIo>> SessionIo::AttachToMounted(fuse_session* se) 
   int fd = fuse_session_fd(se);
   if (fd < 0) return Fail(Code::kInvalidArgument, "session is not mounted (no /dev/fuse fd)");
   std::unique_ptr<SessionIo> io(new SessionIo(Mode::kNewMount, fd));
-  if (auto s = io->Install(se); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(io->Install(se));
   return io;
 }
 
 Result<std::unique_ptr<SessionIo>> SessionIo::Adopt(fuse_session* se, UniqueFd fd,
                                                     InitRecord init) {
   if (!fd.valid()) return Fail(Code::kInvalidArgument, "takeover fd is not valid");
-  if (auto s = CheckInitRequest(init.request); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(CheckInitRequest(init.request));
   std::unique_ptr<SessionIo> io(new SessionIo(Mode::kTakeover, fd.get()));
   fuse_in_header h;
   std::memcpy(&h, init.request.data(), sizeof(h));
@@ -184,7 +184,7 @@ Result<std::unique_ptr<SessionIo>> SessionIo::Adopt(fuse_session* se, UniqueFd f
     io->init_unique_ = h.unique;
     io->init_ = std::move(init);
   }
-  if (auto s = io->Install(se); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(io->Install(se));
   fd.Release();  // the session owns it now (closed by fuse_session_destroy)
   return io;
 }

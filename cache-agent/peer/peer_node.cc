@@ -90,7 +90,7 @@ PeerNode::PeerNode(const Config& config, metrics::Registry& registry) : config_(
 
 Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
                                                   metrics::Registry& registry) {
-  if (auto s = config.Validate(); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<PeerNode> node(new PeerNode(config, registry));
   node->service_ = std::make_unique<Service>(*node);
   grpc::ServerBuilder builder;

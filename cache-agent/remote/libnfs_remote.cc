@@ -181,8 +181,8 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
                                                             const Config& config,
                                                             metrics::Registry* registry,
                                                             const metrics::Labels& labels) {
-  if (auto st = config.Validate(); !st) return std::unexpected(st.error());
-  if (auto st = hub.Validate(); !st) return std::unexpected(st.error());  // glued into a URL
+  SPOKE_RETURN_IF_ERROR(config.Validate());
+  SPOKE_RETURN_IF_ERROR(hub.Validate());  // glued into a URL
   std::unique_ptr<LibnfsRemote> r(new LibnfsRemote(hub, config, registry, labels));
   HubAddress h = hub;
   r->root_ = root.empty() ? "" : "/" + root;
