@@ -448,8 +448,8 @@ void MetadataCache::SetParentLocked(Node& n, uint64_t parent) {
   }
 }
 
-void MetadataCache::MaybeDropLocked(uint64_t ino) {
-  if (ino == kRootIno) return;
+void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
+  if (ino == kRootIno || ino == dropping) return;
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   Node& n = it->second;
@@ -465,9 +465,7 @@ void MetadataCache::MaybeDropLocked(uint64_t ino) {
     d.order.clear();
     d.unlisted.clear();
     d.listed = false;
-    for (uint64_t child : entries) {
-      if (child != ino) MaybeDropLocked(child);
-    }
+    for (uint64_t child : entries) MaybeDropLocked(child, ino);  // not back into this one
     // A child still kept (held by the kernel or open) needs this node for its path.
     if (d.child_nodes > 0) return;
   }
@@ -476,8 +474,9 @@ void MetadataCache::MaybeDropLocked(uint64_t ino) {
   auto f = by_file_id_.find(n.attr.file_id);
   if (f != by_file_id_.end() && f->second == ino) by_file_id_.erase(f);
   nodes_.erase(it);
-  // A directory kept only for this child's path may go now.
-  if (parent != ino) MaybeDropLocked(parent);
+  // A directory kept only for this child's path may go now (unless it is the one dropping
+  // its entries: it decides for itself once they are done).
+  if (parent != ino) MaybeDropLocked(parent, dropping);
 }
 
 void MetadataCache::HoldLocked(Node& n) {

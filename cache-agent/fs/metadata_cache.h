@@ -196,8 +196,9 @@ class MetadataCache {
   // True when `n`'s directory's cached listing names it (or it may be: a hard-linked file).
   bool NamedLocked(uint64_t ino, const Node& n) const;
   // Drops `ino` when nothing keeps it (see the header note), then its parent if that was
-  // kept only for it. Caller holds mu_.
-  void MaybeDropLocked(uint64_t ino);
+  // kept only for it. `dropping`: a directory dropping its entries (not re-entered). Caller
+  // holds mu_.
+  void MaybeDropLocked(uint64_t ino, uint64_t dropping = 0);
   // Moves `n` under `parent`, keeping the directories' child_nodes right. Caller holds mu_.
   void SetParentLocked(Node& n, uint64_t parent);
   void HoldLocked(Node& n);
