@@ -931,6 +931,42 @@ TEST(VolumeFs, AForgottenInodeComesBackWithTheSameNumber) {
   EXPECT_EQ(rig.meta->entries(), with_g);
 }
 
+// A directory another client removed (seen when its parent is relisted) goes with its cached
+// listing; a child the kernel still holds keeps it (the child's path needs it) until the
+// child is forgotten.
+TEST(VolumeFs, ADirectoryGoneOnTheHubGoesWithItsListing) {
+  Rig rig(Consistency::kTtl);
+  for (const char* f : {"top/held/a", "top/held/b", "top/free/c", "top/free/d"}) {
+    rig.remote.PutFile(f, "x");
+  }
+  rig.Init();
+  uint64_t top = rig.Ino("top"), held = rig.Ino("top/held"), free_dir = rig.Ino("top/free");
+  ASSERT_TRUE(rig.fs->ReadDir(top));
+  ASSERT_TRUE(rig.fs->ReadDir(held));
+  ASSERT_TRUE(rig.fs->ReadDir(free_dir));
+  const size_t baseline = rig.meta->entries();  // root, top, 2 directories, 4 files
+  auto a = rig.fs->Lookup(held, "a");
+  ASSERT_TRUE(a);
+  for (const char* f : {"top/held/a", "top/held/b", "top/free/c", "top/free/d"}) {
+    ASSERT_TRUE(rig.remote.Unlink(f));
+  }
+  ASSERT_TRUE(rig.remote.Rmdir("top/held"));
+  ASSERT_TRUE(rig.remote.Rmdir("top/free"));
+  rig.clock.Advance(31s);
+  auto list = rig.fs->ReadDir(top);
+  ASSERT_TRUE(list);
+  EXPECT_TRUE(list->empty());
+  // free/ and its entries are gone; held/ stays for a, b went.
+  EXPECT_EQ(rig.meta->entries(), baseline - 4);
+  EXPECT_FALSE(rig.meta->PathOf(free_dir));
+  auto path = rig.meta->PathOf(a->ino);
+  ASSERT_TRUE(path);
+  EXPECT_EQ(*path, "top/held/a");
+  rig.fs->Forget(a->ino, 1);
+  EXPECT_EQ(rig.meta->entries(), baseline - 6);
+  EXPECT_FALSE(rig.meta->PathOf(held));
+}
+
 // The kernel may FORGET a file before our RELEASE of its last handle arrives: the handle keeps
 // the inode (path, attributes) until it is closed.
 TEST(VolumeFs, AFileOpenWhenTheKernelForgetsItStillReads) {
