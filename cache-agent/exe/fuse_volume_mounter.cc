@@ -214,6 +214,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   // metadata requests.
   fo.max_threads = std::clamp(static_cast<int>(vc.max_hub_inflight) + 32, 64, 1024);
   fo.registry = registry_;
+  // A taken-over connection: the kernel holds numbers with counts this process never saw.
+  if (fuse_fd.valid()) vol->volume().metadata().AdoptKernelReferences();
   auto fuse = fuse_fd.valid()
                   ? FuseAdapter::Adopt(vol->volume().fs(), fo, std::move(fuse_fd), takeover_json)
                   : FuseAdapter::Mount(vol->volume().fs(), fo);

@@ -131,11 +131,15 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
     ino = StableIno(attr.file_id);
     by_file_id_[attr.file_id] = ino;
   }
-  Node& n = nodes_[ino];
+  auto [slot, created] = nodes_.try_emplace(ino);
+  Node& n = slot->second;
   n.ino = ino;
+  // Until the walk has met every file, a number met may be one an earlier agent gave the
+  // kernel (AdoptKernelReferences).
+  if (created && adopted_ && !walk_done_.load()) n.uncounted = true;
   // A file seen under a new name (renamed by another client, or a hard link) follows the
   // most recent name.
-  n.parent = parent;
+  SetParentLocked(n, parent);
   n.name = name;
   if (n.attr_valid && n.attr.ContentVersion() != attr.ContentVersion()) {
     if (n.dir_data) n.dir_data->listed = n.dir_data->listed && attr.is_dir();
@@ -159,11 +163,18 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
     children[e.name] = child;
   }
   Dir& d = nodes_[ino].dir();
+  // Names gone from the hub (removed, replaced or renamed away by another client).
+  std::vector<uint64_t> gone;
+  for (const auto& [name, child] : d.children) {
+    auto now = children.find(name);
+    if (now == children.end() || now->second != child) gone.push_back(child);
+  }
   d.order = std::move(order);
   d.children = std::move(children);
   d.unlisted.clear();
   d.listed = true;
   d.list_time = clock_.Now();
+  for (uint64_t child : gone) MaybeDropLocked(child);
 }
 
 Result<std::string> MetadataCache::DirPathLocked(uint64_t ino) const {
@@ -175,8 +186,8 @@ Result<std::string> MetadataCache::DirPathLocked(uint64_t ino) const {
   return PathLocked(ino);
 }
 
-Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
-  SPOKE_RETURN_IF_ERROR(KnowInode(ino));
+Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) {
+  if (wait_unknown) SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -194,7 +205,7 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force) {
   return Ok();
 }
 
-Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name) {
+Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name, bool hold) {
   SPOKE_RETURN_IF_ERROR(KnowInode(parent));
   std::string path;
   {
@@ -209,17 +220,21 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   if (pit == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(parent));
   if (!st) {
     if (st.error().code() == Code::kNotFound) {
-      // Gone on the hub (another node removed or renamed it): forget the cached entry.
+      // Gone on the hub (another node removed or renamed it): forget the cached entry, and
+      // the inode unless the kernel or a handle still holds it.
       auto c = pit->second.dir().children.find(name);
       if (c != pit->second.dir().children.end()) {
-        auto n = nodes_.find(c->second);
+        uint64_t old = c->second;
+        auto n = nodes_.find(old);
         if (n != nodes_.end() && n->second.parent == parent && n->second.name == name)
           n->second.attr_valid = false;
         Unlist(pit->second.dir(), name);
+        MaybeDropLocked(old);
       }
     }
     return std::unexpected(st.error());
   }
+  uint64_t replaced = 0;
   auto c = pit->second.dir().children.find(name);
   if (c != pit->second.dir().children.end()) {
     auto old = nodes_.find(c->second);
@@ -227,38 +242,44 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
         old->second.parent == parent && old->second.name == name) {
       // Replaced on the hub (rename over it elsewhere): the old inode no longer has this name.
       old->second.attr_valid = false;
+      replaced = c->second;
     }
   }
   uint64_t ino = InodeFor(parent, name, *st);
   List(nodes_[parent].dir(), name, ino);
-  return InodeAttr{ino, nodes_[ino].attr};
+  if (replaced != 0 && replaced != ino) MaybeDropLocked(replaced);
+  Node& n = nodes_[ino];
+  if (hold) HoldLocked(n);
+  return InodeAttr{ino, n.attr};
 }
 
-Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name) {
-  if (config_.consistency == Consistency::kStrict) return LookupOnHub(parent, name);
+Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name, bool hold) {
+  if (config_.consistency == Consistency::kStrict) return LookupOnHub(parent, name, hold);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto p = nodes_.find(parent);
     if (p != nodes_.end()) {
       const Dir& d = p->second.entries();
       auto it = d.children.find(name);
+      auto c = it == d.children.end() ? nodes_.end() : nodes_.find(it->second);
       if (d.listed && Fresh(d.list_time)) {
         if (it == d.children.end()) return Fail(Code::kNotFound, "no entry " + name);
-        return InodeAttr{it->second, nodes_[it->second].attr};
-      }
-      // A name met before (an earlier lookup) while its attributes are fresh.
-      if (it != d.children.end()) {
-        auto c = nodes_.find(it->second);
-        if (c != nodes_.end() && c->second.attr_valid && Fresh(c->second.attr_time)) {
+        if (c != nodes_.end()) {
+          if (hold) HoldLocked(c->second);
           return InodeAttr{it->second, c->second.attr};
         }
+      }
+      // A name met before (an earlier lookup) while its attributes are fresh.
+      if (c != nodes_.end() && c->second.attr_valid && Fresh(c->second.attr_time)) {
+        if (hold) HoldLocked(c->second);
+        return InodeAttr{it->second, c->second.attr};
       }
     }
   }
   // Not listed yet (or no longer fresh): one LOOKUP, not a listing of the whole directory,
   // which takes a round trip per page (a 20k-entry directory: ~25 s at 60 ms; one larger
   // than the hub timeout allows could never be listed). The walk and readdir list it.
-  return LookupOnHub(parent, name);
+  return LookupOnHub(parent, name, hold);
 }
 
 Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
@@ -289,8 +310,15 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
   if (!st) {
     if (st.error().code() == Code::kNotFound && ino != kRootIno) {
       auto p = nodes_.find(n.parent);
-      if (p != nodes_.end()) Unlist(p->second.dir(), n.name);
+      // Only the entry that still names this inode: the name may be another file's by now.
+      if (p != nodes_.end()) {
+        auto c = p->second.entries().children.find(n.name);
+        if (c != p->second.entries().children.end() && c->second == ino) {
+          Unlist(p->second.dir(), n.name);
+        }
+      }
       n.attr_valid = false;
+      MaybeDropLocked(ino);  // `n` may be gone from here on
     }
     return std::unexpected(st.error());
   }
@@ -314,13 +342,17 @@ Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
   bool force = config_.consistency == Consistency::kStrict;
   if (auto st = EnsureListed(ino, force); !st) return std::unexpected(st.error());
   std::lock_guard<std::mutex> lock(mu_);
-  const Dir& n = nodes_[ino].entries();
+  auto dir = nodes_.find(ino);
+  if (dir == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+  const Dir& n = dir->second.entries();
   std::vector<NamedInode> out;
   out.reserve(n.children.size());
   for (const auto& name : n.order) {
     auto c = n.children.find(name);
     if (c == n.children.end()) continue;
-    out.push_back(NamedInode{name, c->second, nodes_[c->second].attr});
+    auto child = nodes_.find(c->second);
+    if (child == nodes_.end()) continue;
+    out.push_back(NamedInode{name, c->second, child->second.attr});
   }
   return out;
 }
@@ -345,10 +377,16 @@ Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
   return cur;
 }
 
-InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const FileAttr& attr) {
+InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const FileAttr& attr,
+                               bool hold) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t ino = InodeFor(parent, name, attr);
-  List(nodes_[parent].dir(), name, ino);
+  auto& p = nodes_[parent].dir();
+  auto old = p.children.find(name);
+  uint64_t replaced = old != p.children.end() && old->second != ino ? old->second : 0;
+  List(p, name, ino);
+  if (replaced != 0) MaybeDropLocked(replaced);
+  if (hold) HoldLocked(nodes_[ino]);
   return InodeAttr{ino, attr};
 }
 
@@ -380,13 +418,120 @@ void MetadataCache::ForgetRemovedLocked(uint64_t parent, const std::string& name
   // has entries here: kept.
   bool only_name = node.parent == parent && node.name == name;
   bool gone = node.attr.is_dir() ? node.entries().children.empty() : node.attr.nlink <= 1;
-  if (!only_name || !gone) {
-    node.attr_valid = false;
+  node.attr_valid = false;
+  if (!only_name || !gone) return;
+  MaybeDropLocked(ino);  // unless the kernel or a handle still holds it
+}
+
+bool MetadataCache::NamedLocked(uint64_t ino, const Node& n) const {
+  // Another link may be an entry of a listing under a name this node no longer records.
+  if (!n.attr.is_dir() && n.attr.nlink > 1) return true;
+  auto p = nodes_.find(n.parent);
+  if (p == nodes_.end() || n.parent == ino) return false;
+  const Dir& d = p->second.entries();
+  auto c = d.children.find(n.name);
+  return c != d.children.end() && c->second == ino;
+}
+
+void MetadataCache::SetParentLocked(Node& n, uint64_t parent) {
+  if (n.parent == parent) return;
+  if (n.parent != 0 && n.parent != n.ino) {
+    auto old = nodes_.find(n.parent);
+    if (old != nodes_.end() && old->second.dir_data && old->second.dir_data->child_nodes > 0) {
+      old->second.dir_data->child_nodes--;
+    }
+  }
+  n.parent = parent;
+  if (parent != 0 && parent != n.ino) {
+    auto p = nodes_.find(parent);
+    if (p != nodes_.end()) p->second.dir().child_nodes++;
+  }
+}
+
+void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
+  if (ino == kRootIno || ino == dropping) return;
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return;
+  Node& n = it->second;
+  if (n.lookups > 0 || n.opens > 0 || n.uncounted || NamedLocked(ino, n)) return;
+  if (n.dir_data) {
+    // An unnamed directory's listing names nothing any more: its entries go first, those
+    // nothing else keeps with them. Erasing other nodes leaves `n` valid (unordered_map).
+    Dir& d = *n.dir_data;
+    std::vector<uint64_t> entries;
+    entries.reserve(d.children.size());
+    for (const auto& [name, child] : d.children) entries.push_back(child);
+    d.children.clear();
+    d.order.clear();
+    d.unlisted.clear();
+    d.listed = false;
+    for (uint64_t child : entries) MaybeDropLocked(child, ino);  // not back into this one
+    // A child still kept (held by the kernel or open) needs this node for its path.
+    if (d.child_nodes > 0) return;
+  }
+  uint64_t parent = n.parent;
+  SetParentLocked(n, 0);
+  auto f = by_file_id_.find(n.attr.file_id);
+  if (f != by_file_id_.end() && f->second == ino) by_file_id_.erase(f);
+  nodes_.erase(it);
+  // A directory kept only for this child's path may go now (unless it is the one dropping
+  // its entries: it decides for itself once they are done).
+  if (parent != ino) MaybeDropLocked(parent, dropping);
+}
+
+void MetadataCache::HoldLocked(Node& n) {
+  if (n.lookups == UINT32_MAX) {
+    n.uncounted = true;  // a count we can no longer keep: never dropped by FORGET
     return;
   }
-  auto f = by_file_id_.find(node.attr.file_id);
-  if (f != by_file_id_.end() && f->second == ino) by_file_id_.erase(f);
-  nodes_.erase(n);
+  n.lookups++;
+}
+
+bool MetadataCache::Hold(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return false;
+  HoldLocked(it->second);
+  return true;
+}
+
+void MetadataCache::Forget(uint64_t ino, uint64_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return;  // dropped, or a number an earlier agent gave never met
+  Node& n = it->second;
+  if (count > n.lookups) {
+    // The kernel returns more than this process handed out: it also held references an
+    // earlier agent gave. What it still holds is unknown: kept from now on.
+    n.uncounted = true;
+    n.lookups = 0;
+    return;
+  }
+  n.lookups -= static_cast<uint32_t>(count);
+  MaybeDropLocked(ino);
+}
+
+void MetadataCache::Pin(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return;
+  if (it->second.opens < UINT16_MAX) it->second.opens++;  // saturated: kept for good
+}
+
+void MetadataCache::Unpin(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return;
+  Node& n = it->second;
+  if (n.opens == 0 || n.opens == UINT16_MAX) return;
+  n.opens--;
+  MaybeDropLocked(ino);
+}
+
+void MetadataCache::AdoptKernelReferences() {
+  std::lock_guard<std::mutex> lock(mu_);
+  adopted_ = true;
+  for (auto& [ino, n] : nodes_) n.uncounted = true;
 }
 
 void MetadataCache::Removed(uint64_t parent, const std::string& name) {
@@ -415,16 +560,16 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
   Unlist(p.dir(), name);
   Node& np = nodes_[new_parent];
   auto old = np.dir().children.find(new_name);
-  if (old != np.dir().children.end() && old->second != ino) {
-    ForgetRemovedLocked(new_parent, new_name, old->second);  // replaced (an open one was hidden)
-  }
+  uint64_t replaced = old != np.dir().children.end() && old->second != ino ? old->second : 0;
   List(np.dir(), new_name, ino);
   Node& n = nodes_[ino];
-  n.parent = new_parent;
+  SetParentLocked(n, new_parent);
   n.name = new_name;
   n.attr_valid = false;  // ctime changed
   p.attr_valid = false;
   np.attr_valid = false;
+  // Replaced (an open one was hidden first): forgotten once nothing else names or holds it.
+  if (replaced != 0) ForgetRemovedLocked(new_parent, new_name, replaced);
 }
 
 void MetadataCache::Hidden(uint64_t parent, const std::string& name,
@@ -437,7 +582,7 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
   Unlist(p.dir(), name);
   p.attr_valid = false;  // mtime changed
   Node& n = nodes_[ino];
-  n.parent = parent;
+  SetParentLocked(n, parent);
   n.name = hidden_name;
   n.attr_valid = false;  // ctime changed
 }
@@ -487,16 +632,24 @@ void MetadataCache::WalkWorker() {
       walk_queue_.pop_front();
       walk_active_++;
     }
-    auto st = EnsureListed(ino, true);
+    // A directory removed on the hub since it was queued may have been dropped: never wait
+    // for the walk (this very walk) to meet it.
+    auto st = EnsureListed(ino, true, /*wait_unknown=*/false);
     std::vector<uint64_t> subdirs;
-    if (!st) {
+    if (!st && st.error().code() == Code::kNotFound) {
+      log::Debug("metadata walk: a directory went meanwhile", {{"error", st.error().ToString()}});
+    } else if (!st) {
       log::Warn("metadata walk: listing failed", {{"error", st.error().ToString()}});
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      const Dir& n = nodes_[ino].entries();
-      for (const auto& name : n.order) {
-        auto c = n.children.find(name);
-        if (c != n.children.end() && nodes_[c->second].attr.is_dir()) subdirs.push_back(c->second);
+      if (auto dir = nodes_.find(ino); dir != nodes_.end()) {
+        const Dir& n = dir->second.entries();
+        for (const auto& name : n.order) {
+          auto c = n.children.find(name);
+          if (c == n.children.end()) continue;
+          auto child = nodes_.find(c->second);
+          if (child != nodes_.end() && child->second.attr.is_dir()) subdirs.push_back(c->second);
+        }
       }
     }
     {
@@ -526,8 +679,10 @@ std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
     for (const auto& name : n.order) {
       auto c = n.children.find(name);
       if (c == n.children.end()) continue;
+      auto child = nodes_.find(c->second);
+      if (child == nodes_.end()) continue;
       std::string child_path = path.empty() ? name : path + "/" + name;
-      const Node& cn = nodes_.at(c->second);
+      const Node& cn = child->second;
       if (cn.attr.is_dir()) {
         if (c->second != ino) visit(c->second, child_path);
       } else if (cn.attr.is_reg()) {

@@ -12,6 +12,21 @@
 //
 // At mount StartWalk() lists the whole tree in the background (READDIRPLUS, several
 // directories at a time); Files() exposes the walked files in directory order.
+//
+// Which inodes are kept: an inode stays while its directory's cached listing names it (the
+// namespace cache: bounded by the hub's tree, accounted in the agent's memory budget), while
+// the kernel holds it (FUSE lookup count: Hold/Forget) and while a handle has it open
+// (Pin/Unpin). The root always stays. An inode none of these keeps is dropped: a name removed,
+// replaced or renamed away on the hub (seen by a relisting or a lookup that answers ENOENT) or
+// by us, once the kernel has forgotten it and its last handle is closed. A directory's listing
+// is only as good as the directory's own name: an unnamed directory is dropped together with
+// its listing, whose entries go first where nothing else keeps them; a child still kept keeps
+// the directory (its path needs it) until it goes. A dropped file met again (a later lookup)
+// gets the same number: numbers derive from the hub fileid.
+//
+// After a takeover (AdoptKernelReferences) the kernel holds numbers an earlier agent gave it,
+// with counts this process never saw: such an inode is never dropped by a FORGET, and so is
+// any inode whose count a FORGET would take below zero.
 #pragma once
 
 #if !__has_include("spoke_layer/fs.h")
@@ -99,7 +114,9 @@ class MetadataCache {
   // every name (a file another node created or replaced is seen at once, also when the
   // directory's listing is cached); other modes answer from the listing while it is fresh,
   // and ask the hub for the one name (LOOKUP) while the directory is not listed.
-  Result<InodeAttr> Lookup(uint64_t parent, const std::string& name);
+  // `hold`: the answer hands the kernel the inode (one reference, counted with the answer so
+  // that the inode cannot be dropped in between); see Hold.
+  Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, bool hold = false);
   Result<FileAttr> GetAttr(uint64_t ino);
   // Strict volumes list the directory on the hub on every call.
   Result<std::vector<NamedInode>> ReadDir(uint64_t ino);
@@ -111,7 +128,9 @@ class MetadataCache {
   Result<InodeAttr> Resolve(const std::string& path);
 
   // Updates after our own namespace changes (already applied on the hub).
-  InodeAttr Added(uint64_t parent, const std::string& name, const FileAttr& attr);
+  // `hold`: as for Lookup.
+  InodeAttr Added(uint64_t parent, const std::string& name, const FileAttr& attr,
+                  bool hold = false);
   void Removed(uint64_t parent, const std::string& name);
   void Renamed(uint64_t parent, const std::string& name, uint64_t new_parent,
                const std::string& new_name);
@@ -121,6 +140,19 @@ class MetadataCache {
   void SetAttr(uint64_t ino, const FileAttr& attr);
   // Forgets the inode's attributes: the next GetAttr asks the hub.
   void Invalidate(uint64_t ino);
+
+  // Kernel references (the FUSE lookup count). Hold: one more (an entry handed to the kernel);
+  // false when the inode is not known (any more): no node id may be handed out for it.
+  // Forget: the kernel returns `count` of them (FORGET); the inode goes when nothing keeps it.
+  bool Hold(uint64_t ino);
+  void Forget(uint64_t ino, uint64_t count);
+  // An open handle keeps the inode (the kernel may FORGET it before RELEASE reaches us).
+  void Pin(uint64_t ino);
+  void Unpin(uint64_t ino);
+  // The connection was taken over from an earlier agent: the kernel holds numbers with counts
+  // this process never saw. Every inode known now or met before the walk completes (the walk
+  // meets every file the volume has, so every number the kernel can hold) is kept from FORGET.
+  void AdoptKernelReferences();
 
   // Hub calls made (for figures and tests).
   uint64_t stats_made() const { return stats_made_.load(); }
@@ -139,6 +171,7 @@ class MetadataCache {
     std::vector<std::string> order;
     std::unordered_map<std::string, uint64_t> children;  // name -> ino
     std::unordered_set<std::string> unlisted;            // in `order`, not in `children`
+    uint32_t child_nodes = 0;  // nodes whose parent this is (kept ones may be unlisted)
   };
   struct Node {
     uint64_t ino = 0;
@@ -146,6 +179,10 @@ class MetadataCache {
     std::string name;
     FileAttr attr;
     bool attr_valid = false;
+    // These three share attr_valid's padding: no bytes per inode.
+    bool uncounted = false;  // the kernel's count is unknown (see AdoptKernelReferences)
+    uint16_t opens = 0;      // open handles; saturated: kept for good
+    uint32_t lookups = 0;    // kernel references; saturated: uncounted
     std::chrono::steady_clock::time_point attr_time{};
     std::unique_ptr<Dir> dir_data;
     Dir& dir() {
@@ -161,6 +198,15 @@ class MetadataCache {
   // The node of a name our own unlink/rmdir removed goes when nothing else names it, so that
   // memory stays flat across create/unlink cycles. Caller holds mu_.
   void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino);
+  // True when `n`'s directory's cached listing names it (or it may be: a hard-linked file).
+  bool NamedLocked(uint64_t ino, const Node& n) const;
+  // Drops `ino` when nothing keeps it (see the header note), then its parent if that was
+  // kept only for it. `dropping`: a directory dropping its entries (not re-entered). Caller
+  // holds mu_.
+  void MaybeDropLocked(uint64_t ino, uint64_t dropping = 0);
+  // Moves `n` under `parent`, keeping the directories' child_nodes right. Caller holds mu_.
+  void SetParentLocked(Node& n, uint64_t parent);
+  void HoldLocked(Node& n);
   bool Fresh(std::chrono::steady_clock::time_point t) const;
   std::string PathLocked(uint64_t ino) const;
   // The path of directory `ino`: kNotFound for an unknown inode, kInvalidArgument for a file.
@@ -170,8 +216,9 @@ class MetadataCache {
   // Ok once `ino` is known, waiting (bounded) for the walk when it is not yet.
   Status KnowInode(uint64_t ino);
   void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
-  Status EnsureListed(uint64_t ino, bool force);
-  Result<InodeAttr> LookupOnHub(uint64_t parent, const std::string& name);
+  // `wait_unknown`: an unknown inode waits for the walk (KnowInode); else it is kNotFound.
+  Status EnsureListed(uint64_t ino, bool force, bool wait_unknown = true);
+  Result<InodeAttr> LookupOnHub(uint64_t parent, const std::string& name, bool hold);
   void WalkWorker();
 
   RemoteFs& remote_;
@@ -180,6 +227,7 @@ class MetadataCache {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Node> nodes_;           // guarded by mu_
   std::unordered_map<uint64_t, uint64_t> by_file_id_;  // guarded by mu_
+  bool adopted_ = false;                               // guarded by mu_
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 

@@ -59,13 +59,17 @@ constexpr int kHandleFlagBits = 2;
 }  // namespace
 
 uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t ino = h->hints ? 0 : h->ino;
   uint64_t id = 0;
-  do {
-    id = (next_handle_++ << kHandleFlagBits) | (h->writable ? kHandleWritable : 0) |
-         (h->hints ? kHandleHints : 0);
-  } while (handles_.contains(id));  // an adopted handle of an earlier agent
-  handles_[id] = std::move(h);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    do {
+      id = (next_handle_++ << kHandleFlagBits) | (h->writable ? kHandleWritable : 0) |
+           (h->hints ? kHandleHints : 0);
+    } while (handles_.contains(id));  // an adopted handle of an earlier agent
+    handles_[id] = std::move(h);
+  }
+  if (ino != 0) metadata_.Pin(ino);  // the kernel may FORGET it before this handle's RELEASE
   return id;
 }
 
@@ -83,8 +87,13 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
     if (!made) return std::unexpected(made.error().Wrap("reopening a handle of an earlier agent"));
     h = std::move(*made);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  handles_.try_emplace(handle, std::move(h));
+  const uint64_t pinned = h->hints ? 0 : h->ino;
+  bool added;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    added = handles_.try_emplace(handle, std::move(h)).second;
+  }
+  if (added && pinned != 0) metadata_.Pin(pinned);
   return Ok();
 }
 
@@ -230,7 +239,13 @@ Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
   if (auto st = ValidName(name); !st) return std::unexpected(st.error());
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
-  return metadata_.Lookup(parent, name);
+  return metadata_.Lookup(parent, name, /*hold=*/true);
+}
+
+bool VolumeFs::Hold(uint64_t ino) { return ino == kHintIno || metadata_.Hold(ino); }
+
+void VolumeFs::Forget(uint64_t ino, uint64_t count) {
+  if (ino != kHintIno) metadata_.Forget(ino, count);
 }
 
 Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
@@ -392,6 +407,7 @@ Status VolumeFs::Release(uint64_t handle) {
   if (prefetch_ != nullptr) prefetch_->OnClose(CloseEvent{handle, clock_.Now()});
   if (h->written) metadata_.Invalidate(h->ino);
   RemoveIfUnlinked(h->ino);
+  metadata_.Unpin(h->ino);  // the inode goes if nothing else keeps it
   return Ok();
 }
 
@@ -446,7 +462,7 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
     if (!attr) return std::unexpected(attr.error().Wrap("truncate on create"));
     DropBlocks(attr->file_id);
   }
-  InodeAttr ia = metadata_.Added(parent, name, *attr);
+  InodeAttr ia = metadata_.Added(parent, name, *attr, /*hold=*/true);
   metadata_.Invalidate(parent);
   auto h = std::make_shared<Handle>();
   h->ino = ia.ino;
@@ -516,7 +532,7 @@ Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint
   auto attr = remote_.MkdirAs(who, *path, mode);
   if (!attr) return std::unexpected(attr.error());
   metadata_.Invalidate(parent);
-  return metadata_.Added(parent, name, *attr);
+  return metadata_.Added(parent, name, *attr, /*hold=*/true);
 }
 
 Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credentials& who) {
@@ -633,7 +649,7 @@ Result<InodeAttr> VolumeFs::Symlink(uint64_t parent, const std::string& name,
   auto attr = remote_.SymlinkAs(who, target, *path);
   if (!attr) return std::unexpected(attr.error());
   metadata_.Invalidate(parent);
-  return metadata_.Added(parent, name, *attr);
+  return metadata_.Added(parent, name, *attr, /*hold=*/true);
 }
 
 Result<std::string> VolumeFs::ReadLink(uint64_t ino) {
@@ -656,7 +672,7 @@ Result<InodeAttr> VolumeFs::Link(uint64_t ino, uint64_t new_parent, const std::s
   if (!attr) return std::unexpected(attr.error());
   metadata_.Invalidate(new_parent);
   metadata_.Invalidate(ino);  // nlink and ctime changed
-  return metadata_.Added(new_parent, new_name, *attr);
+  return metadata_.Added(new_parent, new_name, *attr, /*hold=*/true);
 }
 
 Result<InodeAttr> VolumeFs::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
@@ -668,7 +684,7 @@ Result<InodeAttr> VolumeFs::Mknod(uint64_t parent, const std::string& name, uint
   auto attr = remote_.MknodAs(who, *path, mode, rdev);
   if (!attr) return std::unexpected(attr.error());
   metadata_.Invalidate(parent);
-  return metadata_.Added(parent, name, *attr);
+  return metadata_.Added(parent, name, *attr, /*hold=*/true);
 }
 
 }  // namespace spoke::agent

@@ -143,6 +143,15 @@ class VolumeFs {
   Result<InodeAttr> Mknod(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
                           const Credentials& who);
 
+  // Kernel references (the FUSE lookup count, docs in metadata_cache.h): Lookup, Create, Mkdir,
+  // Symlink, Link and Mknod hand the caller one reference on the inode they answer; Hold adds
+  // one for an entry handed out otherwise (readdirplus) and is false when the inode is no
+  // longer known (hand out no node id for it then); Forget returns `count` of them (FORGET, or
+  // a reply the kernel did not take). An inode no reference, open handle or cached listing
+  // keeps is forgotten.
+  bool Hold(uint64_t ino);
+  void Forget(uint64_t ino, uint64_t count);
+
   const Config& config() const { return config_; }
   size_t open_handles() const;
 

@@ -59,6 +59,13 @@ void ReplyError(fuse_req_t req, const char* op, const Error& e) {
   fuse_reply_err(req, err);
 }
 
+// Every entry reply hands the kernel one reference on the inode (VolumeFs counted it with the
+// answer). A reply the kernel does not take (the request was interrupted: ENOENT) takes none.
+void ReplyEntry(fuse_req_t req, const fuse_entry_param& e) {
+  FuseAdapter* self = Self(req);  // a reply frees `req`
+  if (fuse_reply_entry(req, &e) != 0) self->fs().Forget(e.ino, 1);
+}
+
 // For operations whose success reply is an empty error reply.
 void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   if (!s) return ReplyError(req, op, s.error());
@@ -130,11 +137,20 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto* self = Self(req);
   auto r = self->fs().Lookup(parent, name);
   if (!r) return ReplyError(req, "lookup", r.error());
-  auto e = Entry(self, r->ino, r->attr);
-  fuse_reply_entry(req, &e);
+  ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
 
-void OpForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+// The kernel returns references (its lookup count) when it drops an inode.
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Self(req)->fs().Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  auto& fs = Self(req)->fs();
+  for (size_t i = 0; i < count; ++i) fs.Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   auto* self = Self(req);
@@ -200,12 +216,14 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   std::vector<char> buf(size);
   size_t pos = 0;
   size_t total = listing->entries.size() + 2;
+  std::vector<fuse_ino_t> held;  // readdirplus: the entries that hand the kernel a reference
   for (size_t i = static_cast<size_t>(off); i < total; ++i) {
     const char* name;
     struct stat st {};
     fuse_entry_param e{};
+    bool hold = false;
     if (i < 2) {
-      name = i == 0 ? "." : "..";
+      name = i == 0 ? "." : "..";  // e.ino 0: the kernel takes no reference for these
       st.st_ino = ino;
       st.st_mode = S_IFDIR;
       e.attr = st;
@@ -214,15 +232,24 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
       name = ent.name.c_str();
       e = Entry(self, ent.ino, ent.attr);
       st = e.attr;
+      // The listing is a snapshot: an inode forgotten since is sent without a node id (a
+      // plain entry), never as a number this agent no longer knows.
+      if (plus && !(hold = self->fs().Hold(ent.ino))) e.ino = 0;
     }
     size_t n = plus ? fuse_add_direntry_plus(req, buf.data() + pos, size - pos, name, &e,
                                              static_cast<off_t>(i + 1))
                     : fuse_add_direntry(req, buf.data() + pos, size - pos, name, &st,
                                         static_cast<off_t>(i + 1));
-    if (n > size - pos) break;
+    if (n > size - pos) {
+      if (hold) self->fs().Forget(e.ino, 1);  // not sent
+      break;
+    }
     pos += n;
+    if (hold) held.push_back(e.ino);
   }
-  fuse_reply_buf(req, buf.data(), pos);
+  if (fuse_reply_buf(req, buf.data(), pos) != 0) {
+    for (fuse_ino_t h : held) self->fs().Forget(h, 1);  // the kernel did not take the reply
+  }
 }
 
 void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -239,13 +266,16 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Credentials who = Modifies(fi->flags) ? Caller(req) : Credentials{ctx->uid, ctx->gid, {}};
-  auto r = Self(req)->fs().Open(ino, fi->flags, who);
+  FuseAdapter* self = Self(req);  // a reply frees `req`
+  auto r = self->fs().Open(ino, fi->flags, who);
   if (!r) return ReplyError(req, "open", r.error());
   fi->fh = r->handle;
   fi->keep_cache = r->keep_cache;
   fi->direct_io = r->direct_io;
   fi->noflush = 1;  // see the note at the flush handler in Ops()
-  fuse_reply_open(req, fi);
+  // Interrupted: the kernel never learns the handle (no RELEASE comes), which would keep the
+  // inode for good.
+  if (fuse_reply_open(req, fi) != 0) (void)self->fs().Release(fi->fh);
 }
 
 // A handle issued by an earlier agent is reopened from the node id and the flags it encodes.
@@ -292,15 +322,18 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   fi->fh = r->second.handle;
   fi->direct_io = r->second.direct_io;
   fi->noflush = 1;
-  fuse_reply_create(req, &e, fi);
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    // Interrupted: the kernel took neither the reference nor the handle.
+    self->fs().Forget(e.ino, 1);
+    (void)self->fs().Release(fi->fh);
+  }
 }
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   auto* self = Self(req);
   auto r = self->fs().Mkdir(parent, name, mode, Caller(req));
   if (!r) return ReplyError(req, "mkdir", r.error());
-  auto e = Entry(self, r->ino, r->attr);
-  fuse_reply_entry(req, &e);
+  ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -323,8 +356,7 @@ void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char
   auto* self = Self(req);
   auto r = self->fs().Symlink(parent, name, target, Caller(req));
   if (!r) return ReplyError(req, "symlink", r.error());
-  auto e = Entry(self, r->ino, r->attr);
-  fuse_reply_entry(req, &e);
+  ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
 
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
@@ -337,16 +369,14 @@ void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* ne
   auto* self = Self(req);
   auto r = self->fs().Link(ino, newparent, newname, Caller(req));
   if (!r) return ReplyError(req, "link", r.error());
-  auto e = Entry(self, r->ino, r->attr);
-  fuse_reply_entry(req, &e);
+  ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   auto* self = Self(req);
   auto r = self->fs().Mknod(parent, name, mode, rdev, Caller(req));
   if (!r) return ReplyError(req, "mknod", r.error());
-  auto e = Entry(self, r->ino, r->attr);
-  fuse_reply_entry(req, &e);
+  ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
 
 void OpStatfs(fuse_req_t req, fuse_ino_t) {
@@ -380,6 +410,7 @@ const fuse_lowlevel_ops& Ops() {
     o.init = OpInit;
     o.lookup = OpLookup;
     o.forget = OpForget;
+    o.forget_multi = OpForgetMulti;
     o.getattr = OpGetattr;
     o.setattr = OpSetattr;
     o.opendir = OpOpendir;

@@ -139,6 +139,7 @@ VolumeFigures Volume::Figures() {
     f.hints_rejected = ps.hints_rejected;
     f.hints_unresolved = ps.hints_unresolved;
   }
+  f.metadata_inodes = metadata_->entries();
   if (const MemoryBudget* m = config_.memory; m != nullptr) {
     using Use = MemoryBudget::Use;
     f.memory.budget_bytes = m->total();

@@ -47,6 +47,7 @@ struct VolumeFigures {
   std::vector<ExpertStats> experts;       // the prefetcher's own figures
   uint64_t hints_rejected = 0;            // hint lines refused (invalid or over a bound)
   uint64_t hints_unresolved = 0;          // queued hints dropped: they named no file
+  uint64_t metadata_inodes = 0;           // inodes the metadata cache holds
   MemoryFigures memory;
 };
 

@@ -787,6 +787,7 @@ TEST(VolumeFs, CreateUnlinkCyclesKeepTheInodeTableFlatAndListingsRight) {
       auto c = rig.fs->Create(d->ino, "f" + std::to_string(i), 0644, O_WRONLY | O_CREAT);
       ASSERT_TRUE(c) << c.error().ToString();
       ASSERT_TRUE(rig.fs->Release(c->second.handle));
+      rig.fs->Forget(c->first.ino, 1);  // as the kernel does once it drops the inode
     }
     EXPECT_EQ(rig.meta->entries(), baseline + 300);
     // All but f7, f100 and f299 go; the listing keeps the creation order of the rest.
@@ -807,6 +808,7 @@ TEST(VolumeFs, CreateUnlinkCyclesKeepTheInodeTableFlatAndListingsRight) {
     auto c = rig.fs->Create(d->ino, n, 0644, O_WRONLY | O_CREAT);
     ASSERT_TRUE(c);
     ASSERT_TRUE(rig.fs->Release(c->second.handle));
+    rig.fs->Forget(c->first.ino, 1);
     if (std::string(n) == "b") {
       ASSERT_TRUE(rig.fs->Unlink(d->ino, "a"));
     }
@@ -819,7 +821,261 @@ TEST(VolumeFs, CreateUnlinkCyclesKeepTheInodeTableFlatAndListingsRight) {
   // rmdir of the emptied directory forgets it too.
   for (const char* n : {"a", "b"}) ASSERT_TRUE(rig.fs->Unlink(d->ino, n));
   ASSERT_TRUE(rig.fs->Rmdir(kRootIno, "tmp"));
+  rig.fs->Forget(d->ino, 1);  // mkdir handed it to the kernel
   EXPECT_EQ(rig.meta->entries(), baseline - 1);
+}
+
+// Our own unlink of a file the kernel still holds keeps its inode until the kernel forgets
+// it: the count is the kernel's, and a number dropped early could be handed out again (a hub
+// that reuses the fileid) while a FORGET for the old one is on its way.
+TEST(VolumeFs, AnUnlinkedInodeStaysUntilTheKernelForgetsIt) {
+  Rig rig(Consistency::kImmutable, /*read_only=*/false);
+  rig.Init();
+  const size_t baseline = rig.meta->entries();
+  auto c = rig.fs->Create(kRootIno, "f", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(rig.fs->Release(c->second.handle));
+  auto again = rig.fs->Lookup(kRootIno, "f");  // a second reference (another dentry lookup)
+  ASSERT_TRUE(again);
+  ASSERT_TRUE(rig.fs->Unlink(kRootIno, "f"));
+  EXPECT_EQ(rig.meta->entries(), baseline + 1);
+  EXPECT_FALSE(rig.fs->Lookup(kRootIno, "f"));
+  rig.fs->Forget(c->first.ino, 2);
+  EXPECT_EQ(rig.meta->entries(), baseline);
+  rig.fs->Forget(c->first.ino, 1);  // a FORGET for a number no longer known: ignored
+  EXPECT_EQ(rig.meta->entries(), baseline);
+}
+
+// Another client creates and removes files; this mount lists them (relisting a directory
+// whose listing went stale), and the kernel looks some of them up. Inodes of removed names
+// go once the kernel no longer holds them (at once for those it never held).
+TEST(VolumeFs, FilesRemovedOnTheHubByAnotherClientAreForgotten) {
+  Rig rig(Consistency::kTtl);
+  rig.remote.Mkdirs("d");
+  rig.Init();
+  uint64_t d = rig.Ino("d");
+  ASSERT_TRUE(rig.fs->ReadDir(d));
+  const size_t baseline = rig.meta->entries();
+  for (int i = 0; i < 200; ++i) {
+    std::string name = "f" + std::to_string(i);
+    rig.remote.PutFile("d/" + name, "x");
+    rig.clock.Advance(31s);
+    auto list = rig.fs->ReadDir(d);
+    ASSERT_TRUE(list);
+    ASSERT_EQ(list->size(), 1u);
+    const bool looked_up = i % 2 == 0;
+    uint64_t ino = (*list)[0].ino;
+    if (looked_up) {
+      auto f = rig.fs->Lookup(d, name);
+      ASSERT_TRUE(f);
+      EXPECT_EQ(f->ino, ino);
+    }
+    ASSERT_TRUE(rig.remote.Unlink("d/" + name));  // the other client removes it
+    rig.clock.Advance(31s);
+    list = rig.fs->ReadDir(d);
+    ASSERT_TRUE(list);
+    EXPECT_TRUE(list->empty());
+    if (looked_up) {
+      // Held by the kernel: still known, and answered as gone.
+      EXPECT_EQ(rig.meta->entries(), baseline + 1) << i;
+      auto st = rig.fs->GetAttr(ino);
+      ASSERT_FALSE(st);
+      EXPECT_EQ(st.error().ToErrno(), ENOENT);
+      rig.fs->Forget(ino, 1);
+    }
+    EXPECT_EQ(rig.meta->entries(), baseline) << "round " << i;
+  }
+  EXPECT_EQ(rig.meta->entries(), baseline);
+}
+
+// A name that a lookup finds gone (strict: every lookup asks the hub) keeps its inode while
+// the kernel holds it; after the FORGET the inode goes, and the same file met again under
+// another name gets the same number. Lookup/forget cycles leave the table as they found it.
+TEST(VolumeFs, AForgottenInodeComesBackWithTheSameNumber) {
+  Rig rig(Consistency::kStrict);
+  rig.remote.PutFile("a/f", "data");
+  rig.remote.Mkdirs("b");
+  rig.Init();
+  uint64_t a = rig.Ino("a"), b = rig.Ino("b");
+  const size_t baseline = rig.meta->entries();
+  auto f = rig.fs->Lookup(a, "f");
+  ASSERT_TRUE(f);
+  const uint64_t ino = f->ino;
+  EXPECT_EQ(rig.meta->entries(), baseline + 1);
+  ASSERT_TRUE(rig.remote.Rename("a/f", "b/g"));  // another client moves it
+  auto gone = rig.fs->Lookup(a, "f");
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().ToErrno(), ENOENT);
+  EXPECT_EQ(rig.meta->entries(), baseline + 1) << "dropped while the kernel holds it";
+  rig.fs->Forget(ino, 1);
+  EXPECT_EQ(rig.meta->entries(), baseline);
+  auto g = rig.fs->Lookup(b, "g");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->ino, ino);
+  EXPECT_EQ(g->attr.size, 4u);
+  rig.fs->Forget(ino, 1);
+  const size_t with_g = rig.meta->entries();
+  for (int i = 0; i < 100; ++i) {
+    auto r = rig.fs->Lookup(b, "g");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->ino, ino);
+    rig.fs->Forget(ino, 1);
+    std::string t = "t" + std::to_string(i);
+    rig.remote.PutFile("b/" + t, "x");  // another client's temporary file
+    auto tf = rig.fs->Lookup(b, t);
+    ASSERT_TRUE(tf);
+    ASSERT_TRUE(rig.remote.Unlink("b/" + t));
+    EXPECT_FALSE(rig.fs->Lookup(b, t));
+    rig.fs->Forget(tf->ino, 1);
+  }
+  EXPECT_EQ(rig.meta->entries(), with_g);
+}
+
+// A directory another client removed (seen when its parent is relisted) goes with its cached
+// listing; a child the kernel still holds keeps it (the child's path needs it) until the
+// child is forgotten.
+TEST(VolumeFs, ADirectoryGoneOnTheHubGoesWithItsListing) {
+  Rig rig(Consistency::kTtl);
+  for (const char* f : {"top/held/a", "top/held/b", "top/free/c", "top/free/d"}) {
+    rig.remote.PutFile(f, "x");
+  }
+  rig.Init();
+  uint64_t top = rig.Ino("top"), held = rig.Ino("top/held"), free_dir = rig.Ino("top/free");
+  ASSERT_TRUE(rig.fs->ReadDir(top));
+  ASSERT_TRUE(rig.fs->ReadDir(held));
+  ASSERT_TRUE(rig.fs->ReadDir(free_dir));
+  const size_t baseline = rig.meta->entries();  // root, top, 2 directories, 4 files
+  auto a = rig.fs->Lookup(held, "a");
+  ASSERT_TRUE(a);
+  for (const char* f : {"top/held/a", "top/held/b", "top/free/c", "top/free/d"}) {
+    ASSERT_TRUE(rig.remote.Unlink(f));
+  }
+  ASSERT_TRUE(rig.remote.Rmdir("top/held"));
+  ASSERT_TRUE(rig.remote.Rmdir("top/free"));
+  rig.clock.Advance(31s);
+  auto list = rig.fs->ReadDir(top);
+  ASSERT_TRUE(list);
+  EXPECT_TRUE(list->empty());
+  // free/ and its entries are gone; held/ stays for a, b went.
+  EXPECT_EQ(rig.meta->entries(), baseline - 4);
+  EXPECT_FALSE(rig.meta->PathOf(free_dir));
+  auto path = rig.meta->PathOf(a->ino);
+  ASSERT_TRUE(path);
+  EXPECT_EQ(*path, "top/held/a");
+  rig.fs->Forget(a->ino, 1);
+  EXPECT_EQ(rig.meta->entries(), baseline - 6);
+  EXPECT_FALSE(rig.meta->PathOf(held));
+}
+
+// The kernel may FORGET a file before our RELEASE of its last handle arrives: the handle keeps
+// the inode (path, attributes) until it is closed.
+TEST(VolumeFs, AFileOpenWhenTheKernelForgetsItStillReads) {
+  Rig rig(Consistency::kTtl);
+  std::string data = Pattern(3 * kBlock + 10, 5);
+  rig.remote.PutFile("d/f", data);
+  rig.Init();
+  uint64_t d = rig.Ino("d");
+  ASSERT_TRUE(rig.fs->ReadDir(d));
+  const size_t baseline = rig.meta->entries();  // root, d, f
+  auto f = rig.fs->Lookup(d, "f");
+  ASSERT_TRUE(f);
+  auto h = rig.fs->Open(f->ino, O_RDONLY);
+  ASSERT_TRUE(h);
+  std::vector<char> buf(data.size() + 10);
+  auto n = rig.fs->Read(h->handle, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n);
+  ASSERT_EQ(*n, data.size());
+  ASSERT_TRUE(rig.remote.Unlink("d/f"));  // another client removes it...
+  rig.clock.Advance(31s);
+  auto list = rig.fs->ReadDir(d);  // ...we relist...
+  ASSERT_TRUE(list);
+  EXPECT_TRUE(list->empty());
+  rig.fs->Forget(f->ino, 1);  // ...and the kernel forgets the name while the file is open
+  EXPECT_EQ(rig.meta->entries(), baseline);
+  n = rig.fs->Read(h->handle, 0, buf.size(), buf.data());  // from the block cache
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(std::string(buf.data(), *n), data);
+  EXPECT_TRUE(rig.meta->PathOf(f->ino));
+  ASSERT_TRUE(rig.fs->Release(h->handle));
+  EXPECT_EQ(rig.meta->entries(), baseline - 1);
+}
+
+// After a takeover the kernel holds numbers an earlier agent gave it, with counts this agent
+// never saw: a FORGET that would take a count below zero, or one of a number met before the
+// walk completed, never drops the inode. Numbers first met after the walk count exactly.
+TEST(VolumeFs, ForgetsOfReferencesAnEarlierAgentGaveNeverDropAnInode) {
+  Rig first(Consistency::kTtl);
+  first.remote.PutFile("d/f", "x");
+  first.remote.PutFile("d/g", "y");
+  first.Init();
+  uint64_t d = first.Ino("d");
+  auto f = first.fs->Lookup(d, "f");  // the kernel holds f (and d) from the first agent
+  ASSERT_TRUE(f);
+  auto g = first.fs->Lookup(d, "g");
+  ASSERT_TRUE(g);
+
+  MetadataCache::Config mc;
+  mc.consistency = Consistency::kTtl;
+  mc.ttl_seconds = 30;
+  MetadataCache meta(first.remote, mc, first.clock);
+  ASSERT_TRUE(meta.Init());
+  meta.AdoptKernelReferences();
+  meta.StartWalk();
+  ASSERT_TRUE(meta.WaitWalk(10s));
+  BlockFetcher::Config fc;
+  fc.block_size = kBlock;
+  metrics::Registry registry;
+  BlockFetcher fetcher(first.remote, nullptr, VolumeKey("vol"), fc, registry,
+                       metrics::Labels{{"volume", "vol"}});
+  VolumeFs::Config vc;
+  vc.volume_id = "vol";
+  VolumeFs second(vc, first.remote, meta, fetcher, nullptr, first.clock);
+
+  auto f2 = second.Lookup(d, "f");
+  ASSERT_TRUE(f2);
+  EXPECT_EQ(f2->ino, f->ino);
+  second.Forget(f->ino, 1);  // this agent's one reference...
+  second.Forget(f->ino, 2);  // ...and more than it ever handed out
+  second.Forget(g->ino, 1);  // never handed out by this agent
+  second.Forget(d, 5);
+  // The other client removes both; relisted, they are gone from the listing, but the kernel
+  // may still hold them: kept, answered as gone.
+  ASSERT_TRUE(first.remote.Unlink("d/f"));
+  ASSERT_TRUE(first.remote.Unlink("d/g"));
+  first.clock.Advance(31s);
+  auto list = second.ReadDir(d);
+  ASSERT_TRUE(list);
+  EXPECT_TRUE(list->empty());
+  EXPECT_TRUE(meta.PathOf(f->ino));
+  EXPECT_TRUE(meta.PathOf(g->ino));
+  EXPECT_TRUE(meta.PathOf(d));
+  auto st = second.GetAttr(f->ino);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().ToErrno(), ENOENT);
+  // A file first met after the walk: its count is this agent's own.
+  first.remote.PutFile("d/new", "z");
+  first.clock.Advance(31s);
+  auto n = second.Lookup(d, "new");
+  ASSERT_TRUE(n);
+  ASSERT_TRUE(first.remote.Unlink("d/new"));
+  first.clock.Advance(31s);
+  ASSERT_TRUE(second.ReadDir(d));
+  EXPECT_TRUE(meta.PathOf(n->ino));
+  second.Forget(n->ino, 1);
+  EXPECT_FALSE(meta.PathOf(n->ino));
+
+  // Without a takeover too: a count a FORGET takes below zero is not a count.
+  Rig rig(Consistency::kTtl);
+  rig.remote.PutFile("d/h", "x");
+  rig.Init();
+  uint64_t rd = rig.Ino("d");
+  auto h = rig.fs->Lookup(rd, "h");
+  ASSERT_TRUE(h);
+  rig.fs->Forget(h->ino, 3);
+  ASSERT_TRUE(rig.remote.Unlink("d/h"));
+  rig.clock.Advance(31s);
+  ASSERT_TRUE(rig.fs->ReadDir(rd));
+  EXPECT_TRUE(rig.meta->PathOf(h->ino));
 }
 
 // A stat inside a directory nobody listed yet costs one LOOKUP, not a listing of the whole

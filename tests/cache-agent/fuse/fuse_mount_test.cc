@@ -673,6 +673,90 @@ TEST_F(FuseMount, ScratchCheckpointRenamedOverOnOneNodeIsReadExactlyOnAnother) {
   ASSERT_TRUE(vol_a->Unmount());
 }
 
+// Another client (a second mount: nfs-ganesha serves listings from its own cache for a while
+// after the export directory is changed behind its back) creates and removes files, round
+// after round, while this mount lists and stats them. The kernel forgets their inodes
+// (drop_caches makes it send FORGETs now), and so does the agent: its inode table stays
+// bounded instead of keeping every file it ever met.
+TEST_F(FuseMount, InodesOfFilesRemovedOnTheHubAreForgotten) {
+  constexpr int kRounds = 20, kFiles = 50;
+  testing::TempDir mnt("spoke-mnt"), other_mnt("spoke-mnt-other");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  // No WAN delay (hundreds of metadata round trips); every listing and lookup asks the hub.
+  ctx.hub = hub_->address();
+  ctx.cache.consistency = Consistency::kStrict;
+  ctx.cache.prefetch = PrefetchMode::kOff;
+  auto vol = MountAt("vol-churn", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  auto other = MountAt("vol-churn-other", ctx, other_mnt.path());
+  ASSERT_NE(other, nullptr);
+  const std::string m = mnt.path() + "/churn", o = other_mnt.path() + "/churn";
+  ASSERT_EQ(::mkdir(o.c_str(), 0777), 0) << strerror(errno);
+  auto drop_kernel_caches = [] {
+    std::ofstream("/proc/sys/vm/drop_caches") << "2";  // dentries and inodes: FORGETs
+  };
+  struct stat st {};
+  ASSERT_EQ(::stat(m.c_str(), &st), 0) << strerror(errno);
+  const uint64_t baseline = vol->Figures().metadata_inodes;
+  uint64_t peak = baseline;
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<std::string> names;
+    for (int i = 0; i < kFiles; ++i) {
+      names.push_back("r" + std::to_string(round) + "-" + std::to_string(i));
+      WriteFile(o + "/" + names.back(), "x");
+    }
+    int seen = 0;
+    for (const auto& e : fs::directory_iterator(m)) {  // readdirplus: the kernel holds each
+      ASSERT_EQ(::stat(e.path().c_str(), &st), 0) << e.path() << ": " << strerror(errno);
+      ++seen;
+    }
+    EXPECT_EQ(seen, kFiles);
+    for (const auto& n : names) ASSERT_EQ(::unlink((o + "/" + n).c_str()), 0) << strerror(errno);
+    EXPECT_EQ(std::distance(fs::directory_iterator(m), fs::directory_iterator{}), 0);
+    EXPECT_EQ(::stat((m + "/" + names[0]).c_str(), &st), -1);
+    EXPECT_EQ(errno, ENOENT);
+    peak = std::max(peak, vol->Figures().metadata_inodes);
+    drop_kernel_caches();
+  }
+  // FORGETs reach the agent asynchronously: a bounded wait for the table to settle.
+  uint64_t now = vol->Figures().metadata_inodes;
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       now > baseline && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(100ms);
+    drop_kernel_caches();
+    now = vol->Figures().metadata_inodes;
+  }
+  std::printf("[ inodes   ] baseline %llu, peak %llu, after %d rounds of %d files: %llu\n",
+              static_cast<unsigned long long>(baseline), static_cast<unsigned long long>(peak),
+              kRounds, kFiles, static_cast<unsigned long long>(now));
+  EXPECT_LE(now, baseline + kFiles) << "inodes of removed files are kept";
+  EXPECT_LE(peak, baseline + 3 * kFiles);
+  // A file moved away on the hub is forgotten here, and met again at its new place under the
+  // number it had.
+  ASSERT_EQ(::mkdir((o + "/elsewhere").c_str(), 0777), 0) << strerror(errno);
+  WriteFile(o + "/moved", "1");
+  ASSERT_EQ(::stat((m + "/moved").c_str(), &st), 0) << strerror(errno);
+  const ino_t first = st.st_ino;
+  const uint64_t with_it = vol->Figures().metadata_inodes;
+  ASSERT_EQ(::rename((o + "/moved").c_str(), (o + "/elsewhere/moved").c_str()), 0);
+  EXPECT_EQ(::stat((m + "/moved").c_str(), &st), -1);
+  drop_kernel_caches();
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       vol->Figures().metadata_inodes >= with_it && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(100ms);
+    drop_kernel_caches();
+  }
+  EXPECT_LT(vol->Figures().metadata_inodes, with_it);
+  ASSERT_EQ(::stat((m + "/elsewhere/moved").c_str(), &st), 0) << strerror(errno);
+  EXPECT_EQ(st.st_ino, first);
+  ASSERT_EQ(::unlink((o + "/elsewhere/moved").c_str()), 0);
+  ASSERT_EQ(::rmdir((o + "/elsewhere").c_str()), 0);
+  ASSERT_EQ(::rmdir(o.c_str()), 0) << strerror(errno);
+  ASSERT_TRUE(other->Unmount());
+  ASSERT_TRUE(vol->Unmount());
+}
+
 TEST_F(FuseMount, UnreachableHubFailsTheMountWithinTheTimeout) {
   testing::TempDir mnt("spoke-mnt");
   VolumeContext ctx;
