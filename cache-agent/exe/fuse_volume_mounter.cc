@@ -149,7 +149,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
                                                                 const std::string& target_path,
                                                                 bool read_only, UniqueFd fuse_fd,
                                                                 const std::string& takeover_json) {
-  if (auto st = config_.Validate(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(config_.Validate());
   if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
   if (context.hub.server.empty())
     return Fail(Code::kInvalidArgument, "server: the hub is not set in the volume context");
@@ -170,6 +170,10 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   hub.fixed_uid = context.identity.uid;
   hub.fixed_gid = context.identity.gid;
   hub.allow_root = context.identity.allow_root;
+  // Handles kept by path lag behind renames other clients make on the hub: reads by handle
+  // check the file id they mean, listings cannot. Strict volumes (close-to-open against
+  // other writers) list and open by path, as a kernel NFS client would.
+  if (context.cache.consistency == Consistency::kStrict) hub.fh_table_size = 0;
   auto remote = LibnfsRemote::Connect(context.hub, *path, hub, registry_, labels);
   if (!remote) return std::unexpected(remote.error());
   std::string hub_name = (*remote)->hub_name();
@@ -246,7 +250,7 @@ Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& 
   // flood on one mount leaves room for the others (the budget bounds them all together).
   c.hints_max_bytes = std::clamp<uint64_t>(memory.background_limit() / 4,
                                            HintPredictor::HintBytes(kMaxHintPath), 64ull << 20);
-  if (auto st = c.Validate(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(c.Validate());
   return std::unique_ptr<VolumeMounter>(
       std::make_unique<FuseVolumeMounter>(c, &cache, &registry, peers));
 }

@@ -340,7 +340,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
 Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
   // Strict: a listing (opendir) always reflects the hub now, as lookups do.
   bool force = config_.consistency == Consistency::kStrict;
-  if (auto st = EnsureListed(ino, force); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(EnsureListed(ino, force));
   std::lock_guard<std::mutex> lock(mu_);
   auto dir = nodes_.find(ino);
   if (dir == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));

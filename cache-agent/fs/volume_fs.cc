@@ -105,7 +105,7 @@ Status VolumeFs::CheckWritable() const {
 }
 
 Result<std::string> VolumeFs::ChildPath(uint64_t parent, const std::string& name) const {
-  if (auto st = ValidName(name); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(ValidName(name));
   auto p = metadata_.PathOf(parent);
   if (!p) return std::unexpected(p.error());
   return p->empty() ? name : *p + "/" + name;
@@ -236,7 +236,7 @@ VolumeFs::OpenFile VolumeFs::OpenHints() {
 }
 
 Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
-  if (auto st = ValidName(name); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(ValidName(name));
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
   return metadata_.Lookup(parent, name, /*hold=*/true);
@@ -288,7 +288,7 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
   if (ino == kHintIno) return OpenHints();
   bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
   if (write) {
-    if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+    SPOKE_RETURN_IF_ERROR(CheckWritable());
   }
   auto made = MakeHandle(ino, write);
   if (!made) return std::unexpected(made.error());
@@ -446,7 +446,7 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
                                                                   uint32_t mode, int flags,
                                                                   const Credentials& who) {
   if (IsHintName(parent, name)) return std::make_pair(InodeAttr{kHintIno, HintAttr()}, OpenHints());
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
   // O_EXCL must hold across nodes (lock files): the hub decides, with a guarded CREATE.
@@ -485,7 +485,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
     if (prefetch_ != nullptr) prefetch_->AddHints(std::string_view(data, size));
     return size;
   }
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   if (!h->writable) {
     return std::unexpected(Error::FromErrno(EBADF, "file handle not open for writing"));
   }
@@ -526,7 +526,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
 Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
                                   const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
   auto attr = remote_.MkdirAs(who, *path, mode);
@@ -537,7 +537,7 @@ Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint
 
 Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kPermissionDenied, "the hint file stays");
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
@@ -556,7 +556,7 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credenti
 
 Status VolumeFs::Rmdir(uint64_t parent, const std::string& name, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kPermissionDenied, "the hint file stays");
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
   auto st = remote_.RmdirAs(who, *path);
@@ -567,7 +567,7 @@ Status VolumeFs::Rmdir(uint64_t parent, const std::string& name, const Credentia
 
 Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                         const std::string& new_name, unsigned flags, const Credentials& who) {
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   if (flags != 0) return Fail(Code::kInvalidArgument, "rename flags are not supported");
   if (IsHintName(parent, name) || IsHintName(new_parent, new_name))
     return Fail(Code::kPermissionDenied, "the hint file cannot be renamed or replaced");
@@ -615,7 +615,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
 Result<FileAttr> VolumeFs::SetAttr(uint64_t ino, const SetAttrRequest& request,
                                    const Credentials& who) {
   if (ino == kHintIno) return HintAttr();  // truncate (> redirection), touch: nothing to do
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   auto path = metadata_.PathOf(ino);
   if (!path) return std::unexpected(path.error());
   auto attr = remote_.SetAttrAs(who, *path, request);
@@ -643,7 +643,7 @@ Status VolumeFs::Fsync(uint64_t handle) {
 Result<InodeAttr> VolumeFs::Symlink(uint64_t parent, const std::string& name,
                                     const std::string& target, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
   auto attr = remote_.SymlinkAs(who, target, *path);
@@ -663,7 +663,7 @@ Result<InodeAttr> VolumeFs::Link(uint64_t ino, uint64_t new_parent, const std::s
                                  const Credentials& who) {
   if (ino == kHintIno || IsHintName(new_parent, new_name))
     return Fail(Code::kPermissionDenied, "the hint file cannot be linked");
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   auto existing = metadata_.PathOf(ino);
   if (!existing) return std::unexpected(existing.error());
   auto path = ChildPath(new_parent, new_name);
@@ -678,7 +678,7 @@ Result<InodeAttr> VolumeFs::Link(uint64_t ino, uint64_t new_parent, const std::s
 Result<InodeAttr> VolumeFs::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
                                   uint64_t rdev, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
-  if (auto st = CheckWritable(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(CheckWritable());
   auto path = ChildPath(parent, name);
   if (!path) return std::unexpected(path.error());
   auto attr = remote_.MknodAs(who, *path, mode, rdev);

@@ -50,7 +50,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
                                              BlockCache* cache,
                                              std::shared_ptr<CacheListenerFanout> listeners,
                                              metrics::Registry* registry, Clock& clock) {
-  if (auto st = config.Validate(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(config.Validate());
   if (remote == nullptr) return Fail(Code::kInvalidArgument, "remote: is required");
   const VolumeContext& context = config.context;
   std::unique_ptr<Volume> vol(new Volume(config, cache, std::move(listeners)));
@@ -63,7 +63,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   mc.consistency = context.cache.consistency;
   mc.ttl_seconds = context.cache.ttl_seconds;
   mc.walk_concurrency = config.walk_concurrency;
-  if (auto st = mc.Validate(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(mc.Validate());
   vol->metadata_ = std::make_unique<MetadataCache>(*vol->remote_, mc, clock);
   if (auto st = vol->metadata_->Init(); !st) {
     Error e = st.error();
@@ -79,7 +79,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   fc.prefetch_bytes_max = config.prefetch_bytes_max;
   fc.memory = config.memory;
   fc.source = config.block_source;
-  if (auto st = fc.Validate(); !st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(fc.Validate());
   vol->fetcher_ = std::make_unique<BlockFetcher>(*vol->remote_, cache, VolumeKey(config.volume_id),
                                                  fc, reg, labels);
 
