@@ -3,7 +3,8 @@
 //   off       = no scheduler (nothing is fetched ahead; hints are rejected),
 //   readahead = SequentialPredictor only,
 //   auto      = SequentialPredictor + directory-order, epoch-replay, epoch-working-set and
-//               hint experts (fed the metadata walk's files once the walk is done).
+//               hint experts (fed the metadata walk's files directory by directory, as
+//               the walk lists them).
 // VolumeFs reports opens/reads/closes and demand-miss latencies; the scheduler's decisions
 // go to the BlockFetcher (FetcherPrefetchSink). A small thread per volume calls Tick()
 // every `tick_interval`, so background (working-set, hint) prefetch proceeds without reads;
@@ -127,7 +128,8 @@ class PrefetchDriver {
   // Call right after the cache lookup, before waiting for missed blocks.
   void OnRead(const ReadEvent& e);
   void OnClose(const CloseEvent& e);
-  // Feeds the metadata walk to the tracker once it is done (auto), then re-plans.
+  // Feeds the directories the metadata walk listed since the last call to the tracker
+  // (auto), then re-plans.
   void Tick();
 
   // Hints (HintPredictor; all rejected unless the mode is auto).
