@@ -374,7 +374,13 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
           }
           const auto& ok = r->READDIRPLUS3res_u.resok;
           std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
-          for (const entryplus3* e = ok.reply.entries; e != nullptr; e = e->nextentry) {
+          for (const entryplus3* next = ok.reply.entries; next != nullptr;) {
+            // libnfs' decoder lays entries out at 4-byte alignment; entryplus3 needs 8: each
+            // is copied out before a field is read (UBSan: misaligned member access).
+            entryplus3 copy;
+            std::memcpy(&copy, next, sizeof copy);
+            const entryplus3* e = &copy;
+            next = copy.nextentry;
             st->cookie = e->cookie;
             if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
             // Entries without attributes, and device numbers (kept in libnfs' encoding on the
