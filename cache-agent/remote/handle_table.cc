@@ -28,16 +28,17 @@ std::optional<HandleTable::Entry> HandleTable::Find(const std::string& path) {
   return it->second.entry;
 }
 
+HandleTable::Map::iterator HandleTable::DropLocked(Map::iterator it) {
+  lru_.erase(it->second.lru);
+  return map_.erase(it);
+}
+
 void HandleTable::DropTree(const std::string& path) {
   spoke::MutexLock lock(mu_);
-  const auto drop = [&](Map::iterator it) {
-    lru_.erase(it->second.lru);
-    return map_.erase(it);
-  };
-  if (auto it = map_.find(path); it != map_.end()) drop(it);
+  if (auto it = map_.find(path); it != map_.end()) DropLocked(it);
   const std::string prefix = path.empty() ? std::string() : path + "/";
   for (auto it = map_.lower_bound(prefix); it != map_.end() && it->first.starts_with(prefix);) {
-    it = drop(it);
+    it = DropLocked(it);
   }
 }
 

@@ -50,6 +50,8 @@ class HandleTable {
     Entry entry;
     std::list<Map::iterator>::iterator lru;
   };
+  Map::iterator DropLocked(Map::iterator it) REQUIRES(mu_);
+
   const size_t capacity_;
   mutable spoke::Mutex mu_;
   Map map_ GUARDED_BY(mu_);
