@@ -152,7 +152,7 @@ class PrefetchDriver {
   FetcherPrefetchSink sink_;
   std::unique_ptr<PrefetchScheduler> scheduler_;  // null when off
 
-  std::mutex feed_mu_;  // one feeder at a time
+  std::mutex feed_mu_;                 // one feeder at a time
   std::atomic<bool> tree_fed_{false};  // the whole walk was fed
   size_t walk_cursor_ = 0;             // MetadataCache::WalkedSince; guarded by feed_mu_
   uint64_t walk_files_fed_ = 0;        // guarded by feed_mu_

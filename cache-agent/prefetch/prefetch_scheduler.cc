@@ -369,9 +369,9 @@ void PrefetchScheduler::ScheduleLocked() {
   for (Expert* x : order) {
     if (outstanding_bytes_ + bs > space) return;
     if (x->outstanding_bytes + bs > x->allowance) continue;
-    const uint64_t budget = std::min({x->allowance - x->outstanding_bytes,
-                                      space - outstanding_bytes_,
-                                      config_.max_inflight_bytes - inflight});
+    const uint64_t budget =
+        std::min({x->allowance - x->outstanding_bytes, space - outstanding_bytes_,
+                  config_.max_inflight_bytes - inflight});
     proposals_.clear();
     x->predictor->Predict(budget, static_cast<uint32_t>(bs), &proposals_);
     for (const PrefetchRequest& p : proposals_) {

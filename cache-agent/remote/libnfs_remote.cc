@@ -97,19 +97,32 @@ FileAttr FromFattr3(const fattr3& f) {
 // The errno of an NFSv3 status (RFC 1813 names them after the errno they stand for).
 int ErrnoOf(nfsstat3 s) {
   switch (s) {
-    case NFS3ERR_PERM: return EPERM;
-    case NFS3ERR_NOENT: return ENOENT;
-    case NFS3ERR_IO: return EIO;
-    case NFS3ERR_NXIO: return ENXIO;
-    case NFS3ERR_ACCES: return EACCES;
-    case NFS3ERR_NOTDIR: return ENOTDIR;
-    case NFS3ERR_ISDIR: return EISDIR;
-    case NFS3ERR_INVAL: return EINVAL;
-    case NFS3ERR_STALE: return ESTALE;
-    case NFS3ERR_BADHANDLE: return ESTALE;
-    case NFS3ERR_JUKEBOX: return EAGAIN;  // the hub asks to retry later
-    case NFS3ERR_SERVERFAULT: return EIO;
-    default: return EIO;
+    case NFS3ERR_PERM:
+      return EPERM;
+    case NFS3ERR_NOENT:
+      return ENOENT;
+    case NFS3ERR_IO:
+      return EIO;
+    case NFS3ERR_NXIO:
+      return ENXIO;
+    case NFS3ERR_ACCES:
+      return EACCES;
+    case NFS3ERR_NOTDIR:
+      return ENOTDIR;
+    case NFS3ERR_ISDIR:
+      return EISDIR;
+    case NFS3ERR_INVAL:
+      return EINVAL;
+    case NFS3ERR_STALE:
+      return ESTALE;
+    case NFS3ERR_BADHANDLE:
+      return ESTALE;
+    case NFS3ERR_JUKEBOX:
+      return EAGAIN;  // the hub asks to retry later
+    case NFS3ERR_SERVERFAULT:
+      return EIO;
+    default:
+      return EIO;
   }
 }
 
@@ -315,17 +328,17 @@ void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
     LOOKUP3args a{};
     a.what.dir = Fh3(fh);
     a.what.name = const_cast<char*>(parts[i].c_str());
-    c.CallRpc([&](rpc_context* rpc, auto cb,
-                  void* p) { return rpc_nfs3_lookup_async(rpc, cb, &a, p); },
-              [step, i, k](int status, void* data) {
-                auto keep = *step;
-                *step = nullptr;
-                auto* r = static_cast<LOOKUP3res*>(data);
-                if (status != RPC_STATUS_SUCCESS || r->status != NFS3_OK) return k({});  // by path
-                const auto& h = r->LOOKUP3res_u.resok.object.data;
-                *step = keep;
-                keep(i + 1, std::string(h.data_val, h.data_len));
-              });
+    c.CallRpc(
+        [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_lookup_async(rpc, cb, &a, p); },
+        [step, i, k](int status, void* data) {
+          auto keep = *step;
+          *step = nullptr;
+          auto* r = static_cast<LOOKUP3res*>(data);
+          if (status != RPC_STATUS_SUCCESS || r->status != NFS3_OK) return k({});  // by path
+          const auto& h = r->LOOKUP3res_u.resok.object.data;
+          *step = keep;
+          keep(i + 1, std::string(h.data_val, h.data_len));
+        });
   };
   (*step)(0, share_root);
 }
@@ -356,7 +369,9 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
     a.dircount = 64u << 10;  // name bytes per page
     a.maxcount = kMaxRead;   // reply bytes per page: the hub caps it to its own limit
     c.CallRpc(
-        [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_readdirplus_async(rpc, cb, &a, p); },
+        [&](rpc_context* rpc, auto cb, void* p) {
+          return rpc_nfs3_readdirplus_async(rpc, cb, &a, p);
+        },
         [this, &c, j, path, st, page, deliver, by_path](int status, void* data) {
           auto keep = *page;  // the chain ends unless re-armed below
           *page = nullptr;
@@ -369,8 +384,9 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
             return by_path();
           }
           if (r->status != NFS3_OK) {
-            return c.AttemptFailed(j, -ErrnoOf(r->status),
-                                   std::string("READDIRPLUS: ") + std::strerror(ErrnoOf(r->status)));
+            return c.AttemptFailed(
+                j, -ErrnoOf(r->status),
+                std::string("READDIRPLUS: ") + std::strerror(ErrnoOf(r->status)));
           }
           const auto& ok = r->READDIRPLUS3res_u.resok;
           std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
@@ -399,7 +415,8 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
             *page = keep;
             return keep();
           }
-          for (const auto& h : st->handles) fh_table_.Put(Joined(path, h.name.c_str()), h.fh, h.file_id);
+          for (const auto& h : st->handles)
+            fh_table_.Put(Joined(path, h.name.c_str()), h.fh, h.file_id);
           if (c.Finish(j)) deliver(std::move(st->out));
         });
   };

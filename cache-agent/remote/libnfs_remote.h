@@ -196,7 +196,7 @@ class LibnfsRemote final : public RemoteFs {
 
   Config config_;
   std::string hub_name_;
-  std::string root_;  // "" or "/sub/dir": the volume's directory inside the share
+  std::string root_;      // "" or "/sub/dir": the volume's directory inside the share
   HandleTable fh_table_;  // before connections_: their loops use it until they stop
   std::unique_ptr<metrics::Registry> own_registry_;  // when none was given
   metrics::Registry* registry_;

@@ -38,7 +38,7 @@ class FakeSink final : public PrefetchSink {
     return admit;
   }
   uint64_t FreeCacheBytes() const override { return free_bytes; }
-  bool admit = true;  // what the "cache" answers
+  bool admit = true;        // what the "cache" answers
   uint64_t free_bytes = 0;  // the "cache"'s free room
   mutable std::vector<std::pair<BlockKey, AdmissionHint>> asked_admission;
   void CompleteAll() {
