@@ -157,6 +157,25 @@ void ReadSequentially(PrefetchScheduler& s, FakeSink& sink, uint64_t* block, int
 // The working set is a set: a shuffled loader reads its blocks anywhere in the epoch. While
 // the metadata walk is still feeding the tree, the first predictions see a small set; they
 // must still count as used when the loader reaches them late in the epoch, not expire.
+// A loader's open, whole read and close of one half-block file (version 1); true when the
+// sink had the block (a hit).
+bool ReadHalfBlockFile(PrefetchScheduler& s, const FakeSink& sink, uint64_t handle,
+                       const std::string& path, uint64_t file_id) {
+  s.OnOpen(
+      OpenEvent{.handle = handle, .path = path, .file_id = file_id, .version = 1, .size = kBs / 2});
+  ReadEvent r{.handle = handle,
+              .path = path,
+              .file_id = file_id,
+              .version = 1,
+              .file_size = kBs / 2,
+              .offset = 0,
+              .length = kBs / 2};
+  r.hit = sink.fetching.contains(BlockKey{1, file_id, 1, 0});
+  s.OnRead(r);
+  s.OnClose(CloseEvent{.handle = handle});
+  return r.hit;
+}
+
 TEST(PrefetchScheduler, SetPredictionsAreJudgedAgainstTheEpochNotARank) {
   ManualClock clock;
   FakeSink sink;
@@ -181,19 +200,7 @@ TEST(PrefetchScheduler, SetPredictionsAreJudgedAgainstTheEpochNotARank) {
   std::shuffle(order.begin(), order.end(), rng);
   uint64_t handle = 0;
   for (int i : order) {
-    OpenEvent o{
-        .handle = ++handle, .path = path(i), .file_id = 100u + i, .version = 1, .size = kBs / 2};
-    s.OnOpen(o);
-    ReadEvent r{.handle = handle,
-                .path = path(i),
-                .file_id = 100u + i,
-                .version = 1,
-                .file_size = kBs / 2,
-                .offset = 0,
-                .length = kBs / 2};
-    r.hit = sink.fetching.contains(BlockKey{1, r.file_id, 1, 0});
-    s.OnRead(r);
-    s.OnClose(CloseEvent{.handle = handle});
+    ReadHalfBlockFile(s, sink, ++handle, path(i), 100u + i);
     sink.CompleteAll();
     s.Tick();
   }
@@ -230,19 +237,7 @@ uint64_t ShuffledEpochMisses(uint64_t free_bytes) {
   for (int i : order) {
     sink.CompleteAll();
     s.Tick();
-    s.OnOpen(OpenEvent{
-        .handle = ++handle, .path = path(i), .file_id = 100u + i, .version = 1, .size = kBs / 2});
-    ReadEvent r{.handle = handle,
-                .path = path(i),
-                .file_id = 100u + i,
-                .version = 1,
-                .file_size = kBs / 2,
-                .offset = 0,
-                .length = kBs / 2};
-    r.hit = sink.fetching.contains(BlockKey{1, r.file_id, 1, 0});
-    if (!r.hit) ++misses;
-    s.OnRead(r);
-    s.OnClose(CloseEvent{.handle = handle});
+    if (!ReadHalfBlockFile(s, sink, ++handle, path(i), 100u + i)) ++misses;
   }
   return misses;
 }
