@@ -77,9 +77,7 @@ size_t FdKeeperServer::size() const {
 Status FdKeeperServer::Start() {
   if (auto s = config_.Validate(); !s) return s;
   if (thread_.joinable()) return Fail(Code::kInternal, "fd keeper already started");
-  auto fd = ListenSeqpacket(config_.socket_path, 0600);
-  if (!fd) return std::unexpected(fd.error());
-  listen_fd_ = std::move(*fd);
+  SPOKE_TRY(listen_fd_, ListenSeqpacket(config_.socket_path, 0600));
   wake_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd_.valid()) return Fail(Code::kIo, std::string("eventfd: ") + std::strerror(errno));
   stopping_ = false;
@@ -287,45 +285,35 @@ Status FdKeeperClient::Put(const std::string& key, const std::string& metadata_j
   if (metadata_json.size() > kMaxMetadataBytes) {
     return Fail(Code::kInvalidArgument, "keeper metadata is larger than 32 KiB");
   }
-  auto meta = ParseObject(metadata_json, "keeper metadata");
-  if (!meta) return std::unexpected(meta.error());
+  SPOKE_TRY(auto meta, ParseObject(metadata_json, "keeper metadata"));
   if (fd < 0) return Fail(Code::kInvalidArgument, "keeper put: descriptor is negative");
-  auto sock = Connect();
-  if (!sock) return std::unexpected(sock.error());
-  std::string req = json{{"op", "put"}, {"key", key}, {"metadata", *meta}}.dump();
-  if (auto s = SendFdMessage(sock->get(), req, std::span<const int>(&fd, 1), timeout_); !s)
-    return s;
-  auto reply = RecvFdMessage(sock->get(), timeout_);
-  if (!reply) return std::unexpected(reply.error().Wrap("fd keeper put"));
-  auto j = ParseObject(reply->data, "keeper reply");
-  if (!j) return std::unexpected(j.error());
-  if (!j->value("ok", false)) return std::unexpected(KeeperError(*j));
+  SPOKE_TRY(auto sock, Connect());
+  std::string req = json{{"op", "put"}, {"key", key}, {"metadata", meta}}.dump();
+  if (auto s = SendFdMessage(sock.get(), req, std::span<const int>(&fd, 1), timeout_); !s) return s;
+  SPOKE_TRY_WRAP(auto reply, RecvFdMessage(sock.get(), timeout_), "fd keeper put");
+  SPOKE_TRY(auto j, ParseObject(reply.data, "keeper reply"));
+  if (!j.value("ok", false)) return std::unexpected(KeeperError(j));
   return Ok();
 }
 
 Result<std::vector<KeptFd>> FdKeeperClient::List() const {
-  auto sock = Connect();
-  if (!sock) return std::unexpected(sock.error());
-  if (auto s = SendFdMessage(sock->get(), json{{"op", "list"}}.dump(), {}, timeout_); !s) {
-    return std::unexpected(s.error());
-  }
+  SPOKE_TRY(auto sock, Connect());
+  SPOKE_RETURN_IF_ERROR(SendFdMessage(sock.get(), json{{"op", "list"}}.dump(), {}, timeout_));
   std::vector<KeptFd> out;
   for (;;) {
-    auto reply = RecvFdMessage(sock->get(), timeout_);
-    if (!reply) return std::unexpected(reply.error().Wrap("fd keeper list"));
-    auto j = ParseObject(reply->data, "keeper reply");
-    if (!j) return std::unexpected(j.error());
-    if (j->contains("entry")) {
-      const json& e = (*j)["entry"];
-      if (reply->fds.size() != 1 || !e.is_object() || !e.contains("key") || !e["key"].is_string()) {
+    SPOKE_TRY_WRAP(auto reply, RecvFdMessage(sock.get(), timeout_), "fd keeper list");
+    SPOKE_TRY(auto j, ParseObject(reply.data, "keeper reply"));
+    if (j.contains("entry")) {
+      const json& e = j["entry"];
+      if (reply.fds.size() != 1 || !e.is_object() || !e.contains("key") || !e["key"].is_string()) {
         return Fail(Code::kInternal, "fd keeper list: malformed entry");
       }
       out.push_back(KeptFd{e["key"].get<std::string>(), e.value("metadata", json::object()).dump(),
-                           std::move(reply->fds[0])});
+                           std::move(reply.fds[0])});
       continue;
     }
-    if (!j->value("ok", false)) return std::unexpected(KeeperError(*j));
-    if (j->value("count", size_t{0}) != out.size()) {
+    if (!j.value("ok", false)) return std::unexpected(KeeperError(j));
+    if (j.value("count", size_t{0}) != out.size()) {
       return Fail(Code::kInternal, "fd keeper list: entry count does not match");
     }
     return out;
@@ -334,32 +322,22 @@ Result<std::vector<KeptFd>> FdKeeperClient::List() const {
 
 Result<bool> FdKeeperClient::Del(const std::string& key) const {
   SPOKE_RETURN_IF_ERROR(ValidateKey(key));
-  auto sock = Connect();
-  if (!sock) return std::unexpected(sock.error());
-  if (auto s = SendFdMessage(sock->get(), json{{"op", "del"}, {"key", key}}.dump(), {}, timeout_);
-      !s) {
-    return std::unexpected(s.error());
-  }
-  auto reply = RecvFdMessage(sock->get(), timeout_);
-  if (!reply) return std::unexpected(reply.error().Wrap("fd keeper del"));
-  auto j = ParseObject(reply->data, "keeper reply");
-  if (!j) return std::unexpected(j.error());
-  if (!j->value("ok", false)) return std::unexpected(KeeperError(*j));
-  return j->value("found", false);
+  SPOKE_TRY(auto sock, Connect());
+  SPOKE_RETURN_IF_ERROR(
+      SendFdMessage(sock.get(), json{{"op", "del"}, {"key", key}}.dump(), {}, timeout_));
+  SPOKE_TRY_WRAP(auto reply, RecvFdMessage(sock.get(), timeout_), "fd keeper del");
+  SPOKE_TRY(auto j, ParseObject(reply.data, "keeper reply"));
+  if (!j.value("ok", false)) return std::unexpected(KeeperError(j));
+  return j.value("found", false);
 }
 
 Result<UniqueFd> FdKeeperClient::Hold() const {
-  auto sock = Connect();
-  if (!sock) return std::unexpected(sock.error());
-  if (auto s = SendFdMessage(sock->get(), json{{"op", "hold"}}.dump(), {}, timeout_); !s) {
-    return std::unexpected(s.error());
-  }
-  auto reply = RecvFdMessage(sock->get(), timeout_);
-  if (!reply) return std::unexpected(reply.error().Wrap("fd keeper hold"));
-  auto j = ParseObject(reply->data, "keeper reply");
-  if (!j) return std::unexpected(j.error());
-  if (!j->value("ok", false)) return std::unexpected(KeeperError(*j));
-  return std::move(*sock);
+  SPOKE_TRY(auto sock, Connect());
+  SPOKE_RETURN_IF_ERROR(SendFdMessage(sock.get(), json{{"op", "hold"}}.dump(), {}, timeout_));
+  SPOKE_TRY_WRAP(auto reply, RecvFdMessage(sock.get(), timeout_), "fd keeper hold");
+  SPOKE_TRY(auto j, ParseObject(reply.data, "keeper reply"));
+  if (!j.value("ok", false)) return std::unexpected(KeeperError(j));
+  return sock;
 }
 
 bool FdKeeperClient::HoldAlive(int hold) {

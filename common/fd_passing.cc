@@ -155,8 +155,7 @@ Result<FdMessage> RecvFdMessage(int sock, std::chrono::milliseconds timeout) {
 }
 
 Result<UniqueFd> ListenSeqpacket(const std::string& path, mode_t mode) {
-  auto addr = UnixAddress(path);
-  if (!addr) return std::unexpected(addr.error());
+  SPOKE_RETURN_IF_ERROR(UnixAddress(path));
   // Refuse to take over a socket someone is serving on.
   if (auto probe = ConnectSeqpacket(path, std::chrono::milliseconds(1000)); probe) {
     return Fail(Code::kAlreadyExists, "another process is listening on '" + path + "'");
@@ -201,13 +200,12 @@ Result<UniqueFd> ListenSeqpacket(const std::string& path, mode_t mode) {
 }
 
 Result<UniqueFd> ConnectSeqpacket(const std::string& path, std::chrono::milliseconds timeout) {
-  auto addr = UnixAddress(path);
-  if (!addr) return std::unexpected(addr.error());
+  SPOKE_TRY(auto addr, UnixAddress(path));
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!sock.valid()) return Fail(Code::kIo, "socket(AF_UNIX, SOCK_SEQPACKET): " + ErrnoText(errno));
   int rc;
   do {
-    rc = ::connect(sock.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr));
+    rc = ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     int err = errno;
@@ -218,7 +216,7 @@ Result<UniqueFd> ConnectSeqpacket(const std::string& path, std::chrono::millisec
       while (rc != 0 && (errno == EAGAIN || errno == EINPROGRESS || errno == EINTR) &&
              std::chrono::steady_clock::now() < deadline) {
         ::usleep(10000);
-        rc = ::connect(sock.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr));
+        rc = ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
       }
       if (rc != 0 && (errno == EAGAIN || errno == EINPROGRESS)) {
         return Fail(Code::kTimeout, "connect '" + path + "': listener busy for " +

@@ -54,9 +54,8 @@ Status CheckShare(std::string_view share) {
         Invalid(kParamShare, "must be an absolute export path, got '" + std::string(share) + "'"));
   }
   if (auto s = CheckUrlSafe(share, kParamShare); !s) return s;
-  auto rel = NormalizeRelativePath(share.substr(1), kParamShare);
-  if (!rel) return std::unexpected(rel.error());
-  if ("/" + *rel != share && !(share == "/" && rel->empty())) {
+  SPOKE_TRY(auto rel, NormalizeRelativePath(share.substr(1), kParamShare));
+  if ("/" + rel != share && !(share == "/" && rel.empty())) {
     return std::unexpected(Invalid(
         kParamShare,
         "must be a normalised path (no trailing or double '/'), got '" + std::string(share) + "'"));
@@ -79,34 +78,28 @@ Result<E> ParseEnum(const StringMap& m, std::string_view key, E def,
 
 Result<CacheParams> ParseCacheParams(const StringMap& m, Consistency default_consistency) {
   CacheParams c;
-  auto cons = ParseEnum<Consistency>(m, kParamConsistency, default_consistency,
-                                     {{"immutable", Consistency::kImmutable},
-                                      {"ttl", Consistency::kTtl},
-                                      {"strict", Consistency::kStrict}});
-  if (!cons) return std::unexpected(cons.error());
-  c.consistency = *cons;
+  SPOKE_TRY(c.consistency, ParseEnum<Consistency>(m, kParamConsistency, default_consistency,
+                                                  {{"immutable", Consistency::kImmutable},
+                                                   {"ttl", Consistency::kTtl},
+                                                   {"strict", Consistency::kStrict}}));
   auto ttl = m.find(std::string(kParamTtlSeconds));
   if (ttl != m.end() && !ttl->second.empty()) {
     auto v = ParseInt(ttl->second, 1, 86400);
     if (!v) return std::unexpected(Invalid(kParamTtlSeconds, v.error().message()));
     c.ttl_seconds = static_cast<uint32_t>(*v);
   }
-  auto pf = ParseEnum<PrefetchMode>(m, kParamPrefetch, PrefetchMode::kAuto,
-                                    {{"off", PrefetchMode::kOff},
-                                     {"readahead", PrefetchMode::kReadAhead},
-                                     {"auto", PrefetchMode::kAuto}});
-  if (!pf) return std::unexpected(pf.error());
-  c.prefetch = *pf;
+  SPOKE_TRY(c.prefetch, ParseEnum<PrefetchMode>(m, kParamPrefetch, PrefetchMode::kAuto,
+                                                {{"off", PrefetchMode::kOff},
+                                                 {"readahead", PrefetchMode::kReadAhead},
+                                                 {"auto", PrefetchMode::kAuto}}));
   return c;
 }
 
 Result<HubIdentityParams> ParseIdentity(const StringMap& m) {
   HubIdentityParams id;
-  auto mode =
-      ParseEnum<HubIdentity>(m, kParamHubIdentity, HubIdentity::kCaller,
-                             {{"caller", HubIdentity::kCaller}, {"fixed", HubIdentity::kFixed}});
-  if (!mode) return std::unexpected(mode.error());
-  id.mode = *mode;
+  SPOKE_TRY(id.mode, ParseEnum<HubIdentity>(
+                         m, kParamHubIdentity, HubIdentity::kCaller,
+                         {{"caller", HubIdentity::kCaller}, {"fixed", HubIdentity::kFixed}}));
   // 4294967295 is (uid_t)-1, "no change" to chown and never a real identity.
   for (auto [key, field] : {std::pair{kParamHubUid, &id.uid}, {kParamHubGid, &id.gid}}) {
     auto it = m.find(std::string(key));
@@ -279,27 +272,19 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   SPOKE_RETURN_IF_ERROR(CheckServer(p.hub.server));
   p.hub.share = Get(params, kParamShare);
   SPOKE_RETURN_IF_ERROR(CheckShare(p.hub.share));
-  auto nfs_port = ParsePort(params, kParamNfsPort, 2049, false);
-  if (!nfs_port) return std::unexpected(nfs_port.error());
-  p.hub.nfs_port = *nfs_port;
-  auto mount_port = ParsePort(params, kParamMountPort, 0, true);
-  if (!mount_port) return std::unexpected(mount_port.error());
-  p.hub.mount_port = *mount_port;
+  SPOKE_TRY(p.hub.nfs_port, ParsePort(params, kParamNfsPort, 2049, false));
+  SPOKE_TRY(p.hub.mount_port, ParsePort(params, kParamMountPort, 0, true));
 
-  auto mode =
-      ParseEnum<VolumeMode>(params, kParamMode, VolumeMode::kScratch,
-                            {{"dataset", VolumeMode::kDataset}, {"scratch", VolumeMode::kScratch}});
-  if (!mode) return std::unexpected(mode.error());
-  p.mode = *mode;
+  SPOKE_TRY(p.mode, ParseEnum<VolumeMode>(
+                        params, kParamMode, VolumeMode::kScratch,
+                        {{"dataset", VolumeMode::kDataset}, {"scratch", VolumeMode::kScratch}}));
 
-  auto on_delete =
-      ParseEnum<OnDelete>(params, kParamOnDelete,
-                          p.mode == VolumeMode::kDataset ? OnDelete::kRetain : OnDelete::kDelete,
-                          {{"delete", OnDelete::kDelete},
-                           {"retain", OnDelete::kRetain},
-                           {"archive", OnDelete::kArchive}});
-  if (!on_delete) return std::unexpected(on_delete.error());
-  p.on_delete = *on_delete;
+  SPOKE_TRY(p.on_delete, ParseEnum<OnDelete>(
+                             params, kParamOnDelete,
+                             p.mode == VolumeMode::kDataset ? OnDelete::kRetain : OnDelete::kDelete,
+                             {{"delete", OnDelete::kDelete},
+                              {"retain", OnDelete::kRetain},
+                              {"archive", OnDelete::kArchive}}));
   if (p.mode == VolumeMode::kDataset && p.on_delete != OnDelete::kRetain) {
     return std::unexpected(Invalid(
         kParamOnDelete, "a dataset volume is never deleted or archived by Spoke; use retain"));
@@ -316,35 +301,27 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
     StringMap sample = {{std::string(kMetaPvcName), "pvc"},
                         {std::string(kMetaPvcNamespace), "ns"},
                         {std::string(kMetaPvName), "pv"}};
-    auto expanded = ExpandSubDir(p.sub_dir, sample, "pv");
-    if (!expanded) return std::unexpected(expanded.error());
+    SPOKE_RETURN_IF_ERROR(ExpandSubDir(p.sub_dir, sample, "pv"));
   } else {
-    if (auto s = CheckUrlSafe(Get(params, kParamSubDir), kParamSubDir); !s)
-      return std::unexpected(s.error());
-    auto fixed = NormalizeRelativePath(Get(params, kParamSubDir), kParamSubDir);
-    if (!fixed) return std::unexpected(fixed.error());
+    SPOKE_RETURN_IF_ERROR(CheckUrlSafe(Get(params, kParamSubDir), kParamSubDir));
+    SPOKE_TRY(auto fixed, NormalizeRelativePath(Get(params, kParamSubDir), kParamSubDir));
     if (Get(params, kParamSubDir).find("${") != std::string::npos) {
       return std::unexpected(Invalid(
           kParamSubDir, "a dataset volume names a fixed directory; templates are for scratch"));
     }
-    p.sub_dir = *fixed;
+    p.sub_dir = fixed;
   }
 
-  auto cache = ParseCacheParams(
-      params, p.mode == VolumeMode::kDataset ? Consistency::kImmutable : Consistency::kStrict);
-  if (!cache) return std::unexpected(cache.error());
-  p.cache = *cache;
+  SPOKE_TRY(p.cache,
+            ParseCacheParams(params, p.mode == VolumeMode::kDataset ? Consistency::kImmutable
+                                                                    : Consistency::kStrict));
   if (p.mode == VolumeMode::kScratch && p.cache.consistency == Consistency::kImmutable) {
     return std::unexpected(Invalid(
         kParamConsistency,
         "immutable is for dataset volumes; a scratch volume is written, use ttl or strict"));
   }
-  auto timeout = ParseHubTimeout(params);
-  if (!timeout) return std::unexpected(timeout.error());
-  p.hub_timeout_seconds = *timeout;
-  auto identity = ParseIdentity(params);
-  if (!identity) return std::unexpected(identity.error());
-  p.identity = *identity;
+  SPOKE_TRY(p.hub_timeout_seconds, ParseHubTimeout(params));
+  SPOKE_TRY(p.identity, ParseIdentity(params));
   return p;
 }
 
@@ -390,9 +367,8 @@ Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
     i = end + 1;
   }
   SPOKE_RETURN_IF_ERROR(CheckUrlSafe(out, kParamSubDir));
-  auto norm = NormalizeRelativePath(out, kParamSubDir);
-  if (!norm) return std::unexpected(norm.error());
-  if (norm->empty()) return std::unexpected(Invalid(kParamSubDir, "expands to the share root"));
+  SPOKE_TRY(auto norm, NormalizeRelativePath(out, kParamSubDir));
+  if (norm.empty()) return std::unexpected(Invalid(kParamSubDir, "expands to the share root"));
   return norm;
 }
 
@@ -446,11 +422,9 @@ Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
     }
   }
   // A context never carries a template: validate it as a fixed path.
-  if (auto s = CheckUrlSafe(path, has_path ? kCtxPath : kParamSubDir); !s)
-    return std::unexpected(s.error());
-  auto norm = NormalizeRelativePath(path, has_path ? kCtxPath : kParamSubDir);
-  if (!norm) return std::unexpected(norm.error());
-  params[std::string(kParamSubDir)] = *norm;
+  SPOKE_RETURN_IF_ERROR(CheckUrlSafe(path, has_path ? kCtxPath : kParamSubDir));
+  SPOKE_TRY(auto norm, NormalizeRelativePath(path, has_path ? kCtxPath : kParamSubDir));
+  params[std::string(kParamSubDir)] = norm;
   VolumeMode mode =
       Get(params, kParamMode) == "scratch" ? VolumeMode::kScratch : VolumeMode::kDataset;
   // Parse as a dataset (fixed path) so the scratch template rules do not apply.
@@ -459,14 +433,13 @@ Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
   if (mode == VolumeMode::kScratch && !as_dataset.contains(std::string(kParamConsistency))) {
     as_dataset[std::string(kParamConsistency)] = "strict";
   }
-  auto p = ParseVolumeParams(as_dataset);
-  if (!p) return std::unexpected(p.error());
+  SPOKE_TRY(auto p, ParseVolumeParams(as_dataset));
   if (Get(params, kParamMode) != "" && Get(params, kParamMode) != "dataset" &&
       Get(params, kParamMode) != "scratch") {
     return std::unexpected(
         Invalid(kParamMode, "must be dataset | scratch, got '" + Get(params, kParamMode) + "'"));
   }
-  VolumeContext c = MakeVolumeContext(*p, *norm);
+  VolumeContext c = MakeVolumeContext(p, norm);
   c.mode = mode;
   return c;
 }
