@@ -33,7 +33,7 @@ Status BlockCache::Config::Validate() const {
 Result<std::unique_ptr<BlockCache>> OpenBlockCache(const BlockCache::Config& config,
                                                    std::unique_ptr<EvictionPolicy> policy,
                                                    metrics::Registry* metrics) {
-  if (Status v = config.Validate(); !v) return std::unexpected(v.error());
+  SPOKE_RETURN_IF_ERROR(config.Validate());
   std::error_code ec;
   std::filesystem::create_directories(config.dir, ec);
   if (ec) {
@@ -47,10 +47,10 @@ Result<std::unique_ptr<BlockCache>> OpenBlockCache(const BlockCache::Config& con
   // io_depth bounds device requests in flight: rings x chunks per transfer.
   store_options.rings = std::max(1u, config.io_depth / 8);
   store_options.ring_entries = 16;
-  auto cache = SlotFileBlockCache::Open(config, SlotFileBlockCache::UringStore(store_options),
-                                        std::move(policy), metrics);
-  if (!cache) return std::unexpected(cache.error());
-  return std::unique_ptr<BlockCache>(std::move(*cache));
+  SPOKE_TRY(auto cache,
+            SlotFileBlockCache::Open(config, SlotFileBlockCache::UringStore(store_options),
+                                     std::move(policy), metrics));
+  return std::unique_ptr<BlockCache>(std::move(cache));
 }
 
 }  // namespace spoke::agent

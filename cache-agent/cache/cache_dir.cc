@@ -41,7 +41,7 @@ Result<bool> ConsumeCleanMarker(const std::string& dir) {
   if (unlink(clean.c_str()) != 0) {
     return std::unexpected(Error::FromErrno(errno, "cache: cannot remove " + clean));
   }
-  if (Status s = FsyncDir(dir); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(FsyncDir(dir));
   return true;
 }
 

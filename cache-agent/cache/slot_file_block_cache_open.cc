@@ -26,9 +26,8 @@ SlotFileBlockCache::StoreFactory SlotFileBlockCache::UringStore(
     const UringBlockStore::Options& options) {
   return [options](const std::string& dir, uint64_t slot_count,
                    uint32_t slot_size) -> Result<std::unique_ptr<BlockStore>> {
-    auto store = UringBlockStore::Open(dir, slot_count, slot_size, options);
-    if (!store) return std::unexpected(store.error());
-    return std::unique_ptr<BlockStore>(std::move(*store));
+    SPOKE_TRY(auto store, UringBlockStore::Open(dir, slot_count, slot_size, options));
+    return std::unique_ptr<BlockStore>(std::move(store));
   };
 }
 
@@ -61,14 +60,12 @@ SlotFileBlockCache::SlotFileBlockCache(const Config& config, const Options& opti
 Result<std::unique_ptr<SlotFileBlockCache>> SlotFileBlockCache::Open(
     const Config& config, const StoreFactory& store_factory, std::unique_ptr<EvictionPolicy> policy,
     metrics::Registry* metrics, const Options& options) {
-  if (Status v = config.Validate(); !v) return std::unexpected(v.error());
+  SPOKE_RETURN_IF_ERROR(config.Validate());
   if (!policy) return Fail(Code::kInvalidArgument, "cache eviction policy: must be set");
   std::unique_ptr<SlotFileBlockCache> cache(new SlotFileBlockCache(config, options, metrics));
 
-  auto lock = CacheDirLock::Acquire(config.dir);
-  if (!lock) return std::unexpected(lock.error());
-  cache->dir_lock_ = std::move(*lock);
-  if (Status s = cache->OpenStore(store_factory); !s) return std::unexpected(s.error());
+  SPOKE_TRY(cache->dir_lock_, CacheDirLock::Acquire(config.dir));
+  SPOKE_RETURN_IF_ERROR(cache->OpenStore(store_factory));
   {
     // Not shared yet; the lock keeps the analysis (and every later reader) honest.
     MutexLock stats_lock(cache->mu_);
@@ -80,7 +77,7 @@ Result<std::unique_ptr<SlotFileBlockCache>> SlotFileBlockCache::Open(
   cache->m_disk_quota_->Set(static_cast<int64_t>(cache->disk_quota_));
   cache->m_disk_bytes_->Set(0);
   cache->m_degraded_->Set(0);
-  if (Status s = cache->Recover(); !s) return std::unexpected(s.error());
+  SPOKE_RETURN_IF_ERROR(cache->Recover());
   return cache;
 }
 
@@ -93,31 +90,28 @@ Status SlotFileBlockCache::OpenStore(const StoreFactory& store_factory) {
   const uint64_t dense_slots = std::clamp(disk_quota_ / (kDenseBlockBytes + kHeaderBytes),
                                           block_slots, std::max(block_slots, kMaxSlots));
   auto open = [&](uint64_t slot_count) -> Result<std::unique_ptr<BlockStore>> {
-    auto store = store_factory(config_.dir, slot_count, slot_size_);
-    if (!store) return std::unexpected(store.error().Wrap("cache store"));
-    if ((*store)->slot_count() != slot_count || (*store)->slot_size() != slot_size_) {
+    SPOKE_TRY_WRAP(auto store, store_factory(config_.dir, slot_count, slot_size_), "cache store");
+    if (store->slot_count() != slot_count || store->slot_size() != slot_size_) {
       return Fail(Code::kInternal, "cache store: geometry does not match the config");
     }
     return store;
   };
   slot_count_ = options_.punch_holes ? dense_slots : block_slots;
-  auto store = open(slot_count_);
-  if (!store) return std::unexpected(store.error());
-  store_fresh_ = (*store)->fresh();
-  bool punch = options_.punch_holes && (*store)->CanPunchHoles();
+  SPOKE_TRY(auto store, open(slot_count_));
+  store_fresh_ = store->fresh();
+  bool punch = options_.punch_holes && store->CanPunchHoles();
   if (options_.punch_holes && !punch) {
     log::Warn("cache filesystem cannot punch holes: one slot per block, each charged whole",
               {{"dir", config_.dir}});
     if (dense_slots != block_slots) {
       // The files are sparse: reopening at the smaller geometry only resizes them. Whether
       // they were fresh is what the first open saw.
-      store->reset();
+      store.reset();
       slot_count_ = block_slots;
-      store = open(slot_count_);
-      if (!store) return std::unexpected(store.error());
+      SPOKE_TRY(store, open(slot_count_));
     }
   }
-  store_ = std::move(*store);
+  store_ = std::move(store);
   slots_ = std::make_unique<SlotSpace>(store_.get(), punch);
   return Ok();
 }
@@ -128,9 +122,7 @@ SlotFileBlockCache::~SlotFileBlockCache() {
 
 Status SlotFileBlockCache::Recover() {
   // From here on the on-disk index is stale: a crash before the next Close must rescan.
-  Result<bool> was_clean_or = ConsumeCleanMarker(config_.dir);
-  if (!was_clean_or) return std::unexpected(was_clean_or.error());
-  const bool was_clean = *was_clean_or;
+  SPOKE_TRY(const bool was_clean, ConsumeCleanMarker(config_.dir));
   if (store_fresh_) {
     recovery_ = Recovery::kFresh;
     MutexLock lock(mu_);

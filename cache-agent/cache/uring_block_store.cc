@@ -107,7 +107,7 @@ Result<std::unique_ptr<UringBlockStore>> UringBlockStore::Open(const std::string
     store->fds_.push_back(fd);
     const uint64_t slots =
         std::min(store->slots_per_file_, slot_count - i * store->slots_per_file_);
-    if (Status s = SizeFile(fd, slots * slot_size, path); !s) return std::unexpected(s.error());
+    SPOKE_RETURN_IF_ERROR(SizeFile(fd, slots * slot_size, path));
   }
   // Files of a bigger previous geometry.
   for (uint64_t i = files;; ++i) {
@@ -138,7 +138,7 @@ Result<std::unique_ptr<UringBlockStore>> UringBlockStore::Open(const std::string
     // Probe io_uring now: a kernel without it fails the open, not the first read.
     Ring& r = *store->rings_[0];
     MutexLock lock(r.mu);
-    if (Status s = store->InitRing(r); !s) return std::unexpected(s.error());
+    SPOKE_RETURN_IF_ERROR(store->InitRing(r));
   }
   log::Info("block store open", {{"dir", dir},
                                  {"files", files},

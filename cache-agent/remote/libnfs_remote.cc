@@ -744,7 +744,7 @@ auto ChangeThenStat(Start start, std::string stat_path) {
 }
 
 Status ToStatus(const Result<Unit>& r) {
-  if (!r) return std::unexpected(r.error());
+  SPOKE_RETURN_IF_ERROR(r);
   return Ok();
 }
 
@@ -1038,18 +1038,16 @@ Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string&
   };
   if (req.mode) {
     int mode = static_cast<int>(*req.mode & 07777);
-    auto st = run("SETATTR", [p, mode](nfs_context* ctx, auto tramp, void* priv) {
+    SPOKE_RETURN_IF_ERROR(run("SETATTR", [p, mode](nfs_context* ctx, auto tramp, void* priv) {
       return nfs_lchmod_async(ctx, p.c_str(), mode, tramp, priv);
-    });
-    if (!st) return std::unexpected(st.error());
+    }));
   }
   if (req.uid || req.gid) {
     int uid = req.uid ? static_cast<int>(*req.uid) : -1;
     int gid = req.gid ? static_cast<int>(*req.gid) : -1;
-    auto st = run("SETATTR", [p, uid, gid](nfs_context* ctx, auto tramp, void* priv) {
+    SPOKE_RETURN_IF_ERROR(run("SETATTR", [p, uid, gid](nfs_context* ctx, auto tramp, void* priv) {
       return nfs_lchown_async(ctx, p.c_str(), uid, gid, tramp, priv);
-    });
-    if (!st) return std::unexpected(st.error());
+    }));
   }
   if (req.size) {
     uint64_t size = *req.size;
@@ -1057,7 +1055,7 @@ Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string&
       return nfs_truncate_async(ctx, p.c_str(), size, tramp, priv);
     });
     InvalidateEverywhere(path);
-    if (!st) return std::unexpected(st.error());
+    SPOKE_RETURN_IF_ERROR(st);
   }
   auto given = [](const std::optional<struct timespec>& t) {
     return t && t->tv_nsec != UTIME_OMIT;
@@ -1071,10 +1069,9 @@ Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string&
       struct timespec at {
       }, mt{};
       if (!given(req.atime) || !given(req.mtime)) {
-        auto cur = StatOn(conn, path);
-        if (!cur) return std::unexpected(cur.error());
-        at = cur->atime;
-        mt = cur->mtime;
+        SPOKE_TRY(auto cur, StatOn(conn, path));
+        at = cur.atime;
+        mt = cur.mtime;
       }
       struct timespec clock {};
       clock_gettime(CLOCK_REALTIME, &clock);
@@ -1084,10 +1081,9 @@ Result<FileAttr> LibnfsRemote::SetAttrOn(NfsConnection& conn, const std::string&
       (*times)[0] = {at.tv_sec, at.tv_nsec / 1000};
       (*times)[1] = {mt.tv_sec, mt.tv_nsec / 1000};
     }
-    auto st = run("SETATTR", [p, times](nfs_context* ctx, auto tramp, void* priv) {
+    SPOKE_RETURN_IF_ERROR(run("SETATTR", [p, times](nfs_context* ctx, auto tramp, void* priv) {
       return nfs_lutimes_async(ctx, p.c_str(), times ? times->data() : nullptr, tramp, priv);
-    });
-    if (!st) return std::unexpected(st.error());
+    }));
   }
   return StatOn(conn, path);
 }
@@ -1115,11 +1111,9 @@ Result<size_t> LibnfsRemote::WriteAs(const Credentials& who, const std::string& 
 Result<uint64_t> LibnfsRemote::AppendAs(const Credentials& who, const std::string& path,
                                         const char* data, size_t length) {
   auto conn = ForIdentity(who);
-  auto cur = StatOn(*conn, path);
-  if (!cur) return std::unexpected(cur.error());
-  auto w = WriteOn(*conn, path, cur->size, data, length);
-  if (!w) return std::unexpected(w.error());
-  return cur->size + *w;
+  SPOKE_TRY(auto cur, StatOn(*conn, path));
+  SPOKE_TRY(auto w, WriteOn(*conn, path, cur.size, data, length));
+  return cur.size + w;
 }
 
 Result<FileAttr> LibnfsRemote::SymlinkAs(const Credentials& who, const std::string& target,
@@ -1229,8 +1223,7 @@ Status LibnfsRemote::Fsync(const std::string& path) {
                              });
                     });
       });
-  if (!r) return std::unexpected(r.error());
-  return Ok();
+  return ToStatus(r);
 }
 
 Result<FsStat> LibnfsRemote::StatFs() {
