@@ -121,9 +121,7 @@ int AgentConfig::MetricsPort() const {
 }
 
 Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& source) {
-  auto reader = ConfigReader::LoadString(yaml, source);
-  if (!reader) return std::unexpected(reader.error());
-  ConfigReader& r = *reader;
+  SPOKE_TRY(ConfigReader r, ConfigReader::LoadString(yaml, source));
   AgentConfig c;
 
   auto absolute_path = [&](std::string_view key, std::string def) {
@@ -219,8 +217,7 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
 }
 
 Result<AgentConfig> LoadAgentConfig(const std::string& path) {
-  auto reader = ConfigReader::LoadFile(path);
-  if (!reader) return std::unexpected(reader.error());
+  SPOKE_RETURN_IF_ERROR(ConfigReader::LoadFile(path));
   // LoadFile only checks the file exists and parses; re-read as text for one code path.
   std::FILE* f = std::fopen(path.c_str(), "r");
   if (!f) return Fail(Code::kNotFound, "cannot open config file " + path);

@@ -345,9 +345,8 @@ Status MountManager::Start() {
 Result<std::unique_ptr<MountedVolume>> MountManager::DoMount(const MountRecord& record,
                                                              const VolumeContext& context) {
   const std::string& target = record.target_path;
-  auto cleaned = CleanStaleMount(host_, target);
-  if (!cleaned) return std::unexpected(cleaned.error());
-  if (*cleaned) stale_cleaned_.Inc();
+  SPOKE_TRY(bool cleaned, CleanStaleMount(host_, target));
+  if (cleaned) stale_cleaned_.Inc();
   auto mounts = host_.List();
   if (const MountEntry* other = FindMount(mounts, target)) {
     return Fail(Code::kAlreadyExists, "target_path: " + target + " already has a " +
@@ -461,8 +460,7 @@ Status MountManager::Unmount(const std::string& target_path) {
   // The connection is gone with the mount; the keeper's duplicate must not outlive it.
   ForgetInKeeper(target_path);
   // Also covers a pending restore and a mount left by a dead agent we never knew about.
-  auto cleaned = CleanStaleMount(host_, target_path);
-  if (!cleaned) return std::unexpected(cleaned.error());
+  SPOKE_RETURN_IF_ERROR(CleanStaleMount(host_, target_path));
   if (!known) return Ok();
   volume.reset();  // RemoveEntryAndSeries drops the last reference before the series
   RemoveEntryAndSeries(target_path);

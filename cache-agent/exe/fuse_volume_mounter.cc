@@ -83,9 +83,8 @@ class FuseMountedVolume final : public MountedVolume {
     Volume* v = volume_.get();
     peer_->Serve(&v->fetcher(),
                  [v](const std::string& path, uint64_t file_id, uint64_t version) -> Status {
-                   auto a = v->metadata().Resolve(path);
-                   if (!a) return std::unexpected(a.error());
-                   if (a->attr.file_id != file_id || a->attr.ContentVersion() != version) {
+                   SPOKE_TRY(auto a, v->metadata().Resolve(path));
+                   if (a.attr.file_id != file_id || a.attr.ContentVersion() != version) {
                      return Fail(Code::kNotFound, "another version of " + path + " is here");
                    }
                    return Ok();
@@ -102,7 +101,7 @@ class FuseMountedVolume final : public MountedVolume {
 }  // namespace
 
 Status FuseVolumeMounter::Config::Validate() const {
-  if (auto st = hub.Validate(); !st) return std::unexpected(st.error().Wrap("hub"));
+  SPOKE_RETURN_IF_ERROR_WRAP(hub.Validate(), "hub");
   // The per-volume settings are the Volume's: one check, in Volume::Config.
   Volume::Config v;
   v.volume_id.push_back('-');  // any valid id: only the settings are checked here
@@ -153,8 +152,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
   if (context.hub.server.empty())
     return Fail(Code::kInvalidArgument, "server: the hub is not set in the volume context");
-  auto path = NormalizeRelativePath(context.path, "path");
-  if (!path) return std::unexpected(path.error());
+  SPOKE_TRY(auto path, NormalizeRelativePath(context.path, "path"));
   metrics::Labels labels{{"volume", VolumeMetricsLabel(volume_id)}};
 
   LibnfsRemote::Config hub = config_.hub;
@@ -174,9 +172,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   // check the file id they mean, listings cannot. Strict volumes (close-to-open against
   // other writers) list and open by path, as a kernel NFS client would.
   if (context.cache.consistency == Consistency::kStrict) hub.fh_table_size = 0;
-  auto remote = LibnfsRemote::Connect(context.hub, *path, hub, registry_, labels);
-  if (!remote) return std::unexpected(remote.error());
-  std::string hub_name = (*remote)->hub_name();
+  SPOKE_TRY(auto remote, LibnfsRemote::Connect(context.hub, path, hub, registry_, labels));
+  std::string hub_name = remote->hub_name();
 
   Volume::Config vc;
   vc.volume_id = volume_id;
@@ -199,13 +196,12 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   std::unique_ptr<PeerVolume> peer;
   if (peers_ != nullptr && (read_only || context.read_only())) {
     peer = peers_->Join(PeerHubName(context.hub.server, context.hub.nfs_port, context.hub.share),
-                        *path, cache_ != nullptr ? cache_->block_size() : config_.block_size);
+                        path, cache_ != nullptr ? cache_->block_size() : config_.block_size);
     vc.block_source = peer.get();
   }
-  auto volume =
-      Volume::Open(vc, std::move(*remote), cache_, listeners_, registry_, SystemClock::Get());
-  if (!volume) return std::unexpected(volume.error());
-  auto vol = std::make_unique<FuseMountedVolume>(std::move(*volume), target_path);
+  SPOKE_TRY(auto volume,
+            Volume::Open(vc, std::move(remote), cache_, listeners_, registry_, SystemClock::Get()));
+  auto vol = std::make_unique<FuseMountedVolume>(std::move(volume), target_path);
   vol->ServePeers(std::move(peer));
 
   FuseAdapter::Options fo;
@@ -220,11 +216,10 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   fo.registry = registry_;
   // A taken-over connection: the kernel holds numbers with counts this process never saw.
   if (fuse_fd.valid()) vol->volume().metadata().AdoptKernelReferences();
-  auto fuse = fuse_fd.valid()
-                  ? FuseAdapter::Adopt(vol->volume().fs(), fo, std::move(fuse_fd), takeover_json)
-                  : FuseAdapter::Mount(vol->volume().fs(), fo);
-  if (!fuse) return std::unexpected(fuse.error());
-  vol->Serve(std::move(*fuse));
+  SPOKE_TRY(auto fuse, fuse_fd.valid() ? FuseAdapter::Adopt(vol->volume().fs(), fo,
+                                                            std::move(fuse_fd), takeover_json)
+                                       : FuseAdapter::Mount(vol->volume().fs(), fo));
+  vol->Serve(std::move(fuse));
   log::Info("volume ready", {{"volume", volume_id},
                              {"target", target_path},
                              {"hub", hub_name},

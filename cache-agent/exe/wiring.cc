@@ -29,7 +29,7 @@ Result<std::unique_ptr<EvictionPolicy>> MakeLru(const BlockCache::Config&) {
 // never lets a prefetch evict a block predicted to be needed sooner.
 Result<std::unique_ptr<EvictionPolicy>> MakeNoThrash(const BlockCache::Config&) {
   NoThrashPolicy::Config c;
-  if (auto s = c.Validate(); !s) return std::unexpected(s.error().Wrap("evictionPolicy nothrash"));
+  SPOKE_RETURN_IF_ERROR_WRAP(c.Validate(), "evictionPolicy nothrash");
   return std::unique_ptr<EvictionPolicy>(std::make_unique<NoThrashPolicy>(c));
 }
 
@@ -56,9 +56,8 @@ Result<std::unique_ptr<BlockCache>> OpenAgentCache(const AgentConfig& config,
   cc.capacity_bytes = config.cache_size_bytes;
   cc.block_size = config.block_size_bytes;
   SPOKE_RETURN_IF_ERROR(cc.Validate());
-  auto policy = MakeEvictionPolicy(config.eviction_policy, cc);
-  if (!policy) return std::unexpected(policy.error());
-  return OpenBlockCache(cc, std::move(*policy), registry);
+  SPOKE_TRY(auto policy, MakeEvictionPolicy(config.eviction_policy, cc));
+  return OpenBlockCache(cc, std::move(policy), registry);
 }
 
 uint64_t DeriveMemoryBudgetBytes(std::optional<uint64_t> memory_limit_bytes,
@@ -92,7 +91,7 @@ Result<std::unique_ptr<MemoryBudget>> MakeMemoryBudget(const AgentConfig& config
   mc.total_bytes = config.memory_budget_bytes != 0
                        ? config.memory_budget_bytes
                        : DeriveMemoryBudgetBytes(CgroupMemoryLimit(), config.block_size_bytes);
-  if (auto st = mc.Validate(); !st) return std::unexpected(st.error().Wrap("memoryBudgetBytes"));
+  SPOKE_RETURN_IF_ERROR_WRAP(mc.Validate(), "memoryBudgetBytes");
   auto budget = std::make_unique<MemoryBudget>(mc);
   budget->ExportTo(registry);
   return budget;
@@ -109,11 +108,10 @@ Result<std::unique_ptr<PeerNode>> StartAgentPeers(const AgentConfig& config,
                                                   metrics::Registry& registry,
                                                   bool fault_corrupt_served_blocks) {
   if (!config.peer.enabled()) return std::unique_ptr<PeerNode>();
-  auto token = LoadPeerToken(config.peer.token_file);
-  if (!token) return std::unexpected(token.error());
+  SPOKE_TRY(auto token, LoadPeerToken(config.peer.token_file));
   PeerNode::Config pc;
   pc.listen_address = config.peer.listen_address;
-  pc.token = *token;
+  pc.token = token;
   pc.timeout = std::chrono::milliseconds(config.peer.timeout_ms);
   pc.keep_local_copy = config.peer.keep_local_copy;
   pc.members.static_peers = config.peer.peers;

@@ -42,15 +42,14 @@ bool MetadataCache::Fresh(std::chrono::steady_clock::time_point t) const {
 
 Status MetadataCache::Init() {
   stats_made_++;
-  auto st = remote_.Stat("");
-  if (!st) return std::unexpected(st.error());
-  if (!st->is_dir()) return Fail(Code::kInvalidArgument, "volume root is not a directory");
+  SPOKE_TRY(auto st, remote_.Stat(""));
+  if (!st.is_dir()) return Fail(Code::kInvalidArgument, "volume root is not a directory");
   std::lock_guard<std::mutex> lock(mu_);
   Node& root = nodes_[kRootIno];
-  root.attr = *st;
+  root.attr = st;
   root.attr_valid = true;
   root.attr_time = clock_.Now();
-  by_file_id_[st->file_id] = kRootIno;
+  by_file_id_[st.file_id] = kRootIno;
   return Ok();
 }
 
@@ -199,9 +198,8 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) 
     SPOKE_TRY(path, DirPathLocked(ino));
   }
   listings_made_++;
-  auto entries = remote_.ReadDir(path);
-  if (!entries) return std::unexpected(entries.error());
-  ApplyListing(ino, *entries);
+  SPOKE_TRY(auto entries, remote_.ReadDir(path));
+  ApplyListing(ino, entries);
   return Ok();
 }
 
@@ -370,9 +368,7 @@ Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
     std::string part = path.substr(start, slash - start);
     start = slash + 1;
     if (part.empty()) continue;
-    auto next = Lookup(cur.ino, part);
-    if (!next) return std::unexpected(next.error().Wrap(path));
-    cur = *next;
+    SPOKE_TRY_WRAP(cur, Lookup(cur.ino, part), path);
   }
   return cur;
 }

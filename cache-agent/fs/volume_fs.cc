@@ -83,9 +83,8 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
     h->writable = true;
     h->hints = true;
   } else {
-    auto made = MakeHandle(ino, (handle & kHandleWritable) != 0);
-    if (!made) return std::unexpected(made.error().Wrap("reopening a handle of an earlier agent"));
-    h = std::move(*made);
+    SPOKE_TRY_WRAP(h, MakeHandle(ino, (handle & kHandleWritable) != 0),
+                   "reopening a handle of an earlier agent");
   }
   const uint64_t pinned = h->hints ? 0 : h->ino;
   bool added;
@@ -106,9 +105,8 @@ Status VolumeFs::CheckWritable() const {
 
 Result<std::string> VolumeFs::ChildPath(uint64_t parent, const std::string& name) const {
   SPOKE_RETURN_IF_ERROR(ValidName(name));
-  auto p = metadata_.PathOf(parent);
-  if (!p) return std::unexpected(p.error());
-  return p->empty() ? name : *p + "/" + name;
+  SPOKE_TRY(auto p, metadata_.PathOf(parent));
+  return p.empty() ? name : p + "/" + name;
 }
 
 void VolumeFs::DropBlocks(uint64_t file_id) { fetcher_.Evict(file_id); }
@@ -139,8 +137,7 @@ bool VolumeFs::HasHandles(uint64_t ino) const {
 
 Result<std::string> VolumeFs::HideOpenFile(uint64_t parent, const std::string& name, uint64_t ino,
                                            const Credentials& who) {
-  auto from = ChildPath(parent, name);
-  if (!from) return std::unexpected(from.error());
+  SPOKE_TRY(auto from, ChildPath(parent, name));
   uint64_t unique;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -149,19 +146,18 @@ Result<std::string> VolumeFs::HideOpenFile(uint64_t parent, const std::string& n
   char id[40];
   std::snprintf(id, sizeof(id), "%llx", static_cast<unsigned long long>(unique));
   std::string hidden_name = std::string(kHiddenPrefix) + id;
-  auto to = ChildPath(parent, hidden_name);
-  if (!to) return std::unexpected(to.error());
-  SPOKE_RETURN_IF_ERROR(remote_.RenameAs(who, *from, *to));
+  SPOKE_TRY(auto to, ChildPath(parent, hidden_name));
+  SPOKE_RETURN_IF_ERROR(remote_.RenameAs(who, from, to));
   metadata_.Hidden(parent, name, hidden_name);
   {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t file_id = 0;
     for (auto& [hid, h] : handles_) {
       if (h->ino != ino) continue;
-      h->file.path = *to;
+      h->file.path = to;
       file_id = h->file.file_id;
     }
-    unlinked_[ino] = Unlinked{*to, who, file_id};
+    unlinked_[ino] = Unlinked{to, who, file_id};
   }
   // Its last holder may have closed it while we renamed.
   if (!HasHandles(ino)) RemoveIfUnlinked(ino);
@@ -271,15 +267,13 @@ Result<std::vector<NamedInode>> VolumeFs::ReadDir(uint64_t ino) {
 
 Result<std::shared_ptr<VolumeFs::Handle>> VolumeFs::MakeHandle(uint64_t ino, bool write) {
   // Close-to-open: a strict volume asks the hub on every open.
-  auto attr = config_.consistency == Consistency::kStrict ? metadata_.Revalidate(ino)
-                                                          : metadata_.GetAttr(ino);
-  if (!attr) return std::unexpected(attr.error());
-  if (attr->is_dir()) return Fail(Code::kInvalidArgument, "is a directory");
-  auto path = metadata_.PathOf(ino);
-  if (!path) return std::unexpected(path.error());
+  SPOKE_TRY(auto attr, config_.consistency == Consistency::kStrict ? metadata_.Revalidate(ino)
+                                                                   : metadata_.GetAttr(ino));
+  if (attr.is_dir()) return Fail(Code::kInvalidArgument, "is a directory");
+  SPOKE_TRY(auto path, metadata_.PathOf(ino));
   auto h = std::make_shared<Handle>();
   h->ino = ino;
-  h->file = FileRef{*path, attr->file_id, attr->ContentVersion(), attr->size};
+  h->file = FileRef{path, attr.file_id, attr.ContentVersion(), attr.size};
   h->writable = write;
   return h;
 }
@@ -290,21 +284,18 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
   if (write) {
     SPOKE_RETURN_IF_ERROR(CheckWritable());
   }
-  auto made = MakeHandle(ino, write);
-  if (!made) return std::unexpected(made.error());
-  std::shared_ptr<Handle> h = std::move(*made);
+  SPOKE_TRY(std::shared_ptr<Handle> h, MakeHandle(ino, write));
   // libfuse negotiates FUSE_CAP_ATOMIC_O_TRUNC: the kernel sends no SETATTR for O_TRUNC and
   // relies on open to truncate, so it must happen on the hub before open returns.
   bool truncated = (flags & O_TRUNC) != 0;
   if (truncated) {
     SetAttrRequest to_zero;
     to_zero.size = 0;
-    auto after = remote_.SetAttrAs(who, h->file.path, to_zero);
-    if (!after) return std::unexpected(after.error().Wrap("truncate on open"));
-    DropBlocks(after->file_id);
+    SPOKE_TRY_WRAP(auto after, remote_.SetAttrAs(who, h->file.path, to_zero), "truncate on open");
+    DropBlocks(after.file_id);
     MarkChanged(ino, 0);
-    metadata_.SetAttr(ino, *after);
-    h->file = FileRef{h->file.path, after->file_id, after->ContentVersion(), after->size};
+    metadata_.SetAttr(ino, after);
+    h->file = FileRef{h->file.path, after.file_id, after.ContentVersion(), after.size};
   }
   h->append = (flags & O_APPEND) != 0;
   h->who = who;
@@ -447,27 +438,24 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
                                                                   const Credentials& who) {
   if (IsHintName(parent, name)) return std::make_pair(InodeAttr{kHintIno, HintAttr()}, OpenHints());
   SPOKE_RETURN_IF_ERROR(CheckWritable());
-  auto path = ChildPath(parent, name);
-  if (!path) return std::unexpected(path.error());
+  SPOKE_TRY(auto path, ChildPath(parent, name));
   // O_EXCL must hold across nodes (lock files): the hub decides, with a guarded CREATE.
   auto how = (flags & O_EXCL) ? CreateMode::kExclusive : CreateMode::kUnchecked;
-  auto attr = remote_.CreateAs(who, *path, mode, how);
-  if (!attr) return std::unexpected(attr.error());
-  if ((flags & O_TRUNC) && attr->size > 0) {
+  SPOKE_TRY(auto attr, remote_.CreateAs(who, path, mode, how));
+  if ((flags & O_TRUNC) && attr.size > 0) {
     // The name existed on the hub (another node created it since our lookup): O_TRUNC
     // still applies to it.
     SetAttrRequest to_zero;
     to_zero.size = 0;
-    attr = remote_.SetAttrAs(who, *path, to_zero);
-    if (!attr) return std::unexpected(attr.error().Wrap("truncate on create"));
-    DropBlocks(attr->file_id);
+    SPOKE_TRY_WRAP(attr, remote_.SetAttrAs(who, path, to_zero), "truncate on create");
+    DropBlocks(attr.file_id);
   }
-  InodeAttr ia = metadata_.Added(parent, name, *attr, /*hold=*/true);
+  InodeAttr ia = metadata_.Added(parent, name, attr, /*hold=*/true);
   metadata_.Invalidate(parent);
   auto h = std::make_shared<Handle>();
   h->ino = ia.ino;
-  h->file = FileRef{*path, attr->file_id, kDirtyVersionBit | dirty_versions_.fetch_add(1),
-                    attr->size, /*written_here=*/true};
+  h->file = FileRef{path, attr.file_id, kDirtyVersionBit | dirty_versions_.fetch_add(1), attr.size,
+                    /*written_here=*/true};
   h->writable = true;
   h->append = (flags & O_APPEND) != 0;
   h->who = who;
@@ -500,14 +488,10 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
   uint64_t end = 0;
   if (h->append) {
     // The kernel's offset is its own idea of the end; another node may have appended since.
-    auto after = remote_.AppendAs(h->who, path, data, size);
-    if (!after) return std::unexpected(after.error());
+    SPOKE_TRY(end, remote_.AppendAs(h->who, path, data, size));
     n = size;
-    end = *after;
   } else {
-    auto w = remote_.WriteAs(h->who, path, offset, data, size);
-    if (!w) return std::unexpected(w.error());
-    n = *w;
+    SPOKE_TRY(n, remote_.WriteAs(h->who, path, offset, data, size));
     end = offset + n;
   }
   bool first_write;
@@ -527,27 +511,23 @@ Result<InodeAttr> VolumeFs::Mkdir(uint64_t parent, const std::string& name, uint
                                   const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
   SPOKE_RETURN_IF_ERROR(CheckWritable());
-  auto path = ChildPath(parent, name);
-  if (!path) return std::unexpected(path.error());
-  auto attr = remote_.MkdirAs(who, *path, mode);
-  if (!attr) return std::unexpected(attr.error());
+  SPOKE_TRY(auto path, ChildPath(parent, name));
+  SPOKE_TRY(auto attr, remote_.MkdirAs(who, path, mode));
   metadata_.Invalidate(parent);
-  return metadata_.Added(parent, name, *attr, /*hold=*/true);
+  return metadata_.Added(parent, name, attr, /*hold=*/true);
 }
 
 Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kPermissionDenied, "the hint file stays");
   SPOKE_RETURN_IF_ERROR(CheckWritable());
-  auto path = ChildPath(parent, name);
-  if (!path) return std::unexpected(path.error());
+  SPOKE_TRY(auto path, ChildPath(parent, name));
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
   auto child = metadata_.Lookup(parent, name);
   if (child && !child->attr.is_dir() && HasHandles(child->ino)) {
-    auto hidden = HideOpenFile(parent, name, child->ino, who);
-    if (!hidden) return std::unexpected(hidden.error());
+    SPOKE_RETURN_IF_ERROR(HideOpenFile(parent, name, child->ino, who));
     return Ok();
   }
-  auto st = remote_.UnlinkAs(who, *path);
+  auto st = remote_.UnlinkAs(who, path);
   if (!st) return st;
   metadata_.Removed(parent, name);
   if (child) DropBlocks(child->attr.file_id);
@@ -557,9 +537,8 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credenti
 Status VolumeFs::Rmdir(uint64_t parent, const std::string& name, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kPermissionDenied, "the hint file stays");
   SPOKE_RETURN_IF_ERROR(CheckWritable());
-  auto path = ChildPath(parent, name);
-  if (!path) return std::unexpected(path.error());
-  auto st = remote_.RmdirAs(who, *path);
+  SPOKE_TRY(auto path, ChildPath(parent, name));
+  auto st = remote_.RmdirAs(who, path);
   if (!st) return st;
   metadata_.Removed(parent, name);
   return Ok();
@@ -571,10 +550,8 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   if (flags != 0) return Fail(Code::kInvalidArgument, "rename flags are not supported");
   if (IsHintName(parent, name) || IsHintName(new_parent, new_name))
     return Fail(Code::kPermissionDenied, "the hint file cannot be renamed or replaced");
-  auto from = ChildPath(parent, name);
-  if (!from) return std::unexpected(from.error());
-  auto to = ChildPath(new_parent, new_name);
-  if (!to) return std::unexpected(to.error());
+  SPOKE_TRY(auto from, ChildPath(parent, name));
+  SPOKE_TRY(auto to, ChildPath(new_parent, new_name));
   if (IsHiddenName(name) || IsHiddenName(new_name))
     return Fail(Code::kNotFound, "no entry " + (IsHiddenName(name) ? name : new_name));
   auto replaced = metadata_.Lookup(new_parent, new_name);
@@ -587,14 +564,12 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
       if (moved->attr.is_dir()) {
         return std::unexpected(Error::FromErrno(ENOTDIR, new_name + " is not a directory"));
       }
-      auto hidden = HideOpenFile(new_parent, new_name, replaced->ino, who);
-      if (!hidden) return std::unexpected(hidden.error());
+      SPOKE_TRY(aside_name, HideOpenFile(new_parent, new_name, replaced->ino, who));
       aside = *replaced;
-      aside_name = *hidden;
       replaced = Fail(Code::kNotFound, "moved aside");
     }
   }
-  auto st = remote_.RenameAs(who, *from, *to);
+  auto st = remote_.RenameAs(who, from, to);
   if (!st) {
     if (aside) RestoreAside(new_parent, aside_name, new_name, *aside, who);
     return st;
@@ -606,7 +581,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   if (moved) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, h] : handles_) {
-      if (h->ino == moved->ino) h->file.path = *to;
+      if (h->ino == moved->ino) h->file.path = to;
     }
   }
   return Ok();
@@ -616,16 +591,14 @@ Result<FileAttr> VolumeFs::SetAttr(uint64_t ino, const SetAttrRequest& request,
                                    const Credentials& who) {
   if (ino == kHintIno) return HintAttr();  // truncate (> redirection), touch: nothing to do
   SPOKE_RETURN_IF_ERROR(CheckWritable());
-  auto path = metadata_.PathOf(ino);
-  if (!path) return std::unexpected(path.error());
-  auto attr = remote_.SetAttrAs(who, *path, request);
-  if (!attr) return std::unexpected(attr.error());
+  SPOKE_TRY(auto path, metadata_.PathOf(ino));
+  SPOKE_TRY(auto attr, remote_.SetAttrAs(who, path, request));
   if (request.size) {
-    DropBlocks(attr->file_id);
-    MarkChanged(ino, attr->size);
+    DropBlocks(attr.file_id);
+    MarkChanged(ino, attr.size);
   }
-  metadata_.SetAttr(ino, *attr);
-  return *attr;
+  metadata_.SetAttr(ino, attr);
+  return attr;
 }
 
 Status VolumeFs::Fsync(uint64_t handle) {
@@ -644,19 +617,16 @@ Result<InodeAttr> VolumeFs::Symlink(uint64_t parent, const std::string& name,
                                     const std::string& target, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
   SPOKE_RETURN_IF_ERROR(CheckWritable());
-  auto path = ChildPath(parent, name);
-  if (!path) return std::unexpected(path.error());
-  auto attr = remote_.SymlinkAs(who, target, *path);
-  if (!attr) return std::unexpected(attr.error());
+  SPOKE_TRY(auto path, ChildPath(parent, name));
+  SPOKE_TRY(auto attr, remote_.SymlinkAs(who, target, path));
   metadata_.Invalidate(parent);
-  return metadata_.Added(parent, name, *attr, /*hold=*/true);
+  return metadata_.Added(parent, name, attr, /*hold=*/true);
 }
 
 Result<std::string> VolumeFs::ReadLink(uint64_t ino) {
   if (ino == kHintIno) return Fail(Code::kInvalidArgument, "not a symbolic link");
-  auto path = metadata_.PathOf(ino);
-  if (!path) return std::unexpected(path.error());
-  return remote_.ReadLink(*path);
+  SPOKE_TRY(auto path, metadata_.PathOf(ino));
+  return remote_.ReadLink(path);
 }
 
 Result<InodeAttr> VolumeFs::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
@@ -664,27 +634,22 @@ Result<InodeAttr> VolumeFs::Link(uint64_t ino, uint64_t new_parent, const std::s
   if (ino == kHintIno || IsHintName(new_parent, new_name))
     return Fail(Code::kPermissionDenied, "the hint file cannot be linked");
   SPOKE_RETURN_IF_ERROR(CheckWritable());
-  auto existing = metadata_.PathOf(ino);
-  if (!existing) return std::unexpected(existing.error());
-  auto path = ChildPath(new_parent, new_name);
-  if (!path) return std::unexpected(path.error());
-  auto attr = remote_.LinkAs(who, *existing, *path);
-  if (!attr) return std::unexpected(attr.error());
+  SPOKE_TRY(auto existing, metadata_.PathOf(ino));
+  SPOKE_TRY(auto path, ChildPath(new_parent, new_name));
+  SPOKE_TRY(auto attr, remote_.LinkAs(who, existing, path));
   metadata_.Invalidate(new_parent);
   metadata_.Invalidate(ino);  // nlink and ctime changed
-  return metadata_.Added(new_parent, new_name, *attr, /*hold=*/true);
+  return metadata_.Added(new_parent, new_name, attr, /*hold=*/true);
 }
 
 Result<InodeAttr> VolumeFs::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
                                   uint64_t rdev, const Credentials& who) {
   if (IsHintName(parent, name)) return Fail(Code::kAlreadyExists, std::string(kHintFileName));
   SPOKE_RETURN_IF_ERROR(CheckWritable());
-  auto path = ChildPath(parent, name);
-  if (!path) return std::unexpected(path.error());
-  auto attr = remote_.MknodAs(who, *path, mode, rdev);
-  if (!attr) return std::unexpected(attr.error());
+  SPOKE_TRY(auto path, ChildPath(parent, name));
+  SPOKE_TRY(auto attr, remote_.MknodAs(who, path, mode, rdev));
   metadata_.Invalidate(parent);
-  return metadata_.Added(parent, name, *attr, /*hold=*/true);
+  return metadata_.Added(parent, name, attr, /*hold=*/true);
 }
 
 }  // namespace spoke::agent

@@ -516,16 +516,14 @@ Status FuseAdapter::StartSession(std::unique_ptr<fuse::SessionIo> io) {
     if (rc != 0) log::Debug("fuse session loop ended", {{"rc", rc}});
     self->loop_done_.store(true);
   });
-  auto init = io_->WaitForInit(kInitTimeout);
-  if (!init) return std::unexpected(init.error().Wrap("FUSE INIT at " + options_.mountpoint));
-  init_json_ = init->ToJson();
+  SPOKE_TRY_WRAP(auto init, io_->WaitForInit(kInitTimeout), "FUSE INIT at " + options_.mountpoint);
+  init_json_ = init.ToJson();
   return Ok();
 }
 
 Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Options& options,
                                                         UniqueFd fd, const std::string& init_json) {
-  auto init = fuse::InitRecord::FromJson(init_json);
-  if (!init) return std::unexpected(init.error());
+  SPOKE_TRY(auto init, fuse::InitRecord::FromJson(init_json));
   std::unique_ptr<FuseAdapter> a(new FuseAdapter(fs, options));
   a->adopted_ = true;
   std::string opts = SessionOptions(options);
@@ -536,7 +534,7 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
   a->session_ = fuse_session_new(&args, &Ops(), sizeof(fuse_lowlevel_ops), a.get());
   fuse_opt_free_args(&args);
   if (a->session_ == nullptr) return Fail(Code::kIo, "fuse_session_new failed");
-  auto io = fuse::SessionIo::Adopt(a->session_, std::move(fd), std::move(*init));
+  auto io = fuse::SessionIo::Adopt(a->session_, std::move(fd), std::move(init));
   if (!io) {
     fuse_session_destroy(a->session_);
     a->session_ = nullptr;

@@ -101,9 +101,7 @@ Result<InitRecord> InitRecord::FromJson(const std::string& json_text) {
     if (!j.contains(field) || !j[field].is_string()) {
       return Fail(Code::kInvalidArgument, std::string("init record lacks '") + field + "'");
     }
-    auto bytes = FromHex(j[field].get<std::string>(), field);
-    if (!bytes) return std::unexpected(bytes.error());
-    *dest = std::move(*bytes);
+    SPOKE_TRY(*dest, FromHex(j[field].get<std::string>(), field));
   }
   SPOKE_RETURN_IF_ERROR(CheckInitRequest(out.request));
   return out;

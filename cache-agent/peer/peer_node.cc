@@ -66,7 +66,7 @@ Status PeerNode::Config::Validate() const {
     return Fail(Code::kInvalidArgument, "timeout: must be >= 1 ms");
   PeerSet::Config m = members;
   if (m.self_port == 0) m.self_port = 1;  // set from the bound port at Start
-  if (auto s = m.Validate(); !s) return std::unexpected(s.error().Wrap("members"));
+  SPOKE_RETURN_IF_ERROR_WRAP(m.Validate(), "members");
   return Ok();
 }
 

@@ -160,15 +160,13 @@ VolumeFigures Volume::Figures() {
 Status Volume::Warmup(const std::string& path_prefix,
                       const std::function<void(const WarmupFigures&)>& progress,
                       const std::atomic<bool>& cancelled) {
-  auto prefix = NormalizeRelativePath(path_prefix, "path");
-  if (!prefix) return std::unexpected(prefix.error());
+  SPOKE_TRY(auto prefix, NormalizeRelativePath(path_prefix, "path"));
   while (!metadata_->WaitWalk(200ms)) {
     if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
   }
-  auto files = metadata_->Files(*prefix);
-  if (files.empty() && !prefix->empty()) {
-    auto r = metadata_->Resolve(*prefix);
-    if (!r) return std::unexpected(r.error());
+  auto files = metadata_->Files(prefix);
+  if (files.empty() && !prefix.empty()) {
+    SPOKE_RETURN_IF_ERROR(metadata_->Resolve(prefix));
   }
   WarmupFigures figures;
   figures.files_total = files.size();
@@ -217,11 +215,10 @@ Status Volume::Warmup(const std::string& path_prefix,
 }
 
 Result<uint64_t> Volume::Evict(const std::string& path_prefix) {
-  auto prefix = NormalizeRelativePath(path_prefix, "path");
-  if (!prefix) return std::unexpected(prefix.error());
-  if (prefix->empty()) return fetcher_->Evict(0);
+  SPOKE_TRY(auto prefix, NormalizeRelativePath(path_prefix, "path"));
+  if (prefix.empty()) return fetcher_->Evict(0);
   uint64_t n = 0;
-  for (const auto& f : metadata_->Files(*prefix)) n += fetcher_->Evict(f.file_id);
+  for (const auto& f : metadata_->Files(prefix)) n += fetcher_->Evict(f.file_id);
   return n;
 }
 
