@@ -18,7 +18,7 @@ Result<std::unique_ptr<FdKeeperServer>> StartFuseKeeper(const NodeConfig& config
   keeper.socket_path = config.fuse_keeper_socket;
   keeper.orphan_timeout = config.fuse_keeper_orphan_timeout;
   auto server = std::make_unique<FdKeeperServer>(keeper);
-  if (auto s = server->Start(); !s) return std::unexpected(s.error().Wrap("fuseKeeperSocket"));
+  SPOKE_RETURN_IF_ERROR_WRAP(server->Start(), "fuseKeeperSocket");
   return server;
 }
 

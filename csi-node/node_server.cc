@@ -84,10 +84,8 @@ Result<VolumeContext> ContextFor(const VolumeId& id, const StringMap& request_co
     if (!k.starts_with("csi.storage.k8s.io/")) has_ours = true;
   }
   if (has_ours) {
-    auto c = VolumeContext::FromMap(request_context);
-    if (!c) return std::unexpected(c.error().Wrap("volume_context"));
-    if (auto s = RefuseScratchAtRoot(*c); !s)
-      return std::unexpected(s.error().Wrap("volume_context"));
+    SPOKE_TRY_WRAP(auto c, VolumeContext::FromMap(request_context), "volume_context");
+    SPOKE_RETURN_IF_ERROR_WRAP(RefuseScratchAtRoot(c), "volume_context");
     return c;
   }
   VolumeContext c;
