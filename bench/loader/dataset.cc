@@ -124,19 +124,17 @@ Result<Manifest> Generate(const GenOptions& options) {
       Rng content(MixSeed(options.seed, i));
       content.Fill(buf);
       ManifestEntry e{SamplePath(options.workload, i, per_class), size, Checksum(buf), 1};
-      auto fd = CreateFile(root / e.path);
-      if (!fd) return std::unexpected(fd.error());
-      auto st = WriteAll(*fd, buf, e.path);
-      ::close(*fd);
-      if (!st) return std::unexpected(st.error());
+      SPOKE_TRY(auto fd, CreateFile(root / e.path));
+      auto st = WriteAll(fd, buf, e.path);
+      ::close(fd);
+      SPOKE_RETURN_IF_ERROR(st);
       manifest.entries.push_back(std::move(e));
     }
   } else {
     uint64_t next_sample = 0;
     for (uint64_t shard = 0; next_sample < samples; ++shard) {
       ManifestEntry e{SamplePath(options.workload, shard, per_class), 0, 0, 0};
-      auto fd = CreateFile(root / e.path);
-      if (!fd) return std::unexpected(fd.error());
+      SPOKE_TRY(auto fd, CreateFile(root / e.path));
       XXH3_state_t* state = XXH3_createState();
       XXH3_64bits_reset(state);
       Status st = Ok();
@@ -149,7 +147,7 @@ Result<Manifest> Generate(const GenOptions& options) {
         content.Fill(payload);
         EncodeRecordHeader({static_cast<uint32_t>(size), Checksum(payload)}, buf.data());
         XXH3_64bits_update(state, buf.data(), buf.size());
-        st = WriteAll(*fd, buf, e.path);
+        st = WriteAll(fd, buf, e.path);
         if (!st) break;
         e.size += buf.size();
         ++e.records;
@@ -157,13 +155,12 @@ Result<Manifest> Generate(const GenOptions& options) {
       }
       e.checksum = XXH3_64bits_digest(state);
       XXH3_freeState(state);
-      ::close(*fd);
-      if (!st) return std::unexpected(st.error());
+      ::close(fd);
+      SPOKE_RETURN_IF_ERROR(st);
       manifest.entries.push_back(std::move(e));
     }
   }
-  auto st = WriteManifest(options.dir, manifest);
-  if (!st) return std::unexpected(st.error());
+  SPOKE_RETURN_IF_ERROR(WriteManifest(options.dir, manifest));
   return manifest;
 }
 

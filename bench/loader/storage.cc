@@ -50,10 +50,9 @@ Result<uint64_t> ReadWhole(ReadFile& file, uint64_t expected_size, uint64_t chun
     if (done == buf.size()) buf.resize(buf.size() * 2);
     uint64_t want = buf.size() - done;
     if (chunk > 0 && want > chunk) want = chunk;
-    auto n = file.PRead(std::span<std::byte>(buf.data() + done, want), done);
-    if (!n) return std::unexpected(n.error());
-    if (*n == 0) return done;
-    done += *n;
+    SPOKE_TRY(auto n, file.PRead(std::span<std::byte>(buf.data() + done, want), done));
+    if (n == 0) return done;
+    done += n;
   }
 }
 

@@ -56,17 +56,13 @@ int main(int argc, char** argv) {
                 files / s, 1000 * s / files);
   };
   auto agent = [&](const std::string& name) -> spoke::Status {
-    auto c = (*remote)->Create(name, 0644);
-    if (!c) return std::unexpected(c.error());
-    auto w = (*remote)->Write(name, 0, payload.data(), payload.size());
-    if (!w) return std::unexpected(w.error());
+    SPOKE_RETURN_IF_ERROR((*remote)->Create(name, 0644));
+    SPOKE_RETURN_IF_ERROR((*remote)->Write(name, 0, payload.data(), payload.size()));
     return spoke::Ok();
   };
   auto as = [&](const Credentials& who, const std::string& name) -> spoke::Status {
-    auto c = (*remote)->CreateAs(who, name, 0644, CreateMode::kExclusive);
-    if (!c) return std::unexpected(c.error());
-    auto w = (*remote)->WriteAs(who, name, 0, payload.data(), payload.size());
-    if (!w) return std::unexpected(w.error());
+    SPOKE_RETURN_IF_ERROR((*remote)->CreateAs(who, name, 0644, CreateMode::kExclusive));
+    SPOKE_RETURN_IF_ERROR((*remote)->WriteAs(who, name, 0, payload.data(), payload.size()));
     return spoke::Ok();
   };
   std::printf("small-file create+write(4 KiB) over %d ms RTT, sequential\n", 2 * delay_ms);

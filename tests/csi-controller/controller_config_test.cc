@@ -6,9 +6,8 @@ namespace spoke::controller {
 namespace {
 
 Result<ControllerConfig> Parse(const std::string& yaml) {
-  auto reader = ConfigReader::LoadString(yaml, "controller.yaml");
-  if (!reader) return std::unexpected(reader.error());
-  return ControllerConfig::Read(*reader);
+  SPOKE_TRY(auto reader, ConfigReader::LoadString(yaml, "controller.yaml"));
+  return ControllerConfig::Read(reader);
 }
 
 TEST(ControllerConfigTest, DefaultsAndValues) {

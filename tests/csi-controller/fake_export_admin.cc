@@ -22,14 +22,14 @@ class FakeSession : public ExportSession {
 
   Result<EntryInfo> Stat(const std::string& path) override {
     std::lock_guard<std::mutex> lock(tree_->mu);
-    if (auto s = Down(); !s) return std::unexpected(s.error());
+    SPOKE_RETURN_IF_ERROR(Down());
     auto it = tree_->entries.find(path);
     if (it == tree_->entries.end()) return Fail(Code::kNotFound, "no " + path);
     return EntryInfo{it->second.is_dir, it->second.data.size()};
   }
   Result<std::vector<std::string>> List(const std::string& path) override {
     std::lock_guard<std::mutex> lock(tree_->mu);
-    if (auto s = Down(); !s) return std::unexpected(s.error());
+    SPOKE_RETURN_IF_ERROR(Down());
     if (!tree_->entries.contains(path)) return Fail(Code::kNotFound, "no " + path);
     std::vector<std::string> out;
     for (const auto& [p, e] : tree_->entries) {
@@ -92,7 +92,7 @@ class FakeSession : public ExportSession {
   }
   Result<std::string> ReadFile(const std::string& path, size_t max_bytes) override {
     std::lock_guard<std::mutex> lock(tree_->mu);
-    if (auto s = Down(); !s) return std::unexpected(s.error());
+    SPOKE_RETURN_IF_ERROR(Down());
     auto it = tree_->entries.find(path);
     if (it == tree_->entries.end()) return Fail(Code::kNotFound, "no " + path);
     if (it->second.data.size() > max_bytes) return Fail(Code::kInvalidArgument, "too large");
@@ -107,7 +107,7 @@ class FakeSession : public ExportSession {
   }
   Result<FsUsage> Usage() override {
     std::lock_guard<std::mutex> lock(tree_->mu);
-    if (auto s = Down(); !s) return std::unexpected(s.error());
+    SPOKE_RETURN_IF_ERROR(Down());
     return FsUsage{10ull << 30, tree_->available_bytes, tree_->available_bytes};
   }
 

@@ -51,9 +51,8 @@ Opened Open(const BlockCache::Config& cfg, metrics::Registry* reg = nullptr,
   Opened o;
   auto factory = [&o](const std::string& dir, uint64_t n,
                       uint32_t size) -> Result<std::unique_ptr<BlockStore>> {
-    auto s = UringBlockStore::Open(dir, n, size, {});
-    if (!s) return std::unexpected(s.error());
-    auto f = std::make_unique<FaultyBlockStore>(std::move(*s));
+    SPOKE_TRY(auto s, UringBlockStore::Open(dir, n, size, {}));
+    auto f = std::make_unique<FaultyBlockStore>(std::move(s));
     o.faulty = f.get();
     return std::unique_ptr<BlockStore>(std::move(f));
   };
@@ -1020,9 +1019,8 @@ TEST(BlockCacheBytesTest, StoreThatCannotPunchHolesGetsOneSlotPerBlock) {
   auto factory = [&](const std::string& d, uint64_t n,
                      uint32_t size) -> Result<std::unique_ptr<BlockStore>> {
     opened_slot_counts.push_back(n);
-    auto s = UringBlockStore::Open(d, n, size, {});
-    if (!s) return std::unexpected(s.error());
-    auto f = std::make_unique<FaultyBlockStore>(std::move(*s));
+    SPOKE_TRY(auto s, UringBlockStore::Open(d, n, size, {}));
+    auto f = std::make_unique<FaultyBlockStore>(std::move(s));
     f->refuse_hole_punching = true;
     faulty = f.get();
     return std::unique_ptr<BlockStore>(std::move(f));

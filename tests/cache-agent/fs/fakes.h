@@ -242,9 +242,8 @@ class FakeRemoteFs : public RemoteFs {
                             size_t length) override {
     Remember(who);
     uint64_t at = Data(path).size();
-    auto n = Write(path, at, data, length);
-    if (!n) return std::unexpected(n.error());
-    return at + *n;
+    SPOKE_TRY(auto n, Write(path, at, data, length));
+    return at + n;
   }
   Result<FileAttr> SetAttrAs(const Credentials& who, const std::string& path,
                              const SetAttrRequest& r) override {

@@ -65,20 +65,19 @@ struct Rig {
   }
   Result<std::string> ReadAll(const std::string& path, size_t chunk = 1000) {
     auto ino = Ino(path);
-    auto f = fs->Open(ino, O_RDONLY);
-    if (!f) return std::unexpected(f.error());
+    SPOKE_TRY(auto f, fs->Open(ino, O_RDONLY));
     std::string out;
     std::vector<char> buf(chunk);
     for (uint64_t off = 0;; off += chunk) {
-      auto n = fs->Read(f->handle, off, chunk, buf.data());
+      auto n = fs->Read(f.handle, off, chunk, buf.data());
       if (!n) {
-        (void)fs->Release(f->handle);
+        (void)fs->Release(f.handle);
         return std::unexpected(n.error());
       }
       out.append(buf.data(), *n);
       if (*n < chunk) break;
     }
-    EXPECT_TRUE(fs->Release(f->handle));
+    EXPECT_TRUE(fs->Release(f.handle));
     return out;
   }
 
