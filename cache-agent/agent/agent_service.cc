@@ -72,13 +72,14 @@ Result<std::shared_ptr<MountedVolume>> AgentService::Find(const std::string& vol
   return v;
 }
 
-grpc::Status AgentService::Mount(grpc::ServerContext*, const v1::MountRequest* req,
+grpc::Status AgentService::Mount(grpc::ServerContext* context, const v1::MountRequest* req,
                                  v1::MountResponse*) {
   if (req->volume_id().empty()) return Invalid("volume_id: required");
   if (req->target_path().empty()) return Invalid("target_path: required");
   if (req->volume_context().empty()) return Invalid("volume_context: required");
   StringMap ctx(req->volume_context().begin(), req->volume_context().end());
-  auto s = mounts_.Mount(req->volume_id(), ctx, req->target_path(), req->read_only());
+  auto s = mounts_.Mount(req->volume_id(), ctx, req->target_path(), req->read_only(),
+                         [context] { return context->IsCancelled(); });
   return s ? grpc::Status::OK : ToGrpc(s.error());
 }
 
