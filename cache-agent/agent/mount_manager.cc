@@ -16,6 +16,13 @@ std::string Prefixed(std::string_view field, const Error& e) {
   return std::string(field) + ": " + e.message();
 }
 
+// Another Mount/Unmount of the target holds its lock, possibly across a WAN wait: the caller
+// (the node plugin, kubelet behind it) retries rather than parking a thread here.
+auto Busy(const std::string& target) {
+  return Fail(Code::kUnavailable,
+              "target_path: a mount or unmount of " + target + " is in progress; retry");
+}
+
 }  // namespace
 
 Status ValidateVolumeId(const std::string& id) {
@@ -175,7 +182,7 @@ std::vector<std::string> MountManager::AdoptKept(const std::vector<MountRecord>&
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       Entry& e = entries_[target];
       e.volume = std::shared_ptr<MountedVolume>(std::move(*volume));
       e.kept = true;
@@ -205,7 +212,7 @@ std::chrono::steady_clock::time_point MountManager::SyncKeeper() {
   std::vector<std::pair<MountRecord, std::shared_ptr<MountedVolume>>> mounted;
   std::vector<std::string> lost;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [target, e] : entries_) {
       if (!e.volume) continue;
       if (e.volume->connection_lost()) {
@@ -219,7 +226,7 @@ std::chrono::steady_clock::time_point MountManager::SyncKeeper() {
   for (const auto& target : lost) {
     std::shared_ptr<MountedVolume> v;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = entries_.find(target);
       if (it == entries_.end()) continue;
       v = std::move(it->second.volume);
@@ -243,7 +250,7 @@ std::chrono::steady_clock::time_point MountManager::SyncKeeper() {
     bool ok = kept && PutToKeeper(record, *volume);
     if (ok) log::Info("connection given to the fd keeper again", {{"target", record.target_path}});
     all = all && ok;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(record.target_path);
     if (it != entries_.end() && it->second.volume == volume) it->second.kept = ok;
   }
@@ -268,7 +275,7 @@ void MountManager::RemoveEntryAndSeries(const std::string& target) {
   bool still_mounted = false;
   std::shared_ptr<MountedVolume> volume;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target);
     if (it == entries_.end()) return;
     volume_id = it->second.record.volume_id;
@@ -285,8 +292,16 @@ void MountManager::RemoveEntryAndSeries(const std::string& target) {
   if (!still_mounted) registry_.RemoveLabeled("volume", VolumeMetricsLabel(volume_id));
 }
 
+bool MountManager::KernelServes(const std::string& target) {
+  // The mount table only: a stat of the target would be a FUSE request to ourselves, and an
+  // aborted connection of ours is found by SyncKeeper (connection_lost).
+  auto mounts = host_.List();
+  const MountEntry* m = FindMount(mounts, target);
+  return m != nullptr && IsSpokeFuseMount(*m);
+}
+
 std::shared_ptr<std::mutex> MountManager::TargetLock(const std::string& target) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = target_locks_[target];
   if (!slot) slot = std::make_shared<std::mutex>();
   return slot;
@@ -308,7 +323,7 @@ Status MountManager::Start() {
     return !s;
   });
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& r : *records) {
       Entry e;
       e.record = r;
@@ -362,7 +377,8 @@ Result<std::unique_ptr<MountedVolume>> MountManager::DoMount(const MountRecord& 
 }
 
 Status MountManager::Mount(const std::string& volume_id, const StringMap& volume_context,
-                           const std::string& target_path, bool read_only) {
+                           const std::string& target_path, bool read_only,
+                           const std::function<bool()>& caller_gone) {
   if (shut_down_) return Fail(Code::kUnavailable, "the agent is shutting down");
   if (auto s = ValidateVolumeId(volume_id); !s) return s;
   if (auto s = ValidateTargetPath(target_path); !s) return s;
@@ -374,9 +390,11 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
   MountRecord record{volume_id, volume_context, target_path, read_only};
 
   auto target_lock = TargetLock(target_path);
-  std::lock_guard<std::mutex> tl(*target_lock);
+  std::unique_lock<std::mutex> tl(*target_lock, std::try_to_lock);
+  if (!tl.owns_lock()) return Busy(target_path);
+  std::shared_ptr<MountedVolume> existing;  // this volume, mounted here already
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target_path);
     if (it != entries_.end()) {
       if (it->second.record.volume_id != volume_id) {
@@ -389,12 +407,34 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
                       "target_path: volume already mounted there with read_only=" +
                           std::string(it->second.record.read_only ? "true" : "false"));
         }
-        return Ok();  // idempotent
+        existing = it->second.volume;
       }
       // A restore is pending: mount now, with the caller's (newer) parameters.
     }
   }
+  if (existing) {
+    if (KernelServes(target_path)) return Ok();  // idempotent
+    log::Warn("a mount of this agent left the kernel's mount table; mounting it again",
+              {{"volume", volume_id}, {"target", target_path}});
+    {
+      MutexLock lock(mu_);
+      auto it = entries_.find(target_path);
+      if (it != entries_.end() && it->second.volume == existing) it->second.volume.reset();
+    }
+    ForgetInKeeper(target_path);
+    (void)existing->Unmount();
+    existing.reset();
+    UpdateGauges();
+  }
   auto volume = DoMount(record, *context);
+  if (volume && caller_gone && caller_gone()) {
+    log::Warn("the caller gave up before the mount was made; undoing it",
+              {{"volume", volume_id}, {"target", target_path}});
+    (void)(*volume)->Unmount();
+    volume = Fail(Code::kCancelled, "mount of " + target_path +
+                                        " undone: the caller gave up (deadline or cancel) "
+                                        "before it was made");
+  }
   if (!volume) {
     log::Warn(
         "mount failed",
@@ -402,7 +442,7 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
     return std::unexpected(volume.error());
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Entry& e = entries_[target_path];
     e.record = record;
     e.volume = std::shared_ptr<MountedVolume>(std::move(*volume));
@@ -417,7 +457,7 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
   if (persisted) {
     std::shared_ptr<MountedVolume> v = FindByTarget(target_path);
     bool kept = v && PutToKeeper(record, *v);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     entries_[target_path].kept = kept;
   }
   if (auto s = persisted; !s) {
@@ -426,7 +466,7 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
                {{"target", target_path}, {"error", s.error().message()}});
     std::shared_ptr<MountedVolume> v;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       v = entries_[target_path].volume;
       entries_.erase(target_path);
     }
@@ -440,11 +480,12 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
 Status MountManager::Unmount(const std::string& target_path) {
   if (auto s = ValidateTargetPath(target_path); !s) return s;
   auto target_lock = TargetLock(target_path);
-  std::lock_guard<std::mutex> tl(*target_lock);
+  std::unique_lock<std::mutex> tl(*target_lock, std::try_to_lock);
+  if (!tl.owns_lock()) return Busy(target_path);
   std::shared_ptr<MountedVolume> volume;
   bool known = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target_path);
     if (it != entries_.end()) {
       known = true;
@@ -470,7 +511,7 @@ Status MountManager::Unmount(const std::string& target_path) {
 }
 
 std::vector<MountStatus> MountManager::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<MountStatus> out;
   for (const auto& [target, e] : entries_) {
     out.push_back(
@@ -480,14 +521,14 @@ std::vector<MountStatus> MountManager::List() const {
 }
 
 size_t MountManager::mounted_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [target, e] : entries_) n += e.volume != nullptr;
   return n;
 }
 
 std::shared_ptr<MountedVolume> MountManager::FindByVolume(const std::string& volume_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [target, e] : entries_) {
     if (e.volume && e.record.volume_id == volume_id) return e.volume;
   }
@@ -495,7 +536,7 @@ std::shared_ptr<MountedVolume> MountManager::FindByVolume(const std::string& vol
 }
 
 std::shared_ptr<MountedVolume> MountManager::FindByTarget(const std::string& target_path) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(NormalizeTarget(target_path));
   return it == entries_.end() ? nullptr : it->second.volume;
 }
@@ -504,14 +545,14 @@ Status MountManager::Persist() {
   std::lock_guard<std::mutex> pl(persist_mu_);
   std::vector<MountRecord> records;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [target, e] : entries_) records.push_back(e.record);
   }
   return WriteMountState(options_.state_file, records);
 }
 
 void MountManager::UpdateGauges() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   int64_t mounted = 0, pending = 0;
   for (const auto& [target, e] : entries_) (e.volume ? mounted : pending)++;
   mounts_gauge_.Set(mounted);
@@ -522,21 +563,21 @@ void MountManager::RetryPending(bool force) {
   std::vector<std::string> due;
   auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [target, e] : entries_) {
       if (!e.volume && (force || e.next_retry <= now)) due.push_back(target);
     }
   }
   for (const auto& target : due) {
     {
-      std::lock_guard<std::mutex> bl(bg_mu_);
+      MutexLock bl(bg_mu_);
       if (stop_) return;
     }
     auto target_lock = TargetLock(target);
     std::lock_guard<std::mutex> tl(*target_lock);
     MountRecord record;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = entries_.find(target);
       if (it == entries_.end() || it->second.volume) continue;  // unmounted or mounted meanwhile
       record = it->second.record;
@@ -545,7 +586,7 @@ void MountManager::RetryPending(bool force) {
     Result<std::unique_ptr<MountedVolume>> volume =
         context ? DoMount(record, *context)
                 : Result<std::unique_ptr<MountedVolume>>(std::unexpected(context.error()));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target);
     if (it == entries_.end()) {
       if (volume) (void)(*volume)->Unmount();
@@ -578,14 +619,14 @@ void MountManager::RetryPending(bool force) {
 void MountManager::RefreshHealth() {
   std::vector<std::pair<std::string, std::shared_ptr<MountedVolume>>> mounted;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [target, e] : entries_) {
       if (e.volume) mounted.emplace_back(target, e.volume);
     }
   }
   for (const auto& [target, volume] : mounted) {
     VolumeFigures f = volume->Figures();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(target);
     if (it == entries_.end() || it->second.volume != volume) continue;
     if (it->second.hub_reachable != f.hub_reachable) {
@@ -616,72 +657,83 @@ void MountManager::BackgroundLoop() {
     // Sleep until the next retry, health or keeper check is due.
     auto wake = std::min(next_health, next_keeper);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       for (const auto& [target, e] : entries_) {
         if (!e.volume) wake = std::min(wake, e.next_retry);
       }
     }
-    std::unique_lock<std::mutex> bl(bg_mu_);
-    if (bg_cv_.wait_until(bl, wake, [this] { return stop_; })) return;
+    MutexLock bl(bg_mu_);
+    if (bg_cv_.wait_until(bl, wake, [this]() REQUIRES(bg_mu_) { return stop_; })) return;
   }
 }
 
 void MountManager::HandOver(std::chrono::milliseconds drain) {
   if (shut_down_.exchange(true)) return;
   {
-    std::lock_guard<std::mutex> bl(bg_mu_);
+    MutexLock bl(bg_mu_);
     stop_ = true;
   }
   bg_cv_.notify_all();
   if (bg_.joinable()) bg_.join();
   std::vector<std::pair<MountRecord, std::shared_ptr<MountedVolume>>> mounted;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [target, e] : entries_) {
       if (e.volume) mounted.emplace_back(e.record, std::move(e.volume));
     }
   }
-  // A restarted keeper may lack some connections: PUT them all (replacing is harmless).
-  size_t handed = 0;
+  // A restarted keeper may lack some connections: PUT them all (replacing is harmless). Each
+  // hand-over drains for up to `drain`: all at once, so that the total stays `drain`.
+  std::atomic<size_t> handed{0};
+  std::vector<std::thread> drains;
   for (const auto& [record, volume] : mounted) {
-    if (!PutToKeeper(record, *volume)) {
-      log::Warn("no fd keeper holds this mount: unmounting it (the next agent mounts it again)",
-                {{"target", record.target_path}});
-      (void)volume->Unmount();
-      continue;
-    }
-    if (auto s = volume->HandOver(drain); !s) {
-      log::Warn("hand-over left requests unanswered (the next agent's resend covers them)",
-                {{"target", record.target_path}, {"error", s.error().message()}});
-    }
-    ++handed;
+    drains.emplace_back([this, &record, &volume, &handed, drain] {
+      if (!PutToKeeper(record, *volume)) {
+        log::Warn("no fd keeper holds this mount: unmounting it (the next agent mounts it again)",
+                  {{"target", record.target_path}});
+        (void)volume->Unmount();
+        return;
+      }
+      if (auto s = volume->HandOver(drain); !s) {
+        log::Warn("hand-over left requests unanswered (the next agent's resend covers them)",
+                  {{"target", record.target_path}, {"error", s.error().message()}});
+      }
+      ++handed;
+    });
   }
+  for (auto& t : drains) t.join();
   UpdateGauges();
   log::Info("FUSE connections handed over",
-            {{"count", handed}, {"unmounted", mounted.size() - handed}});
+            {{"count", handed.load()}, {"unmounted", mounted.size() - handed.load()}});
 }
 
 void MountManager::Shutdown() {
   if (shut_down_.exchange(true)) return;
   {
-    std::lock_guard<std::mutex> bl(bg_mu_);
+    MutexLock bl(bg_mu_);
     stop_ = true;
   }
   bg_cv_.notify_all();
   if (bg_.joinable()) bg_.join();
   std::vector<std::pair<std::string, std::shared_ptr<MountedVolume>>> mounted;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [target, e] : entries_) {
       if (e.volume) mounted.emplace_back(target, std::move(e.volume));
     }
   }
-  // mounts.json is kept: the next start mounts these again.
+  // mounts.json is kept: the next start mounts these again. Each session may wait for its
+  // loop to end (bounded per session): end them all at once, not one after another.
+  std::vector<std::thread> enders;
   for (const auto& [target, volume] : mounted) {
-    if (auto s = volume->Unmount(); !s) {
-      log::Warn("cannot end a FUSE session", {{"target", target}, {"error", s.error().message()}});
-    }
+    enders.emplace_back([&target, &volume] {
+      if (auto s = volume->Unmount(); !s) {
+        log::Warn("cannot end a FUSE session",
+                  {{"target", target}, {"error", s.error().message()}});
+      }
+    });
   }
+  for (auto& t : enders) t.join();
   UpdateGauges();
   if (!mounted.empty()) log::Info("FUSE sessions ended", {{"count", mounted.size()}});
 }

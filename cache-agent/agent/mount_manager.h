@@ -17,7 +17,7 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +31,7 @@
 #include "common/fd_passing.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -86,10 +87,18 @@ class MountManager {
   Status Start();
 
   // kInvalidArgument (names the field), kAlreadyExists (another volume at the target, or
-  // something else mounted there), kUnavailable (hub), kIo (state file, mkdir).
+  // something else mounted there), kUnavailable (hub; or another Mount/Unmount of the target
+  // is in progress: the caller retries, it is not queued behind a WAN wait), kIo (state
+  // file, mkdir). A mount already in the table is checked against the kernel's mount table:
+  // one detached behind the agent's back (the node plugin's stale-mount cleanup, an admin's
+  // umount) is mounted again. `caller_gone` (e.g. the gRPC call's IsCancelled) is asked once
+  // the mount is made: when the caller has given up it cannot know the mount exists and would
+  // never unmount it, so it is undone and the call fails with kCancelled.
   Status Mount(const std::string& volume_id, const StringMap& volume_context,
-               const std::string& target_path, bool read_only);
-  // Succeeds when nothing is mounted at the target. kInvalidArgument, kIo.
+               const std::string& target_path, bool read_only,
+               const std::function<bool()>& caller_gone = nullptr);
+  // Succeeds when nothing is mounted at the target. kInvalidArgument, kIo; kUnavailable
+  // while another Mount/Unmount of the target is in progress.
   Status Unmount(const std::string& target_path);
 
   std::vector<MountStatus> List() const;
@@ -98,7 +107,8 @@ class MountManager {
   std::shared_ptr<MountedVolume> FindByVolume(const std::string& volume_id) const;
   std::shared_ptr<MountedVolume> FindByTarget(const std::string& target_path) const;
 
-  // Agent shutdown: stops the background thread and ends every FUSE session (lazy unmount);
+  // Agent shutdown: stops the background thread and ends every FUSE session (lazy unmount),
+  // all at once so that a few stuck sessions do not add up past the pod's grace period;
   // keeps mounts.json so the next start restores them. Idempotent.
   void Shutdown();
   // Agent hand-over (SIGTERM with a keeper): stops the background thread, makes sure the
@@ -125,7 +135,12 @@ class MountManager {
     bool kept = false;  // the keeper holds this mount's fd
   };
 
-  std::shared_ptr<std::mutex> TargetLock(const std::string& target);
+  // The per-target operation lock: serialises Mount, Unmount and restores of one target. It
+  // guards no member (mu_ does), so it is a plain std::mutex, tried rather than waited for
+  // by callers that must not queue behind a WAN wait.
+  std::shared_ptr<std::mutex> TargetLock(const std::string& target) EXCLUDES(mu_);
+  // True when the kernel's mount table has a Spoke FUSE mount on top at `target`.
+  bool KernelServes(const std::string& target);
   // Forgets the entry at `target` and, when no other target has its volume, its metrics.
   void RemoveEntryAndSeries(const std::string& target);
   // Mounts at `target` (creating it, cleaning a stale mount). Caller holds the target lock.
@@ -150,14 +165,15 @@ class MountManager {
   metrics::Registry& registry_;
   Options options_;
 
-  mutable std::mutex mu_;
-  std::map<std::string, Entry> entries_;  // GUARDED_BY(mu_), by target path
-  std::map<std::string, std::shared_ptr<std::mutex>> target_locks_;  // GUARDED_BY(mu_)
+  // Lock order: a target lock, then persist_mu_, then mu_ (bg_mu_ is never held with mu_).
   std::mutex persist_mu_;  // serialises state-file writes; taken before mu_
+  mutable Mutex mu_;
+  std::map<std::string, Entry> entries_ GUARDED_BY(mu_);  // by target path
+  std::map<std::string, std::shared_ptr<std::mutex>> target_locks_ GUARDED_BY(mu_);
 
-  std::mutex bg_mu_;
-  std::condition_variable bg_cv_;
-  bool stop_ = false;  // GUARDED_BY(bg_mu_)
+  Mutex bg_mu_;
+  CondVar bg_cv_;
+  bool stop_ GUARDED_BY(bg_mu_) = false;
   std::thread bg_;
   std::atomic<bool> shut_down_{false};
 
@@ -166,7 +182,7 @@ class MountManager {
   metrics::Counter& restore_failures_;
   metrics::Counter& stale_cleaned_;
   metrics::Counter& adopted_;
-  std::chrono::milliseconds keeper_backoff_{0};  // GUARDED_BY(bg_mu_ thread): bg thread only
+  std::chrono::milliseconds keeper_backoff_{0};  // the background thread's only
   // This agent's lease on the keeper (start-up, then the bg thread only): while it is open the
   // keeper does not release the connections it holds; it closes with the process.
   UniqueFd keeper_hold_;

@@ -24,7 +24,7 @@ class AgentServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     world_ = std::make_shared<testing::FakeWorld>();
-    mounter_ = std::make_unique<testing::FakeMounter>(world_);
+    mounter_ = std::make_unique<testing::FakeMounter>(world_, host_);
     MountManager::Options o;
     o.state_file = dir_.path() + "/mounts.json";
     manager_ = std::make_unique<MountManager>(*mounter_, host_, registry_, o);
@@ -89,6 +89,43 @@ TEST_F(AgentServiceTest, SocketIsRootOnly) {
   ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+// A Mount slower than the client's deadline (a hub that does not answer): the client got
+// DEADLINE_EXCEEDED and will never unmount, so the agent undoes the mount when it completes.
+TEST_F(AgentServiceTest, AMountThatOutlivesTheClientsDeadlineIsUndone) {
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->hold_mount = true;
+  }
+  v1::MountRequest req;
+  req.set_volume_id(DatasetId());
+  auto ctx = DatasetContext();
+  req.mutable_volume_context()->insert(ctx.begin(), ctx.end());
+  req.set_target_path(Target("a"));
+  req.set_read_only(true);
+  v1::MountResponse resp;
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  auto s = stub_->Mount(&c, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->hold_mount = false;
+  }
+  world_->mount_cv.notify_all();
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> l(world_->mu);
+      if (world_->unmount_calls == 1) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard<std::mutex> l(world_->mu);
+  EXPECT_EQ(world_->mount_calls, 1);
+  EXPECT_EQ(world_->unmount_calls, 1);
+  EXPECT_TRUE(world_->live.empty());
+  EXPECT_EQ(manager_->mounted_count(), 0u);
 }
 
 TEST_F(AgentServiceTest, MountListUnmountAreIdempotent) {

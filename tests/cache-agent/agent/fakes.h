@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,13 @@ struct FakeWorld {
   std::map<std::string, std::string> live;  // target -> volume id
   // When set, Mount fails with this code until cleared.
   std::optional<Code> fail_mount;
+  // While set, Mount waits (a hub that does not answer) until it is cleared.
+  bool hold_mount = false;
+  std::condition_variable mount_cv;
+  // Unmount takes this long (a FUSE loop that ends slowly); the most at once is recorded.
+  std::chrono::milliseconds unmount_delay{0};
+  int unmounts_running = 0;
+  int most_unmounts_at_once = 0;
   VolumeFigures figures;
   // Warmup: steps, bytes per step, delay per step.
   int warmup_steps = 5;
@@ -39,15 +47,52 @@ struct FakeWorld {
   std::set<std::string> known_paths = {"a.jpg", "dir/b.jpg"};
 };
 
+class FakeHostMounts : public HostMounts {
+ public:
+  std::vector<MountEntry> List() override {
+    std::lock_guard<std::mutex> l(mu);
+    return table;
+  }
+  bool IsDisconnected(const std::string& path) override {
+    std::lock_guard<std::mutex> l(mu);
+    return disconnected.contains(path);
+  }
+  Status DetachUnmount(const std::string& path) override {
+    std::lock_guard<std::mutex> l(mu);
+    detached.push_back(path);
+    bool was_disconnected = disconnected.erase(path) > 0;
+    for (auto it = table.rbegin(); it != table.rend(); ++it) {
+      if (it->mount_point == path) {
+        table.erase(std::next(it).base());
+        return Ok();
+      }
+    }
+    if (was_disconnected) return Ok();
+    return Fail(Code::kNotFound, "nothing mounted");
+  }
+
+  // The kernel's side of a FUSE session's end: the mount leaves the table (not a detach).
+  void Remove(const std::string& path) {
+    std::lock_guard<std::mutex> l(mu);
+    std::erase_if(table, [&](const MountEntry& e) { return e.mount_point == path; });
+  }
+
+  std::mutex mu;
+  std::vector<MountEntry> table;
+  std::set<std::string> disconnected;
+  std::vector<std::string> detached;
+};
+
 class FakeVolume : public MountedVolume {
  public:
   FakeVolume(std::shared_ptr<FakeWorld> w, std::string id, VolumeContext ctx, std::string target,
-             bool ro)
+             bool ro, FakeHostMounts* host = nullptr)
       : w_(std::move(w)),
         id_(std::move(id)),
         ctx_(std::move(ctx)),
         target_(std::move(target)),
-        ro_(ro) {}
+        ro_(ro),
+        host_(host) {}
   const std::string& volume_id() const override { return id_; }
   const std::string& target_path() const override { return target_; }
   const VolumeContext& context() const override { return ctx_; }
@@ -103,11 +148,20 @@ class FakeVolume : public MountedVolume {
     return h;
   }
   Status Unmount() override {
+    std::chrono::milliseconds delay;
+    {
+      std::lock_guard<std::mutex> l(w_->mu);
+      if (unmounted_) return Ok();
+      unmounted_ = true;
+      w_->unmount_calls++;
+      w_->live.erase(target_);
+      delay = w_->unmount_delay;
+      w_->most_unmounts_at_once = std::max(w_->most_unmounts_at_once, ++w_->unmounts_running);
+    }
+    if (host_) host_->Remove(target_);
+    std::this_thread::sleep_for(delay);
     std::lock_guard<std::mutex> l(w_->mu);
-    if (unmounted_) return Ok();
-    unmounted_ = true;
-    w_->unmount_calls++;
-    w_->live.erase(target_);
+    --w_->unmounts_running;
     return Ok();
   }
 
@@ -117,53 +171,35 @@ class FakeVolume : public MountedVolume {
   VolumeContext ctx_;
   std::string target_;
   bool ro_;
+  FakeHostMounts* host_;
   bool unmounted_ = false;
 };
 
+// Mounts show in `host`'s table, as FUSE mounts do in the kernel's, and leave it on Unmount.
 class FakeMounter : public VolumeMounter {
  public:
-  explicit FakeMounter(std::shared_ptr<FakeWorld> w) : w_(std::move(w)) {}
+  FakeMounter(std::shared_ptr<FakeWorld> w, FakeHostMounts& host)
+      : w_(std::move(w)), host_(host) {}
   Result<std::unique_ptr<MountedVolume>> Mount(const std::string& id, const VolumeContext& ctx,
                                                const std::string& target, bool ro) override {
-    std::lock_guard<std::mutex> l(w_->mu);
-    w_->mount_calls++;
-    if (w_->fail_mount) return Fail(*w_->fail_mount, "fake mount failure");
-    w_->live[target] = id;
-    return std::unique_ptr<MountedVolume>(std::make_unique<FakeVolume>(w_, id, ctx, target, ro));
+    {
+      std::unique_lock<std::mutex> l(w_->mu);
+      w_->mount_calls++;
+      w_->mount_cv.wait(l, [&] { return !w_->hold_mount; });
+      if (w_->fail_mount) return Fail(*w_->fail_mount, "fake mount failure");
+      w_->live[target] = id;
+    }
+    {
+      std::lock_guard<std::mutex> l(host_.mu);
+      host_.table.push_back(MountEntry{target, "fuse.spoke", "spoke"});
+    }
+    return std::unique_ptr<MountedVolume>(
+        std::make_unique<FakeVolume>(w_, id, ctx, target, ro, &host_));
   }
 
  private:
   std::shared_ptr<FakeWorld> w_;
-};
-
-class FakeHostMounts : public HostMounts {
- public:
-  std::vector<MountEntry> List() override {
-    std::lock_guard<std::mutex> l(mu);
-    return table;
-  }
-  bool IsDisconnected(const std::string& path) override {
-    std::lock_guard<std::mutex> l(mu);
-    return disconnected.contains(path);
-  }
-  Status DetachUnmount(const std::string& path) override {
-    std::lock_guard<std::mutex> l(mu);
-    detached.push_back(path);
-    bool was_disconnected = disconnected.erase(path) > 0;
-    for (auto it = table.rbegin(); it != table.rend(); ++it) {
-      if (it->mount_point == path) {
-        table.erase(std::next(it).base());
-        return Ok();
-      }
-    }
-    if (was_disconnected) return Ok();
-    return Fail(Code::kNotFound, "nothing mounted");
-  }
-
-  std::mutex mu;
-  std::vector<MountEntry> table;
-  std::set<std::string> disconnected;
-  std::vector<std::string> detached;
+  FakeHostMounts& host_;
 };
 
 // A valid dataset volume context and its id.

@@ -23,7 +23,7 @@ using testing::FakeWorld;
 
 class MountManagerTest : public ::testing::Test {
  protected:
-  MountManagerTest() : world_(std::make_shared<FakeWorld>()), mounter_(world_) {}
+  MountManagerTest() : world_(std::make_shared<FakeWorld>()), mounter_(world_, host_) {}
 
   std::unique_ptr<MountManager> NewManager(std::vector<std::string> roots = {}) {
     MountManager::Options o;
@@ -290,6 +290,97 @@ TEST_F(MountManagerTest, MountOfAPendingTargetMountsAtOnce) {
   // Unmount of a pending target forgets it.
   ASSERT_TRUE(m.Unmount(Target("a")));
   EXPECT_TRUE(m.List().empty());
+}
+
+// A mount waiting on the hub holds its target: a retry of it (the node plugin's, after its
+// own deadline) or an unmount is told to retry at once instead of parking a thread behind it.
+TEST_F(MountManagerTest, AMountInProgressRefusesOtherCallsOnItsTargetInsteadOfQueuingThem) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->hold_mount = true;
+  }
+  std::thread first([&] { EXPECT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true)); });
+  for (int i = 0; i < 500; ++i) {
+    std::lock_guard<std::mutex> l(world_->mu);
+    if (world_->mount_calls == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto again = m->Mount(DatasetId(), DatasetContext(), Target("a"), true);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code(), Code::kUnavailable);
+  EXPECT_NE(again.error().message().find("in progress"), std::string::npos);
+  auto un = m->Unmount(Target("a"));
+  ASSERT_FALSE(un);
+  EXPECT_EQ(un.error().code(), Code::kUnavailable);
+  // Other targets are not held up.
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->hold_mount = false;
+  }
+  world_->mount_cv.notify_all();
+  first.join();
+  EXPECT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  EXPECT_EQ(world_->mount_calls, 1);
+  EXPECT_EQ(m->mounted_count(), 1u);
+}
+
+// The gRPC caller gave up (deadline) while the hub was slow: nobody will ever unmount what it
+// does not know exists, so the mount is undone instead of kept.
+TEST_F(MountManagerTest, AMountFinishedAfterItsCallerGaveUpIsUndone) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  auto s = m->Mount(DatasetId(), DatasetContext(), Target("a"), true, [] { return true; });
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kCancelled);
+  EXPECT_NE(s.error().message().find("gave up"), std::string::npos);
+  EXPECT_EQ(m->mounted_count(), 0u);
+  EXPECT_TRUE(m->List().empty());
+  EXPECT_EQ(world_->unmount_calls, 1);
+  EXPECT_TRUE(world_->live.empty());
+  auto records = ReadMountState(state_file());
+  EXPECT_TRUE(!records || records->empty());
+  // A caller still waiting gets its mount.
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true, [] { return false; }));
+  EXPECT_EQ(m->mounted_count(), 1u);
+}
+
+// The node plugin's stale-mount cleanup (or an admin's umount) detached a mount the agent
+// still lists: the next Mount must not answer "already mounted" for an empty directory.
+TEST_F(MountManagerTest, AMountDetachedBehindTheAgentsBackIsMountedAgain) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  auto first = m->FindByTarget(Target("a"));
+  ASSERT_TRUE(host_.DetachUnmount(Target("a")));
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  EXPECT_EQ(world_->mount_calls, 2);
+  EXPECT_EQ(world_->unmount_calls, 1);  // the old session was ended
+  EXPECT_NE(m->FindByTarget(Target("a")), first);
+  EXPECT_EQ(m->mounted_count(), 1u);
+  EXPECT_EQ(world_->live.size(), 1u);
+  // Still mounted: idempotent again.
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true));
+  EXPECT_EQ(world_->mount_calls, 2);
+}
+
+// Each FUSE session may take a while to end: shutdown ends them together, so the agent stops
+// within one session's bound, not the sum of all of them.
+TEST_F(MountManagerTest, ShutdownEndsEverySessionAtOnce) {
+  auto m = NewManager();
+  ASSERT_TRUE(m->Start());
+  for (std::string name : {"a", "b", "c"}) {
+    ASSERT_TRUE(m->Mount(DatasetId("/srv/" + name), DatasetContext("/srv/" + name), Target(name),
+                         true));
+  }
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->unmount_delay = std::chrono::milliseconds(300);
+  }
+  m->Shutdown();
+  EXPECT_EQ(world_->unmount_calls, 3);
+  EXPECT_EQ(world_->most_unmounts_at_once, 3);
 }
 
 TEST_F(MountManagerTest, AnUnreadableStateFileIsMovedAside) {

@@ -21,7 +21,7 @@ class SpokectlTest : public ::testing::Test {
  protected:
   void SetUp() override {
     world_ = std::make_shared<agent::testing::FakeWorld>();
-    mounter_ = std::make_unique<agent::testing::FakeMounter>(world_);
+    mounter_ = std::make_unique<agent::testing::FakeMounter>(world_, host_);
     MountManager::Options o;
     o.state_file = dir_.path() + "/mounts.json";
     manager_ = std::make_unique<MountManager>(*mounter_, host_, registry_, o);
