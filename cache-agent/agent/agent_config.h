@@ -66,6 +66,11 @@ struct AgentConfig {
   HubPoolConfig hub;
   // Upper bound of the per-file sequential read-ahead window.
   uint64_t read_ahead_max_bytes = 64ull << 20;
+  // The kernel's read-ahead window on each FUSE mount (its bdi's read_ahead_kb). The kernel
+  // starts FUSE mounts at 128 KiB: a sequential reader then has one or two 1 MiB requests out
+  // at a time, each waiting for a cache-disk read. 16 MiB lets it send up to 16 at once, which
+  // the agent's workers serve in parallel. 0 = leave the kernel's default.
+  uint64_t kernel_read_ahead_bytes = 16ull << 20;
   // One of EvictionPolicyNames(); exe/wiring.cc makes the policy.
   std::string eviction_policy = "lru";
   // The only directories the agent mounts under (kubelet's, and one for spokectl): a request

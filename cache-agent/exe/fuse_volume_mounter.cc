@@ -214,6 +214,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   // metadata requests.
   fo.max_threads = std::clamp(static_cast<int>(vc.max_hub_inflight) + 32, 64, 1024);
   fo.registry = registry_;
+  fo.kernel_read_ahead_bytes = config_.kernel_read_ahead_bytes;
   // A taken-over connection: the kernel holds numbers with counts this process never saw.
   if (fuse_fd.valid()) vol->volume().metadata().AdoptKernelReferences();
   SPOKE_TRY(auto fuse, fuse_fd.valid() ? FuseAdapter::Adopt(vol->volume().fs(), fo,
@@ -239,6 +240,7 @@ Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& 
   c.hub.request_timeout_seconds = config.hub.request_timeout_seconds;
   c.hub.retries = config.hub.retries;
   c.read_ahead_max_bytes = config.read_ahead_max_bytes;
+  c.kernel_read_ahead_bytes = config.kernel_read_ahead_bytes;
   c.block_size = cache.block_size();
   c.memory = &memory;
   // One volume's hints may take at most a quarter of what prefetch and hints share, so a

@@ -31,6 +31,7 @@ class FuseVolumeMounter final : public VolumeMounter {
     LibnfsRemote::Config hub;
     // Upper bound of the per-file sequential read-ahead window.
     uint64_t read_ahead_max_bytes = 64ull << 20;
+    uint64_t kernel_read_ahead_bytes = 16ull << 20;  // AgentConfig::kernel_read_ahead_bytes
     // Prefetch bytes queued or in flight per volume (the rest of the pipe is for demand).
     uint64_t prefetch_bytes_max = 256ull << 20;
     // Directories listed at once by the mount-time metadata walk.

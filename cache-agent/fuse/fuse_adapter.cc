@@ -461,6 +461,30 @@ FuseAdapter::FuseAdapter(VolumeFs& fs, const Options& options)
   }
 }
 
+// Widens the mount's kernel read-ahead window (its bdi's read_ahead_kb). Must run after INIT:
+// the INIT reply lowers the window to max_readahead. Our own workers answer the stat. A
+// failure costs only speed, so it is logged, not returned.
+static void SetKernelReadAhead(const std::string& mountpoint, uint64_t bytes) {
+  if (bytes == 0) return;
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    log::Warn("cannot stat the mount to set its read-ahead",
+              {{"target", mountpoint}, {"error", std::strerror(errno)}});
+    return;
+  }
+  std::string path = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
+                     std::to_string(minor(st.st_dev)) + "/read_ahead_kb";
+  std::ofstream out(path);
+  out << bytes / 1024 << "\n";
+  out.close();
+  if (!out) {
+    log::Warn("cannot set the mount's kernel read-ahead (sequential reads stay slower)",
+              {{"target", mountpoint}, {"file", path}});
+    return;
+  }
+  log::Debug("kernel read-ahead set", {{"target", mountpoint}, {"kib", bytes / 1024}});
+}
+
 Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Options& options) {
   struct stat st {};
   if (options.mountpoint.empty() || ::stat(options.mountpoint.c_str(), &st) != 0 ||
@@ -496,6 +520,7 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
     (void)a->Unmount();
     return std::unexpected(s.error());
   }
+  SetKernelReadAhead(options.mountpoint, options.kernel_read_ahead_bytes);
   log::Info("volume mounted", {{"target", options.mountpoint}, {"read_only", options.read_only}});
   return a;
 }
@@ -544,6 +569,8 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
     (void)a->HandOver(std::chrono::milliseconds(0));  // leave the mount to the keeper
     return std::unexpected(s.error());
   }
+  // A window the previous agent set stays with the mount; this one's setting wins.
+  SetKernelReadAhead(options.mountpoint, options.kernel_read_ahead_bytes);
   if (a->io_->resend_outcome() == fuse::ResendOutcome::kUnsupported) {
     log::Warn(
         "the kernel cannot resend requests the previous agent had read (Linux < 6.9); "

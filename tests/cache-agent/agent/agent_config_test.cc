@@ -53,6 +53,7 @@ hub:
   requestTimeoutSeconds: 20
   retries: 5
 readAheadMaxBytes: 128Mi
+kernelReadAheadBytes: 4Mi
 evictionPolicy: lru
 fuseKeeperSocket: /run/spoke/fuse-keeper.sock
 fuseKeeperStart: false
@@ -73,6 +74,7 @@ memoryBudgetBytes: 1536Mi
   EXPECT_EQ(c->hub.request_timeout_seconds, 20);
   EXPECT_EQ(c->hub.retries, 5);
   EXPECT_EQ(c->read_ahead_max_bytes, 128ull << 20);
+  EXPECT_EQ(c->kernel_read_ahead_bytes, 4ull << 20);
   EXPECT_EQ(c->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
   EXPECT_FALSE(c->fuse_keeper_start);
   EXPECT_EQ(c->handover_timeout_seconds, 8);
@@ -128,6 +130,8 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
       {"readAheadMaxBytes: 0", "readAheadMaxBytes: must be at least one block"},
       {"cacheSizeBytes: 100Mi\nreadAheadMaxBytes: 64Mi", "readAheadMaxBytes: must be at most half"},
       {"evictionPolicy: fifo", "evictionPolicy: must be one of lru | nothrash"},
+      {"kernelReadAheadBytes: 1000", "kernelReadAheadBytes: must be a multiple of 4096"},
+      {"kernelReadAheadBytes: 2Gi", "kernelReadAheadBytes:"},
       {"cacheSize: 10Gi", "cacheSize: unknown setting"},
       {"fuseKeeperSocket: keeper.sock", "fuseKeeperSocket: must be an absolute path"},
       {"fuseKeeperSocket: /" + std::string(120, 'k'), "fuseKeeperSocket: longer than"},

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -203,6 +204,21 @@ testing::TestHub* FuseMount::hub_ = nullptr;
 testing::WanProxy* FuseMount::proxy_ = nullptr;
 std::vector<std::string> FuseMount::small_files_;
 std::vector<std::string> FuseMount::large_files_;
+
+// The kernel starts a FUSE mount with a 128 KiB read-ahead window; the mounter widens it to
+// the configured size once INIT is answered (INIT itself can only lower it).
+TEST_F(FuseMount, TheKernelReadAheadWindowIsWidenedToTheConfiguredSize) {
+  testing::TempDir mnt("spoke-mnt");
+  auto vol = MountAt("vol-ra", Context(VolumeMode::kDataset, "data"), mnt.path());
+  ASSERT_NE(vol, nullptr);
+  struct stat st {};
+  ASSERT_EQ(::stat(mnt.path().c_str(), &st), 0);
+  std::string bdi = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
+                    std::to_string(minor(st.st_dev)) + "/read_ahead_kb";
+  EXPECT_EQ(Slurp(bdi), std::to_string(FuseVolumeMounter::Config().kernel_read_ahead_bytes >> 10) +
+                            "\n");
+  ASSERT_TRUE(vol->Unmount());
+}
 
 TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   testing::TempDir mnt1("spoke-mnt"), mnt2("spoke-mnt");
