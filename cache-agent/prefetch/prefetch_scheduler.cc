@@ -107,15 +107,27 @@ PrefetchScheduler::Expert* PrefetchScheduler::ExpertById(ExpertId id) {
 void PrefetchScheduler::OnOpen(const OpenEvent& e) {
   std::lock_guard lock(mu_);
   last_event_ = clock_.Now();
+  const uint64_t verdicts_before = verdicts_applied_;
   DrainVerdictsLocked();
   tracker_.OnOpen(e);
   for (Expert& x : experts_) x.predictor->OnOpen(e);
+  // An open reads nothing yet: its first read says whether the file was there.
+  MaybeScheduleLocked(/*hit=*/true, verdicts_before);
+}
+
+void PrefetchScheduler::MaybeScheduleLocked(bool hit, uint64_t verdicts_before) {
+  if (last_pass_idle_ && hit && verdicts_applied_ == verdicts_before &&
+      tracker_.epoch() == idle_epoch_) {
+    ++skipped_passes_;
+    return;
+  }
   ScheduleLocked();
 }
 
 void PrefetchScheduler::OnRead(const ReadEvent& e) {
   std::lock_guard lock(mu_);
   last_event_ = clock_.Now();
+  const uint64_t verdicts_before = verdicts_applied_;
   DrainVerdictsLocked();
   tracker_.OnRead(e);
   if (e.length > 0) {
@@ -136,7 +148,7 @@ void PrefetchScheduler::OnRead(const ReadEvent& e) {
   }
   for (Expert& x : experts_) x.predictor->OnRead(e);
   ExpireLocked();
-  ScheduleLocked();
+  MaybeScheduleLocked(e.hit, verdicts_before);
 }
 
 void PrefetchScheduler::OnClose(const CloseEvent& e) {
@@ -247,6 +259,7 @@ void PrefetchScheduler::ApplyVerdictLocked(const BlockKey& key, Verdict v) {
   uint64_t bytes = 0;
   Expert* x = RemovePendingLocked(key, &bytes);
   if (x == nullptr) return;
+  ++verdicts_applied_;
   ++x->verdicts;
   const double hit = v == Verdict::kUsed ? 1.0 : 0.0;
   x->precision += config_.precision_decay * (hit - x->precision);
@@ -328,6 +341,7 @@ void PrefetchScheduler::UpdateAllowancesLocked(uint64_t space_limit) {
 }
 
 void PrefetchScheduler::ScheduleLocked() {
+  last_pass_idle_ = false;  // until the pass below has looked at every expert
   if (experts_.empty()) return;
   const uint64_t bs = config_.block_size;
   uint64_t inflight = sink_.InFlightBytes();
@@ -366,6 +380,7 @@ void PrefetchScheduler::ScheduleLocked() {
     ++declined_total_;
     return false;
   };
+  uint64_t submitted = 0;
   for (Expert* x : order) {
     if (outstanding_bytes_ + bs > space) return;
     if (x->outstanding_bytes + bs > x->allowance) continue;
@@ -409,6 +424,7 @@ void PrefetchScheduler::ScheduleLocked() {
           ++sink_refusals_;
           return;  // the fetcher is full: retry on the next event or Tick
         }
+        ++submitted;
         inflight = sink_.InFlightBytes();
         for (uint64_t i = 0; i < n; ++i) {
           const BlockKey key = Key(p.file_id, p.version, b + i);
@@ -443,6 +459,8 @@ void PrefetchScheduler::ScheduleLocked() {
       if (x->outstanding_bytes + bs > x->allowance) break;
     }
   }
+  last_pass_idle_ = submitted == 0;
+  idle_epoch_ = tracker_.epoch();
 }
 
 PrefetchStats PrefetchScheduler::Stats() const {

@@ -279,6 +279,12 @@ class PrefetchScheduler final : public CacheListener {
   uint64_t SpaceLimitLocked(uint64_t inflight) const;
   void UpdateAllowancesLocked(uint64_t space_limit);
   void ScheduleLocked();
+  // OnOpen/OnRead: a schedule pass unless nothing it looks at changed since the last one,
+  // which went through every expert and found nothing to fetch (a warm working set: every
+  // prediction is cached). Skipped passes would only re-check what is present; a miss, a
+  // verdict or a new epoch always schedules, and Tick always does (the driver ticks every
+  // few tens of ms), so a skip delays nothing by more than a tick.
+  void MaybeScheduleLocked(bool hit, uint64_t verdicts_before);
   Expert* ExpertById(ExpertId id);
   void CoverageLocked(ExpertId served_by);
 
@@ -302,6 +308,10 @@ class PrefetchScheduler final : public CacheListener {
   uint64_t used_bytes_ = 0, wasted_bytes_ = 0;
   uint64_t demand_miss_blocks_ = 0;
   uint64_t sink_refusals_ = 0;
+  uint64_t verdicts_applied_ = 0;  // every ApplyVerdictLocked (MaybeScheduleLocked)
+  bool last_pass_idle_ = false;    // the last ScheduleLocked ended with nothing to fetch
+  uint64_t idle_epoch_ = 0;        // the tracker epoch of that pass
+  uint64_t skipped_passes_ = 0;
   // Blocks the cache would not admit (not fetched); present to the experts until
   // declined_until_ (block clock) or the epoch changes.
   std::unordered_set<BlockKey, BlockKeyHash> declined_;

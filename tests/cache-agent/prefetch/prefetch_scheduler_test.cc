@@ -421,6 +421,68 @@ TEST(PrefetchScheduler, DeduplicatesAcrossExpertsAndStaysWithinBudgets) {
   EXPECT_LE(s.Stats().outstanding_bytes, c.space_budget_bytes);
 }
 
+// Proposes the same cached block at every pass and counts the passes.
+class CountingExpert final : public Predictor {
+ public:
+  std::string_view name() const override { return "counting"; }
+  void Predict(uint64_t, uint32_t, std::vector<PrefetchRequest>* out) override {
+    ++passes;
+    PrefetchRequest r;
+    r.path = "big";
+    r.file_id = 7;
+    r.version = 1;
+    r.file_size = kFileBlocks * kBs;
+    r.first_block = 3;
+    r.block_count = 1;
+    out->push_back(r);
+  }
+  int passes = 0;
+};
+
+// A warm working set: every prediction is present. The experts are not asked again at every
+// cached read (their proposals would only be checked against the cache once more), but a
+// miss and a tick ask them at once.
+TEST(PrefetchScheduler, CachedReadsAfterAPassThatFoundEverythingPresentDoNotReplan) {
+  ManualClock clock;
+  FakeSink sink;
+  sink.fetching.insert(BlockKey{1, 7, 1, 3});  // the only prediction: present
+  PrefetchScheduler::Config c;
+  c.volume_key = 1;
+  c.block_size = kBs;
+  c.space_budget_bytes = 32ull * kBs;
+  c.max_inflight_bytes = 8ull * kBs;
+  c.unproven_share = 1;
+  PrefetchScheduler s(c, clock, sink);
+  auto owned = std::make_unique<CountingExpert>();
+  CountingExpert* expert = owned.get();
+  s.AddExpert(std::move(owned));
+  ReadEvent r;
+  r.handle = 1;
+  r.file_id = 7;
+  r.version = 1;
+  r.file_size = kFileBlocks * kBs;
+  r.length = kBs;
+  r.hit = true;
+  for (int i = 0; i < 100; ++i) {
+    r.offset = static_cast<uint64_t>(i) * kBs;
+    s.OnRead(r);
+  }
+  EXPECT_EQ(expert->passes, 1);
+  EXPECT_TRUE(sink.inflight.empty());
+  r.hit = false;  // a miss: plan now
+  s.OnRead(r);
+  EXPECT_EQ(expert->passes, 2);
+  s.Tick();  // ticks always plan
+  EXPECT_EQ(expert->passes, 3);
+  // Once a pass finds something to fetch, every event plans again.
+  sink.fetching.clear();
+  s.Tick();
+  EXPECT_EQ(sink.inflight.size(), 1u);
+  r.hit = true;
+  s.OnRead(r);
+  EXPECT_EQ(expert->passes, 5);
+}
+
 TEST(PrefetchScheduler, HintsWithoutHintExpertAreRejected) {
   ManualClock clock;
   FakeSink sink;
