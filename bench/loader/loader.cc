@@ -8,15 +8,14 @@
 #include <atomic>
 #include <cassert>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "bench/loader/plan.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::bench {
 namespace {
@@ -34,10 +33,11 @@ struct BatchOutcome {
 
 // Shared between one epoch's workers and the consumer.
 struct EpochState {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::optional<BatchOutcome>> done;  // GUARDED_BY(mu)
-  uint64_t consumed = 0;                          // GUARDED_BY(mu)
+  explicit EpochState(size_t batches) : done(batches) {}
+  Mutex mu;
+  CondVar cv;
+  std::vector<std::optional<BatchOutcome>> done GUARDED_BY(mu);  // by plan batch index
+  uint64_t consumed GUARDED_BY(mu) = 0;
 };
 
 // Counts a failure; logs only the first few so a broken mount does not flood the terminal.
@@ -239,8 +239,7 @@ RunResult Loader::Run() {
     const EpochPlan plan =
         TruncatePlan(PlanEpoch(manifest_, config_.seed, epoch, config_.batch, config_.workers),
                      config_.max_batches);
-    EpochState state;
-    state.done.resize(plan.batches.size());
+    EpochState state(plan.batches.size());
     std::vector<std::thread> workers;
 
     auto worker_main = [&](uint32_t k) {
@@ -249,8 +248,9 @@ RunResult Loader::Run() {
       for (const uint32_t idx : plan.per_worker[k]) {
         uint64_t consumed;
         {
-          std::unique_lock lock(state.mu);
-          state.cv.wait(lock, [&] { return idx < state.consumed + outstanding; });
+          MutexLock lock(state.mu);
+          state.cv.wait(lock,
+                        [&]() REQUIRES(state.mu) { return idx < state.consumed + outstanding; });
           consumed = state.consumed;
         }
         if (hooks_.on_batch_start) hooks_.on_batch_start(epoch, idx, consumed);
@@ -282,7 +282,7 @@ RunResult Loader::Run() {
         }
         out.ready = clock_.Now();
         {
-          std::lock_guard lock(state.mu);
+          MutexLock lock(state.mu);
           state.done[idx] = out;
         }
         state.cv.notify_all();
@@ -303,8 +303,8 @@ RunResult Loader::Run() {
       }
       BatchOutcome out;
       {
-        std::unique_lock lock(state.mu);
-        state.cv.wait(lock, [&] { return state.done[b].has_value(); });
+        MutexLock lock(state.mu);
+        state.cv.wait(lock, [&]() REQUIRES(state.mu) { return state.done[b].has_value(); });
         out = *state.done[b];
         state.consumed = b + 1;
       }

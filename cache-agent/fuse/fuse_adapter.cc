@@ -85,30 +85,30 @@ uint64_t WallClockMicros() {
 }  // namespace
 
 struct FuseAdapter::DirListings {
-  std::mutex mu;
-  uint64_t next_id = WallClockMicros();                           // guarded by mu
-  std::unordered_map<uint64_t, std::shared_ptr<DirListing>> map;  // guarded by mu
+  Mutex mu;
+  uint64_t next_id GUARDED_BY(mu) = WallClockMicros();
+  std::unordered_map<uint64_t, std::shared_ptr<DirListing>> map GUARDED_BY(mu);
 
-  uint64_t Add(std::shared_ptr<DirListing> l) {
-    std::lock_guard<std::mutex> lock(mu);
+  uint64_t Add(std::shared_ptr<DirListing> l) EXCLUDES(mu) {
+    MutexLock lock(mu);
     uint64_t id = next_id++;
     map[id] = std::move(l);
     return id;
   }
-  std::shared_ptr<DirListing> Find(uint64_t id) {
-    std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<DirListing> Find(uint64_t id) EXCLUDES(mu) {
+    MutexLock lock(mu);
     auto it = map.find(id);
     return it == map.end() ? nullptr : it->second;
   }
   // An opendir of an earlier agent: list again and keep it under the kernel's id.
-  std::shared_ptr<DirListing> Rebuild(uint64_t id, std::vector<NamedInode> entries) {
-    std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<DirListing> Rebuild(uint64_t id, std::vector<NamedInode> entries) EXCLUDES(mu) {
+    MutexLock lock(mu);
     auto& slot = map[id];
     if (!slot) slot = std::make_shared<DirListing>(DirListing{std::move(entries)});
     return slot;
   }
-  void Remove(uint64_t id) {
-    std::lock_guard<std::mutex> lock(mu);
+  void Remove(uint64_t id) EXCLUDES(mu) {
+    MutexLock lock(mu);
     map.erase(id);
   }
 };
@@ -591,8 +591,9 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
 // after the grace period, three times a second apart, so that requests merely queued for our
 // readers do not count; then the connection is aborted (ECONNABORTED to those callers).
 void FuseAdapter::WatchOrphans() {
-  std::unique_lock<std::mutex> wl(watch_mu_);
-  if (watch_cv_.wait_for(wl, options_.orphan_grace, [&] { return watch_stop_; })) return;
+  MutexLock wl(watch_mu_);
+  const auto stopped = [&]() REQUIRES(watch_mu_) { return watch_stop_; };
+  if (watch_cv_.wait_for(wl, options_.orphan_grace, stopped)) return;
   auto dir = fuse::FuseConnectionDir(options_.mountpoint);
   if (!dir) {
     log::Warn("cannot find the FUSE connection to check for orphaned requests",
@@ -601,9 +602,7 @@ void FuseAdapter::WatchOrphans() {
   }
   int above = 0;
   for (int i = 0; i < 3; ++i) {
-    if (i > 0 && watch_cv_.wait_for(wl, std::chrono::seconds(1), [&] { return watch_stop_; })) {
-      return;
-    }
+    if (i > 0 && watch_cv_.wait_for(wl, std::chrono::seconds(1), stopped)) return;
     uint64_t waiting = 0;
     std::ifstream(*dir + "/waiting") >> waiting;
     size_t ours = io_ ? io_->in_flight() : 0;
@@ -623,7 +622,7 @@ void FuseAdapter::WatchOrphans() {
 
 void FuseAdapter::StopWatch() {
   {
-    std::lock_guard<std::mutex> wl(watch_mu_);
+    MutexLock wl(watch_mu_);
     watch_stop_ = true;
   }
   watch_cv_.notify_all();
@@ -632,7 +631,7 @@ void FuseAdapter::StopWatch() {
 
 Status FuseAdapter::HandOver(std::chrono::milliseconds timeout) {
   StopWatch();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (unmounted_ || session_ == nullptr) return Ok();
   unmounted_ = true;
   Status drained = io_ ? io_->Drain(timeout) : Ok();
@@ -673,7 +672,7 @@ void FuseAdapter::EndLoop(const char* why) {
 
 Status FuseAdapter::Unmount() {
   StopWatch();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (unmounted_ || session_ == nullptr) return Ok();
   unmounted_ = true;
   fuse_session_exit(session_);

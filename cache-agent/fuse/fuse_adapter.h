@@ -14,9 +14,7 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -25,6 +23,7 @@
 #include "cache-agent/fuse/session_io.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 struct fuse_session;
@@ -70,11 +69,11 @@ class FuseAdapter {
 
   // Ends the session and unmounts (lazily when busy: the kernel aborts the connection once
   // its last /dev/fuse fd closes, so users of a busy mount get errors, not a hang). Idempotent.
-  Status Unmount();
+  Status Unmount() EXCLUDES(mu_, watch_mu_);
   // Hand-over to a successor agent: stops reading requests, answers those read (bounded by
   // `timeout`), ends the session loop. Never unmounts: requests wait in the kernel for the
   // next agent. kTimeout names the requests left unanswered (a successor's resend covers them).
-  Status HandOver(std::chrono::milliseconds timeout);
+  Status HandOver(std::chrono::milliseconds timeout) EXCLUDES(mu_, watch_mu_);
 
   // The /dev/fuse fd (for the keeper) and the recorded INIT exchange (InitRecord JSON).
   int session_fd() const { return io_ ? io_->fd() : -1; }
@@ -107,21 +106,21 @@ class FuseAdapter {
   std::thread loop_;
   std::atomic<bool> loop_done_{false};
   std::atomic<bool> left_running_{false};  // Unmount/HandOver gave up on the loop
-  std::mutex mu_;
-  bool unmounted_ = false;  // guarded by mu_
-  bool adopted_ = false;    // libfuse did not mount it: Unmount() detaches the target itself
+  Mutex mu_;
+  bool unmounted_ GUARDED_BY(mu_) = false;
+  bool adopted_ = false;  // libfuse did not mount it: Unmount() detaches the target itself
   std::unique_ptr<fuse::SessionIo> io_;
   std::string init_json_;
   // The orphan watch (kernels without FUSE_NOTIFY_RESEND, adopted sessions only).
-  void WatchOrphans();
-  void StopWatch();
+  void WatchOrphans() EXCLUDES(watch_mu_);
+  void StopWatch() EXCLUDES(watch_mu_);
   // Ends the session loop (fuse_session_exit was called) and frees the session; on a loop that
-  // does not end, leaves it running (left_running_) instead. Called with mu_ held.
-  void EndLoop(const char* why);
+  // does not end, leaves it running (left_running_) instead.
+  void EndLoop(const char* why) REQUIRES(mu_);
   std::atomic<bool> lost_{false};
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  bool watch_stop_ = false;  // guarded by watch_mu_
+  Mutex watch_mu_;
+  CondVar watch_cv_;
+  bool watch_stop_ GUARDED_BY(watch_mu_) = false;
   std::thread watch_;
 
  public:

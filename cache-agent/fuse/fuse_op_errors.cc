@@ -18,7 +18,7 @@ std::string FuseOpErrors::ErrnoName(int err) {
 int FuseOpErrors::Count(const char* op, const Error& e) {
   int err = ErrnoFor(e);
   if (registry_ == nullptr) return err;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto key = std::make_pair(std::string_view(op), err);
   auto it = counters_.find(key);
   if (it == counters_.end()) {

@@ -7,13 +7,13 @@
 #endif
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -25,14 +25,14 @@ class FuseOpErrors {
   // The errno the kernel gets for `e`: never 0 (an error must not read as success).
   static int ErrnoFor(const Error& e);
   // Counts one error of `op` (a string literal, e.g. "unlink") and returns its errno.
-  int Count(const char* op, const Error& e);
+  int Count(const char* op, const Error& e) EXCLUDES(mu_);
   // The errno label: "ENOENT" style where known, the number otherwise.
   static std::string ErrnoName(int err);
 
  private:
   metrics::Registry* registry_;
-  std::mutex mu_;
-  std::map<std::pair<std::string_view, int>, metrics::Counter*> counters_;  // guarded by mu_
+  Mutex mu_;
+  std::map<std::pair<std::string_view, int>, metrics::Counter*> counters_ GUARDED_BY(mu_);
 };
 
 }  // namespace spoke::agent

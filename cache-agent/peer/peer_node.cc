@@ -119,7 +119,7 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
 PeerNode::~PeerNode() {
   Shutdown();
   members_.reset();
-  std::lock_guard lock(vols_mu_);
+  MutexLock lock(vols_mu_);
   if (!volumes_.empty()) log::Error("peer node destroyed before its volumes");
 }
 
@@ -129,7 +129,7 @@ void PeerNode::Shutdown() {
 }
 
 peer::v1::Peer::Stub* PeerNode::StubFor(const std::string& member) {
-  std::lock_guard lock(stubs_mu_);
+  MutexLock lock(stubs_mu_);
   auto& stub = stubs_[member];
   if (!stub) {
     grpc::ChannelArguments args;
@@ -150,14 +150,15 @@ std::unique_ptr<PeerVolume> PeerNode::Join(const std::string& hub, const std::st
 }
 
 void PeerNode::Register(PeerVolume* v) {
-  std::lock_guard lock(vols_mu_);
+  MutexLock lock(vols_mu_);
   volumes_.emplace(v->key_, v);
 }
 
 void PeerNode::Unregister(PeerVolume* v) {
-  std::unique_lock lock(vols_mu_);
+  MutexLock lock(vols_mu_);
+  v->node_.vols_mu_.AssertHeld();  // this node's vols_mu_
   v->fetcher_ = nullptr;
-  vols_cv_.wait(lock, [&] { return v->uses_ == 0; });
+  vols_cv_.wait(lock, [&]() REQUIRES(v->node_.vols_mu_) { return v->uses_ == 0; });
   auto [b, e] = volumes_.equal_range(v->key_);
   for (auto it = b; it != e; ++it) {
     if (it->second == v) {
@@ -168,9 +169,10 @@ void PeerNode::Unregister(PeerVolume* v) {
 }
 
 PeerVolume* PeerNode::Acquire(const std::string& key) {
-  std::lock_guard lock(vols_mu_);
+  MutexLock lock(vols_mu_);
   auto [b, e] = volumes_.equal_range(key);
   for (auto it = b; it != e; ++it) {
+    it->second->node_.vols_mu_.AssertHeld();  // this node's vols_mu_
     if (it->second->fetcher_ != nullptr) {
       it->second->uses_++;
       return it->second;
@@ -183,7 +185,8 @@ void PeerNode::Release(PeerVolume* v) {
   // Notified under the lock: ~PeerNode takes vols_mu_ last, so vols_cv_ is never destroyed
   // while a serving thread is still inside notify_all(). gRPC's Shutdown in ~PeerNode already
   // waits for the calls, but that wait is gRPC's own and invisible to ThreadSanitizer.
-  std::lock_guard lock(vols_mu_);
+  MutexLock lock(vols_mu_);
+  v->node_.vols_mu_.AssertHeld();  // this node's vols_mu_
   v->uses_--;
   vols_cv_.notify_all();
 }
@@ -199,10 +202,10 @@ PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path,
 PeerVolume::~PeerVolume() { node_.Unregister(this); }
 
 void PeerVolume::Serve(BlockFetcher* fetcher, FileCheck check) {
-  std::unique_lock lock(node_.vols_mu_);
+  MutexLock lock(node_.vols_mu_);
   fetcher_ = fetcher;
   if (fetcher == nullptr) {
-    node_.vols_cv_.wait(lock, [&] { return uses_ == 0; });
+    node_.vols_cv_.wait(lock, [&]() REQUIRES(node_.vols_mu_) { return uses_ == 0; });
     check_ = nullptr;
   } else {
     check_ = std::move(check);
@@ -215,7 +218,7 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
   BlockFetcher* fetcher;
   const FileCheck* check;
   {
-    std::lock_guard lock(node_.vols_mu_);
+    MutexLock lock(node_.vols_mu_);
     fetcher = fetcher_;  // both valid while our use is held (Acquire)
     check = &check_;
   }
@@ -246,13 +249,13 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
   FileRef file{*path, req.file_id(), req.version(), req.block_index() * bs + req.length()};
   BlockKey key{fetcher->volume_key(), req.file_id(), req.version(), req.block_index()};
   {
-    std::lock_guard lock(serving_mu_);
+    MutexLock lock(serving_mu_);
     serving_.insert(key);
   }
   const bool cached = fetcher->Cached(file, req.block_index());
   auto blocks = fetcher->GetBlocks(file, req.block_index(), 1, nullptr, nullptr, deadline);
   {
-    std::lock_guard lock(serving_mu_);
+    MutexLock lock(serving_mu_);
     serving_.erase(serving_.find(key));
   }
   if (!blocks[0]) {
@@ -277,7 +280,7 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
 
 bool PeerVolume::FetchAsync(const Block& block, Done done) {
   {
-    std::lock_guard lock(serving_mu_);
+    MutexLock lock(serving_mu_);
     if (serving_.contains(block.key)) return false;  // a peer asked us: we read the hub
   }
   if (node_.shut_down_.load()) return false;

@@ -25,12 +25,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_set>
 
@@ -39,6 +37,7 @@
 #include "cache-agent/peer/peer_set.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "peer.grpc.pb.h"
 
 namespace spoke::agent {
@@ -97,12 +96,12 @@ class PeerNode {
 
   PeerNode(const Config& config, metrics::Registry& registry);
   // The stub for `member` ("ip:port"), made on first use.
-  peer::v1::Peer::Stub* StubFor(const std::string& member);
-  void Register(PeerVolume* v);
-  void Unregister(PeerVolume* v);
+  peer::v1::Peer::Stub* StubFor(const std::string& member) EXCLUDES(stubs_mu_);
+  void Register(PeerVolume* v) EXCLUDES(vols_mu_);
+  void Unregister(PeerVolume* v) EXCLUDES(vols_mu_);
   // The serving volume for a hub identity, with a use held (Release when done); null if none.
-  PeerVolume* Acquire(const std::string& key);
-  void Release(PeerVolume* v);
+  PeerVolume* Acquire(const std::string& key) EXCLUDES(vols_mu_);
+  void Release(PeerVolume* v) EXCLUDES(vols_mu_);
 
   Config config_;
   Metrics m_;
@@ -112,12 +111,16 @@ class PeerNode {
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> shut_down_{false};
 
-  std::mutex stubs_mu_;
-  std::map<std::string, std::unique_ptr<peer::v1::Peer::Stub>> stubs_;  // guarded by stubs_mu_
+  Mutex stubs_mu_;
+  std::map<std::string, std::unique_ptr<peer::v1::Peer::Stub>> stubs_ GUARDED_BY(stubs_mu_);
 
-  std::mutex vols_mu_;
-  std::condition_variable vols_cv_;
-  std::multimap<std::string, PeerVolume*> volumes_;  // by identity; guarded by vols_mu_
+  // Also the lock of each PeerVolume's fetcher_, check_ and uses_, which name it
+  // node_.vols_mu_. A PeerNode function holding vols_mu_ tells the analysis that
+  // v->node_.vols_mu_ is the same lock (AssertHeld): every PeerVolume is made by this node's
+  // Join.
+  Mutex vols_mu_;
+  CondVar vols_cv_;
+  std::multimap<std::string, PeerVolume*> volumes_ GUARDED_BY(vols_mu_);  // by identity
 };
 
 // One mounted volume's peer side: the BlockSource of its fetcher, and (after Serve) the
@@ -136,7 +139,7 @@ class PeerVolume final : public BlockSource {
   // Answers peers from `fetcher` from now on, checking each request with `check` (may be
   // empty: no check); nullptr stops and waits for the calls in progress (each bounded by its
   // deadline). `fetcher` and what `check` uses must stay valid until then.
-  void Serve(BlockFetcher* fetcher, FileCheck check = {});
+  void Serve(BlockFetcher* fetcher, FileCheck check = {}) EXCLUDES(node_.vols_mu_);
 
   const std::string& identity() const { return key_; }
 
@@ -144,7 +147,7 @@ class PeerVolume final : public BlockSource {
   // status of the answer.
   grpc::Status ServeBlock(const peer::v1::GetBlockRequest& req,
                           std::chrono::steady_clock::time_point deadline,
-                          peer::v1::GetBlockResponse* resp);
+                          peer::v1::GetBlockResponse* resp) EXCLUDES(node_.vols_mu_, serving_mu_);
 
  private:
   friend class PeerNode;
@@ -156,15 +159,15 @@ class PeerVolume final : public BlockSource {
   std::string key_;  // hub + '\n' + volume_path
   uint32_t block_size_;
 
-  // Guarded by node_.vols_mu_: the fetcher peers are answered from, and calls using it.
-  BlockFetcher* fetcher_ = nullptr;
-  FileCheck check_;
-  int uses_ = 0;
+  // The fetcher peers are answered from, and calls using it.
+  BlockFetcher* fetcher_ GUARDED_BY(node_.vols_mu_) = nullptr;
+  FileCheck check_ GUARDED_BY(node_.vols_mu_);
+  int uses_ GUARDED_BY(node_.vols_mu_) = 0;
 
   // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another
   // peer (no ask loops when two agents briefly disagree about the member set).
-  std::mutex serving_mu_;
-  std::unordered_multiset<BlockKey, BlockKeyHash> serving_;  // guarded by serving_mu_
+  Mutex serving_mu_;
+  std::unordered_multiset<BlockKey, BlockKeyHash> serving_ GUARDED_BY(serving_mu_);
 };
 
 // "server:nfsport/share": how peers name a hub export.

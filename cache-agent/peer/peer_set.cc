@@ -96,7 +96,7 @@ PeerSet::PeerSet(const Config& config, Resolver resolver, LocalAddresses local)
 
 PeerSet::~PeerSet() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   stop_cv_.notify_all();
@@ -106,8 +106,9 @@ PeerSet::~PeerSet() {
 void PeerSet::Start() {
   Refresh();
   thread_ = std::thread([this] {
-    std::unique_lock lock(mu_);
-    while (!stop_cv_.wait_for(lock, config_.refresh_interval, [&] { return stop_; })) {
+    MutexLock lock(mu_);
+    const auto stopped = [&]() REQUIRES(mu_) { return stop_; };
+    while (!stop_cv_.wait_for(lock, config_.refresh_interval, stopped)) {
       lock.unlock();
       Refresh();  // DNS may block: never under mu_
       lock.lock();
@@ -133,7 +134,7 @@ void PeerSet::Refresh() {
       break;
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (members != resolved_) {
     log::Info("peer set changed", {{"members", static_cast<uint64_t>(members.size())},
                                    {"self", self.empty() ? "(not listed)" : self}});
@@ -150,7 +151,7 @@ void PeerSet::Refresh() {
 PeerSet::View PeerSet::Live() const {
   View v;
   const auto now = std::chrono::steady_clock::now();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& m : resolved_) {
     auto h = health_.find(m);
     if (m != self_ && h != health_.end() && h->second.down_until > now) continue;
@@ -161,7 +162,7 @@ PeerSet::View PeerSet::Live() const {
 }
 
 void PeerSet::ReportFailure(const std::string& member) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Health& h = health_[member];
   if (++h.failures >= config_.failures_to_mark_down) {
     if (h.down_until <= std::chrono::steady_clock::now()) {
@@ -173,13 +174,13 @@ void PeerSet::ReportFailure(const std::string& member) {
 }
 
 void PeerSet::ReportSuccess(const std::string& member) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = health_.find(member);
   if (it != health_.end()) it->second.failures = 0;
 }
 
 size_t PeerSet::resolved_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return resolved_.size();
 }
 

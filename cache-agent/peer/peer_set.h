@@ -11,17 +11,16 @@
 #endif
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -47,19 +46,19 @@ class PeerSet {
   PeerSet& operator=(const PeerSet&) = delete;
 
   // Resolves once now, then every refresh_interval in a thread.
-  void Start();
+  void Start() EXCLUDES(mu_);
   // Resolves the member list now (Start's thread calls it).
-  void Refresh();
+  void Refresh() EXCLUDES(mu_);
 
   struct View {
     std::vector<std::string> members;  // live members, self included when resolved, sorted
     int self = -1;                     // index of this agent in `members`, -1 if absent
   };
-  View Live() const;
+  View Live() const EXCLUDES(mu_);
   // Outcome of a call to `member`: failures in a row mark it down for down_period.
-  void ReportFailure(const std::string& member);
-  void ReportSuccess(const std::string& member);
-  size_t resolved_count() const;
+  void ReportFailure(const std::string& member) EXCLUDES(mu_);
+  void ReportSuccess(const std::string& member) EXCLUDES(mu_);
+  size_t resolved_count() const EXCLUDES(mu_);
 
  private:
   struct Health {
@@ -69,12 +68,12 @@ class PeerSet {
   Config config_;
   Resolver resolve_;
   LocalAddresses local_;
-  mutable std::mutex mu_;
-  std::vector<std::string> resolved_;     // guarded by mu_
-  std::string self_;                      // guarded by mu_; "" = not among the members
-  std::map<std::string, Health> health_;  // guarded by mu_
-  std::condition_variable stop_cv_;
-  bool stop_ = false;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<std::string> resolved_ GUARDED_BY(mu_);
+  std::string self_ GUARDED_BY(mu_);  // "" = not among the members
+  std::map<std::string, Health> health_ GUARDED_BY(mu_);
+  CondVar stop_cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -14,7 +14,7 @@ Status SequentialPredictor::Config::Validate() const {
 SequentialPredictor::SequentialPredictor(const Config& config) : config_(config) {}
 
 void SequentialPredictor::OnOpen(const OpenEvent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Stream& s = streams_[e.handle];
   s = Stream{};
   s.path = e.path;
@@ -24,7 +24,7 @@ void SequentialPredictor::OnOpen(const OpenEvent& e) {
 }
 
 void SequentialPredictor::OnRead(const ReadEvent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Stream& s = streams_[e.handle];
   s.path = e.path;
   s.file_id = e.file_id;
@@ -47,19 +47,19 @@ void SequentialPredictor::OnRead(const ReadEvent& e) {
 }
 
 void SequentialPredictor::OnClose(const CloseEvent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   streams_.erase(e.handle);
 }
 
 uint32_t SequentialPredictor::WindowBlocks(uint64_t handle) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = streams_.find(handle);
   return it == streams_.end() ? 0 : it->second.window;
 }
 
 void SequentialPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                                   std::vector<PrefetchRequest>* out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // Most recently read streams first.
   std::vector<Stream*> pending;
   for (auto& [h, s] : streams_) {

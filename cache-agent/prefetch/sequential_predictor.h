@@ -8,12 +8,12 @@
 #endif
 
 #include <cstdint>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "cache-agent/prefetch/predictor.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -28,14 +28,14 @@ class SequentialPredictor final : public Predictor {
 
   explicit SequentialPredictor(const Config& config);
   std::string_view name() const override { return "sequential"; }
-  void OnOpen(const OpenEvent& e) override;
-  void OnRead(const ReadEvent& e) override;
-  void OnClose(const CloseEvent& e) override;
+  void OnOpen(const OpenEvent& e) override EXCLUDES(mu_);
+  void OnRead(const ReadEvent& e) override EXCLUDES(mu_);
+  void OnClose(const CloseEvent& e) override EXCLUDES(mu_);
   void Predict(uint64_t budget_bytes, uint32_t block_size,
-               std::vector<PrefetchRequest>* out) override;
+               std::vector<PrefetchRequest>* out) override EXCLUDES(mu_);
 
   // The current window of an open file in blocks (0 when unknown). For tests and figures.
-  uint32_t WindowBlocks(uint64_t handle) const;
+  uint32_t WindowBlocks(uint64_t handle) const EXCLUDES(mu_);
 
  private:
   struct Stream {
@@ -50,9 +50,9 @@ class SequentialPredictor final : public Predictor {
     uint64_t last_read = 0;
   };
   Config config_;
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Stream> streams_;  // guarded by mu_
-  uint64_t reads_ = 0;                            // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Stream> streams_ GUARDED_BY(mu_);
+  uint64_t reads_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace spoke::agent

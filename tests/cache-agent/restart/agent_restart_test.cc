@@ -23,12 +23,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "tests/support/hub.h"
 
 namespace spoke {
@@ -246,11 +246,11 @@ struct Outcome {
   std::atomic<uint64_t> files_read{0};
   std::atomic<uint64_t> records_acked{0};
   Stall read_stall, write_stall;
-  std::mutex mu;
-  std::vector<std::string> first_errors;  // guarded by mu
-  void Error(const std::string& what) {
+  Mutex mu;
+  std::vector<std::string> first_errors GUARDED_BY(mu);
+  void Error(const std::string& what) EXCLUDES(mu) {
     errors++;
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     if (first_errors.size() < 8) first_errors.push_back(what);
   }
 };
@@ -392,7 +392,7 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
             << " ms, write " << o.write_stall.max_us.load() / 1000.0
             << " ms; slowest agent start (to API) " << max_start << " s" << std::endl;
   {
-    std::lock_guard<std::mutex> l(o.mu);
+    MutexLock l(o.mu);
     for (const auto& e : o.first_errors) std::cout << "[ error    ] " << e << "\n";
   }
   EXPECT_EQ(o.errors.load(), 0u) << Diagnostics();
