@@ -50,6 +50,15 @@ class FakeRemoteFs : public RemoteFs {
     return nodes_.contains(path);
   }
 
+  // Listings carry NFS-like handles, as READDIRPLUS does: Handle(file id), 40 bytes (the
+  // size of nfs-ganesha's VFS handles).
+  void GiveHandles(bool on) { handles_ = on; }
+  static std::string Handle(uint64_t file_id) {
+    std::string h = "fh#" + std::to_string(file_id);
+    h.resize(40, '.');
+    return h;
+  }
+
   // Injection.
   void SetDown(bool down) { down_ = down; }  // every call fails with kUnavailable
   void SetReadLatency(std::chrono::milliseconds ms) { latency_ms_ = ms.count(); }
@@ -103,7 +112,7 @@ class FakeRemoteFs : public RemoteFs {
     std::vector<DirEntry> out;
     for (const auto& [p, n] : nodes_) {
       if (p.empty() || Parent(p) != path) continue;
-      out.push_back(DirEntry{Base(p), n.attr});
+      out.push_back(DirEntry{Base(p), n.attr, handles_ ? Handle(n.attr.file_id) : ""});
     }
     return out;
   }
@@ -364,6 +373,7 @@ class FakeRemoteFs : public RemoteFs {
   std::atomic<int> statfs_calls_{0};
   std::vector<std::string> read_log_;
   std::atomic<bool> down_{false};
+  std::atomic<bool> handles_{false};
   std::atomic<int64_t> latency_ms_{0};
   Credentials last_who_;  // guarded by mu_
 };
