@@ -70,7 +70,13 @@ FileAttr MetadataCache::AttrLocked(const Node& n) const {
   return a;
 }
 
+void MetadataCache::TouchLocked(uint64_t dir) {
+  auto it = nodes_.find(dir);
+  if (it != nodes_.end() && it->second.dir_data) it->second.dir_data->snapshot.reset();
+}
+
 void MetadataCache::StoreAttrLocked(Node& n, const FileAttr& a) {
+  TouchLocked(n.parent);
   StoredAttr& s = n.attr;
   s.file_id = a.file_id;
   s.mode = a.mode;
@@ -215,6 +221,7 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
     if (children.Find(name) != child) gone.push_back(child);
   });
   d.children = std::move(children);
+  d.snapshot.reset();
   d.listed = true;
   d.list_time = clock_.Now();
   for (uint64_t child : gone) MaybeDropLocked(child);
@@ -241,11 +248,23 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) 
     }
     SPOKE_TRY(path, DirPathLocked(ino));
   }
-  listings_made_++;
-  auto entries = remote_.ReadDir(path);
-  if (!entries) return std::unexpected(entries.error());
-  ApplyListing(ino, *entries);
-  return Ok();
+  // One hub listing for the callers that ask while it runs. `force` callers (strict, the
+  // walk) need one sent after their call; the others take any.
+  return flights_.Run(ino, force, [&]() -> Status {
+    if (!force) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = nodes_.find(ino);
+      if (it != nodes_.end() && it->second.entries().listed &&
+          Fresh(it->second.entries().list_time)) {
+        return Ok();  // listed by a run that ended while this caller was arriving
+      }
+    }
+    listings_made_++;
+    auto entries = remote_.ReadDir(path);
+    if (!entries) return std::unexpected(entries.error());
+    ApplyListing(ino, *entries);
+    return Ok();
+  });
 }
 
 Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name, bool hold) {
@@ -266,6 +285,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
       // Gone on the hub (another node removed or renamed it): forget the cached entry, and
       // the inode unless the kernel or a handle still holds it.
       if (uint64_t old = pit->second.dir().children.Erase(name); old != 0) {
+        TouchLocked(parent);
         auto n = nodes_.find(old);
         if (n != nodes_.end() && n->second.parent == parent && n->second.name == name)
           n->second.attr_valid = false;
@@ -286,6 +306,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   }
   uint64_t ino = InodeFor(parent, name, *st);
   nodes_[parent].dir().children.Set(name, ino);
+  TouchLocked(parent);
   if (replaced != 0 && replaced != ino) MaybeDropLocked(replaced);
   Node& n = nodes_[ino];
   if (hold) HoldLocked(n);
@@ -352,6 +373,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
       // Only the entry that still names this inode: the name may be another file's by now.
       if (p != nodes_.end() && p->second.entries().children.Find(n.name.view()) == ino) {
         p->second.dir().children.Erase(n.name.view());
+        TouchLocked(n.parent);
       }
       n.attr_valid = false;
       MaybeDropLocked(ino);  // `n` may be gone from here on
@@ -372,22 +394,26 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
   return *st;
 }
 
-Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
+Result<Listing> MetadataCache::ReadDir(uint64_t ino) {
   // Strict: a listing (opendir) always reflects the hub now, as lookups do.
   bool force = config_.consistency == Consistency::kStrict;
   SPOKE_RETURN_IF_ERROR(EnsureListed(ino, force));
   std::lock_guard<std::mutex> lock(mu_);
   auto dir = nodes_.find(ino);
   if (dir == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
-  const Dir& n = dir->second.entries();
-  std::vector<NamedInode> out;
-  out.reserve(n.children.size());
+  if (!dir->second.dir_data) return Listing();  // listed empty, or a file
+  Dir& n = *dir->second.dir_data;
+  if (auto shared = n.snapshot.lock()) return Listing(std::move(shared));
+  auto out = std::make_shared<std::vector<NamedInode>>();
+  out->reserve(n.children.size());
   n.children.ForEach([&](std::string_view name, uint64_t c) {
     auto child = nodes_.find(c);
     if (child == nodes_.end()) return;
-    out.push_back(NamedInode{std::string(name), c, AttrLocked(child->second)});
+    out->push_back(NamedInode{std::string(name), c, AttrLocked(child->second)});
   });
-  return out;
+  std::shared_ptr<const std::vector<NamedInode>> snapshot = std::move(out);
+  n.snapshot = snapshot;
+  return Listing(std::move(snapshot));
 }
 
 Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
@@ -415,6 +441,7 @@ InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const F
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t ino = InodeFor(parent, name, attr);
   const uint64_t old = nodes_[parent].dir().children.Set(name, ino);
+  TouchLocked(parent);
   if (old != 0 && old != ino) MaybeDropLocked(old);
   if (hold) HoldLocked(nodes_[ino]);
   return InodeAttr{ino, attr};
@@ -475,6 +502,7 @@ void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
     entries.reserve(d.children.size());
     d.children.ForEach([&](std::string_view, uint64_t child) { entries.push_back(child); });
     d.children.Clear();
+    d.snapshot.reset();
     d.listed = false;
     for (uint64_t child : entries) MaybeDropLocked(child, ino);  // not back into this one
     // A child still kept (held by the kernel or open) needs this node for its path.
@@ -552,6 +580,7 @@ void MetadataCache::Removed(uint64_t parent, const std::string& name) {
   Node& p = nodes_[parent];
   const uint64_t ino = p.dir().children.Erase(name);
   if (ino == 0) return;
+  p.dir().snapshot.reset();
   p.attr_valid = false;  // mtime/nlink changed
   ForgetRemovedLocked(parent, name, ino);
 }
@@ -567,8 +596,10 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
     nodes_[new_parent].dir().listed = false;
     return;
   }
+  p.dir().snapshot.reset();
   Node& np = nodes_[new_parent];
   const uint64_t old = np.dir().children.Set(new_name, ino);
+  np.dir().snapshot.reset();
   const uint64_t replaced = old != ino ? old : 0;
   Node& n = nodes_[ino];
   SetParentLocked(n, new_parent);
@@ -586,6 +617,7 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
   Node& p = nodes_[parent];
   const uint64_t ino = p.dir().children.Erase(name);
   if (ino == 0) return;
+  p.dir().snapshot.reset();
   p.attr_valid = false;  // mtime changed
   Node& n = nodes_[ino];
   SetParentLocked(n, parent);

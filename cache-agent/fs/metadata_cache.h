@@ -48,6 +48,7 @@
 
 #include "cache-agent/fs/clock.h"
 #include "cache-agent/fs/dir_entries.h"
+#include "cache-agent/fs/listing_flights.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
 #include "common/volume.h"
@@ -67,6 +68,30 @@ struct NamedInode {
   std::string name;
   uint64_t ino = 0;
   FileAttr attr;
+};
+
+// An immutable snapshot of a directory's entries in listing order, shared by every opendir
+// that sees the same listing: copying it copies a pointer (a copy per opendir of a 1 M-entry
+// directory would be ~150 MB).
+class Listing {
+ public:
+  Listing() = default;
+  explicit Listing(std::shared_ptr<const std::vector<NamedInode>> entries)
+      : entries_(std::move(entries)) {}
+  size_t size() const { return entries_ ? entries_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const NamedInode& operator[](size_t i) const { return (*entries_)[i]; }
+  std::vector<NamedInode>::const_iterator begin() const {
+    return entries_ ? entries_->begin() : std::vector<NamedInode>::const_iterator();
+  }
+  std::vector<NamedInode>::const_iterator end() const {
+    return entries_ ? entries_->end() : std::vector<NamedInode>::const_iterator();
+  }
+  // The same snapshot (tests).
+  const void* identity() const { return entries_.get(); }
+
+ private:
+  std::shared_ptr<const std::vector<NamedInode>> entries_;
 };
 
 struct WalkedFile {
@@ -119,8 +144,10 @@ class MetadataCache final : public HandleStore {
   // that the inode cannot be dropped in between); see Hold.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, bool hold = false);
   Result<FileAttr> GetAttr(uint64_t ino);
-  // Strict volumes list the directory on the hub on every call.
-  Result<std::vector<NamedInode>> ReadDir(uint64_t ino);
+  // Strict volumes list the directory on the hub on every call. Callers share one snapshot
+  // while the directory does not change, and concurrent listings of a directory on the hub
+  // are one listing (ListingFlights).
+  Result<Listing> ReadDir(uint64_t ino);
   // Re-stats now whatever the mode (strict open, after writes).
   Result<FileAttr> Revalidate(uint64_t ino);
   // The inode's path relative to the volume root. kNotFound for an unknown inode.
@@ -179,6 +206,9 @@ class MetadataCache final : public HandleStore {
     std::chrono::steady_clock::time_point list_time{};
     DirEntries children;       // name -> ino, hub listing order
     uint32_t child_nodes = 0;  // nodes whose parent this is (kept ones may be unlisted)
+    // The snapshot ReadDir handed out, while one of its users keeps it and nothing changed
+    // (TouchLocked resets it): no copy of the listing stays with the directory.
+    std::weak_ptr<const std::vector<NamedInode>> snapshot;
   };
   // FileAttr in 80 bytes instead of 96: times as seconds + 32-bit nanoseconds, and the device
   // number (character and block devices only) in a side table (rdevs_).
@@ -214,6 +244,8 @@ class MetadataCache final : public HandleStore {
     }
     const Dir& entries() const;  // an empty Dir for a file
   };
+  // The directory's entries or an entry's attributes changed: its snapshot is not reused.
+  void TouchLocked(uint64_t dir);
   // The node's attributes as FileAttr, and storing them. Caller holds mu_.
   FileAttr AttrLocked(const Node& n) const;
   void StoreAttrLocked(Node& n, const FileAttr& attr);
@@ -258,6 +290,7 @@ class MetadataCache final : public HandleStore {
   std::unordered_map<uint64_t, uint64_t> displaced_;  // guarded by mu_
   std::unordered_map<uint64_t, uint64_t> rdevs_;      // device numbers by inode; guarded by mu_
   bool adopted_ = false;                              // guarded by mu_
+  ListingFlights flights_;                            // taken before mu_, never while holding it
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 

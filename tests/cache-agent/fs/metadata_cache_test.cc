@@ -7,8 +7,10 @@
 #include <malloc.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/cache-agent/fs/fakes.h"
@@ -91,6 +93,78 @@ TEST(MetadataCache, HeapPerListedFileWithItsHandleIsBounded) {
   size_t per_inode = (mallinfo2().uordblks - before) / kFiles;
   std::printf("[ memory   ] %zu heap bytes per listed file inode with its handle\n", per_inode);
   EXPECT_LE(per_inode, 300u);
+}
+
+// Opendirs of an unchanged directory share one immutable snapshot (no copy of the listing
+// per opendir); a change makes the next one a new snapshot and leaves the old one as it was.
+TEST(MetadataCache, ListingsShareOneSnapshotUntilTheDirectoryChanges) {
+  FakeRemoteFs remote;
+  for (int i = 0; i < 100; ++i) remote.PutFile("d/f" + std::to_string(i), "x");
+  ManualClock clock;
+  MetadataCache meta(remote, {}, clock);
+  ASSERT_TRUE(meta.Init());
+  auto d = meta.Resolve("d");
+  ASSERT_TRUE(d);
+  auto first = meta.ReadDir(d->ino);
+  auto second = meta.ReadDir(d->ino);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->size(), 100u);
+  EXPECT_EQ(first->identity(), second->identity());
+  FileAttr a;
+  a.file_id = 999999;
+  a.mode = S_IFREG | 0644;
+  meta.Added(d->ino, "new", a);
+  auto third = meta.ReadDir(d->ino);
+  ASSERT_TRUE(third);
+  EXPECT_NE(third->identity(), first->identity());
+  EXPECT_EQ(third->size(), 101u);
+  EXPECT_EQ(first->size(), 100u);  // immutable
+  // A child's attributes changed: a new snapshot carries them.
+  FileAttr bigger = (*third)[0].attr;
+  bigger.size = 12345;
+  meta.SetAttr((*third)[0].ino, bigger);
+  auto fourth = meta.ReadDir(d->ino);
+  ASSERT_TRUE(fourth);
+  EXPECT_EQ((*fourth)[0].attr.size, 12345u);
+  EXPECT_EQ((*third)[0].attr.size, 1u);
+}
+
+// Listings of one directory asked while one is on the wire wait for it: one hub listing for
+// all of them. Strict callers need one sent after their call: at most one more.
+TEST(MetadataCache, ConcurrentListingsOfADirectoryAreOneHubListing) {
+  for (Consistency mode : {Consistency::kImmutable, Consistency::kStrict}) {
+    FakeRemoteFs remote;
+    for (int i = 0; i < 50; ++i) remote.PutFile("big/f" + std::to_string(i), "x");
+    ManualClock clock;
+    MetadataCache::Config c;
+    c.consistency = mode;
+    MetadataCache meta(remote, c, clock);
+    ASSERT_TRUE(meta.Init());
+    auto big = meta.Resolve("big");
+    ASSERT_TRUE(big);
+    remote.HoldReadDir("big");
+    const int before = remote.readdirs.load();
+    std::vector<std::thread> callers;
+    std::atomic<int> ok{0};
+    for (int t = 0; t < 6; ++t) {
+      callers.emplace_back([&] {
+        auto r = meta.ReadDir(big->ino);
+        if (r && r->size() == 50) ok++;
+      });
+    }
+    // Let the callers reach the listing (a late one finds it done, or joins the next).
+    while (remote.readdirs.load() == before) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(200ms);
+    remote.HoldReadDir("");
+    for (auto& t : callers) t.join();
+    EXPECT_EQ(ok.load(), 6);
+    const int listings = remote.readdirs.load() - before;
+    if (mode == Consistency::kStrict) {
+      EXPECT_LE(listings, 2) << "strict";
+    } else {
+      EXPECT_EQ(listings, 1);
+    }
+  }
 }
 
 }  // namespace
