@@ -47,6 +47,7 @@ Status MetadataCache::Init() {
   if (!st->is_dir()) return Fail(Code::kInvalidArgument, "volume root is not a directory");
   std::lock_guard<std::mutex> lock(mu_);
   Node& root = nodes_[kRootIno];
+  root_fsid_ = st->fsid;  // before any file is numbered (see HomeIno)
   StoreAttrLocked(root, *st);
   root.attr_valid = true;
   root.attr_time = clock_.Now();
@@ -57,6 +58,7 @@ FileAttr MetadataCache::AttrLocked(const Node& n) const {
   const StoredAttr& s = n.attr;
   FileAttr a;
   a.file_id = s.file_id;
+  a.fsid = fsids_[s.fsid];
   a.mode = s.mode;
   a.nlink = s.nlink;
   a.uid = s.uid;
@@ -79,6 +81,7 @@ void MetadataCache::StoreAttrLocked(Node& n, const FileAttr& a) {
   TouchLocked(n.parent);
   StoredAttr& s = n.attr;
   s.file_id = a.file_id;
+  s.fsid = FsidIndexLocked(a.fsid);
   s.mode = a.mode;
   s.nlink = a.nlink;
   s.uid = a.uid;
@@ -121,29 +124,46 @@ Result<std::string> MetadataCache::PathOf(uint64_t ino) const {
 }
 
 // Inode numbers outlive the agent process in the kernel (until FORGET), so a new agent must
-// give each file the number an earlier one gave it: a hash of the hub's fileid (the hub
-// exports one file system per volume). Below kStableInoLimit (the hint file lives above);
-// a collision with another file takes the next free number (vanishingly rare for 62 bits).
-uint64_t MetadataCache::HomeIno(uint64_t file_id) {
-  uint64_t x = file_id + 0x9e3779b97f4a7c15ull;  // splitmix64 finaliser
+// give each file the number an earlier one gave it: a hash of the hub's fileid, and of the
+// fsid for a file on another hub file system than the volume root's (an export spanning
+// several, whose fileids may repeat; files on the root's keep the numbers they always had).
+// Below kStableInoLimit (the hint file lives above); a collision with another file takes the
+// next free number (vanishingly rare for 62 bits).
+uint64_t MetadataCache::HomeIno(uint64_t fsid, uint64_t file_id) const {
+  uint64_t x = file_id;
+  if (fsid != root_fsid_) x ^= (fsid + 0x632be59bd9b4e019ull) * 0x9e3779b97f4a7c15ull;
+  x += 0x9e3779b97f4a7c15ull;  // splitmix64 finaliser
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   x ^= x >> 31;
   return x % (kStableInoLimit - kRootIno - 1) + kRootIno + 1;
 }
 
-uint64_t MetadataCache::FindFileLocked(uint64_t file_id) const {
-  if (auto d = displaced_.find(file_id); d != displaced_.end()) return d->second;
-  const uint64_t home = HomeIno(file_id);
-  auto it = nodes_.find(home);
-  return it != nodes_.end() && it->second.attr.file_id == file_id ? home : 0;
+bool MetadataCache::SameFileLocked(const Node& n, uint64_t fsid, uint64_t file_id) const {
+  return n.attr.file_id == file_id && fsids_[n.attr.fsid] == fsid;
 }
 
-uint64_t MetadataCache::StableIno(uint64_t file_id) const {
-  uint64_t ino = HomeIno(file_id);
+uint32_t MetadataCache::FsidIndexLocked(uint64_t fsid) {
+  // Few per export (one per hub file system under the volume): a short linear search.
+  for (size_t i = 0; i < fsids_.size(); ++i) {
+    if (fsids_[i] == fsid) return static_cast<uint32_t>(i);
+  }
+  fsids_.push_back(fsid);
+  return static_cast<uint32_t>(fsids_.size() - 1);
+}
+
+uint64_t MetadataCache::FindFileLocked(uint64_t fsid, uint64_t file_id) const {
+  if (auto d = displaced_.find({fsid, file_id}); d != displaced_.end()) return d->second;
+  const uint64_t home = HomeIno(fsid, file_id);
+  auto it = nodes_.find(home);
+  return it != nodes_.end() && SameFileLocked(it->second, fsid, file_id) ? home : 0;
+}
+
+uint64_t MetadataCache::StableIno(uint64_t fsid, uint64_t file_id) const {
+  uint64_t ino = HomeIno(fsid, file_id);
   while (true) {
     auto it = nodes_.find(ino);
-    if (it == nodes_.end() || it->second.attr.file_id == file_id) {
+    if (it == nodes_.end() || SameFileLocked(it->second, fsid, file_id)) {
       return ino;
     }
     ino = ino + 1 < kStableInoLimit ? ino + 1 : kRootIno + 1;
@@ -178,10 +198,10 @@ Status MetadataCache::KnowInode(uint64_t ino) {
 }
 
 uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr) {
-  uint64_t ino = FindFileLocked(attr.file_id);
+  uint64_t ino = FindFileLocked(attr.fsid, attr.file_id);
   if (ino == 0) {
-    ino = StableIno(attr.file_id);
-    if (ino != HomeIno(attr.file_id)) displaced_[attr.file_id] = ino;
+    ino = StableIno(attr.fsid, attr.file_id);
+    if (ino != HomeIno(attr.fsid, attr.file_id)) displaced_[{attr.fsid, attr.file_id}] = ino;
   }
   auto [slot, created] = nodes_.try_emplace(ino);
   Node& n = slot->second;
@@ -297,7 +317,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   uint64_t replaced = 0;
   if (uint64_t c = pit->second.dir().children.Find(name); c != 0) {
     auto old = nodes_.find(c);
-    if (old != nodes_.end() && old->second.attr.file_id != st->file_id &&
+    if (old != nodes_.end() && !SameFileLocked(old->second, st->fsid, st->file_id) &&
         old->second.parent == parent && old->second.name == name) {
       // Replaced on the hub (rename over it elsewhere): the old inode no longer has this name.
       old->second.attr_valid = false;
@@ -380,7 +400,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
     }
     return std::unexpected(st.error());
   }
-  if (n.attr_valid && n.attr.file_id != st->file_id && ino != kRootIno) {
+  if (n.attr_valid && !SameFileLocked(n, st->fsid, st->file_id) && ino != kRootIno) {
     // Same path, different file (replaced on the hub): this inode is gone; a fresh lookup
     // will find the new file under a new inode.
     n.attr_valid = false;
@@ -510,7 +530,8 @@ void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
   }
   uint64_t parent = n.parent;
   SetParentLocked(n, 0);
-  if (auto f = displaced_.find(n.attr.file_id); f != displaced_.end() && f->second == ino) {
+  if (auto f = displaced_.find({fsids_[n.attr.fsid], n.attr.file_id});
+      f != displaced_.end() && f->second == ino) {
     displaced_.erase(f);
   }
   if (!rdevs_.empty()) rdevs_.erase(ino);

@@ -5,8 +5,8 @@
 // otherwise (our own writes, Invalidate); kTtl re-asks the hub after ttl_seconds; kStrict
 // re-asks after a short time and always on open (close-to-open: Revalidate).
 //
-// Inode numbers (root = 1) are a hash of the hub fileid, so an agent that takes over a live
-// FUSE connection gives each file the number the kernel already holds; a number not met yet
+// Inode numbers (root = 1) are a hash of the hub file's (fsid, fileid), so an agent that takes over
+// a live FUSE connection gives each file the number the kernel already holds; a number not met yet
 // waits (bounded) for the tree walk. Each inode keeps its parent and name, so its path (for
 // RemoteFs calls) follows renames of its ancestors.
 //
@@ -38,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -222,6 +223,7 @@ class MetadataCache final : public HandleStore {
     uint32_t nlink = 1;
     uint32_t uid = 0;
     uint32_t gid = 0;
+    uint32_t fsid = 0;  // index in fsids_ (in what was padding: no bytes per inode)
     bool is_dir() const { return (mode & 0170000) == 0040000; }
     bool is_reg() const { return (mode & 0170000) == 0100000; }
   };
@@ -244,6 +246,7 @@ class MetadataCache final : public HandleStore {
     }
     const Dir& entries() const;  // an empty Dir for a file
   };
+  static_assert(sizeof(StoredAttr) == 80);
   // The directory's entries or an entry's attributes changed: its snapshot is not reused.
   void TouchLocked(uint64_t dir);
   // The node's attributes as FileAttr, and storing them. Caller holds mu_.
@@ -266,10 +269,13 @@ class MetadataCache final : public HandleStore {
   // The path of directory `ino`: kNotFound for an unknown inode, kInvalidArgument for a file.
   Result<std::string> DirPathLocked(uint64_t ino) const;
   uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr);
-  uint64_t StableIno(uint64_t file_id) const;  // caller holds mu_
-  static uint64_t HomeIno(uint64_t file_id);
-  // The inode of hub file `file_id`, 0 when none (the root is never returned). Caller holds mu_.
-  uint64_t FindFileLocked(uint64_t file_id) const;
+  // A hub file is (fsid, file_id). Caller holds mu_ (all four).
+  uint64_t StableIno(uint64_t fsid, uint64_t file_id) const;
+  uint64_t HomeIno(uint64_t fsid, uint64_t file_id) const;
+  // The inode of hub file (fsid, file_id), 0 when none (the root is never returned).
+  uint64_t FindFileLocked(uint64_t fsid, uint64_t file_id) const;
+  bool SameFileLocked(const Node& n, uint64_t fsid, uint64_t file_id) const;
+  uint32_t FsidIndexLocked(uint64_t fsid);
   // Ok once `ino` is known, waiting (bounded) for the walk when it is not yet.
   Status KnowInode(uint64_t ino);
   void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
@@ -287,10 +293,12 @@ class MetadataCache final : public HandleStore {
   std::unordered_map<uint64_t, Node> nodes_;  // guarded by mu_
   // Inodes not at their file's StableIno home number (taken by another file when they were
   // numbered: vanishingly rare), by file id; every other file is found at its home number.
-  std::unordered_map<uint64_t, uint64_t> displaced_;  // guarded by mu_
-  std::unordered_map<uint64_t, uint64_t> rdevs_;      // device numbers by inode; guarded by mu_
-  bool adopted_ = false;                              // guarded by mu_
-  ListingFlights flights_;                            // taken before mu_, never while holding it
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> displaced_;  // (fsid, file id); by mu_
+  std::vector<uint64_t> fsids_{0};  // hub file systems met (StoredAttr::fsid); guarded by mu_
+  uint64_t root_fsid_ = 0;          // the volume root's; set by Init before any numbering
+  std::unordered_map<uint64_t, uint64_t> rdevs_;  // device numbers by inode; guarded by mu_
+  bool adopted_ = false;                          // guarded by mu_
+  ListingFlights flights_;                        // taken before mu_, never while holding it
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 

@@ -25,6 +25,7 @@ constexpr uint32_t kMaxRead = 1u << 20;
 FileAttr FromStat(const nfs_stat_64& st) {
   FileAttr a;
   a.file_id = st.nfs_ino;
+  a.fsid = st.nfs_dev;  // libnfs: fattr3.fsid
   a.mode = static_cast<uint32_t>(st.nfs_mode);
   a.nlink = static_cast<uint32_t>(st.nfs_nlink);
   a.uid = static_cast<uint32_t>(st.nfs_uid);
@@ -62,6 +63,7 @@ uint32_t TypeBits(uint32_t nf3_type) {
 FileAttr FromDirent(const nfsdirent& e) {
   FileAttr a;
   a.file_id = e.inode;
+  a.fsid = e.dev;  // libnfs: fattr3.fsid
   a.mode = e.mode;
   if ((a.mode & S_IFMT) == 0) a.mode |= TypeBits(e.type);
   a.nlink = e.nlink;
@@ -81,6 +83,7 @@ const char* Msg(void* data) { return data ? static_cast<const char*>(data) : "er
 FileAttr FromFattr3(const fattr3& f) {
   FileAttr a;
   a.file_id = f.fileid;
+  a.fsid = f.fsid;
   a.mode = TypeBits(f.type) | (f.mode & 07777);
   a.nlink = f.nlink;
   a.uid = f.uid;

@@ -21,8 +21,11 @@
 namespace spoke::agent {
 
 struct FileAttr {
-  uint64_t file_id = 0;  // NFS fileid (inode number on the hub)
-  uint32_t mode = 0;     // st_mode: type + permissions
+  uint64_t file_id = 0;  // NFS fileid (inode number on the hub), unique within its fsid
+  // NFS fsid: the hub file system the file is on. An export may span several (mounts under
+  // the exported directory), whose file ids may repeat: a file is (fsid, file_id).
+  uint64_t fsid = 0;
+  uint32_t mode = 0;  // st_mode: type + permissions
   uint32_t nlink = 1;
   uint32_t uid = 0;
   uint32_t gid = 0;

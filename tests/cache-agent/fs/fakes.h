@@ -40,6 +40,13 @@ class FakeRemoteFs : public RemoteFs {
     std::lock_guard<std::mutex> lock(mu_);
     MkdirsLocked(path);
   }
+  // Gives an existing `path` the identity (fsid, file_id): an export spanning several hub
+  // file systems, whose file ids repeat.
+  void SetIdentity(const std::string& path, uint64_t fsid, uint64_t file_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    nodes_.at(path).attr.fsid = fsid;
+    nodes_.at(path).attr.file_id = file_id;
+  }
   std::string Data(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = nodes_.find(path);

@@ -167,5 +167,47 @@ TEST(MetadataCache, ConcurrentListingsOfADirectoryAreOneHubListing) {
   }
 }
 
+// An export spanning several hub file systems: file ids repeat across them. A file is (fsid,
+// fileid): two files with one fileid are two inodes with their own paths, and a directory on
+// another file system whose fileid is its parent's does not make the parent its own parent
+// (the path walk would loop).
+TEST(MetadataCache, FilesWithOneFileIdOnTwoHubFileSystemsAreTwoInodes) {
+  FakeRemoteFs remote;
+  remote.PutFile("a/x", "on the root's file system");
+  remote.Mkdirs("a/m");  // a mount point: another file system's root
+  remote.PutFile("a/m/x", "on the other one");
+  remote.SetIdentity("a", 0, 100);
+  remote.SetIdentity("a/m", 7, 100);
+  remote.SetIdentity("a/x", 0, 500);
+  remote.SetIdentity("a/m/x", 7, 500);
+  ManualClock clock;
+  MetadataCache meta(remote, {}, clock);
+  ASSERT_TRUE(meta.Init());
+  meta.StartWalk();
+  ASSERT_TRUE(meta.WaitWalk(10s));
+  auto a = meta.Resolve("a");
+  auto m = meta.Resolve("a/m");
+  auto x = meta.Resolve("a/x");
+  auto mx = meta.Resolve("a/m/x");
+  ASSERT_TRUE(a && m && x && mx);
+  EXPECT_NE(a->ino, m->ino);
+  EXPECT_NE(x->ino, mx->ino);
+  EXPECT_EQ(mx->attr.fsid, 7u);
+  EXPECT_EQ(*meta.PathOf(a->ino), "a");
+  EXPECT_EQ(*meta.PathOf(m->ino), "a/m");
+  EXPECT_EQ(*meta.PathOf(x->ino), "a/x");
+  EXPECT_EQ(*meta.PathOf(mx->ino), "a/m/x");
+  std::vector<std::string> files;
+  for (const auto& f : meta.Files()) files.push_back(f.path);
+  EXPECT_EQ(files, (std::vector<std::string>{"a/m/x", "a/x"}));
+  // A file on the root's file system keeps the number it had before fsids were taken in (an
+  // agent taking over the kernel's inodes from an earlier version gives the same ones).
+  uint64_t h = 500 + 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  EXPECT_EQ(x->ino, h % (kStableInoLimit - kRootIno - 1) + kRootIno + 1);
+}
+
 }  // namespace
 }  // namespace spoke::agent
