@@ -102,8 +102,8 @@ class PrefetchDriver {
     size_t hints_max_lines = 1 << 20;
     uint64_t hints_max_bytes = 64ull << 20;
   };
-  // Estimated memory of one metadata entry: the inode node with its name and map slots, and
-  // the walked file's copy in the access tracker.
+  // Estimated memory of one metadata entry: the inode with its name, listing slot and NFS
+  // handle, and the walked file's copy in the access tracker.
   static constexpr uint64_t kMetadataEntryBytes = 512;
 
   // `metadata` (optional) is the volume's metadata cache: its walk feeds the tracker
