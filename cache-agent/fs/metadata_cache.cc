@@ -44,7 +44,7 @@ Status MetadataCache::Init() {
   stats_made_++;
   SPOKE_TRY(auto st, remote_.Stat(""));
   if (!st.is_dir()) return Fail(Code::kInvalidArgument, "volume root is not a directory");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Node& root = nodes_[kRootIno];
   root_fsid_ = st.fsid;  // before any file is numbered (see HomeIno)
   StoreAttrLocked(root, st);
@@ -70,7 +70,7 @@ std::string MetadataCache::PathLocked(uint64_t ino) const {
 }
 
 Result<std::string> MetadataCache::PathOf(uint64_t ino) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!nodes_.contains(ino)) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
   return PathLocked(ino);
 }
@@ -124,26 +124,26 @@ uint64_t MetadataCache::StableIno(uint64_t fsid, uint64_t file_id) const {
 
 Status MetadataCache::KnowInode(uint64_t ino) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (nodes_.contains(ino)) return Ok();
   }
   // Unknown: a number an earlier agent gave the kernel. The tree walk meets every file of the
   // volume and numbers it the same way; wait for it (bounded) to reach this one.
   {
-    std::lock_guard<std::mutex> wl(walk_mu_);
+    MutexLock wl(walk_mu_);
     if (!walk_started_) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
   }
   auto deadline = std::chrono::steady_clock::now() + config_.unknown_inode_wait;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (nodes_.contains(ino)) return Ok();
     }
     if (walk_done_.load() || stop_.load() || std::chrono::steady_clock::now() >= deadline) break;
-    std::unique_lock<std::mutex> wl(walk_mu_);
+    MutexLock wl(walk_mu_);
     walk_cv_.wait_for(wl, std::chrono::milliseconds(20));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (nodes_.contains(ino)) return Ok();
   return Fail(Code::kNotFound,
               "unknown inode " + std::to_string(ino) + " (not found by the walk of the volume)");
@@ -175,7 +175,7 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
 }
 
 void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   DirEntries children;
@@ -212,7 +212,7 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) 
   if (wait_unknown) SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(ino);
     if (!force && it != nodes_.end() && it->second.entries().listed &&
         Fresh(it->second.entries().list_time)) {
@@ -224,7 +224,7 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) 
   // walk) need one sent after their call; the others take any.
   return flights_.Run(ino, force, [&]() -> Status {
     if (!force) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = nodes_.find(ino);
       if (it != nodes_.end() && it->second.entries().listed &&
           Fresh(it->second.entries().list_time)) {
@@ -242,13 +242,13 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   SPOKE_RETURN_IF_ERROR(KnowInode(parent));
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     SPOKE_TRY(path, DirPathLocked(parent));
   }
   path = path.empty() ? name : path + "/" + name;
   stats_made_++;
   auto st = remote_.Stat(path);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto pit = nodes_.find(parent);
   if (pit == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(parent));
   if (!st) {
@@ -287,7 +287,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
 Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name, bool hold) {
   if (config_.consistency == Consistency::kStrict) return LookupOnHub(parent, name, hold);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto p = nodes_.find(parent);
     if (p != nodes_.end()) {
       const Dir& d = p->second.entries();
@@ -316,7 +316,7 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
 Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
     if (it->second.attr_valid && Fresh(it->second.attr_time)) return AttrLocked(it->second);
@@ -328,13 +328,13 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!nodes_.contains(ino)) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
     path = PathLocked(ino);
   }
   stats_made_++;
   auto st = remote_.Stat(path);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
   Node& n = it->second;
@@ -369,7 +369,7 @@ Result<Listing> MetadataCache::ReadDir(uint64_t ino) {
   // Strict: a listing (opendir) always reflects the hub now, as lookups do.
   bool force = config_.consistency == Consistency::kStrict;
   SPOKE_RETURN_IF_ERROR(EnsureListed(ino, force));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto dir = nodes_.find(ino);
   if (dir == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
   if (!dir->second.dir_data) return Listing();  // listed empty, or a file
@@ -378,6 +378,7 @@ Result<Listing> MetadataCache::ReadDir(uint64_t ino) {
   auto out = std::make_shared<std::vector<NamedInode>>();
   out->reserve(n.children.size());
   n.children.ForEach([&](std::string_view name, uint64_t c) {
+    mu_.AssertHeld();  // called by ForEach, under the lock above
     auto child = nodes_.find(c);
     if (child == nodes_.end()) return;
     out->push_back(NamedInode{std::string(name), c, AttrLocked(child->second)});
@@ -390,7 +391,7 @@ Result<Listing> MetadataCache::ReadDir(uint64_t ino) {
 Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
   InodeAttr cur{kRootIno, {}};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     cur.attr = AttrLocked(nodes_[kRootIno]);
   }
   size_t start = 0;
@@ -407,7 +408,7 @@ Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
 
 InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const FileAttr& attr,
                                bool hold) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t ino = InodeFor(parent, name, attr);
   const uint64_t old = nodes_[parent].dir().children.Set(name, ino);
   TouchLocked(parent);
@@ -499,7 +500,7 @@ void MetadataCache::HoldLocked(Node& n) {
 }
 
 bool MetadataCache::Hold(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return false;
   HoldLocked(it->second);
@@ -507,7 +508,7 @@ bool MetadataCache::Hold(uint64_t ino) {
 }
 
 void MetadataCache::Forget(uint64_t ino, uint64_t count) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;  // dropped, or a number an earlier agent gave never met
   Node& n = it->second;
@@ -523,14 +524,14 @@ void MetadataCache::Forget(uint64_t ino, uint64_t count) {
 }
 
 void MetadataCache::Pin(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   if (it->second.opens < UINT16_MAX) it->second.opens++;  // saturated: kept for good
 }
 
 void MetadataCache::Unpin(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   Node& n = it->second;
@@ -540,13 +541,13 @@ void MetadataCache::Unpin(uint64_t ino) {
 }
 
 void MetadataCache::AdoptKernelReferences() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   adopted_ = true;
   for (auto& [ino, n] : nodes_) n.uncounted = true;
 }
 
 void MetadataCache::Removed(uint64_t parent, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Node& p = nodes_[parent];
   const uint64_t ino = p.dir().children.Erase(name);
   if (ino == 0) return;
@@ -557,7 +558,7 @@ void MetadataCache::Removed(uint64_t parent, const std::string& name) {
 
 void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t new_parent,
                             const std::string& new_name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Node& p = nodes_[parent];
   const uint64_t ino = p.dir().children.Erase(name);
   if (ino == 0) {
@@ -583,7 +584,7 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
 
 void MetadataCache::Hidden(uint64_t parent, const std::string& name,
                            const std::string& hidden_name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Node& p = nodes_[parent];
   const uint64_t ino = p.dir().children.Erase(name);
   if (ino == 0) return;
@@ -596,7 +597,7 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
 }
 
 void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   StoreAttrLocked(it->second, attr);
@@ -605,13 +606,13 @@ void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
 }
 
 void MetadataCache::Invalidate(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it != nodes_.end()) it->second.attr_valid = false;
 }
 
 size_t MetadataCache::entries() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return nodes_.size();
 }
 

@@ -35,7 +35,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -52,6 +51,7 @@
 #include "cache-agent/fs/listing_flights.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -248,39 +248,39 @@ class MetadataCache final : public HandleStore {
   };
   static_assert(sizeof(StoredAttr) == 80);
   // The directory's entries or an entry's attributes changed: its snapshot is not reused.
-  void TouchLocked(uint64_t dir);
+  void TouchLocked(uint64_t dir) REQUIRES(mu_);
   // The node's attributes as FileAttr, and storing them. Caller holds mu_.
-  FileAttr AttrLocked(const Node& n) const;
-  void StoreAttrLocked(Node& n, const FileAttr& attr);
+  FileAttr AttrLocked(const Node& n) const REQUIRES(mu_);
+  void StoreAttrLocked(Node& n, const FileAttr& attr) REQUIRES(mu_);
   // The node of a name our own unlink/rmdir removed goes when nothing else names it, so that
   // memory stays flat across create/unlink cycles. Caller holds mu_.
-  void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino);
+  void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino) REQUIRES(mu_);
   // True when `n`'s directory's cached listing names it (or it may be: a hard-linked file).
-  bool NamedLocked(uint64_t ino, const Node& n) const;
+  bool NamedLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);
   // Drops `ino` when nothing keeps it (see the header note), then its parent if that was
   // kept only for it. `dropping`: a directory dropping its entries (not re-entered). Caller
   // holds mu_.
-  void MaybeDropLocked(uint64_t ino, uint64_t dropping = 0);
+  void MaybeDropLocked(uint64_t ino, uint64_t dropping = 0) REQUIRES(mu_);
   // Moves `n` under `parent`, keeping the directories' child_nodes right. Caller holds mu_.
-  void SetParentLocked(Node& n, uint64_t parent);
-  void HoldLocked(Node& n);
+  void SetParentLocked(Node& n, uint64_t parent) REQUIRES(mu_);
+  void HoldLocked(Node& n) REQUIRES(mu_);
   bool Fresh(std::chrono::steady_clock::time_point t) const;
-  std::string PathLocked(uint64_t ino) const;
+  std::string PathLocked(uint64_t ino) const REQUIRES(mu_);
   // The path of directory `ino`: kNotFound for an unknown inode, kInvalidArgument for a file.
-  Result<std::string> DirPathLocked(uint64_t ino) const;
-  uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr);
+  Result<std::string> DirPathLocked(uint64_t ino) const REQUIRES(mu_);
+  uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr) REQUIRES(mu_);
   // A hub file is (fsid, file_id). Caller holds mu_ (all four).
-  uint64_t StableIno(uint64_t fsid, uint64_t file_id) const;
-  uint64_t HomeIno(uint64_t fsid, uint64_t file_id) const;
+  uint64_t StableIno(uint64_t fsid, uint64_t file_id) const REQUIRES(mu_);
+  uint64_t HomeIno(uint64_t fsid, uint64_t file_id) const REQUIRES(mu_);
   // The inode of hub file (fsid, file_id), 0 when none (the root is never returned).
-  uint64_t FindFileLocked(uint64_t fsid, uint64_t file_id) const;
-  bool SameFileLocked(const Node& n, uint64_t fsid, uint64_t file_id) const;
-  uint32_t FsidIndexLocked(uint64_t fsid);
+  uint64_t FindFileLocked(uint64_t fsid, uint64_t file_id) const REQUIRES(mu_);
+  bool SameFileLocked(const Node& n, uint64_t fsid, uint64_t file_id) const REQUIRES(mu_);
+  uint32_t FsidIndexLocked(uint64_t fsid) REQUIRES(mu_);
   // Ok once `ino` is known, waiting (bounded) for the walk when it is not yet.
   Status KnowInode(uint64_t ino);
   void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
   // The inode `path` names in the cached tree, 0 when none. Caller holds mu_.
-  uint64_t ResolveCachedLocked(std::string_view path) const;
+  uint64_t ResolveCachedLocked(std::string_view path) const REQUIRES(mu_);
   // `wait_unknown`: an unknown inode waits for the walk (KnowInode); else it is kNotFound.
   Status EnsureListed(uint64_t ino, bool force, bool wait_unknown = true);
   Result<InodeAttr> LookupOnHub(uint64_t parent, const std::string& name, bool hold);
@@ -289,26 +289,26 @@ class MetadataCache final : public HandleStore {
   RemoteFs& remote_;
   Config config_;
   Clock& clock_;
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Node> nodes_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Node> nodes_ GUARDED_BY(mu_);
   // Inodes not at their file's StableIno home number (taken by another file when they were
   // numbered: vanishingly rare), by file id; every other file is found at its home number.
-  std::map<std::pair<uint64_t, uint64_t>, uint64_t> displaced_;  // (fsid, file id); by mu_
-  std::vector<uint64_t> fsids_{0};  // hub file systems met (StoredAttr::fsid); guarded by mu_
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> displaced_ GUARDED_BY(mu_);  // (fsid, file id)
+  std::vector<uint64_t> fsids_ GUARDED_BY(mu_){0};  // hub file systems met (StoredAttr::fsid)
   uint64_t root_fsid_ = 0;          // the volume root's; set by Init before any numbering
-  std::unordered_map<uint64_t, uint64_t> rdevs_;  // device numbers by inode; guarded by mu_
-  bool adopted_ = false;                          // guarded by mu_
+  std::unordered_map<uint64_t, uint64_t> rdevs_ GUARDED_BY(mu_);  // device numbers by inode
+  bool adopted_ GUARDED_BY(mu_) = false;
   ListingFlights flights_;                        // taken before mu_, never while holding it
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 
   // Walk state.
-  mutable std::mutex walk_mu_;
-  std::vector<uint64_t> walked_dirs_;  // listed by the walk, in order; guarded by walk_mu_
-  std::condition_variable walk_cv_;
-  std::deque<uint64_t> walk_queue_;  // guarded by walk_mu_
-  int walk_active_ = 0;              // guarded by walk_mu_
-  bool walk_started_ = false;        // guarded by walk_mu_
+  mutable Mutex walk_mu_;
+  std::vector<uint64_t> walked_dirs_ GUARDED_BY(walk_mu_);  // listed by the walk, in order
+  CondVar walk_cv_;
+  std::deque<uint64_t> walk_queue_ GUARDED_BY(walk_mu_);
+  int walk_active_ GUARDED_BY(walk_mu_) = 0;
+  bool walk_started_ GUARDED_BY(walk_mu_) = false;
   std::atomic<bool> walk_done_{false};
   std::atomic<bool> stop_{false};
   std::vector<std::thread> walkers_;

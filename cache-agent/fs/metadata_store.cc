@@ -67,7 +67,7 @@ uint64_t MetadataCache::ResolveCachedLocked(std::string_view path) const {
 }
 
 std::optional<HandleStore::Entry> MetadataCache::FindHandle(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t ino = ResolveCachedLocked(path);
   if (ino == 0) return std::nullopt;
   const Node& n = nodes_.at(ino);
@@ -78,12 +78,12 @@ std::optional<HandleStore::Entry> MetadataCache::FindHandle(const std::string& p
 void MetadataCache::DropHandles(const std::string& path) {
   // Only the handle of the inode the path names now: handles of other inodes name their own
   // files, whatever happens to this one's name.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (const uint64_t ino = ResolveCachedLocked(path); ino != 0) nodes_.at(ino).fh.Clear();
 }
 
 size_t MetadataCache::handles() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [ino, node] : nodes_) n += node.fh.empty() ? 0 : 1;
   return n;

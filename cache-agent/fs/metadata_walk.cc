@@ -7,7 +7,7 @@
 namespace spoke::agent {
 
 void MetadataCache::StartWalk() {
-  std::lock_guard<std::mutex> lock(walk_mu_);
+  MutexLock lock(walk_mu_);
   if (walk_started_) return;
   walk_started_ = true;
   walk_queue_.push_back(kRootIno);
@@ -20,9 +20,10 @@ void MetadataCache::WalkWorker() {
   while (true) {
     uint64_t ino;
     {
-      std::unique_lock<std::mutex> lock(walk_mu_);
-      walk_cv_.wait(lock,
-                    [&] { return stop_.load() || !walk_queue_.empty() || walk_active_ == 0; });
+      MutexLock lock(walk_mu_);
+      walk_cv_.wait(lock, [&]() REQUIRES(walk_mu_) {
+        return stop_.load() || !walk_queue_.empty() || walk_active_ == 0;
+      });
       if (stop_.load()) return;
       if (walk_queue_.empty()) {
         // Nothing queued and nobody listing: the walk is over.
@@ -43,16 +44,17 @@ void MetadataCache::WalkWorker() {
     } else if (!st) {
       log::Warn("metadata walk: listing failed", {{"error", st.error().ToString()}});
     } else {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (auto dir = nodes_.find(ino); dir != nodes_.end()) {
         dir->second.entries().children.ForEach([&](std::string_view, uint64_t c) {
+          mu_.AssertHeld();  // called by ForEach, under the lock above
           auto child = nodes_.find(c);
           if (child != nodes_.end() && child->second.attr.is_dir()) subdirs.push_back(c);
         });
       }
     }
     {
-      std::lock_guard<std::mutex> lock(walk_mu_);
+      MutexLock lock(walk_mu_);
       for (uint64_t d : subdirs) walk_queue_.push_back(d);
       if (st) walked_dirs_.push_back(ino);
       walk_active_--;
@@ -62,19 +64,22 @@ void MetadataCache::WalkWorker() {
 }
 
 bool MetadataCache::WaitWalk(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(walk_mu_);
+  MutexLock lock(walk_mu_);
   return walk_cv_.wait_for(lock, timeout, [&] { return walk_done_.load() || stop_.load(); }) &&
          walk_done_.load();
 }
 
 std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<WalkedFile> out;
+  // The analysis sees each lambda as a function of its own: they run under the lock above.
   std::function<void(uint64_t, const std::string&)> visit = [&](uint64_t ino,
-                                                                const std::string& path) {
+                                                                const std::string& path)
+                                                                REQUIRES(mu_) {
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return;
     it->second.entries().children.ForEach([&](std::string_view name, uint64_t c) {
+      mu_.AssertHeld();  // called by ForEach, under the lock above
       auto child = nodes_.find(c);
       if (child == nodes_.end()) return;
       std::string child_path = path.empty() ? std::string(name) : path + "/" + std::string(name);
@@ -98,7 +103,7 @@ std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
 std::vector<WalkedFile> MetadataCache::WalkedSince(size_t* cursor) const {
   std::vector<uint64_t> dirs;
   {
-    std::lock_guard<std::mutex> lock(walk_mu_);
+    MutexLock lock(walk_mu_);
     if (*cursor < walked_dirs_.size()) {
       dirs.assign(walked_dirs_.begin() + static_cast<std::ptrdiff_t>(*cursor), walked_dirs_.end());
     }
@@ -106,12 +111,13 @@ std::vector<WalkedFile> MetadataCache::WalkedSince(size_t* cursor) const {
   }
   std::vector<WalkedFile> out;
   if (dirs.empty()) return out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (uint64_t ino : dirs) {
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) continue;
     const std::string dir = PathLocked(ino);
     it->second.entries().children.ForEach([&](std::string_view name, uint64_t c) {
+      mu_.AssertHeld();  // called by ForEach, under the lock above
       const Node& cn = nodes_.at(c);
       if (!cn.attr.is_reg()) return;
       out.push_back(WalkedFile{dir.empty() ? std::string(name) : dir + "/" + std::string(name),

@@ -43,13 +43,13 @@ VolumeFs::VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metada
                                              .count())) {}
 
 std::shared_ptr<VolumeFs::Handle> VolumeFs::Get(uint64_t handle) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = handles_.find(handle);
   return it == handles_.end() ? nullptr : it->second;
 }
 
 size_t VolumeFs::open_handles() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return handles_.size();
 }
 
@@ -63,7 +63,7 @@ uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
   const uint64_t ino = h->hints ? 0 : h->ino;
   uint64_t id = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     do {
       id = (next_handle_++ << kHandleFlagBits) | (h->writable ? kHandleWritable : 0) |
            (h->hints ? kHandleHints : 0);
@@ -90,7 +90,7 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
   const uint64_t pinned = h->hints ? 0 : h->ino;
   bool added;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     added = handles_.try_emplace(handle, std::move(h)).second;
   }
   if (added && pinned != 0) metadata_.Pin(pinned);
@@ -114,13 +114,13 @@ void VolumeFs::DropBlocks(uint64_t file_id) { fetcher_.Evict(file_id); }
 
 void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
   metadata_.Invalidate(ino);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [id, h] : handles_) {
     if (h->ino != ino) continue;
     h->file.version = kDirtyVersionBit | dirty_versions_.fetch_add(1);
     h->file.written_here = true;
     if (size) h->file.size = *size;
-    std::lock_guard<std::mutex> hl(h->mu);
+    MutexLock hl(h->mu);
     h->last_block.reset();
     h->last_index = UINT64_MAX;
   }
@@ -129,7 +129,7 @@ void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
 bool VolumeFs::IsHiddenName(const std::string& name) { return name.starts_with(kHiddenPrefix); }
 
 bool VolumeFs::HasHandles(uint64_t ino) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, h] : handles_) {
     if (h->ino == ino) return true;
   }
@@ -141,7 +141,7 @@ Result<std::string> VolumeFs::HideOpenFile(uint64_t parent, const std::string& n
   SPOKE_TRY(auto from, ChildPath(parent, name));
   uint64_t unique;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     unique = next_handle_++;  // never repeats, also across agents (starts at the wall clock)
   }
   char id[40];
@@ -151,7 +151,7 @@ Result<std::string> VolumeFs::HideOpenFile(uint64_t parent, const std::string& n
   SPOKE_RETURN_IF_ERROR(remote_.RenameAs(who, from, to));
   metadata_.Hidden(parent, name, hidden_name);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     uint64_t file_id = 0;
     for (auto& [hid, h] : handles_) {
       if (h->ino != ino) continue;
@@ -177,7 +177,7 @@ void VolumeFs::RestoreAside(uint64_t parent, const std::string& hidden_name,
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     unlinked_.erase(file.ino);
     for (auto& [id, h] : handles_) {
       if (h->ino == file.ino) h->file.path = *path;
@@ -190,7 +190,7 @@ void VolumeFs::RestoreAside(uint64_t parent, const std::string& hidden_name,
 void VolumeFs::RemoveIfUnlinked(uint64_t ino) {
   Unlinked gone;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = unlinked_.find(ino);
     if (it == unlinked_.end()) return;
     for (const auto& [id, h] : handles_) {
@@ -250,7 +250,7 @@ Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
   auto attr = metadata_.GetAttr(ino);
   if (attr) {
     // The hidden name of an unlinked open file is not one of its links.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (unlinked_.contains(ino) && attr->nlink > 0) attr->nlink--;
   }
   return attr;
@@ -324,7 +324,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
   if (h->hints) return size_t{0};  // write-only in effect: reads see an empty file
   FileRef file;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     file = h->file;
   }
   if (offset >= file.size || size == 0) return size_t{0};
@@ -337,7 +337,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
   uint64_t hits = 0;
   {
     // Small reads inside the block the handle read last need no cache lookup.
-    std::lock_guard<std::mutex> lock(h->mu);
+    MutexLock lock(h->mu);
     if (count == 1 && h->last_index == first && h->last_block) {
       blocks.emplace_back(h->last_block);
       hits = 1;
@@ -380,7 +380,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
     if (avail < to - from) break;
   }
   {
-    std::lock_guard<std::mutex> lock(h->mu);
+    MutexLock lock(h->mu);
     if (blocks.back()) {
       h->last_block = *blocks.back();
       h->last_index = last;
@@ -392,7 +392,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
 Status VolumeFs::Release(uint64_t handle) {
   std::shared_ptr<Handle> h;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = handles_.find(handle);
     if (it == handles_.end()) return Fail(Code::kInvalidArgument, "unknown file handle");
     h = std::move(it->second);
@@ -410,7 +410,7 @@ Status VolumeFs::Release(uint64_t handle) {
 }
 
 Result<FsStat> VolumeFs::StatFs() {
-  std::unique_lock<std::mutex> lock(statfs_mu_);
+  MutexLock lock(statfs_mu_);
   auto now = clock_.Now();
   if (statfs_ && now - statfs_time_ < config_.statfs_cache) return *statfs_;
   // One FSSTAT at a time crosses the WAN, never under the lock: while it is out, callers get
@@ -418,7 +418,7 @@ Result<FsStat> VolumeFs::StatFs() {
   // round trip); only the very first callers wait for it.
   if (statfs_refreshing_) {
     if (statfs_) return *statfs_;
-    statfs_cv_.wait(lock, [&] { return !statfs_refreshing_; });
+    statfs_cv_.wait(lock, [&]() REQUIRES(statfs_mu_) { return !statfs_refreshing_; });
     if (statfs_) return *statfs_;
     if (statfs_error_) return std::unexpected(*statfs_error_);
     return Fail(Code::kUnavailable, "FSSTAT of the hub did not complete");
@@ -487,7 +487,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
   std::string path;
   uint64_t file_id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     path = h->file.path;
     file_id = h->file.file_id;
   }
@@ -504,7 +504,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
   bool first_write;
   uint64_t new_size;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     first_write = !h->written;
     h->written = true;
     new_size = h->append ? end : std::max<uint64_t>(h->file.size, end);
@@ -586,7 +586,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   // Open handles keep their path: RemoteFs calls of a renamed open file use the new one.
   auto moved = metadata_.Lookup(new_parent, new_name);
   if (moved) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [id, h] : handles_) {
       if (h->ino == moved->ino) h->file.path = to;
     }
@@ -614,7 +614,7 @@ Status VolumeFs::Fsync(uint64_t handle) {
   if (!h->writable || h->hints || config_.read_only) return Ok();  // nothing of ours to flush
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     path = h->file.path;
   }
   return remote_.Fsync(path);

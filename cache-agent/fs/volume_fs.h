@@ -33,7 +33,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,6 +47,7 @@
 #include "cache-agent/fs/prefetch_driver.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -171,9 +171,9 @@ class VolumeFs {
     bool hints = false;   // the hint control file
     bool append = false;  // O_APPEND: writes go to the hub's current end of file
     Credentials who;      // the opener: the handle's writes reach the hub as this caller
-    std::mutex mu;        // guards last_block / last_index
-    BlockData last_block;
-    uint64_t last_index = UINT64_MAX;
+    Mutex mu;
+    BlockData last_block GUARDED_BY(mu);
+    uint64_t last_index GUARDED_BY(mu) = UINT64_MAX;
   };
   std::shared_ptr<Handle> Get(uint64_t handle) const;
   Status CheckWritable() const;
@@ -204,18 +204,18 @@ class VolumeFs {
   PrefetchDriver* prefetch_;
   Clock& clock_;
 
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_;  // guarded by mu_
-  uint64_t next_handle_;                                           // guarded by mu_
-  std::unordered_map<uint64_t, Unlinked> unlinked_;                // by inode; guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_ GUARDED_BY(mu_);
+  uint64_t next_handle_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Unlinked> unlinked_ GUARDED_BY(mu_);  // by inode
   std::atomic<uint64_t> dirty_versions_{0};
 
-  std::mutex statfs_mu_;
-  std::condition_variable statfs_cv_;                    // a refresh ended
-  std::optional<FsStat> statfs_;                         // guarded by statfs_mu_
-  std::chrono::steady_clock::time_point statfs_time_{};  // guarded by statfs_mu_
-  bool statfs_refreshing_ = false;                       // guarded by statfs_mu_
-  std::optional<Error> statfs_error_;  // guarded by statfs_mu_: the last refresh's failure
+  Mutex statfs_mu_;
+  CondVar statfs_cv_;  // a refresh ended
+  std::optional<FsStat> statfs_ GUARDED_BY(statfs_mu_);
+  std::chrono::steady_clock::time_point statfs_time_ GUARDED_BY(statfs_mu_){};
+  bool statfs_refreshing_ GUARDED_BY(statfs_mu_) = false;
+  std::optional<Error> statfs_error_ GUARDED_BY(statfs_mu_);  // the last refresh's failure
 };
 
 }  // namespace spoke::agent

@@ -258,7 +258,7 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
 
 LibnfsRemote::~LibnfsRemote() {
   {
-    std::lock_guard<std::mutex> lock(identities_mu_);
+    MutexLock lock(identities_mu_);
     identities_.clear();
   }
   connections_.clear();
@@ -293,7 +293,7 @@ Credentials LibnfsRemote::EffectiveIdentity(const Credentials& who) const {
 }
 
 size_t LibnfsRemote::IdentityConnections() const {
-  std::lock_guard<std::mutex> lock(identities_mu_);
+  MutexLock lock(identities_mu_);
   return identities_.size();
 }
 
@@ -302,7 +302,7 @@ std::shared_ptr<NfsConnection> LibnfsRemote::ForIdentity(const Credentials& call
   std::string key = std::to_string(who.uid) + ":" + std::to_string(who.gid);
   for (uint32_t g : who.groups) key += "," + std::to_string(g);
   std::shared_ptr<NfsConnection> evicted;  // destroyed outside the lock (joins its thread)
-  std::lock_guard<std::mutex> lock(identities_mu_);
+  MutexLock lock(identities_mu_);
   auto it = identities_.find(key);
   if (it != identities_.end()) {
     it->second.last_use = ++identity_clock_;
@@ -572,7 +572,7 @@ void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
   DropHandles(path);
   for (auto& c : connections_) c->Invalidate(path);
   // Identity connections cache handles too (writes as the caller).
-  std::lock_guard<std::mutex> lock(identities_mu_);
+  MutexLock lock(identities_mu_);
   for (auto& [key, ic] : identities_) ic.conn->Invalidate(path);
 }
 

@@ -219,13 +219,13 @@ class LibnfsRemote final : public RemoteFs {
   HubAddress hub_;
   std::chrono::milliseconds request_timeout_{10000};
   std::chrono::milliseconds rpc_timeout_{5000};
-  mutable std::mutex identities_mu_;
+  mutable Mutex identities_mu_;
   struct IdentityConn {
     std::shared_ptr<NfsConnection> conn;
     uint64_t last_use = 0;
   };
-  std::map<std::string, IdentityConn> identities_;  // guarded by identities_mu_
-  uint64_t identity_clock_ = 0;                     // guarded by identities_mu_
+  std::map<std::string, IdentityConn> identities_ GUARDED_BY(identities_mu_);
+  uint64_t identity_clock_ GUARDED_BY(identities_mu_) = 0;
   std::atomic<bool> reachable_{true};
   std::atomic<uint64_t> reads_by_handle_{0};
   mutable Mutex error_mu_;
