@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 namespace spoke::agent {
 
