@@ -20,6 +20,8 @@ std::string_view MemoryBudget::UseName(Use use) {
       return "hints";
     case Use::kMetadata:
       return "metadata";
+    case Use::kStaged:
+      return "staged";
   }
   return "unknown";
 }

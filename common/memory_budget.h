@@ -7,6 +7,8 @@
 //   kDemand     blocks readers (and warm-ups) wait for
 //   kHints      queued hint lines
 //   kMetadata   metadata cache entries (an estimate per entry)
+//   kStaged     prefetched blocks held in memory until read (the fetcher's StagingBuffer:
+//               blocks a full cache would have to evict for)
 //
 // Two levels. Background takers (prefetch, hints, a prefetched block entering the store
 // queue) stop at `total - demand_reserve`: a refusal is their back-pressure (the prefetcher
@@ -32,8 +34,8 @@ namespace spoke {
 
 class MemoryBudget {
  public:
-  enum class Use : int { kPrefetch = 0, kStoreQueue, kDemand, kHints, kMetadata };
-  static constexpr int kUses = 5;
+  enum class Use : int { kPrefetch = 0, kStoreQueue, kDemand, kHints, kMetadata, kStaged };
+  static constexpr int kUses = 6;
   static std::string_view UseName(Use use);
 
   // Who may take the bytes: background stops at total - reserve, demand at total.

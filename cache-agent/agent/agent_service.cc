@@ -158,6 +158,16 @@ grpc::Status AgentService::VolumeStats(grpc::ServerContext*, const v1::VolumeSta
   resp->set_cache_capacity_bytes(options_.cache_capacity_bytes);
   resp->set_hints_rejected(f.hints_rejected);
   resp->set_hints_unresolved(f.hints_unresolved);
+  resp->set_admission_declined_blocks(f.admission_declined_blocks);
+  if (f.staged_blocks > 0 || f.staged_evicted > 0) {
+    auto* st = resp->mutable_staging();
+    st->set_blocks(f.staged_blocks_held);
+    st->set_bytes(f.staged_bytes_held);
+    st->set_staged(f.staged_blocks);
+    st->set_hits(f.staged_hits);
+    st->set_dropped(f.staged_dropped);
+    st->set_evicted(f.staged_evicted);
+  }
   if (f.memory.budget_bytes > 0) {
     auto* m = resp->mutable_memory();
     m->set_budget_bytes(f.memory.budget_bytes);
@@ -168,6 +178,7 @@ grpc::Status AgentService::VolumeStats(grpc::ServerContext*, const v1::VolumeSta
     m->set_demand_bytes(f.memory.demand_bytes);
     m->set_hints_bytes(f.memory.hints_bytes);
     m->set_metadata_bytes(f.memory.metadata_bytes);
+    m->set_staged_bytes(f.memory.staged_bytes);
     m->set_refusals(f.memory.refusals);
   }
   for (const ExpertStats& e : f.experts) {

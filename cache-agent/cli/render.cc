@@ -129,6 +129,17 @@ std::string RenderStats(const std::string& target, const spoke::agent::v1::Volum
     add("prefetched used", FormatBytes(s.prefetched_bytes_used()));
     add("prefetched wasted", FormatBytes(s.prefetched_bytes_wasted()));
   }
+  if (s.admission_declined_blocks() > 0) {
+    add("prefetch declined", std::to_string(s.admission_declined_blocks()) +
+                                 " blocks (nowhere to keep them until read)");
+  }
+  if (s.has_staging()) {
+    const auto& st = s.staging();
+    add("staged", std::to_string(st.staged()) + " blocks, " + std::to_string(st.hits()) +
+                      " read, " + std::to_string(st.dropped()) + " dropped unread, " +
+                      std::to_string(st.evicted()) + " evicted; " + std::to_string(st.blocks()) +
+                      " held (" + FormatBytes(st.bytes()) + ")");
+  }
   if (s.hints_rejected() + s.hints_unresolved() > 0) {
     add("hints dropped", std::to_string(s.hints_rejected()) + " rejected, " +
                              std::to_string(s.hints_unresolved()) + " unresolved");
@@ -138,11 +149,11 @@ std::string RenderStats(const std::string& target, const spoke::agent::v1::Volum
     add("agent memory", FormatBytes(m.used_bytes()) + " of " + FormatBytes(m.budget_bytes()) +
                             " budget (peak " + FormatBytes(m.peak_bytes()) + ", " +
                             std::to_string(m.refusals()) + " refusals)");
-    add("memory by use", "prefetch " + FormatBytes(m.prefetch_bytes()) + ", store queue " +
-                             FormatBytes(m.store_queue_bytes()) + ", demand " +
-                             FormatBytes(m.demand_bytes()) + ", hints " +
-                             FormatBytes(m.hints_bytes()) + ", metadata " +
-                             FormatBytes(m.metadata_bytes()));
+    add("memory by use",
+        "prefetch " + FormatBytes(m.prefetch_bytes()) + ", store queue " +
+            FormatBytes(m.store_queue_bytes()) + ", demand " + FormatBytes(m.demand_bytes()) +
+            ", hints " + FormatBytes(m.hints_bytes()) + ", metadata " +
+            FormatBytes(m.metadata_bytes()) + ", staged " + FormatBytes(m.staged_bytes()));
   }
   add("checksum failures", std::to_string(s.checksum_failures()));
   add("hub", s.hub_reachable() ? "reachable" : "UNREACHABLE: " + s.last_hub_error());

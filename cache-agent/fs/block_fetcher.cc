@@ -3,31 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "cache-agent/fs/block_fetcher_fetch.h"
 #include "common/log.h"
 
 namespace spoke::agent {
-
-struct BlockFetcher::Fetch {
-  BlockKey key;
-  std::string path;
-  uint64_t offset = 0;
-  uint32_t length = 0;
-  int cls = 0;                    // BlockFetcher::Class
-  bool stored_as_demand = false;  // asked for by a reader or warm-up: no expert to credit
-  bool written_here = false;      // FileRef::written_here: no hub version to check
-  std::chrono::steady_clock::time_point deadline{};  // latest reader deadline (demand)
-  bool warm_waiter = false;  // a warm-up waits for it: never dropped at a reader deadline
-  ExpertId expert = kDemand;
-  double predicted_use = kUnknownUse;
-  bool dispatched = false;
-  bool done = false;
-  bool settled = false;           // done and (when it was to be cached) stored
-  bool counted_prefetch = false;  // its bytes are in prefetch_bytes_
-  // Bytes (length) held in the memory budget, and under which use; guarded by mu_.
-  uint64_t memory_held = 0;
-  MemoryBudget::Use memory_use = MemoryBudget::Use::kDemand;
-  Result<BlockData> result = std::unexpected(Error(Code::kInternal, "not fetched"));
-};
 
 Status BlockFetcher::Config::Validate() const {
   if (block_size < 4096 || (block_size & (block_size - 1)) != 0)
@@ -41,6 +20,14 @@ Status BlockFetcher::Config::Validate() const {
   if (read_deadline <= std::chrono::milliseconds(0)) {
     return Fail(Code::kInvalidArgument, "read_deadline: must be > 0");
   }
+  if (staging_bytes_max > 0) {
+    if (staging_bytes_max < block_size) {
+      return Fail(Code::kInvalidArgument, "staging_bytes_max: must be 0 (off) or >= block_size");
+    }
+    if (staging_ttl <= std::chrono::milliseconds(0)) {
+      return Fail(Code::kInvalidArgument, "staging_ttl: must be > 0");
+    }
+  }
   return Ok();
 }
 
@@ -49,7 +36,8 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
                            const metrics::Labels& labels)
     : remote_(remote), cache_(cache), volume_(volume_key), config_(config) {
   hits_ =
-      &registry.GetCounter("spoke_cache_hits_total", "Block reads served from the cache", labels);
+      &registry.GetCounter("spoke_cache_hits_total",
+                           "Block reads served from the cache or its staged prefetches", labels);
   misses_ = &registry.GetCounter("spoke_cache_misses_total",
                                  "Block reads that had to wait for the hub", labels);
   hub_bytes_ =
@@ -67,6 +55,14 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
   base_misses_ = misses_->Value();
   base_hub_bytes_ = hub_bytes_->Value();
   base_cache_bytes_ = cache_bytes_->Value();
+  if (cache_ != nullptr && config_.staging_bytes_max > 0) {
+    StagingBuffer::Config sc;
+    sc.max_bytes = config_.staging_bytes_max;
+    sc.ttl = config_.staging_ttl;
+    sc.memory = config_.memory;
+    staging_ = std::make_unique<StagingBuffer>(
+        sc, config_.clock != nullptr ? *config_.clock : SystemClock::Get(), registry, labels);
+  }
   for (int i = 0; i < config_.store_threads; ++i) storers_.emplace_back([this] { StoreLoop(); });
 }
 
@@ -113,26 +109,19 @@ bool BlockFetcher::Cached(const FileRef& file, uint64_t index) const {
   return cache_ != nullptr && cache_->Contains(Key(file, index));
 }
 
-uint64_t BlockFetcher::Evict(uint64_t file_id) {
-  return cache_ == nullptr ? 0 : cache_->Evict(volume_, file_id);
-}
-
 uint64_t BlockFetcher::CachedBytes() const {
   return cache_ == nullptr ? 0 : cache_->VolumeBytes(volume_);
 }
 
 bool BlockFetcher::Has(const BlockKey& key) const {
   if (cache_ != nullptr && cache_->Contains(key)) return true;
+  if (staging_ != nullptr && staging_->Contains(key)) return true;
   std::lock_guard<std::mutex> lock(mu_);
   return inflight_.contains(key);
 }
 
 uint64_t BlockFetcher::CacheFreeBytes() const {
   return cache_ == nullptr ? 0 : cache_->FreeBytes();
-}
-
-bool BlockFetcher::WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const {
-  return cache_ == nullptr || cache_->WouldAdmit(key, hint);
 }
 
 double BlockFetcher::demand_miss_latency_ms_avg() const {
@@ -295,6 +284,11 @@ void BlockFetcher::ReleaseMemoryLocked(Fetch& f) {
 }
 
 void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
+  // A prefetch arriving at a full cache is staged instead of evicting a cached block. Read
+  // before mu_ (the cache's lock is never taken under it); a reader promoting the fetch
+  // meanwhile is seen below (its class).
+  const bool cache_full =
+      staging_ != nullptr && r && cache_->FreeBytes() < static_cast<uint64_t>(r->size());
   bool store = false;
   bool prefetched = false;   // its bytes stay in prefetch_bytes_ until stored
   bool over_budget = false;  // a reader's block the memory budget has no room to queue
@@ -310,6 +304,14 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
       f->result = std::unexpected(r.error());
     }
     f->done = true;
+    if (store && cache_full && f->cls == kPrefetchClass && !f->stored_as_demand) {
+      // Staged under mu_, before the fetch leaves inflight_, so that no reader sees the block
+      // in neither place (GetBlocks looks again when stored_gen_ moved).
+      ReleaseMemoryLocked(*f);  // the buffer takes its own room (Use::kStaged)
+      staging_->Put(f->key, *f->result);
+      store = false;
+      stored_gen_++;
+    }
     if (store && f->memory_held > 0) {
       // A prefetched block keeps the room it took; a reader's block is queued for the cache
       // only while the whole budget has room (demand never waits for memory).
@@ -455,6 +457,15 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
         nhits++;
         continue;
       }
+      // Staged blocks have the key's file version (checked when fetched), like the cache's.
+      if (staging_ != nullptr) {
+        if (auto staged = staging_->Take(Key(file, index))) {
+          AdmitTaken(Key(file, index), *staged);
+          out[i] = std::move(*staged);
+          nhits++;
+          continue;
+        }
+      }
     }
     bool created;
     std::unique_lock<std::mutex> lock(mu_);
@@ -498,6 +509,7 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
   for (uint64_t index = req.first_block; index < end; ++index) {
     BlockKey key = Key(file, index);
     if (cache_->Contains(key)) continue;
+    if (staging_ != nullptr && staging_->Contains(key)) continue;
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return false;
     if (inflight_.contains(key)) continue;
@@ -543,6 +555,16 @@ BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t f
     const uint32_t length = BlockLength(file, index);
     if (length == 0) break;
     if (Cached(file, index)) continue;
+    // A staged block goes to the cache from memory: wait for that store, not the hub.
+    if (staging_ != nullptr) {
+      if (auto staged = staging_->Take(Key(file, index))) {
+        if (FetchPtr f = AdmitTaken(Key(file, index), *staged)) {
+          t.bytes_ += length;
+          t.waits_.emplace_back(std::move(f), false);
+          continue;
+        }
+      }
+    }
     const bool room = config_.memory != nullptr;
     if (room) TakeWarmRoom(length);
     bool created;

@@ -18,9 +18,19 @@
 //   is dropped rather than sent.
 // - A failed cache Put (kNoSpace, kIo) never fails a read: the fetched bytes are served.
 // - A null cache means "cache disabled": reads pass through (still de-duplicated).
+// - Staging (Config::staging_bytes_max > 0): a prefetched block that arrives when the cache
+//   has no free room for it is not stored (it would evict a cached block that a later read
+//   then misses: the no-thrash set eroded by prefetches) but held in a StagingBuffer. A
+//   reader takes it from there once (counted as a hit: it did not wait for the hub) and it
+//   is then queued for the cache as a demand block, so the cache's content is what it would
+//   be without prefetching. WouldAdmit answers for the fetcher as a whole: free cache room
+//   or staging room (not the eviction policy: a full cache never takes a prefetched block).
+//   Evict drops staged blocks with the cached ones; the destructor drops them all. Warm
+//   moves a staged block into the cache instead of reading it again.
 //
-// Counts per volume: spoke_cache_hits_total, spoke_cache_misses_total,
-// spoke_hub_read_bytes_total, spoke_cache_read_bytes_total.
+// Counts per volume: spoke_cache_hits_total (reads that did not wait for the hub: from the
+// cache or from staging), spoke_cache_misses_total, spoke_hub_read_bytes_total,
+// spoke_cache_read_bytes_total (from the cache only); staging's own: staging_buffer.h.
 #pragma once
 
 #if !__has_include("spoke_layer/fs.h")
@@ -43,6 +53,8 @@
 
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/fs/block_source.h"
+#include "cache-agent/fs/clock.h"
+#include "cache-agent/fs/staging_buffer.h"
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/memory_budget.h"
@@ -65,7 +77,7 @@ struct FileRef {
 using BlockData = std::shared_ptr<const std::vector<char>>;
 
 class BlockFetcher {
-  struct Fetch;  // one block's fetch (block_fetcher.cc)
+  struct Fetch;  // one block's fetch (block_fetcher_fetch.h)
 
  public:
   struct Config {
@@ -92,6 +104,13 @@ class BlockFetcher {
     // Asked before the hub for every block to fetch (the cluster's peers); null = hub only.
     // Must outlive the fetcher. Its bytes are not counted as hub bytes.
     BlockSource* source = nullptr;
+    // Bytes of prefetched blocks held in memory while the cache is full (see Staging above);
+    // 0 = no staging (such blocks go to the cache, whose policy may evict for them).
+    uint64_t staging_bytes_max = 0;
+    // A staged block not read within this long is dropped.
+    std::chrono::milliseconds staging_ttl{std::chrono::minutes(2)};
+    // Time for the staging buffer's ttl (optional: the system clock; must outlive the fetcher).
+    const Clock* clock = nullptr;
     Status Validate() const;
   };
 
@@ -158,17 +177,18 @@ class BlockFetcher {
   uint64_t store_queue_bytes_max() const { return config_.store_queue_bytes_max; }
 
   bool Cached(const FileRef& file, uint64_t index) const;
-  // True when the block is cached or being fetched (PrefetchSink::Has).
+  // True when the block is cached, being fetched or staged (PrefetchSink::Has).
   bool Has(const BlockKey& key) const;
-  // True when the cache would admit the block now (PrefetchSink::WouldAdmit); true without
-  // a cache (nothing to refuse).
+  // True when the fetcher would keep a prefetch of the block until it is read
+  // (PrefetchSink::WouldAdmit): with staging, the cache has free room for a block or the
+  // staging buffer has room; without, the cache's own answer. True without a cache.
   bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const;
   // The cache's FreeBytes (0 without a cache).
   uint64_t CacheFreeBytes() const;
   uint32_t block_size() const { return config_.block_size; }
   uint64_t volume_key() const { return volume_; }
-  // Drops the cached blocks of file `file_id` of this volume (0 = every file). Returns the
-  // blocks dropped; 0 without a cache.
+  // Drops the cached and staged blocks of file `file_id` of this volume (0 = every file).
+  // Returns the blocks dropped; 0 without a cache.
   uint64_t Evict(uint64_t file_id);
   // Bytes of this volume in the cache (0 without a cache).
   uint64_t CachedBytes() const;
@@ -186,6 +206,8 @@ class BlockFetcher {
   uint64_t expired_drops() const { return expired_drops_.load(); }
   // Demand blocks served but not cached because the store queue was full.
   uint64_t store_skips() const { return store_skips_.load(); }
+  // The staging buffer's figures (all zero without staging).
+  StagingBuffer::Stats staging_stats() const;
 
  private:
   using FetchPtr = std::shared_ptr<Fetch>;
@@ -218,6 +240,10 @@ class BlockFetcher {
   void TakeWarmRoom(uint32_t length);
   // Gives the fetch's bytes back to the memory budget (if it holds any). mu_ held.
   void ReleaseMemoryLocked(Fetch& f);
+  // A staged block a reader took: queued for the cache as a demand block (a reader fetched
+  // it), unless it is being fetched already or there is no room to queue it. Returns the
+  // queued fetch (settled once stored), or null.
+  FetchPtr AdmitTaken(const BlockKey& key, const BlockData& data);
 
   RemoteFs& remote_;
   BlockCache* cache_;
@@ -248,6 +274,7 @@ class BlockFetcher {
   uint64_t store_q_bytes_ = 0;                                          // guarded by store_mu_
   bool store_stop_ = false;                                             // guarded by store_mu_
   std::vector<std::thread> storers_;
+  std::unique_ptr<StagingBuffer> staging_;  // null without staging
 
   metrics::Counter* hits_;
   metrics::Counter* misses_;

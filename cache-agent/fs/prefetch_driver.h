@@ -44,7 +44,8 @@ namespace spoke::agent {
 
 // PrefetchSink over a BlockFetcher: Submit = BlockFetcher::Prefetch (prefetch queue, behind
 // demand reads), InFlightBytes = its prefetch bytes queued or in flight, Has = cached or
-// being fetched, WouldAdmit = the cache's admission answer, FreeCacheBytes = its free room.
+// being fetched or staged, WouldAdmit = BlockFetcher::WouldAdmit (free cache room or staging
+// room; the cache's answer without staging), FreeCacheBytes = the cache's free room.
 class FetcherPrefetchSink final : public PrefetchSink {
  public:
   explicit FetcherPrefetchSink(BlockFetcher& fetcher) : fetcher_(fetcher) {}

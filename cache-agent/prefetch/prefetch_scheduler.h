@@ -45,8 +45,8 @@
 // De-duplication: a block that is outstanding, cached or being fetched is never submitted
 // again; the first (most precise) expert to propose a block owns it.
 //
-// Admission before fetch: a block the cache would not admit now (PrefetchSink::WouldAdmit:
-// full, and the eviction policy refuses it) is not submitted; it counts as declined (no
+// Admission before fetch: a block the sink could not keep until read (PrefetchSink::WouldAdmit:
+// the cache is full and refuses it, and the fetcher has no staging room) is not submitted; it counts as declined (no
 // verdict: the expert may be right, the cache has no room for it) and is treated as present
 // until min_horizon_blocks more blocks were read or the epoch changes, so that experts move
 // on instead of proposing it again at every event.
@@ -105,8 +105,10 @@ class PrefetchSink {
   virtual uint64_t InFlightBytes() const = 0;
   // True when the block is cached or being fetched.
   virtual bool Has(const BlockKey& key) const = 0;
-  // True when the cache would admit the block with `hint` now (BlockCache::WouldAdmit): the
-  // scheduler does not send a block over the WAN that the eviction policy would refuse.
+  // True when the block, once fetched, would be kept until read: the cache would admit it
+  // with `hint` now (BlockCache::WouldAdmit), or the fetcher has room to hold it in memory
+  // (BlockFetcher's staging buffer, for a full cache). The scheduler does not send a block
+  // over the WAN that would be dropped on arrival.
   virtual bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const = 0;
   // Bytes the cache can still take without evicting anything (BlockCache::FreeBytes).
   virtual uint64_t FreeCacheBytes() const = 0;

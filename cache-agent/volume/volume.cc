@@ -78,6 +78,12 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   fc.prefetch_bytes_max = config.prefetch_bytes_max;
   fc.memory = config.memory;
   fc.source = config.block_source;
+  fc.staging_bytes_max = config.staging_bytes_max;
+  if (config.memory != nullptr) {
+    fc.staging_bytes_max = std::min(fc.staging_bytes_max, config.memory->background_limit() / 4);
+  }
+  if (fc.staging_bytes_max < fc.block_size) fc.staging_bytes_max = 0;
+  fc.clock = &clock;
   SPOKE_RETURN_IF_ERROR(fc.Validate());
   vol->fetcher_ = std::make_unique<BlockFetcher>(*vol->remote_, cache, VolumeKey(config.volume_id),
                                                  fc, reg, labels);
@@ -137,8 +143,16 @@ VolumeFigures Volume::Figures() {
     f.experts = std::move(ps.experts);
     f.hints_rejected = ps.hints_rejected;
     f.hints_unresolved = ps.hints_unresolved;
+    f.admission_declined_blocks = ps.admission_declined_blocks;
   }
   f.metadata_inodes = metadata_->entries();
+  const StagingBuffer::Stats staged = fetcher_->staging_stats();
+  f.staged_blocks_held = staged.blocks;
+  f.staged_bytes_held = staged.bytes;
+  f.staged_blocks = staged.staged;
+  f.staged_hits = staged.hits;
+  f.staged_dropped = staged.dropped_full + staged.expired + staged.memory_refused;
+  f.staged_evicted = staged.evicted;
   if (const MemoryBudget* m = config_.memory; m != nullptr) {
     using Use = MemoryBudget::Use;
     f.memory.budget_bytes = m->total();
@@ -149,6 +163,7 @@ VolumeFigures Volume::Figures() {
     f.memory.demand_bytes = m->used(Use::kDemand);
     f.memory.hints_bytes = m->used(Use::kHints);
     f.memory.metadata_bytes = m->used(Use::kMetadata);
+    f.memory.staged_bytes = m->used(Use::kStaged);
     for (int i = 0; i < MemoryBudget::kUses; ++i) {
       f.memory.refusals += m->refusals(static_cast<Use>(i));
     }

@@ -53,6 +53,9 @@ class Volume {
     // The agent's memory budget, shared by all volumes (optional; must outlive the volume):
     // prefetch buffers, store queue, hints and metadata draw on it.
     MemoryBudget* memory = nullptr;
+    // Prefetched blocks held in memory while the cache is full, until read (BlockFetcher's
+    // staging); at most a quarter of the memory budget's background share. 0 = none.
+    uint64_t staging_bytes_max = 256ull << 20;
     // This volume's hint queue bounds (lines, accounted bytes).
     size_t hints_max_lines = 1 << 20;
     uint64_t hints_max_bytes = 64ull << 20;

@@ -24,6 +24,7 @@ struct MemoryFigures {
   uint64_t demand_bytes = 0;
   uint64_t hints_bytes = 0;
   uint64_t metadata_bytes = 0;
+  uint64_t staged_bytes = 0;
   uint64_t refusals = 0;  // every use
 };
 
@@ -48,6 +49,14 @@ struct VolumeFigures {
   uint64_t hints_rejected = 0;            // hint lines refused (invalid or over a bound)
   uint64_t hints_unresolved = 0;          // queued hints dropped: they named no file
   uint64_t metadata_inodes = 0;           // inodes the metadata cache holds
+  uint64_t admission_declined_blocks = 0;  // prefetches not fetched: nowhere to keep them
+  // The fetcher's staging buffer (BlockFetcher: prefetched blocks held while the cache is full).
+  uint64_t staged_blocks_held = 0;
+  uint64_t staged_bytes_held = 0;
+  uint64_t staged_blocks = 0;
+  uint64_t staged_hits = 0;
+  uint64_t staged_dropped = 0;  // full, expired, memory refused
+  uint64_t staged_evicted = 0;
   MemoryFigures memory;
 };
 

@@ -159,6 +159,10 @@ TEST(MemoryBudget, MetricsFollowTheAccounting) {
   EXPECT_FALSE(b.TryAcquire(Use::kHints, 600));
   EXPECT_EQ(hint_refusals.Value(), 2u);
   EXPECT_EQ(registry.GetGauge("spoke_memory_peak_bytes", "").Value(), 300);
+  // Staged prefetches (the fetcher's staging buffer) have a series of their own.
+  ASSERT_TRUE(b.TryAcquire(Use::kStaged, 100));
+  EXPECT_EQ(registry.GetGauge("spoke_memory_used_bytes", "", {{"use", "staged"}}).Value(), 100);
+  EXPECT_EQ(b.used(), 400u);
 }
 
 }  // namespace

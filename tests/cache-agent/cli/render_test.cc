@@ -103,6 +103,32 @@ TEST(RenderTest, StatsWithTheAgentsMemoryBudget) {
       << out;
 }
 
+TEST(RenderTest, StatsWithStagedPrefetchesAndDeclinedOnes) {
+  v1::VolumeStatsResponse s;
+  s.set_volume_id("v1");
+  s.set_hub_reachable(true);
+  std::string out = RenderStats("", s);
+  EXPECT_EQ(out.find("staged"), std::string::npos) << "no staging, no line";
+  EXPECT_EQ(out.find("prefetch declined"), std::string::npos) << out;
+  s.set_admission_declined_blocks(42);
+  auto* st = s.mutable_staging();
+  st->set_staged(900);
+  st->set_hits(850);
+  st->set_dropped(10);
+  st->set_evicted(2);
+  st->set_blocks(38);
+  st->set_bytes(38 << 20);
+  s.mutable_memory()->set_budget_bytes(64 << 20);
+  s.mutable_memory()->set_staged_bytes(38 << 20);
+  out = RenderStats("", s);
+  EXPECT_NE(out.find("prefetch declined  42 blocks"), std::string::npos) << out;
+  EXPECT_NE(out.find("staged             900 blocks, 850 read, 10 dropped unread, 2 evicted; 38 "
+                     "held (38.0 MiB)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("staged 38.0 MiB"), std::string::npos) << out;
+}
+
 TEST(RenderTest, ProgressBarAndPlainLine) {
   v1::WarmupProgress p;
   p.set_bytes_total(1000000000);

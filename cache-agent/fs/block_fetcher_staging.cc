@@ -1,0 +1,74 @@
+// BlockFetcher's staging of prefetched blocks for a full cache (see "Staging" in
+// block_fetcher.h): the admission answer, eviction, and the reader's block taken from it.
+#include <algorithm>
+
+#include "cache-agent/fs/block_fetcher.h"
+#include "cache-agent/fs/block_fetcher_fetch.h"
+
+namespace spoke::agent {
+
+bool BlockFetcher::WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const {
+  if (cache_ == nullptr) return true;
+  if (staging_ == nullptr) return cache_->WouldAdmit(key, hint);
+  // A whole block's worth, whatever the block's length: the key does not say it.
+  if (cache_->Contains(key) || cache_->FreeBytes() >= config_.block_size) return true;
+  return staging_->HasRoom(config_.block_size, prefetch_bytes_.load());
+}
+
+uint64_t BlockFetcher::Evict(uint64_t file_id) {
+  if (cache_ == nullptr) return 0;
+  const uint64_t staged = staging_ != nullptr ? staging_->DropFile(volume_, file_id) : 0;
+  return staged + cache_->Evict(volume_, file_id);
+}
+
+StagingBuffer::Stats BlockFetcher::staging_stats() const {
+  return staging_ != nullptr ? staging_->GetStats() : StagingBuffer::Stats{};
+}
+
+BlockFetcher::FetchPtr BlockFetcher::AdmitTaken(const BlockKey& key, const BlockData& data) {
+  const uint64_t size = data->size();
+  // Room as a reader's block queued for the cache: only while the whole budget has it.
+  if (config_.memory != nullptr && !config_.memory->TryAcquire(MemoryBudget::Use::kStoreQueue, size,
+                                                               MemoryBudget::Level::kDemand)) {
+    store_skips_++;
+    return nullptr;
+  }
+  FetchPtr queued;
+  bool queue_full = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_ && !inflight_.contains(key)) {
+      std::lock_guard<std::mutex> store_lock(store_mu_);
+      if (store_q_bytes_ + size > config_.store_queue_bytes_max) {
+        queue_full = true;
+      } else {
+        // Joinable until stored, as a fetched block waiting for a store thread.
+        auto f = std::make_shared<Fetch>();
+        f->key = key;
+        f->length = static_cast<uint32_t>(size);
+        f->cls = kDemandClass;
+        f->stored_as_demand = true;
+        f->dispatched = true;
+        f->done = true;
+        f->result = data;
+        if (config_.memory != nullptr) {
+          f->memory_held = size;
+          f->memory_use = MemoryBudget::Use::kStoreQueue;
+        }
+        inflight_[key] = f;
+        store_q_.emplace_back(f, Result<std::vector<char>>{});
+        store_q_bytes_ += size;
+        queued = std::move(f);
+      }
+    }
+  }
+  if (queued) {
+    store_cv_.notify_one();
+    return queued;
+  }
+  if (config_.memory != nullptr) config_.memory->Release(MemoryBudget::Use::kStoreQueue, size);
+  if (queue_full) store_skips_++;
+  return nullptr;
+}
+
+}  // namespace spoke::agent

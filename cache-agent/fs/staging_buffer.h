@@ -1,0 +1,130 @@
+// StagingBuffer: prefetched blocks held in memory until a reader takes them, for a cache that
+// is full.
+//
+// Why: with a working set larger than the cache, a prefetched block can only enter a full
+// cache by evicting a cached block, which a later read then misses (with a dataset twice the
+// cache under nothrash, 2.7x the uncached half crossed the WAN per epoch instead of 1x). The
+// BlockFetcher puts such a block here instead: it is served from memory on its first read
+// and then offered to the cache as if the reader had fetched it, so the cache holds exactly
+// what it would hold without prefetching, while the reader does not wait for the hub.
+//
+// - Entries are keyed by BlockKey, which carries the file's id and version: a block of a
+//   file that changed on the hub (a new version) is never served for the new version, as in
+//   the cache. Bytes enter only after the fetcher's hub checks (whole block, same version).
+// - Taken once (Take removes the entry); dropped by DropFile (the file's or the volume's
+//   blocks were evicted), by Clear (unmount), when older than `ttl` (the prediction did not
+//   come true), or, oldest first, to make room for a newer block.
+// - Bounded by `max_bytes` and by the agent's MemoryBudget (Use::kStaged, background level:
+//   a refusal drops the block, it never makes a reader wait).
+//
+// Metrics per volume: spoke_staging_blocks_total (blocks staged), spoke_staging_hits_total
+// (blocks served from it), spoke_staging_drops_total{reason=full|expired|evicted|memory},
+// spoke_staging_bytes (held now).
+//
+// Thread-safe; a leaf lock: no method calls out while holding it (the budget's lock is a
+// leaf too and is taken after it).
+#pragma once
+
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "cache-agent/cache/block_key.h"
+#include "cache-agent/fs/clock.h"
+#include "common/memory_budget.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+
+namespace spoke::agent {
+
+class StagingBuffer {
+ public:
+  using Data = std::shared_ptr<const std::vector<char>>;
+
+  struct Config {
+    // Bytes of staged blocks held at most (0 = no staging).
+    uint64_t max_bytes = 256ull << 20;
+    // A staged block not read within this long is dropped: the prediction did not come true
+    // (as the prefetcher's idle release).
+    std::chrono::milliseconds ttl{std::chrono::minutes(2)};
+    // The agent's memory budget (optional; must outlive the buffer).
+    MemoryBudget* memory = nullptr;
+    Status Validate() const;
+  };
+
+  struct Stats {
+    uint64_t blocks = 0;  // held now
+    uint64_t bytes = 0;   // held now
+    uint64_t staged = 0;  // blocks put in since start
+    uint64_t hits = 0;    // blocks taken by a reader
+    uint64_t dropped_full = 0;
+    uint64_t expired = 0;
+    uint64_t evicted = 0;         // DropFile / Clear
+    uint64_t memory_refused = 0;  // the memory budget had no room
+  };
+
+  // `clock` and `registry` must outlive the buffer.
+  StagingBuffer(const Config& config, const Clock& clock, metrics::Registry& registry,
+                const metrics::Labels& labels);
+  ~StagingBuffer();  // Clear()
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+
+  // Holds `data` (the checked bytes of block `key`) until it is taken. Makes room by dropping
+  // the oldest blocks; false (nothing held) when the block is larger than max_bytes or the
+  // memory budget refuses it.
+  bool Put(const BlockKey& key, Data data);
+  // The block's bytes, removed from the buffer; nullopt when it is not held (or expired).
+  std::optional<Data> Take(const BlockKey& key);
+  bool Contains(const BlockKey& key) const;
+  // Whether `length` more bytes fit without dropping anything, counting `reserved` bytes
+  // that are on their way in (prefetches in flight).
+  bool HasRoom(uint64_t length, uint64_t reserved) const;
+  // Drops the blocks of file `file_id` of volume `volume` (file_id 0 = every file of it).
+  // Returns the blocks dropped.
+  uint64_t DropFile(uint64_t volume, uint64_t file_id);
+  void Clear();
+  // Drops the blocks older than ttl; Put and Take do it too.
+  void Expire();
+  Stats GetStats() const;
+  uint64_t max_bytes() const { return config_.max_bytes; }
+
+ private:
+  struct Entry {
+    BlockKey key;
+    Data data;
+    SteadyTime staged_at;
+  };
+  using List = std::list<Entry>;
+  // Removes `it` and gives its bytes back to the budget.
+  void EraseLocked(List::iterator it) REQUIRES(mu_);
+  void ExpireLocked(SteadyTime now) REQUIRES(mu_);
+
+  const Config config_;
+  const Clock& clock_;
+
+  mutable Mutex mu_;
+  List order_ GUARDED_BY(mu_);  // oldest first
+  std::unordered_map<BlockKey, List::iterator, BlockKeyHash> index_ GUARDED_BY(mu_);
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  Stats stats_ GUARDED_BY(mu_);
+
+  metrics::Counter* staged_;
+  metrics::Counter* hits_;
+  metrics::Counter* dropped_full_;
+  metrics::Counter* expired_;
+  metrics::Counter* evicted_;
+  metrics::Counter* memory_refused_;
+  metrics::Gauge* bytes_gauge_;
+};
+
+}  // namespace spoke::agent
