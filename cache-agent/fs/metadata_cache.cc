@@ -46,25 +46,25 @@ Status MetadataCache::Init() {
   if (!st.is_dir()) return Fail(Code::kInvalidArgument, "volume root is not a directory");
   std::lock_guard<std::mutex> lock(mu_);
   Node& root = nodes_[kRootIno];
-  root.attr = st;
+  root_fsid_ = st.fsid;  // before any file is numbered (see HomeIno)
+  StoreAttrLocked(root, st);
   root.attr_valid = true;
   root.attr_time = clock_.Now();
-  by_file_id_[st.file_id] = kRootIno;
   return Ok();
 }
 
 std::string MetadataCache::PathLocked(uint64_t ino) const {
-  std::vector<const std::string*> parts;
+  std::vector<std::string_view> parts;
   while (ino != kRootIno) {
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) break;
-    parts.push_back(&it->second.name);
+    parts.push_back(it->second.name.view());
     ino = it->second.parent;
   }
   std::string path;
   for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
     if (!path.empty()) path += '/';
-    path += **p;
+    path += *p;
   }
   return path;
 }
@@ -76,18 +76,46 @@ Result<std::string> MetadataCache::PathOf(uint64_t ino) const {
 }
 
 // Inode numbers outlive the agent process in the kernel (until FORGET), so a new agent must
-// give each file the number an earlier one gave it: a hash of the hub's fileid (the hub
-// exports one file system per volume). Below kStableInoLimit (the hint file lives above);
-// a collision with another file takes the next free number (vanishingly rare for 62 bits).
-uint64_t MetadataCache::StableIno(uint64_t file_id) const {
-  uint64_t x = file_id + 0x9e3779b97f4a7c15ull;  // splitmix64 finaliser
+// give each file the number an earlier one gave it: a hash of the hub's fileid, and of the
+// fsid for a file on another hub file system than the volume root's (an export spanning
+// several, whose fileids may repeat; files on the root's keep the numbers they always had).
+// Below kStableInoLimit (the hint file lives above); a collision with another file takes the
+// next free number (vanishingly rare for 62 bits).
+uint64_t MetadataCache::HomeIno(uint64_t fsid, uint64_t file_id) const {
+  uint64_t x = file_id;
+  if (fsid != root_fsid_) x ^= (fsid + 0x632be59bd9b4e019ull) * 0x9e3779b97f4a7c15ull;
+  x += 0x9e3779b97f4a7c15ull;  // splitmix64 finaliser
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   x ^= x >> 31;
-  uint64_t ino = x % (kStableInoLimit - kRootIno - 1) + kRootIno + 1;
+  return x % (kStableInoLimit - kRootIno - 1) + kRootIno + 1;
+}
+
+bool MetadataCache::SameFileLocked(const Node& n, uint64_t fsid, uint64_t file_id) const {
+  return n.attr.file_id == file_id && fsids_[n.attr.fsid] == fsid;
+}
+
+uint32_t MetadataCache::FsidIndexLocked(uint64_t fsid) {
+  // Few per export (one per hub file system under the volume): a short linear search.
+  for (size_t i = 0; i < fsids_.size(); ++i) {
+    if (fsids_[i] == fsid) return static_cast<uint32_t>(i);
+  }
+  fsids_.push_back(fsid);
+  return static_cast<uint32_t>(fsids_.size() - 1);
+}
+
+uint64_t MetadataCache::FindFileLocked(uint64_t fsid, uint64_t file_id) const {
+  if (auto d = displaced_.find({fsid, file_id}); d != displaced_.end()) return d->second;
+  const uint64_t home = HomeIno(fsid, file_id);
+  auto it = nodes_.find(home);
+  return it != nodes_.end() && SameFileLocked(it->second, fsid, file_id) ? home : 0;
+}
+
+uint64_t MetadataCache::StableIno(uint64_t fsid, uint64_t file_id) const {
+  uint64_t ino = HomeIno(fsid, file_id);
   while (true) {
     auto it = nodes_.find(ino);
-    if (it == nodes_.end() || it->second.attr.file_id == file_id) {
+    if (it == nodes_.end() || SameFileLocked(it->second, fsid, file_id)) {
       return ino;
     }
     ino = ino + 1 < kStableInoLimit ? ino + 1 : kRootIno + 1;
@@ -122,13 +150,10 @@ Status MetadataCache::KnowInode(uint64_t ino) {
 }
 
 uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr) {
-  uint64_t ino;
-  auto it = by_file_id_.find(attr.file_id);
-  if (it != by_file_id_.end() && nodes_.contains(it->second) && it->second != kRootIno) {
-    ino = it->second;
-  } else {
-    ino = StableIno(attr.file_id);
-    by_file_id_[attr.file_id] = ino;
+  uint64_t ino = FindFileLocked(attr.fsid, attr.file_id);
+  if (ino == 0) {
+    ino = StableIno(attr.fsid, attr.file_id);
+    if (ino != HomeIno(attr.fsid, attr.file_id)) displaced_[{attr.fsid, attr.file_id}] = ino;
   }
   auto [slot, created] = nodes_.try_emplace(ino);
   Node& n = slot->second;
@@ -139,11 +164,11 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
   // A file seen under a new name (renamed by another client, or a hard link) follows the
   // most recent name.
   SetParentLocked(n, parent);
-  n.name = name;
-  if (n.attr_valid && n.attr.ContentVersion() != attr.ContentVersion()) {
+  if (!(n.name == name)) n.name = name;
+  if (n.attr_valid && AttrLocked(n).ContentVersion() != attr.ContentVersion()) {
     if (n.dir_data) n.dir_data->listed = n.dir_data->listed && attr.is_dir();
   }
-  n.attr = attr;
+  StoreAttrLocked(n, attr);
   n.attr_valid = true;
   n.attr_time = clock_.Now();
   return ino;
@@ -153,24 +178,22 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
-  std::vector<std::string> order;
-  std::unordered_map<std::string, uint64_t> children;
-  order.reserve(entries.size());
+  DirEntries children;
+  children.Reserve(entries.size());
   for (const auto& e : entries) {
-    uint64_t child = InodeFor(ino, e.name, e.attr);
-    order.push_back(e.name);
-    children[e.name] = child;
+    const uint64_t child = InodeFor(ino, e.name, e.attr);
+    // A listing by path brings no handles: a known one stays (it names the same file).
+    if (!e.fh.empty()) nodes_[child].fh.Assign(e.fh);
+    children.Set(e.name, child);
   }
   Dir& d = nodes_[ino].dir();
   // Names gone from the hub (removed, replaced or renamed away by another client).
   std::vector<uint64_t> gone;
-  for (const auto& [name, child] : d.children) {
-    auto now = children.find(name);
-    if (now == children.end() || now->second != child) gone.push_back(child);
-  }
-  d.order = std::move(order);
+  d.children.ForEach([&](std::string_view name, uint64_t child) {
+    if (children.Find(name) != child) gone.push_back(child);
+  });
   d.children = std::move(children);
-  d.unlisted.clear();
+  d.snapshot.reset();
   d.listed = true;
   d.list_time = clock_.Now();
   for (uint64_t child : gone) MaybeDropLocked(child);
@@ -197,10 +220,22 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) 
     }
     SPOKE_TRY(path, DirPathLocked(ino));
   }
-  listings_made_++;
-  SPOKE_TRY(auto entries, remote_.ReadDir(path));
-  ApplyListing(ino, entries);
-  return Ok();
+  // One hub listing for the callers that ask while it runs. `force` callers (strict, the
+  // walk) need one sent after their call; the others take any.
+  return flights_.Run(ino, force, [&]() -> Status {
+    if (!force) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = nodes_.find(ino);
+      if (it != nodes_.end() && it->second.entries().listed &&
+          Fresh(it->second.entries().list_time)) {
+        return Ok();  // listed by a run that ended while this caller was arriving
+      }
+    }
+    listings_made_++;
+    SPOKE_TRY(auto entries, remote_.ReadDir(path));
+    ApplyListing(ino, entries);
+    return Ok();
+  });
 }
 
 Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name, bool hold) {
@@ -220,35 +255,33 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
     if (st.error().code() == Code::kNotFound) {
       // Gone on the hub (another node removed or renamed it): forget the cached entry, and
       // the inode unless the kernel or a handle still holds it.
-      auto c = pit->second.dir().children.find(name);
-      if (c != pit->second.dir().children.end()) {
-        uint64_t old = c->second;
+      if (uint64_t old = pit->second.dir().children.Erase(name); old != 0) {
+        TouchLocked(parent);
         auto n = nodes_.find(old);
         if (n != nodes_.end() && n->second.parent == parent && n->second.name == name)
           n->second.attr_valid = false;
-        Unlist(pit->second.dir(), name);
         MaybeDropLocked(old);
       }
     }
     return std::unexpected(st.error());
   }
   uint64_t replaced = 0;
-  auto c = pit->second.dir().children.find(name);
-  if (c != pit->second.dir().children.end()) {
-    auto old = nodes_.find(c->second);
-    if (old != nodes_.end() && old->second.attr.file_id != st->file_id &&
+  if (uint64_t c = pit->second.dir().children.Find(name); c != 0) {
+    auto old = nodes_.find(c);
+    if (old != nodes_.end() && !SameFileLocked(old->second, st->fsid, st->file_id) &&
         old->second.parent == parent && old->second.name == name) {
       // Replaced on the hub (rename over it elsewhere): the old inode no longer has this name.
       old->second.attr_valid = false;
-      replaced = c->second;
+      replaced = c;
     }
   }
   uint64_t ino = InodeFor(parent, name, *st);
-  List(nodes_[parent].dir(), name, ino);
+  nodes_[parent].dir().children.Set(name, ino);
+  TouchLocked(parent);
   if (replaced != 0 && replaced != ino) MaybeDropLocked(replaced);
   Node& n = nodes_[ino];
   if (hold) HoldLocked(n);
-  return InodeAttr{ino, n.attr};
+  return InodeAttr{ino, AttrLocked(n)};
 }
 
 Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name, bool hold) {
@@ -258,19 +291,19 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
     auto p = nodes_.find(parent);
     if (p != nodes_.end()) {
       const Dir& d = p->second.entries();
-      auto it = d.children.find(name);
-      auto c = it == d.children.end() ? nodes_.end() : nodes_.find(it->second);
+      const uint64_t child = d.children.Find(name);
+      auto c = child == 0 ? nodes_.end() : nodes_.find(child);
       if (d.listed && Fresh(d.list_time)) {
-        if (it == d.children.end()) return Fail(Code::kNotFound, "no entry " + name);
+        if (child == 0) return Fail(Code::kNotFound, "no entry " + name);
         if (c != nodes_.end()) {
           if (hold) HoldLocked(c->second);
-          return InodeAttr{it->second, c->second.attr};
+          return InodeAttr{child, AttrLocked(c->second)};
         }
       }
       // A name met before (an earlier lookup) while its attributes are fresh.
       if (c != nodes_.end() && c->second.attr_valid && Fresh(c->second.attr_time)) {
         if (hold) HoldLocked(c->second);
-        return InodeAttr{it->second, c->second.attr};
+        return InodeAttr{child, AttrLocked(c->second)};
       }
     }
   }
@@ -286,7 +319,7 @@ Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
-    if (it->second.attr_valid && Fresh(it->second.attr_time)) return it->second.attr;
+    if (it->second.attr_valid && Fresh(it->second.attr_time)) return AttrLocked(it->second);
   }
   return Revalidate(ino);
 }
@@ -309,18 +342,16 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
     if (st.error().code() == Code::kNotFound && ino != kRootIno) {
       auto p = nodes_.find(n.parent);
       // Only the entry that still names this inode: the name may be another file's by now.
-      if (p != nodes_.end()) {
-        auto c = p->second.entries().children.find(n.name);
-        if (c != p->second.entries().children.end() && c->second == ino) {
-          Unlist(p->second.dir(), n.name);
-        }
+      if (p != nodes_.end() && p->second.entries().children.Find(n.name.view()) == ino) {
+        p->second.dir().children.Erase(n.name.view());
+        TouchLocked(n.parent);
       }
       n.attr_valid = false;
       MaybeDropLocked(ino);  // `n` may be gone from here on
     }
     return std::unexpected(st.error());
   }
-  if (n.attr_valid && n.attr.file_id != st->file_id && ino != kRootIno) {
+  if (n.attr_valid && !SameFileLocked(n, st->fsid, st->file_id) && ino != kRootIno) {
     // Same path, different file (replaced on the hub): this inode is gone; a fresh lookup
     // will find the new file under a new inode.
     n.attr_valid = false;
@@ -328,38 +359,39 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
     if (p != nodes_.end()) p->second.dir().listed = false;
     return Fail(Code::kNotFound, path + " was replaced on the hub");
   }
-  n.attr = *st;
+  StoreAttrLocked(n, *st);
   n.attr_valid = true;
   n.attr_time = clock_.Now();
-  by_file_id_[st->file_id] = ino;
-  return n.attr;
+  return *st;
 }
 
-Result<std::vector<NamedInode>> MetadataCache::ReadDir(uint64_t ino) {
+Result<Listing> MetadataCache::ReadDir(uint64_t ino) {
   // Strict: a listing (opendir) always reflects the hub now, as lookups do.
   bool force = config_.consistency == Consistency::kStrict;
   SPOKE_RETURN_IF_ERROR(EnsureListed(ino, force));
   std::lock_guard<std::mutex> lock(mu_);
   auto dir = nodes_.find(ino);
   if (dir == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
-  const Dir& n = dir->second.entries();
-  std::vector<NamedInode> out;
-  out.reserve(n.children.size());
-  for (const auto& name : n.order) {
-    auto c = n.children.find(name);
-    if (c == n.children.end()) continue;
-    auto child = nodes_.find(c->second);
-    if (child == nodes_.end()) continue;
-    out.push_back(NamedInode{name, c->second, child->second.attr});
-  }
-  return out;
+  if (!dir->second.dir_data) return Listing();  // listed empty, or a file
+  Dir& n = *dir->second.dir_data;
+  if (auto shared = n.snapshot.lock()) return Listing(std::move(shared));
+  auto out = std::make_shared<std::vector<NamedInode>>();
+  out->reserve(n.children.size());
+  n.children.ForEach([&](std::string_view name, uint64_t c) {
+    auto child = nodes_.find(c);
+    if (child == nodes_.end()) return;
+    out->push_back(NamedInode{std::string(name), c, AttrLocked(child->second)});
+  });
+  std::shared_ptr<const std::vector<NamedInode>> snapshot = std::move(out);
+  n.snapshot = snapshot;
+  return Listing(std::move(snapshot));
 }
 
 Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
   InodeAttr cur{kRootIno, {}};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cur.attr = nodes_[kRootIno].attr;
+    cur.attr = AttrLocked(nodes_[kRootIno]);
   }
   size_t start = 0;
   while (start < path.size()) {
@@ -377,11 +409,9 @@ InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const F
                                bool hold) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t ino = InodeFor(parent, name, attr);
-  auto& p = nodes_[parent].dir();
-  auto old = p.children.find(name);
-  uint64_t replaced = old != p.children.end() && old->second != ino ? old->second : 0;
-  List(p, name, ino);
-  if (replaced != 0) MaybeDropLocked(replaced);
+  const uint64_t old = nodes_[parent].dir().children.Set(name, ino);
+  TouchLocked(parent);
+  if (old != 0 && old != ino) MaybeDropLocked(old);
   if (hold) HoldLocked(nodes_[ino]);
   return InodeAttr{ino, attr};
 }
@@ -389,21 +419,6 @@ InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const F
 const MetadataCache::Dir& MetadataCache::Node::entries() const {
   static const Dir kNone;
   return dir_data ? *dir_data : kNone;
-}
-
-void MetadataCache::List(Dir& p, const std::string& name, uint64_t ino) {
-  if (!p.children.contains(name) && p.unlisted.erase(name) == 0) p.order.push_back(name);
-  p.children[name] = ino;
-}
-
-bool MetadataCache::Unlist(Dir& p, const std::string& name) {
-  if (p.children.erase(name) == 0) return false;
-  p.unlisted.insert(name);
-  if (p.unlisted.size() > p.children.size() + 64) {
-    std::erase_if(p.order, [&p](const std::string& n) { return p.unlisted.contains(n); });
-    p.unlisted.clear();
-  }
-  return true;
 }
 
 void MetadataCache::ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino) {
@@ -424,9 +439,7 @@ bool MetadataCache::NamedLocked(uint64_t ino, const Node& n) const {
   if (!n.attr.is_dir() && n.attr.nlink > 1) return true;
   auto p = nodes_.find(n.parent);
   if (p == nodes_.end() || n.parent == ino) return false;
-  const Dir& d = p->second.entries();
-  auto c = d.children.find(n.name);
-  return c != d.children.end() && c->second == ino;
+  return p->second.entries().children.Find(n.name.view()) == ino;
 }
 
 void MetadataCache::SetParentLocked(Node& n, uint64_t parent) {
@@ -456,10 +469,9 @@ void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
     Dir& d = *n.dir_data;
     std::vector<uint64_t> entries;
     entries.reserve(d.children.size());
-    for (const auto& [name, child] : d.children) entries.push_back(child);
-    d.children.clear();
-    d.order.clear();
-    d.unlisted.clear();
+    d.children.ForEach([&](std::string_view, uint64_t child) { entries.push_back(child); });
+    d.children.Clear();
+    d.snapshot.reset();
     d.listed = false;
     for (uint64_t child : entries) MaybeDropLocked(child, ino);  // not back into this one
     // A child still kept (held by the kernel or open) needs this node for its path.
@@ -467,8 +479,11 @@ void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
   }
   uint64_t parent = n.parent;
   SetParentLocked(n, 0);
-  auto f = by_file_id_.find(n.attr.file_id);
-  if (f != by_file_id_.end() && f->second == ino) by_file_id_.erase(f);
+  if (auto f = displaced_.find({fsids_[n.attr.fsid], n.attr.file_id});
+      f != displaced_.end() && f->second == ino) {
+    displaced_.erase(f);
+  }
+  if (!rdevs_.empty()) rdevs_.erase(ino);
   nodes_.erase(it);
   // A directory kept only for this child's path may go now (unless it is the one dropping
   // its entries: it decides for itself once they are done).
@@ -533,10 +548,9 @@ void MetadataCache::AdoptKernelReferences() {
 void MetadataCache::Removed(uint64_t parent, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node& p = nodes_[parent];
-  auto it = p.dir().children.find(name);
-  if (it == p.dir().children.end()) return;
-  uint64_t ino = it->second;
-  Unlist(p.dir(), name);
+  const uint64_t ino = p.dir().children.Erase(name);
+  if (ino == 0) return;
+  p.dir().snapshot.reset();
   p.attr_valid = false;  // mtime/nlink changed
   ForgetRemovedLocked(parent, name, ino);
 }
@@ -545,19 +559,18 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
                             const std::string& new_name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node& p = nodes_[parent];
-  auto it = p.dir().children.find(name);
-  if (it == p.dir().children.end()) {
+  const uint64_t ino = p.dir().children.Erase(name);
+  if (ino == 0) {
     // Not known here: make both directories list again.
     p.dir().listed = false;
     nodes_[new_parent].dir().listed = false;
     return;
   }
-  uint64_t ino = it->second;
-  Unlist(p.dir(), name);
+  p.dir().snapshot.reset();
   Node& np = nodes_[new_parent];
-  auto old = np.dir().children.find(new_name);
-  uint64_t replaced = old != np.dir().children.end() && old->second != ino ? old->second : 0;
-  List(np.dir(), new_name, ino);
+  const uint64_t old = np.dir().children.Set(new_name, ino);
+  np.dir().snapshot.reset();
+  const uint64_t replaced = old != ino ? old : 0;
   Node& n = nodes_[ino];
   SetParentLocked(n, new_parent);
   n.name = new_name;
@@ -572,10 +585,9 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
                            const std::string& hidden_name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node& p = nodes_[parent];
-  auto it = p.dir().children.find(name);
-  if (it == p.dir().children.end()) return;
-  uint64_t ino = it->second;
-  Unlist(p.dir(), name);
+  const uint64_t ino = p.dir().children.Erase(name);
+  if (ino == 0) return;
+  p.dir().snapshot.reset();
   p.attr_valid = false;  // mtime changed
   Node& n = nodes_[ino];
   SetParentLocked(n, parent);
@@ -587,7 +599,7 @@ void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
-  it->second.attr = attr;
+  StoreAttrLocked(it->second, attr);
   it->second.attr_valid = true;
   it->second.attr_time = clock_.Now();
 }
@@ -596,132 +608,6 @@ void MetadataCache::Invalidate(uint64_t ino) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(ino);
   if (it != nodes_.end()) it->second.attr_valid = false;
-}
-
-// ---- walk -----------------------------------------------------------------------------
-
-void MetadataCache::StartWalk() {
-  std::lock_guard<std::mutex> lock(walk_mu_);
-  if (walk_started_) return;
-  walk_started_ = true;
-  walk_queue_.push_back(kRootIno);
-  for (int i = 0; i < config_.walk_concurrency; ++i) {
-    walkers_.emplace_back([this] { WalkWorker(); });
-  }
-}
-
-void MetadataCache::WalkWorker() {
-  while (true) {
-    uint64_t ino;
-    {
-      std::unique_lock<std::mutex> lock(walk_mu_);
-      walk_cv_.wait(lock,
-                    [&] { return stop_.load() || !walk_queue_.empty() || walk_active_ == 0; });
-      if (stop_.load()) return;
-      if (walk_queue_.empty()) {
-        // Nothing queued and nobody listing: the walk is over.
-        walk_done_.store(true);
-        walk_cv_.notify_all();
-        return;
-      }
-      ino = walk_queue_.front();
-      walk_queue_.pop_front();
-      walk_active_++;
-    }
-    // A directory removed on the hub since it was queued may have been dropped: never wait
-    // for the walk (this very walk) to meet it.
-    auto st = EnsureListed(ino, true, /*wait_unknown=*/false);
-    std::vector<uint64_t> subdirs;
-    if (!st && st.error().code() == Code::kNotFound) {
-      log::Debug("metadata walk: a directory went meanwhile", {{"error", st.error().ToString()}});
-    } else if (!st) {
-      log::Warn("metadata walk: listing failed", {{"error", st.error().ToString()}});
-    } else {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (auto dir = nodes_.find(ino); dir != nodes_.end()) {
-        const Dir& n = dir->second.entries();
-        for (const auto& name : n.order) {
-          auto c = n.children.find(name);
-          if (c == n.children.end()) continue;
-          auto child = nodes_.find(c->second);
-          if (child != nodes_.end() && child->second.attr.is_dir()) subdirs.push_back(c->second);
-        }
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(walk_mu_);
-      for (uint64_t d : subdirs) walk_queue_.push_back(d);
-      if (st) walked_dirs_.push_back(ino);
-      walk_active_--;
-    }
-    walk_cv_.notify_all();
-  }
-}
-
-bool MetadataCache::WaitWalk(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(walk_mu_);
-  return walk_cv_.wait_for(lock, timeout, [&] { return walk_done_.load() || stop_.load(); }) &&
-         walk_done_.load();
-}
-
-std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<WalkedFile> out;
-  std::function<void(uint64_t, const std::string&)> visit = [&](uint64_t ino,
-                                                                const std::string& path) {
-    auto it = nodes_.find(ino);
-    if (it == nodes_.end()) return;
-    const Dir& n = it->second.entries();
-    for (const auto& name : n.order) {
-      auto c = n.children.find(name);
-      if (c == n.children.end()) continue;
-      auto child = nodes_.find(c->second);
-      if (child == nodes_.end()) continue;
-      std::string child_path = path.empty() ? name : path + "/" + name;
-      const Node& cn = child->second;
-      if (cn.attr.is_dir()) {
-        if (c->second != ino) visit(c->second, child_path);
-      } else if (cn.attr.is_reg()) {
-        bool match = prefix.empty() || child_path == prefix ||
-                     child_path.starts_with(prefix.back() == '/' ? prefix : prefix + "/");
-        if (match) {
-          out.push_back(
-              WalkedFile{child_path, cn.attr.file_id, cn.attr.ContentVersion(), cn.attr.size});
-        }
-      }
-    }
-  };
-  visit(kRootIno, "");
-  return out;
-}
-
-std::vector<WalkedFile> MetadataCache::WalkedSince(size_t* cursor) const {
-  std::vector<uint64_t> dirs;
-  {
-    std::lock_guard<std::mutex> lock(walk_mu_);
-    if (*cursor < walked_dirs_.size()) {
-      dirs.assign(walked_dirs_.begin() + static_cast<std::ptrdiff_t>(*cursor), walked_dirs_.end());
-    }
-    *cursor = walked_dirs_.size();
-  }
-  std::vector<WalkedFile> out;
-  if (dirs.empty()) return out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (uint64_t ino : dirs) {
-    auto it = nodes_.find(ino);
-    if (it == nodes_.end()) continue;
-    const std::string dir = PathLocked(ino);
-    const Dir& n = it->second.entries();
-    for (const auto& name : n.order) {
-      auto c = n.children.find(name);
-      if (c == n.children.end()) continue;
-      const Node& cn = nodes_.at(c->second);
-      if (!cn.attr.is_reg()) continue;
-      out.push_back(WalkedFile{dir.empty() ? name : dir + "/" + name, cn.attr.file_id,
-                               cn.attr.ContentVersion(), cn.attr.size});
-    }
-  }
-  return out;
 }
 
 size_t MetadataCache::entries() const {

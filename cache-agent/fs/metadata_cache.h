@@ -5,8 +5,8 @@
 // otherwise (our own writes, Invalidate); kTtl re-asks the hub after ttl_seconds; kStrict
 // re-asks after a short time and always on open (close-to-open: Revalidate).
 //
-// Inode numbers (root = 1) are a hash of the hub fileid, so an agent that takes over a live
-// FUSE connection gives each file the number the kernel already holds; a number not met yet
+// Inode numbers (root = 1) are a hash of the hub file's (fsid, fileid), so an agent that takes over
+// a live FUSE connection gives each file the number the kernel already holds; a number not met yet
 // waits (bounded) for the tree walk. Each inode keeps its parent and name, so its path (for
 // RemoteFs calls) follows renames of its ancestors.
 //
@@ -38,15 +38,18 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "cache-agent/fs/clock.h"
+#include "cache-agent/fs/dir_entries.h"
+#include "cache-agent/fs/listing_flights.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
 #include "common/volume.h"
@@ -68,6 +71,30 @@ struct NamedInode {
   FileAttr attr;
 };
 
+// An immutable snapshot of a directory's entries in listing order, shared by every opendir
+// that sees the same listing: copying it copies a pointer (a copy per opendir of a 1 M-entry
+// directory would be ~150 MB).
+class Listing {
+ public:
+  Listing() = default;
+  explicit Listing(std::shared_ptr<const std::vector<NamedInode>> entries)
+      : entries_(std::move(entries)) {}
+  size_t size() const { return entries_ ? entries_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const NamedInode& operator[](size_t i) const { return (*entries_)[i]; }
+  std::vector<NamedInode>::const_iterator begin() const {
+    return entries_ ? entries_->begin() : std::vector<NamedInode>::const_iterator();
+  }
+  std::vector<NamedInode>::const_iterator end() const {
+    return entries_ ? entries_->end() : std::vector<NamedInode>::const_iterator();
+  }
+  // The same snapshot (tests).
+  const void* identity() const { return entries_.get(); }
+
+ private:
+  std::shared_ptr<const std::vector<NamedInode>> entries_;
+};
+
 struct WalkedFile {
   std::string path;
   uint64_t file_id = 0;
@@ -75,7 +102,7 @@ struct WalkedFile {
   uint64_t size = 0;
 };
 
-class MetadataCache {
+class MetadataCache final : public HandleStore {
  public:
   struct Config {
     Consistency consistency = Consistency::kImmutable;
@@ -91,7 +118,7 @@ class MetadataCache {
   };
 
   MetadataCache(RemoteFs& remote, const Config& config, Clock& clock);
-  ~MetadataCache();  // stops the walk
+  ~MetadataCache() override;  // stops the walk
   MetadataCache(const MetadataCache&) = delete;
   MetadataCache& operator=(const MetadataCache&) = delete;
 
@@ -118,8 +145,10 @@ class MetadataCache {
   // that the inode cannot be dropped in between); see Hold.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, bool hold = false);
   Result<FileAttr> GetAttr(uint64_t ino);
-  // Strict volumes list the directory on the hub on every call.
-  Result<std::vector<NamedInode>> ReadDir(uint64_t ino);
+  // Strict volumes list the directory on the hub on every call. Callers share one snapshot
+  // while the directory does not change, and concurrent listings of a directory on the hub
+  // are one listing (ListingFlights).
+  Result<Listing> ReadDir(uint64_t ino);
   // Re-stats now whatever the mode (strict open, after writes).
   Result<FileAttr> Revalidate(uint64_t ino);
   // The inode's path relative to the volume root. kNotFound for an unknown inode.
@@ -154,6 +183,16 @@ class MetadataCache {
   // meets every file the volume has, so every number the kernel can hold) is kept from FORGET.
   void AdoptKernelReferences();
 
+  // HandleStore: the NFS handles listings gave (DirEntry::fh) live in the inodes, so a
+  // handle costs its bytes only (no second table by path). A path resolves through the
+  // cached tree as it is now: after a rename (ours, or one a relisting saw) the old path
+  // finds nothing and the new one finds the file's handle, which names the file wherever it
+  // is. The RemoteFs checks the file id it was recorded with against the file it means.
+  std::optional<Entry> FindHandle(const std::string& path) override;
+  void DropHandles(const std::string& path) override;
+  // Inodes holding a handle (for tests and figures).
+  size_t handles() const;
+
   // Hub calls made (for figures and tests).
   uint64_t stats_made() const { return stats_made_.load(); }
   uint64_t listings_made() const { return listings_made_.load(); }
@@ -166,35 +205,53 @@ class MetadataCache {
   struct Dir {
     bool listed = false;
     std::chrono::steady_clock::time_point list_time{};
-    // Hub listing order. A removed name stays here (listed in `unlisted`) until compaction,
-    // so that removing n names of a big directory costs O(n), not O(n * size).
-    std::vector<std::string> order;
-    std::unordered_map<std::string, uint64_t> children;  // name -> ino
-    std::unordered_set<std::string> unlisted;            // in `order`, not in `children`
+    DirEntries children;       // name -> ino, hub listing order
     uint32_t child_nodes = 0;  // nodes whose parent this is (kept ones may be unlisted)
+    // The snapshot ReadDir handed out, while one of its users keeps it and nothing changed
+    // (TouchLocked resets it): no copy of the listing stays with the directory.
+    std::weak_ptr<const std::vector<NamedInode>> snapshot;
+  };
+  // FileAttr in 80 bytes instead of 96: times as seconds + 32-bit nanoseconds, and the device
+  // number (character and block devices only) in a side table (rdevs_).
+  struct StoredAttr {
+    uint64_t file_id = 0;
+    uint64_t size = 0;
+    uint64_t used = 0;
+    int64_t atime_s = 0, mtime_s = 0, ctime_s = 0;
+    uint32_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
+    uint32_t mode = 0;
+    uint32_t nlink = 1;
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+    uint32_t fsid = 0;  // index in fsids_ (in what was padding: no bytes per inode)
+    bool is_dir() const { return (mode & 0170000) == 0040000; }
+    bool is_reg() const { return (mode & 0170000) == 0100000; }
   };
   struct Node {
     uint64_t ino = 0;
     uint64_t parent = 0;
-    std::string name;
-    FileAttr attr;
+    CompactName name;
+    StoredAttr attr;
+    std::chrono::steady_clock::time_point attr_time{};
     bool attr_valid = false;
     // These three share attr_valid's padding: no bytes per inode.
     bool uncounted = false;  // the kernel's count is unknown (see AdoptKernelReferences)
     uint16_t opens = 0;      // open handles; saturated: kept for good
     uint32_t lookups = 0;    // kernel references; saturated: uncounted
-    std::chrono::steady_clock::time_point attr_time{};
     std::unique_ptr<Dir> dir_data;
+    CompactHandle fh;  // from the listing that named it, if any
     Dir& dir() {
       if (!dir_data) dir_data = std::make_unique<Dir>();
       return *dir_data;
     }
     const Dir& entries() const;  // an empty Dir for a file
   };
-  // Adds `name` -> `ino` to directory `p` (keeps its place in the order if it had one).
-  static void List(Dir& p, const std::string& name, uint64_t ino);
-  // Removes `name` from directory `p`; false when it was not there.
-  static bool Unlist(Dir& p, const std::string& name);
+  static_assert(sizeof(StoredAttr) == 80);
+  // The directory's entries or an entry's attributes changed: its snapshot is not reused.
+  void TouchLocked(uint64_t dir);
+  // The node's attributes as FileAttr, and storing them. Caller holds mu_.
+  FileAttr AttrLocked(const Node& n) const;
+  void StoreAttrLocked(Node& n, const FileAttr& attr);
   // The node of a name our own unlink/rmdir removed goes when nothing else names it, so that
   // memory stays flat across create/unlink cycles. Caller holds mu_.
   void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino);
@@ -212,10 +269,18 @@ class MetadataCache {
   // The path of directory `ino`: kNotFound for an unknown inode, kInvalidArgument for a file.
   Result<std::string> DirPathLocked(uint64_t ino) const;
   uint64_t InodeFor(uint64_t parent, const std::string& name, const FileAttr& attr);
-  uint64_t StableIno(uint64_t file_id) const;  // caller holds mu_
+  // A hub file is (fsid, file_id). Caller holds mu_ (all four).
+  uint64_t StableIno(uint64_t fsid, uint64_t file_id) const;
+  uint64_t HomeIno(uint64_t fsid, uint64_t file_id) const;
+  // The inode of hub file (fsid, file_id), 0 when none (the root is never returned).
+  uint64_t FindFileLocked(uint64_t fsid, uint64_t file_id) const;
+  bool SameFileLocked(const Node& n, uint64_t fsid, uint64_t file_id) const;
+  uint32_t FsidIndexLocked(uint64_t fsid);
   // Ok once `ino` is known, waiting (bounded) for the walk when it is not yet.
   Status KnowInode(uint64_t ino);
   void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
+  // The inode `path` names in the cached tree, 0 when none. Caller holds mu_.
+  uint64_t ResolveCachedLocked(std::string_view path) const;
   // `wait_unknown`: an unknown inode waits for the walk (KnowInode); else it is kNotFound.
   Status EnsureListed(uint64_t ino, bool force, bool wait_unknown = true);
   Result<InodeAttr> LookupOnHub(uint64_t parent, const std::string& name, bool hold);
@@ -225,9 +290,15 @@ class MetadataCache {
   Config config_;
   Clock& clock_;
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Node> nodes_;           // guarded by mu_
-  std::unordered_map<uint64_t, uint64_t> by_file_id_;  // guarded by mu_
-  bool adopted_ = false;                               // guarded by mu_
+  std::unordered_map<uint64_t, Node> nodes_;  // guarded by mu_
+  // Inodes not at their file's StableIno home number (taken by another file when they were
+  // numbered: vanishingly rare), by file id; every other file is found at its home number.
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> displaced_;  // (fsid, file id); by mu_
+  std::vector<uint64_t> fsids_{0};  // hub file systems met (StoredAttr::fsid); guarded by mu_
+  uint64_t root_fsid_ = 0;          // the volume root's; set by Init before any numbering
+  std::unordered_map<uint64_t, uint64_t> rdevs_;  // device numbers by inode; guarded by mu_
+  bool adopted_ = false;                          // guarded by mu_
+  ListingFlights flights_;                        // taken before mu_, never while holding it
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 

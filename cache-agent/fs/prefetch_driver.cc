@@ -8,24 +8,24 @@
 namespace spoke::agent {
 
 void CacheListenerFanout::Add(uint64_t volume_key, CacheListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   listeners_[volume_key] = listener;
 }
 
 void CacheListenerFanout::Remove(uint64_t volume_key, CacheListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = listeners_.find(volume_key);
   if (it != listeners_.end() && it->second == listener) listeners_.erase(it);
 }
 
 void CacheListenerFanout::OnPrefetchUsed(const BlockKey& key, ExpertId expert) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = listeners_.find(key.volume);
   if (it != listeners_.end()) it->second->OnPrefetchUsed(key, expert);
 }
 
 void CacheListenerFanout::OnPrefetchWasted(const BlockKey& key, ExpertId expert) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = listeners_.find(key.volume);
   if (it != listeners_.end()) it->second->OnPrefetchWasted(key, expert);
 }
@@ -75,12 +75,12 @@ PrefetchDriver::PrefetchDriver(const Config& config, BlockFetcher& fetcher, cons
 
 PrefetchDriver::~PrefetchDriver() {
   {
-    std::lock_guard<std::mutex> lock(tick_mu_);
+    MutexLock lock(tick_mu_);
     stop_ = true;
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
-  std::lock_guard<std::mutex> lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   if (metadata_charged_ > 0)
     config_.memory->Release(MemoryBudget::Use::kMetadata, metadata_charged_);
 }
@@ -111,7 +111,7 @@ void PrefetchDriver::FeedTreeIfReady() {
   if (!scheduler_ || tree_fed_.load() || metadata_ == nullptr ||
       config_.mode != PrefetchMode::kAuto)
     return;
-  std::lock_guard<std::mutex> lock(feed_mu_);
+  MutexLock lock(feed_mu_);
   if (tree_fed_.load()) return;
   // Directory by directory as the walk lists them: on a WAN the walk of a big tree takes
   // seconds, and the working set can be fetched from its first directories meanwhile.
@@ -130,7 +130,7 @@ void PrefetchDriver::Tick() {
     // Prefetch off: the tick only keeps the metadata estimate current.
     bool update = false;
     {
-      std::lock_guard<std::mutex> lock(metrics_mu_);
+      MutexLock lock(metrics_mu_);
       if (++ticks_ >= config_.metrics_every_ticks) {
         ticks_ = 0;
         update = true;
@@ -143,7 +143,7 @@ void PrefetchDriver::Tick() {
   scheduler_->Tick();
   bool update = false;
   {
-    std::lock_guard<std::mutex> lock(metrics_mu_);
+    MutexLock lock(metrics_mu_);
     if ((metrics_ || config_.memory != nullptr) && ++ticks_ >= config_.metrics_every_ticks) {
       ticks_ = 0;
       update = true;
@@ -153,9 +153,9 @@ void PrefetchDriver::Tick() {
 }
 
 void PrefetchDriver::TickLoop() {
-  std::unique_lock<std::mutex> lock(tick_mu_);
+  MutexLock lock(tick_mu_);
   while (!stop_) {
-    tick_cv_.wait_for(lock, config_.tick_interval, [&] { return stop_; });
+    tick_cv_.wait_for(lock, config_.tick_interval, [&]() REQUIRES(tick_mu_) { return stop_; });
     if (stop_) break;
     lock.unlock();
     Tick();
@@ -194,7 +194,7 @@ void PrefetchDriver::UpdateMetrics() {
   AccountMetadata();
   if (!scheduler_) return;
   PrefetchStats s = scheduler_->Stats();
-  std::lock_guard<std::mutex> lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   if (metrics_) metrics_->Update(s);
 }
 
@@ -203,7 +203,7 @@ void PrefetchDriver::AccountMetadata() {
   // Accounted, never refused: the namespace must be served. Its share leaves less room for
   // prefetch and hints.
   const uint64_t bytes = metadata_->entries() * kMetadataEntryBytes;
-  std::lock_guard<std::mutex> lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   if (bytes > metadata_charged_) {
     config_.memory->Charge(MemoryBudget::Use::kMetadata, bytes - metadata_charged_);
   } else if (bytes < metadata_charged_) {

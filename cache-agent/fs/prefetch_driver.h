@@ -20,7 +20,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -38,6 +37,7 @@
 #include "cache-agent/prefetch/prefetch_metrics.h"
 #include "cache-agent/prefetch/prefetch_scheduler.h"
 #include "common/metrics.h"
+#include "common/thread_annotations.h"
 #include "common/volume.h"
 
 namespace spoke::agent {
@@ -72,8 +72,8 @@ class CacheListenerFanout final : public CacheListener {
   void OnPrefetchWasted(const BlockKey& key, ExpertId expert) override;
 
  private:
-  std::mutex mu_;  // taken under the cache's lock; never take the cache's lock under it
-  std::unordered_map<uint64_t, CacheListener*> listeners_;  // guarded by mu_
+  Mutex mu_;  // taken under the cache's lock; never take the cache's lock under it
+  std::unordered_map<uint64_t, CacheListener*> listeners_ GUARDED_BY(mu_);
 };
 
 class PrefetchDriver {
@@ -102,8 +102,8 @@ class PrefetchDriver {
     size_t hints_max_lines = 1 << 20;
     uint64_t hints_max_bytes = 64ull << 20;
   };
-  // Estimated memory of one metadata entry: the inode node with its name and map slots, and
-  // the walked file's copy in the access tracker.
+  // Estimated memory of one metadata entry: the inode with its name, listing slot and NFS
+  // handle, and the walked file's copy in the access tracker.
   static constexpr uint64_t kMetadataEntryBytes = 512;
 
   // `metadata` (optional) is the volume's metadata cache: its walk feeds the tracker
@@ -153,19 +153,19 @@ class PrefetchDriver {
   FetcherPrefetchSink sink_;
   std::unique_ptr<PrefetchScheduler> scheduler_;  // null when off
 
-  std::mutex feed_mu_;                 // one feeder at a time
+  Mutex feed_mu_;                      // one feeder at a time
   std::atomic<bool> tree_fed_{false};  // the whole walk was fed
-  size_t walk_cursor_ = 0;             // MetadataCache::WalkedSince; guarded by feed_mu_
-  uint64_t walk_files_fed_ = 0;        // guarded by feed_mu_
+  size_t walk_cursor_ GUARDED_BY(feed_mu_) = 0;  // MetadataCache::WalkedSince
+  uint64_t walk_files_fed_ GUARDED_BY(feed_mu_) = 0;
 
-  std::mutex metrics_mu_;
-  std::unique_ptr<PrefetchMetrics> metrics_;  // guarded by metrics_mu_
-  uint64_t metadata_charged_ = 0;             // bytes in the budget; guarded by metrics_mu_
-  int ticks_ = 0;                             // guarded by metrics_mu_
+  Mutex metrics_mu_;
+  std::unique_ptr<PrefetchMetrics> metrics_ GUARDED_BY(metrics_mu_);
+  uint64_t metadata_charged_ GUARDED_BY(metrics_mu_) = 0;  // bytes in the budget
+  int ticks_ GUARDED_BY(metrics_mu_) = 0;
 
-  std::mutex tick_mu_;
-  std::condition_variable tick_cv_;
-  bool stop_ = false;  // guarded by tick_mu_
+  Mutex tick_mu_;
+  CondVar tick_cv_;
+  bool stop_ GUARDED_BY(tick_mu_) = false;
   std::thread ticker_;
 };
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -255,14 +256,20 @@ Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
   return attr;
 }
 
-Result<std::vector<NamedInode>> VolumeFs::ReadDir(uint64_t ino) {
+Result<Listing> VolumeFs::ReadDir(uint64_t ino) {
   auto r = metadata_.ReadDir(ino);
   if (!r) return r;
-  std::erase_if(*r, [](const NamedInode& e) { return IsHiddenName(e.name); });
-  if (ino != kRootIno) return r;
-  // The control file is ours: never listed (and a hub file of that name is shadowed).
-  std::erase_if(*r, [](const NamedInode& e) { return e.name == kHintFileName; });
-  return r;
+  // Hidden names of unlinked open files, and the control file, which is ours: never listed
+  // (a hub file of that name is shadowed).
+  const auto left_out = [ino](const NamedInode& e) {
+    return IsHiddenName(e.name) || (ino == kRootIno && e.name == kHintFileName);
+  };
+  if (std::none_of(r->begin(), r->end(), left_out)) return r;  // shared as it is
+  auto kept = std::make_shared<std::vector<NamedInode>>();
+  for (const NamedInode& e : *r) {
+    if (!left_out(e)) kept->push_back(e);
+  }
+  return Listing(std::move(kept));
 }
 
 Result<std::shared_ptr<VolumeFs::Handle>> VolumeFs::MakeHandle(uint64_t ino, bool write) {

@@ -77,7 +77,8 @@ class VolumeFs {
 
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name);
   Result<FileAttr> GetAttr(uint64_t ino);
-  Result<std::vector<NamedInode>> ReadDir(uint64_t ino);
+  // The metadata cache's shared snapshot; a copy only when names must be left out.
+  Result<Listing> ReadDir(uint64_t ino);
   // kInvalidArgument for a directory; kReadOnly for write access on a read-only volume.
   // O_TRUNC empties the file on the hub before returning (the kernel sends no SETATTR);
   // O_APPEND makes the handle's writes land at the hub's current size. `who` is the caller:

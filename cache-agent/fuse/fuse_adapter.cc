@@ -73,7 +73,7 @@ void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
 }
 
 struct DirListing {
-  std::vector<NamedInode> entries;
+  Listing entries;  // shared with the other opendirs of the same listing
 };
 
 uint64_t WallClockMicros() {
@@ -101,7 +101,7 @@ struct FuseAdapter::DirListings {
     return it == map.end() ? nullptr : it->second;
   }
   // An opendir of an earlier agent: list again and keep it under the kernel's id.
-  std::shared_ptr<DirListing> Rebuild(uint64_t id, std::vector<NamedInode> entries) EXCLUDES(mu) {
+  std::shared_ptr<DirListing> Rebuild(uint64_t id, Listing entries) EXCLUDES(mu) {
     MutexLock lock(mu);
     auto& slot = map[id];
     if (!slot) slot = std::make_shared<DirListing>(DirListing{std::move(entries)});

@@ -139,7 +139,7 @@ Status SessionIo::Install(fuse_session* se) {
   if (!io_fd_.valid()) {
     return Fail(Code::kIo, std::string("dup(/dev/fuse): ") + std::strerror(errno));
   }
-  // Readers wait in poll() (so Drain and Stop can wake them) and then read without blocking.
+  // A reader waits in poll() (so Drain and Stop can wake it) and then reads without blocking.
   // The flag lives on the open file shared with the keeper's duplicate, which never reads.
   int flags = ::fcntl(io_fd_.get(), F_GETFL);
   if (flags < 0 || ::fcntl(io_fd_.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
@@ -295,19 +295,23 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
       --active_reads_;
       cv_.notify_all();
     };
+    std::unique_lock<std::mutex> poller(poll_mu_);
     pollfd p[2] = {{io_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     int n = ::poll(p, 2, -1);
     if (n < 0 && errno != EINTR) {
       int err = errno;
+      poller.unlock();
       leave();
       errno = err;
       return -1;
     }
     if (n <= 0 || (p[1].revents & POLLIN) || !(p[0].revents & (POLLIN | POLLERR | POLLHUP))) {
+      poller.unlock();
       leave();
       continue;  // woken for a drain (or EINTR): re-check the gate
     }
     ssize_t got = ::read(io_fd_.get(), buf, len);
+    poller.unlock();
     if (got < 0) {
       int err = errno;
       leave();

@@ -1,6 +1,7 @@
 // HandleTable: NFSv3 file handles the hub gave in READDIRPLUS replies, by volume-relative
-// path, so that a read of a listed file is one READ round trip (no LOOKUP per path
-// component, no ACCESS) and a listing of a listed directory is READDIRPLUS alone.
+// path (the HandleStore of a RemoteFs used without a metadata cache), so that a read of a listed
+// file is one READ round trip (no LOOKUP per path component, no ACCESS) and a listing of a listed
+// directory is READDIRPLUS alone.
 //
 // A handle names one file for the file's whole life, whatever its name becomes, so the
 // table may lag behind renames: every user checks the file id the entry was recorded with
@@ -22,18 +23,20 @@
 #include <string>
 #include <string_view>
 
+#include "cache-agent/remote/remote_fs.h"
 #include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
-class HandleTable {
+// A RemoteFs's own store when no metadata cache is attached (a standalone client, tests).
+class HandleTable final : public HandleStore {
  public:
-  struct Entry {
-    std::string fh;  // the opaque handle bytes
-    uint64_t file_id = 0;
-  };
+  using Entry = HandleStore::Entry;
 
   explicit HandleTable(size_t capacity) : capacity_(capacity) {}
+
+  std::optional<Entry> FindHandle(const std::string& path) override { return Find(path); }
+  void DropHandles(const std::string& path) override { DropTree(path); }
 
   void Put(const std::string& path, std::string_view fh, uint64_t file_id);
   std::optional<Entry> Find(const std::string& path);

@@ -25,6 +25,7 @@ constexpr uint32_t kMaxRead = 1u << 20;
 FileAttr FromStat(const nfs_stat_64& st) {
   FileAttr a;
   a.file_id = st.nfs_ino;
+  a.fsid = st.nfs_dev;  // libnfs: fattr3.fsid
   a.mode = static_cast<uint32_t>(st.nfs_mode);
   a.nlink = static_cast<uint32_t>(st.nfs_nlink);
   a.uid = static_cast<uint32_t>(st.nfs_uid);
@@ -62,6 +63,7 @@ uint32_t TypeBits(uint32_t nf3_type) {
 FileAttr FromDirent(const nfsdirent& e) {
   FileAttr a;
   a.file_id = e.inode;
+  a.fsid = e.dev;  // libnfs: fattr3.fsid
   a.mode = e.mode;
   if ((a.mode & S_IFMT) == 0) a.mode |= TypeBits(e.type);
   a.nlink = e.nlink;
@@ -81,6 +83,7 @@ const char* Msg(void* data) { return data ? static_cast<const char*>(data) : "er
 FileAttr FromFattr3(const fattr3& f) {
   FileAttr a;
   a.file_id = f.fileid;
+  a.fsid = f.fsid;
   a.mode = TypeBits(f.type) | (f.mode & 07777);
   a.nlink = f.nlink;
   a.uid = f.uid;
@@ -187,6 +190,27 @@ LibnfsRemote::LibnfsRemote(const HubAddress& hub, const Config& config, metrics:
   }
   in_flight_ = &registry_->GetGauge("spoke_hub_requests_in_flight",
                                     "Hub requests started and not finished", labels_);
+  MutexLock lock(store_mu_);
+  if (config_.fh_table_size > 0) store_ = &fh_table_;
+}
+
+void LibnfsRemote::UseHandleStore(HandleStore* store) {
+  if (config_.fh_table_size == 0) return;  // by path only (strict volumes)
+  MutexLock lock(store_mu_);
+  store_ = store != nullptr ? store : &fh_table_;
+}
+
+std::optional<HandleStore::Entry> LibnfsRemote::FindHandle(const std::string& path) {
+  MutexLock lock(store_mu_);
+  if (path.empty() && !root_fh_.empty()) return HandleStore::Entry{root_fh_, 0};
+  if (store_ == nullptr) return std::nullopt;
+  return store_->FindHandle(path);
+}
+
+void LibnfsRemote::DropHandles(const std::string& path) {
+  MutexLock lock(store_mu_);
+  if (path.empty()) root_fh_.clear();
+  if (store_ != nullptr) store_->DropHandles(path);
 }
 
 Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hub,
@@ -306,7 +330,7 @@ std::shared_ptr<NfsConnection> LibnfsRemote::ForIdentity(const Credentials& call
 
 void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
                              std::function<void(std::string)> k) {
-  if (auto e = fh_table_.Find(path)) return k(e->fh);
+  if (auto e = FindHandle(path)) return k(e->fh);
   if (!path.empty()) return k({});
   std::string share_root = c.RootHandle();
   if (root_.empty() || share_root.empty()) return k(share_root);
@@ -321,7 +345,10 @@ void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
   auto step = std::make_shared<std::function<void(size_t, std::string)>>();
   *step = [this, &c, parts, k, step](size_t i, std::string fh) {
     if (i == parts.size()) {
-      fh_table_.Put("", fh, 0);
+      if (!fh.empty()) {
+        MutexLock lock(store_mu_);
+        root_fh_ = fh;
+      }
       *step = nullptr;
       return k(fh);
     }
@@ -352,11 +379,6 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
     cookie3 cookie = 0;
     cookieverf3 verf{};
     std::vector<DirEntry> out;
-    struct Handle {
-      std::string name, fh;
-      uint64_t file_id;
-    };
-    std::vector<Handle> handles;
   };
   auto st = std::make_shared<State>();
   st->fh = fh;
@@ -368,57 +390,65 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
     std::memcpy(a.cookieverf, st->verf, NFS3_COOKIEVERFSIZE);
     a.dircount = 64u << 10;  // name bytes per page
     a.maxcount = kMaxRead;   // reply bytes per page: the hub caps it to its own limit
-    c.CallRpc(
-        [&](rpc_context* rpc, auto cb, void* p) {
-          return rpc_nfs3_readdirplus_async(rpc, cb, &a, p);
-        },
-        [this, &c, j, path, st, page, deliver, by_path](int status, void* data) {
-          auto keep = *page;  // the chain ends unless re-armed below
-          *page = nullptr;
-          if (j->finished) return;
-          if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
-          auto* r = static_cast<READDIRPLUS3res*>(data);
-          if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE ||
-              r->status == NFS3ERR_BAD_COOKIE) {
-            fh_table_.DropTree(path);  // renamed away or replaced: its name is looked up again
-            return by_path();
-          }
-          if (r->status != NFS3_OK) {
-            return c.AttemptFailed(
-                j, -ErrnoOf(r->status),
-                std::string("READDIRPLUS: ") + std::strerror(ErrnoOf(r->status)));
-          }
-          const auto& ok = r->READDIRPLUS3res_u.resok;
-          std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
-          for (const entryplus3* next = ok.reply.entries; next != nullptr;) {
-            // libnfs' decoder lays entries out at 4-byte alignment; entryplus3 needs 8: each
-            // is copied out before a field is read (UBSan: misaligned member access).
-            entryplus3 copy;
-            std::memcpy(&copy, next, sizeof copy);
-            const entryplus3* e = &copy;
-            next = copy.nextentry;
-            st->cookie = e->cookie;
-            if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
-            // Entries without attributes, and device numbers (kept in libnfs' encoding on the
-            // other path), are listed by path.
-            if (!e->name_attributes.attributes_follow) return by_path();
-            const fattr3& f = e->name_attributes.post_op_attr_u.attributes;
-            if (f.type == NF3CHR || f.type == NF3BLK) return by_path();
-            st->out.push_back(DirEntry{e->name, FromFattr3(f)});
-            if (e->name_handle.handle_follows && (f.type == NF3REG || f.type == NF3DIR)) {
-              const auto& h = e->name_handle.post_op_fh3_u.handle.data;
-              st->handles.push_back({e->name, std::string(h.data_val, h.data_len), f.fileid});
-            }
-          }
-          if (!ok.reply.eof) {
-            if (ok.reply.entries == nullptr) return by_path();  // no progress: never loop
-            *page = keep;
-            return keep();
-          }
-          for (const auto& h : st->handles)
-            fh_table_.Put(Joined(path, h.name.c_str()), h.fh, h.file_id);
-          if (c.Finish(j)) deliver(std::move(st->out));
-        });
+    c.CallRpc([&](rpc_context* rpc, auto cb,
+                  void* p) { return rpc_nfs3_readdirplus_async(rpc, cb, &a, p); },
+              [this, &c, j, path, st, page, deliver, by_path](int status, void* data) {
+                auto keep = *page;  // the chain ends unless re-armed below
+                *page = nullptr;
+                if (j->finished) return;
+                if (status != RPC_STATUS_SUCCESS)
+                  return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+                auto* r = static_cast<READDIRPLUS3res*>(data);
+                if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE ||
+                    r->status == NFS3ERR_BAD_COOKIE) {
+                  DropHandles(path);  // renamed away or replaced: its name is looked up again
+                  return by_path();
+                }
+                if (r->status != NFS3_OK) {
+                  return c.AttemptFailed(
+                      j, -ErrnoOf(r->status),
+                      std::string("READDIRPLUS: ") + std::strerror(ErrnoOf(r->status)));
+                }
+                const auto& ok = r->READDIRPLUS3res_u.resok;
+                std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
+                for (const entryplus3* next = ok.reply.entries; next != nullptr;) {
+                  // libnfs' decoder lays entries out at 4-byte alignment; entryplus3 needs 8: each
+                  // is copied out before a field is read (UBSan: misaligned member access).
+                  entryplus3 copy;
+                  std::memcpy(&copy, next, sizeof copy);
+                  const entryplus3* e = &copy;
+                  next = copy.nextentry;
+                  st->cookie = e->cookie;
+                  if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
+                  // Entries without attributes, and device numbers (kept in libnfs' encoding on the
+                  // other path), are listed by path.
+                  if (!e->name_attributes.attributes_follow) return by_path();
+                  const fattr3& f = e->name_attributes.post_op_attr_u.attributes;
+                  if (f.type == NF3CHR || f.type == NF3BLK) return by_path();
+                  st->out.push_back(DirEntry{e->name, FromFattr3(f), {}});
+                  if (e->name_handle.handle_follows && (f.type == NF3REG || f.type == NF3DIR)) {
+                    const auto& h = e->name_handle.post_op_fh3_u.handle.data;
+                    st->out.back().fh.assign(h.data_val, h.data_len);
+                  }
+                }
+                if (!ok.reply.eof) {
+                  if (ok.reply.entries == nullptr) return by_path();  // no progress: never loop
+                  *page = keep;
+                  return keep();
+                }
+                {
+                  // The remote's own table records them; an attached store (the metadata cache)
+                  // takes them from the entries it applies.
+                  MutexLock lock(store_mu_);
+                  if (store_ == &fh_table_) {
+                    for (const auto& e : st->out) {
+                      if (!e.fh.empty())
+                        fh_table_.Put(Joined(path, e.name.c_str()), e.fh, e.attr.file_id);
+                    }
+                  }
+                }
+                if (c.Finish(j)) deliver(std::move(st->out));
+              });
   };
   (*page)();
 }
@@ -452,7 +482,7 @@ void LibnfsRemote::ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>&
           // A handle the hub no longer knows, or one that turns out to be another file: the
           // retry goes by path (which re-checks the name) and never delivers these bytes.
           const auto by_path = [&](const std::string& why) {
-            fh_table_.DropTree(path);
+            DropHandles(path);
             c.AttemptFailed(j, -ESTALE, "READ by handle: " + why);
           };
           if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE) {
@@ -539,7 +569,7 @@ NfsConnection& LibnfsRemote::ForPath(const std::string& path) {
 }
 
 void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
-  fh_table_.DropTree(path);
+  DropHandles(path);
   for (auto& c : connections_) c->Invalidate(path);
   // Identity connections cache handles too (writes as the caller).
   std::lock_guard<std::mutex> lock(identities_mu_);
@@ -639,13 +669,13 @@ Result<std::vector<DirEntry>> LibnfsRemote::ReadDir(const std::string& path) {
                      if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) {
                        continue;
                      }
-                     out.push_back(DirEntry{e->name, FromDirent(*e)});
+                     out.push_back(DirEntry{e->name, FromDirent(*e), {}});
                    }
                    nfs_closedir(ctx, dir);
                    if (c.Finish(j)) deliver(std::move(out));
                  });
         };
-        if (config_.fh_table_size == 0) return by_path();
+        if (config_.fh_table_size == 0) return by_path();  // strict: never by handle
         DirHandle(c, path, [this, &c, j, path, deliver, by_path](std::string fh) {
           if (fh.empty()) return by_path();
           ReadDirByHandle(c, j, path, fh, deliver, by_path);
@@ -773,8 +803,7 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
     // by path: the file is big, its lookups are paid once for all its blocks, and libnfs
     // reads whole blocks into the caller's buffer, where a raw READ's reply is one more
     // copy held per request in flight.
-    if (auto e = length < kMaxRead ? fh_table_.Find(key) : std::nullopt;
-        e && e->file_id == file_id) {
+    if (auto e = length < kMaxRead ? FindHandle(key) : std::nullopt; e && e->file_id == file_id) {
       return ReadByHandle(c, j, key, e->fh, file_id, offset, length, shared_done);
     }
     c.GetHandle(

@@ -16,7 +16,8 @@
 // ESTALE/ENOENT and on local renames/unlinks. They are not shared between connections:
 // struct nfsfh is private to libnfs and tied to its context. Besides, listings are raw
 // READDIRPLUS calls by the directory's handle, and the handles they return are kept for all
-// connections (HandleTable): a listed small file is then read with one raw READ, the round
+// connections (a HandleStore: the metadata cache's inodes, or the remote's own HandleTable
+// when none is attached): a listed small file is then read with one raw READ, the round
 // trip a cold file costs over the WAN; what has no known handle goes by path as above.
 #pragma once
 
@@ -57,9 +58,11 @@ class LibnfsRemote final : public RemoteFs {
     int retries = 3;
     // Cached file handles per connection before unused ones are closed.
     size_t handle_cache_size = 8192;
-    // Handles from READDIRPLUS kept by path (handle_table.h), so that a read of a listed
-    // file is one READ round trip instead of a LOOKUP per path component, an ACCESS and the
-    // READ; ~150 bytes each. 0: every read and listing goes by path.
+    // Handles from READDIRPLUS, so that a read of a listed file is one READ round trip
+    // instead of a LOOKUP per path component, an ACCESS and the READ. Kept in the attached
+    // HandleStore (the agent attaches the volume's metadata cache: in its inodes, ~50 bytes
+    // each), else in the remote's own table by path (handle_table.h, ~150 bytes each), of at
+    // most this many. 0: every read and listing goes by path (strict volumes).
     size_t fh_table_size = 65536;
     // Connect() waits until one connection is mounted (kUnavailable otherwise). false:
     // returns at once and calls fail with kTimeout until the hub answers (tests, lazy use).
@@ -147,7 +150,10 @@ class LibnfsRemote final : public RemoteFs {
   int64_t InFlight() const;
   // Checked reads answered by a handle from a listing (one round trip), and handles known.
   uint64_t reads_by_handle() const { return reads_by_handle_.load(); }
+  // Handles in the remote's own table (none while another store is attached).
   size_t handles_known() const { return fh_table_.size(); }
+  // Listed handles go to `store` (see RemoteFs); ignored when fh_table_size is 0 (by path).
+  void UseHandleStore(HandleStore* store) override;
 
   // Internal: called by connections with each finished request.
   void Record(const char* op, double seconds, const Error* error);
@@ -191,6 +197,8 @@ class LibnfsRemote final : public RemoteFs {
   void ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
                     const std::string& fh, uint64_t file_id, uint64_t offset, uint32_t length,
                     std::shared_ptr<CheckedReadDone> done);
+  std::optional<HandleStore::Entry> FindHandle(const std::string& path);
+  void DropHandles(const std::string& path);
   // The libnfs path of a volume-relative path ("/root/path").
   std::string Full(const std::string& path) const;
 
@@ -198,6 +206,11 @@ class LibnfsRemote final : public RemoteFs {
   std::string hub_name_;
   std::string root_;      // "" or "/sub/dir": the volume's directory inside the share
   HandleTable fh_table_;  // before connections_: their loops use it until they stop
+  // Where handles are found: &fh_table_, an attached store, or nullptr (fh_table_size 0).
+  // Held while the store is called, so that detaching waits for calls in progress.
+  mutable Mutex store_mu_;
+  HandleStore* store_ GUARDED_BY(store_mu_) = nullptr;
+  std::string root_fh_ GUARDED_BY(store_mu_);        // the volume root's handle, once looked up
   std::unique_ptr<metrics::Registry> own_registry_;  // when none was given
   metrics::Registry* registry_;
   metrics::Labels labels_;

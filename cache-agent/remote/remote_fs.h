@@ -21,8 +21,11 @@
 namespace spoke::agent {
 
 struct FileAttr {
-  uint64_t file_id = 0;  // NFS fileid (inode number on the hub)
-  uint32_t mode = 0;     // st_mode: type + permissions
+  uint64_t file_id = 0;  // NFS fileid (inode number on the hub), unique within its fsid
+  // NFS fsid: the hub file system the file is on. An export may span several (mounts under
+  // the exported directory), whose file ids may repeat: a file is (fsid, file_id).
+  uint64_t fsid = 0;
+  uint32_t mode = 0;  // st_mode: type + permissions
   uint32_t nlink = 1;
   uint32_t uid = 0;
   uint32_t gid = 0;
@@ -42,7 +45,27 @@ struct FileAttr {
 
 struct DirEntry {
   std::string name;
-  FileAttr attr;  // filled by READDIRPLUS
+  FileAttr attr;   // filled by READDIRPLUS
+  std::string fh;  // the NFS handle READDIRPLUS gave (files and directories), or empty
+};
+
+// Where a RemoteFs finds the NFS file handles its listings gave (DirEntry::fh), by
+// volume-relative path, so that a read of a listed file is one READ round trip and a listing
+// of a listed directory one READDIRPLUS. The metadata cache is one: it keeps each handle in
+// its inode (its tree resolves the path), so names and handles are stored once. A handle
+// names one file for the file's whole life: users check the file id it was recorded with.
+// Called from the RemoteFs's I/O threads: thread-safe, and never calls the RemoteFs.
+class HandleStore {
+ public:
+  struct Entry {
+    std::string fh;  // the opaque handle bytes
+    uint64_t file_id = 0;
+  };
+  virtual ~HandleStore() = default;
+  virtual std::optional<Entry> FindHandle(const std::string& path) = 0;
+  // The hub called the handle of `path` stale, or it named another file: forget it (and
+  // those under it when a store keeps them by path).
+  virtual void DropHandles(const std::string& path) = 0;
 };
 
 struct FsStat {
@@ -167,6 +190,11 @@ class RemoteFs {
   virtual Status RmdirAs(const Credentials& who, const std::string& path);
   // Atomic on the hub; replaces an existing file, or an empty directory when `from` is one.
   virtual Status RenameAs(const Credentials& who, const std::string& from, const std::string& to);
+
+  // From now on, handles are looked up in `store` (which records those of the listings it
+  // applies); nullptr: back to the RemoteFs's own (if any). The store must outlive its use:
+  // detach it before destroying it. A RemoteFs that reads by path only ignores the call.
+  virtual void UseHandleStore(HandleStore* store) { (void)store; }
 
   // Health as last observed: false after a request failed with kTimeout/kUnavailable and no
   // request has succeeded since. `last_error` is empty when healthy.

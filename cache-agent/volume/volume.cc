@@ -41,6 +41,7 @@ Volume::~Volume() {
   fs_.reset();
   driver_.reset();
   fetcher_.reset();
+  if (remote_) remote_->UseHandleStore(nullptr);  // before the store goes
   metadata_.reset();
   remote_.reset();
 }
@@ -69,6 +70,9 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
     if (e.code() == Code::kTimeout) e = Error(Code::kUnavailable, e.message());
     return std::unexpected(e.Wrap("volume " + config.volume_id + ": root of the volume"));
   }
+  // Listed handles live in the metadata cache's inodes. Strict volumes read by path (their
+  // remote ignores the store).
+  if (mc.consistency != Consistency::kStrict) vol->remote_->UseHandleStore(vol->metadata_.get());
   vol->metadata_->StartWalk();
 
   BlockFetcher::Config fc;

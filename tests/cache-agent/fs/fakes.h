@@ -41,6 +41,13 @@ class FakeRemoteFs : public RemoteFs {
     std::lock_guard<std::mutex> lock(mu_);
     MkdirsLocked(path);
   }
+  // Gives an existing `path` the identity (fsid, file_id): an export spanning several hub
+  // file systems, whose file ids repeat.
+  void SetIdentity(const std::string& path, uint64_t fsid, uint64_t file_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    nodes_.at(path).attr.fsid = fsid;
+    nodes_.at(path).attr.file_id = file_id;
+  }
   std::string Data(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = nodes_.find(path);
@@ -49,6 +56,15 @@ class FakeRemoteFs : public RemoteFs {
   bool Exists(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
     return nodes_.contains(path);
+  }
+
+  // Listings carry NFS-like handles, as READDIRPLUS does: Handle(file id), 40 bytes (the
+  // size of nfs-ganesha's VFS handles).
+  void GiveHandles(bool on) { handles_ = on; }
+  static std::string Handle(uint64_t file_id) {
+    std::string h = "fh#" + std::to_string(file_id);
+    h.resize(40, '.');
+    return h;
   }
 
   // Injection.
@@ -118,7 +134,7 @@ class FakeRemoteFs : public RemoteFs {
     std::vector<DirEntry> out;
     for (const auto& [p, n] : nodes_) {
       if (p.empty() || Parent(p) != path) continue;
-      out.push_back(DirEntry{Base(p), n.attr});
+      out.push_back(DirEntry{Base(p), n.attr, handles_ ? Handle(n.attr.file_id) : ""});
     }
     return out;
   }
@@ -389,6 +405,7 @@ class FakeRemoteFs : public RemoteFs {
   std::atomic<int> statfs_calls_{0};
   std::vector<std::string> read_log_;
   std::atomic<bool> down_{false};
+  std::atomic<bool> handles_{false};
   std::atomic<int64_t> latency_ms_{0};
   Credentials last_who_;  // guarded by mu_
 };

@@ -396,6 +396,11 @@ TEST_F(LibnfsRemotePosix, ListedFilesAreReadByHandleAndNeverServeAnotherFile) {
       EXPECT_EQ(e.attr.nlink, w.nlink) << e.name;
       EXPECT_EQ(e.attr.uid, w.uid) << e.name;
       EXPECT_EQ(e.attr.ContentVersion(), w.ContentVersion()) << e.name;
+      // The hub file system, from READDIRPLUS and from libnfs' listing and stat alike.
+      EXPECT_EQ(e.attr.fsid, w.fsid) << e.name;
+      auto st = plain->Stat(dir.empty() ? e.name : dir + "/" + e.name);
+      ASSERT_TRUE(st) << e.name;
+      EXPECT_EQ(st->fsid, e.attr.fsid) << e.name;
     }
   }
   EXPECT_EQ(plain->handles_known(), 0u);

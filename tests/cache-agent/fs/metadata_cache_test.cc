@@ -1,0 +1,213 @@
+// MetadataCache: its compact storage (names, listings and NFS handles in the inodes), its
+// handle store for the RemoteFs, shared listing snapshots and merged listings, and file
+// identity across hub filesystems.
+#include "cache-agent/fs/metadata_cache.h"
+
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cache-agent/fs/fakes.h"
+
+namespace spoke::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeRemoteFs;
+
+// Listed handles are kept in the inodes and found through the tree as it is now: a rename of
+// a directory takes its files' old paths with it, a removal its path; the file id recorded
+// with each handle is the listed file's.
+TEST(MetadataCache, ListedHandlesLiveInTheInodesAndFollowTheTree) {
+  FakeRemoteFs remote;
+  remote.GiveHandles(true);
+  remote.PutFile("d/a", "A");
+  remote.PutFile("d/sub/b", "B");
+  auto id_a = remote.Stat("d/a")->file_id;
+  auto id_b = remote.Stat("d/sub/b")->file_id;
+  ManualClock clock;
+  MetadataCache meta(remote, {}, clock);
+  ASSERT_TRUE(meta.Init());
+  meta.StartWalk();
+  ASSERT_TRUE(meta.WaitWalk(10s));
+  EXPECT_EQ(meta.handles(), 4u);  // d, d/a, d/sub, d/sub/b
+  auto a = meta.FindHandle("d/a");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->fh, FakeRemoteFs::Handle(id_a));
+  EXPECT_EQ(a->file_id, id_a);
+  EXPECT_FALSE(meta.FindHandle("d/nope"));
+  EXPECT_FALSE(meta.FindHandle("d/a/x"));
+
+  // Our rename of the directory: the old paths find nothing, the new ones the same handles.
+  auto d = meta.Resolve("d");
+  auto sub = meta.Resolve("d/sub");
+  ASSERT_TRUE(d && sub);
+  meta.Renamed(d->ino, "sub", kRootIno, "moved");
+  EXPECT_FALSE(meta.FindHandle("d/sub/b"));
+  EXPECT_FALSE(meta.FindHandle("d/sub"));
+  auto b = meta.FindHandle("moved/b");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->fh, FakeRemoteFs::Handle(id_b));
+  EXPECT_EQ(b->file_id, id_b);
+
+  // Removed: gone with its name. A handle the hub called stale: forgotten, that one only.
+  meta.Removed(d->ino, "a");
+  EXPECT_FALSE(meta.FindHandle("d/a"));
+  meta.DropHandles("moved");
+  EXPECT_FALSE(meta.FindHandle("moved"));
+  EXPECT_TRUE(meta.FindHandle("moved/b"));
+}
+
+// What one listed file costs the agent with its 40-byte NFS handle (names of 12 bytes, 200
+// files per directory): inode, name, listing entry and handle (goal: <= 300 B per inode).
+// Before the handles moved into the inodes: 341 B here plus ~170 B per handle in the
+// remote's table by path.
+TEST(MetadataCache, HeapPerListedFileWithItsHandleIsBounded) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the sanitizer's allocator does not report heap use (mallinfo2)";
+#endif
+  FakeRemoteFs remote;
+  remote.GiveHandles(true);
+  constexpr int kFiles = 20000;
+  for (int i = 0; i < kFiles; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "d%03d/f%07d.jpg", i % 100, i);
+    remote.PutFile(name, "");
+  }
+  ManualClock clock;
+  MetadataCache::Config c;
+  c.walk_concurrency = 1;
+  MetadataCache meta(remote, c, clock);
+  ASSERT_TRUE(meta.Init());
+  malloc_trim(0);
+  size_t before = mallinfo2().uordblks;
+  meta.StartWalk();
+  ASSERT_TRUE(meta.WaitWalk(60s));
+  ASSERT_EQ(meta.handles(), kFiles + 100u);
+  size_t per_inode = (mallinfo2().uordblks - before) / kFiles;
+  std::printf("[ memory   ] %zu heap bytes per listed file inode with its handle\n", per_inode);
+  EXPECT_LE(per_inode, 300u);
+}
+
+// Opendirs of an unchanged directory share one immutable snapshot (no copy of the listing
+// per opendir); a change makes the next one a new snapshot and leaves the old one as it was.
+TEST(MetadataCache, ListingsShareOneSnapshotUntilTheDirectoryChanges) {
+  FakeRemoteFs remote;
+  for (int i = 0; i < 100; ++i) remote.PutFile("d/f" + std::to_string(i), "x");
+  ManualClock clock;
+  MetadataCache meta(remote, {}, clock);
+  ASSERT_TRUE(meta.Init());
+  auto d = meta.Resolve("d");
+  ASSERT_TRUE(d);
+  auto first = meta.ReadDir(d->ino);
+  auto second = meta.ReadDir(d->ino);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->size(), 100u);
+  EXPECT_EQ(first->identity(), second->identity());
+  FileAttr a;
+  a.file_id = 999999;
+  a.mode = S_IFREG | 0644;
+  meta.Added(d->ino, "new", a);
+  auto third = meta.ReadDir(d->ino);
+  ASSERT_TRUE(third);
+  EXPECT_NE(third->identity(), first->identity());
+  EXPECT_EQ(third->size(), 101u);
+  EXPECT_EQ(first->size(), 100u);  // immutable
+  // A child's attributes changed: a new snapshot carries them.
+  FileAttr bigger = (*third)[0].attr;
+  bigger.size = 12345;
+  meta.SetAttr((*third)[0].ino, bigger);
+  auto fourth = meta.ReadDir(d->ino);
+  ASSERT_TRUE(fourth);
+  EXPECT_EQ((*fourth)[0].attr.size, 12345u);
+  EXPECT_EQ((*third)[0].attr.size, 1u);
+}
+
+// Listings of one directory asked while one is on the wire wait for it: one hub listing for
+// all of them. Strict callers need one sent after their call: at most one more.
+TEST(MetadataCache, ConcurrentListingsOfADirectoryAreOneHubListing) {
+  for (Consistency mode : {Consistency::kImmutable, Consistency::kStrict}) {
+    FakeRemoteFs remote;
+    for (int i = 0; i < 50; ++i) remote.PutFile("big/f" + std::to_string(i), "x");
+    ManualClock clock;
+    MetadataCache::Config c;
+    c.consistency = mode;
+    MetadataCache meta(remote, c, clock);
+    ASSERT_TRUE(meta.Init());
+    auto big = meta.Resolve("big");
+    ASSERT_TRUE(big);
+    remote.HoldReadDir("big");
+    const int before = remote.readdirs.load();
+    std::vector<std::thread> callers;
+    std::atomic<int> ok{0};
+    for (int t = 0; t < 6; ++t) {
+      callers.emplace_back([&] {
+        auto r = meta.ReadDir(big->ino);
+        if (r && r->size() == 50) ok++;
+      });
+    }
+    // Let the callers reach the listing (a late one finds it done, or joins the next).
+    while (remote.readdirs.load() == before) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(200ms);
+    remote.HoldReadDir("");
+    for (auto& t : callers) t.join();
+    EXPECT_EQ(ok.load(), 6);
+    const int listings = remote.readdirs.load() - before;
+    if (mode == Consistency::kStrict) {
+      EXPECT_LE(listings, 2) << "strict";
+    } else {
+      EXPECT_EQ(listings, 1);
+    }
+  }
+}
+
+// An export spanning several hub file systems: file ids repeat across them. A file is (fsid,
+// fileid): two files with one fileid are two inodes with their own paths, and a directory on
+// another file system whose fileid is its parent's does not make the parent its own parent
+// (the path walk would loop).
+TEST(MetadataCache, FilesWithOneFileIdOnTwoHubFileSystemsAreTwoInodes) {
+  FakeRemoteFs remote;
+  remote.PutFile("a/x", "on the root's file system");
+  remote.Mkdirs("a/m");  // a mount point: another file system's root
+  remote.PutFile("a/m/x", "on the other one");
+  remote.SetIdentity("a", 0, 100);
+  remote.SetIdentity("a/m", 7, 100);
+  remote.SetIdentity("a/x", 0, 500);
+  remote.SetIdentity("a/m/x", 7, 500);
+  ManualClock clock;
+  MetadataCache meta(remote, {}, clock);
+  ASSERT_TRUE(meta.Init());
+  meta.StartWalk();
+  ASSERT_TRUE(meta.WaitWalk(10s));
+  auto a = meta.Resolve("a");
+  auto m = meta.Resolve("a/m");
+  auto x = meta.Resolve("a/x");
+  auto mx = meta.Resolve("a/m/x");
+  ASSERT_TRUE(a && m && x && mx);
+  EXPECT_NE(a->ino, m->ino);
+  EXPECT_NE(x->ino, mx->ino);
+  EXPECT_EQ(mx->attr.fsid, 7u);
+  EXPECT_EQ(*meta.PathOf(a->ino), "a");
+  EXPECT_EQ(*meta.PathOf(m->ino), "a/m");
+  EXPECT_EQ(*meta.PathOf(x->ino), "a/x");
+  EXPECT_EQ(*meta.PathOf(mx->ino), "a/m/x");
+  std::vector<std::string> files;
+  for (const auto& f : meta.Files()) files.push_back(f.path);
+  EXPECT_EQ(files, (std::vector<std::string>{"a/m/x", "a/x"}));
+  // A file on the root's file system keeps the number it had before fsids were taken in (an
+  // agent taking over the kernel's inodes from an earlier version gives the same ones).
+  uint64_t h = 500 + 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  EXPECT_EQ(x->ino, h % (kStableInoLimit - kRootIno - 1) + kRootIno + 1);
+}
+
+}  // namespace
+}  // namespace spoke::agent
