@@ -545,7 +545,12 @@ void BlockFetcher::TakeWarmRoom(uint32_t length) {
 }
 
 Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_t count) {
-  std::vector<std::pair<FetchPtr, bool>> waits;  // fetch, started by us
+  return FinishWarm(StartWarm(file, first, count));
+}
+
+BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t first,
+                                                 uint64_t count) {
+  WarmTicket t;
   for (uint64_t index = first; index < first + count; ++index) {
     const uint32_t length = BlockLength(file, index);
     if (length == 0) break;
@@ -554,7 +559,8 @@ Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_
     if (staging_ != nullptr) {
       if (auto staged = staging_->Take(Key(file, index))) {
         if (FetchPtr f = AdmitTaken(Key(file, index), *staged)) {
-          waits.emplace_back(std::move(f), false);
+          t.bytes_ += length;
+          t.waits_.emplace_back(std::move(f), false);
           continue;
         }
       }
@@ -565,21 +571,38 @@ Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
       if (room) config_.memory->Release(MemoryBudget::Use::kDemand, length);
-      return Fail(Code::kCancelled, "volume is shutting down");
+      t.error_ = Error(Code::kCancelled, "volume is shutting down");
+      return t;
     }
     auto f = Join(file, index, kWarmClass, kDemand, 0, SteadyTime{}, &created, room);
     if (room && !created) config_.memory->Release(MemoryBudget::Use::kDemand, length);
-    waits.emplace_back(std::move(f), created);
+    t.bytes_ += length;
+    t.waits_.emplace_back(std::move(f), created);
   }
-  if (!waits.empty()) Dispatch();
+  if (!t.waits_.empty()) Dispatch();
+  return t;
+}
+
+bool BlockFetcher::WaitWarm(const WarmTicket& t, SteadyTime until) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (const auto& [f, ours] : t.waits_) {
+    // Warm-up promises the blocks are in the cache when it returns: fetched and stored.
+    if (!done_cv_.wait_until(lock, until, [&] { return (f->done && f->settled) || stopping_; })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Result<uint64_t> BlockFetcher::FinishWarm(WarmTicket t) {
+  if (t.error_) return std::unexpected(*t.error_);
   uint64_t bytes = 0;
   std::optional<Error> first_error;
-  for (auto& [f, ours] : waits) {
+  for (auto& [f, ours] : t.waits_) {
     // Bounded: once sent, the hub's request timeout ends it; the cancelled flag of the
     // warm-up stops the caller between calls.
     auto r = Wait(f, SteadyTime::max());
     {
-      // Warm-up promises the blocks are in the cache when it returns.
       std::unique_lock<std::mutex> lock(mu_);
       done_cv_.wait(lock, [&] { return f->settled || stopping_; });
     }

@@ -77,6 +77,8 @@ struct FileRef {
 using BlockData = std::shared_ptr<const std::vector<char>>;
 
 class BlockFetcher {
+  struct Fetch;  // one block's fetch (block_fetcher_fetch.h)
+
  public:
   struct Config {
     uint32_t block_size = 1 << 20;  // = BlockCache block size = hub rsize
@@ -139,8 +141,40 @@ class BlockFetcher {
   uint64_t PrefetchBytesInFlight() const { return prefetch_bytes_.load(); }
   // Fetches (cache miss) blocks into the cache, waiting for them: warm-up and hints. Queued
   // in the warm-up class (after readers, before prefetches); stored as demand blocks; not
-  // counted as a reader's hit/miss. Returns hub bytes read.
+  // counted as a reader's hit/miss. Returns hub bytes read. = FinishWarm(StartWarm(...)).
   Result<uint64_t> Warm(const FileRef& file, uint64_t first, uint64_t count);
+
+  // The fetches one StartWarm queued or joined, for FinishWarm. Move-only; dropping one
+  // unfinished leaves its fetches to complete on their own (cached, never waited for).
+  class WarmTicket {
+   public:
+    WarmTicket() = default;
+    WarmTicket(WarmTicket&&) = default;
+    WarmTicket& operator=(WarmTicket&&) = default;
+    WarmTicket(const WarmTicket&) = delete;
+    WarmTicket& operator=(const WarmTicket&) = delete;
+    // Blocks it waits for (not cached when it started) and their bytes.
+    size_t blocks() const { return waits_.size(); }
+    uint64_t bytes() const { return bytes_; }
+
+   private:
+    friend class BlockFetcher;
+    std::vector<std::pair<std::shared_ptr<Fetch>, bool>> waits_;  // fetch, created by it
+    uint64_t bytes_ = 0;
+    std::optional<Error> error_;  // the start failed (shutting down)
+  };
+  // The first half of Warm: queues (or joins) in the warm-up class every block of
+  // [first, first + count) that is not cached and dispatches them; does not wait for the
+  // hub. May wait for memory-budget room like Warm (bounded by read_deadline).
+  WarmTicket StartWarm(const FileRef& file, uint64_t first, uint64_t count);
+  // True once every block of the ticket is fetched and settled (stored, or not to be),
+  // waiting at most until `until`.
+  bool WaitWarm(const WarmTicket& ticket, std::chrono::steady_clock::time_point until);
+  // The second half: waits for the ticket's blocks and their store. Hub bytes read by
+  // fetches the ticket started, or the first error of its blocks.
+  Result<uint64_t> FinishWarm(WarmTicket ticket);
+  int max_hub_inflight() const { return config_.max_hub_inflight; }
+  uint64_t store_queue_bytes_max() const { return config_.store_queue_bytes_max; }
 
   bool Cached(const FileRef& file, uint64_t index) const;
   // True when the block is cached, being fetched or staged (PrefetchSink::Has).
@@ -176,7 +210,6 @@ class BlockFetcher {
   StagingBuffer::Stats staging_stats() const;
 
  private:
-  struct Fetch;
   using FetchPtr = std::shared_ptr<Fetch>;
   using SteadyTime = std::chrono::steady_clock::time_point;
   // Priority classes, most urgent first (index into queues_).

@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
+#include <deque>
 #include <optional>
 #include <string>
-#include <thread>
 
 namespace spoke::agent {
 
@@ -190,43 +189,96 @@ Status Volume::Warmup(const std::string& path_prefix,
   WarmupFigures figures;
   figures.files_total = files.size();
   for (const auto& f : files) figures.bytes_total += f.size;
-  std::atomic<uint64_t> next{0}, files_done{0}, bytes_done{0}, hub_bytes{0};
-  std::mutex err_mu;
-  std::optional<Error> first_error;
-  uint32_t bs = fetcher_->block_size();
-  auto worker = [&] {
-    while (!cancelled.load()) {
-      uint64_t i = next.fetch_add(1);
-      if (i >= files.size()) return;
-      const auto& wf = files[i];
-      FileRef ref{wf.path, wf.file_id, wf.version, wf.size};
-      uint64_t blocks = (wf.size + bs - 1) / bs;
-      for (uint64_t b = 0; b < blocks && !cancelled.load(); b += 64) {
-        auto r = fetcher_->Warm(ref, b, std::min<uint64_t>(64, blocks - b));
-        if (!r) {
-          std::lock_guard<std::mutex> lock(err_mu);
-          if (!first_error) first_error = r.error().Wrap("warm-up of " + wf.path);
-          break;
-        }
-        hub_bytes += *r;
-        bytes_done += std::min<uint64_t>(64ull * bs, wf.size - b * bs);
-      }
-      files_done++;
-    }
+  // One thread keeps a window of warm tickets in flight (each: up to 64 blocks of one file,
+  // queued in the fetcher's warm-up class): it starts tickets while the window has room and
+  // finishes the oldest, so the hub sees every block the window holds at once, not one file
+  // per thread. The window is bounded in blocks by twice the fetcher's hub depth (the
+  // queued half refills slots as the older blocks come back, while finished tickets wait
+  // their turn to be collected) and in bytes by its store queue (stored blocks must fit it),
+  // and by the memory budget StartWarm takes room in; it always holds at least one ticket.
+  const uint32_t bs = fetcher_->block_size();
+  const uint64_t window_blocks = 2 * static_cast<uint64_t>(fetcher_->max_hub_inflight());
+  const uint64_t window_bytes = fetcher_->store_queue_bytes_max();
+  constexpr uint64_t kTicketBlocks = 64;
+  struct Pending {
+    size_t file;
+    uint64_t bytes;  // of the file's range the ticket covers
+    BlockFetcher::WarmTicket ticket;
   };
-  std::vector<std::thread> workers;
-  for (int i = 0; i < 8; ++i) workers.emplace_back(worker);
+  std::deque<Pending> window;
+  uint64_t window_used_blocks = 0, window_used_bytes = 0;
+  std::vector<uint32_t> outstanding(files.size(), 0);  // unfinished tickets per file
+  std::vector<bool> failed(files.size(), false);
+  uint64_t files_done = 0, bytes_done = 0, hub_bytes = 0;
+  std::optional<Error> first_error;
+  size_t cur = 0;      // file whose blocks are being started
+  uint64_t block = 0;  // its next block
   auto report = [&] {
-    figures.files_done = files_done.load();
-    figures.bytes_done = bytes_done.load();
-    figures.bytes_from_hub = hub_bytes.load();
+    figures.files_done = files_done;
+    figures.bytes_done = bytes_done;
+    figures.bytes_from_hub = hub_bytes;
     if (progress) progress(figures);
   };
-  while (files_done.load() < files.size() && !cancelled.load()) {
-    std::this_thread::sleep_for(200ms);
+  auto next_report = std::chrono::steady_clock::now() + 200ms;
+  auto maybe_report = [&] {
+    if (std::chrono::steady_clock::now() < next_report) return;
     report();
+    next_report = std::chrono::steady_clock::now() + 200ms;
+  };
+  auto finish_oldest = [&] {
+    Pending p = std::move(window.front());
+    window.pop_front();
+    window_used_blocks -= p.ticket.blocks();
+    window_used_bytes -= p.ticket.bytes();
+    auto r = fetcher_->FinishWarm(std::move(p.ticket));
+    if (r) {
+      hub_bytes += *r;
+      if (!failed[p.file]) bytes_done += p.bytes;
+    } else {
+      if (!first_error) first_error = r.error().Wrap("warm-up of " + files[p.file].path);
+      failed[p.file] = true;  // its later blocks are not started
+    }
+    // A file is done when its last ticket is finished and the starter has moved past it
+    // (files start in order: every file before `cur` has all its tickets started).
+    if (--outstanding[p.file] == 0 && p.file != cur) files_done++;
+  };
+  while (!cancelled.load()) {
+    // Start tickets while the window has room (or is empty).
+    while (cur < files.size() && !cancelled.load()) {
+      const auto& wf = files[cur];
+      const uint64_t blocks = (wf.size + bs - 1) / bs;
+      if (block >= blocks || failed[cur]) {
+        if (outstanding[cur] == 0) files_done++;
+        cur++;
+        block = 0;
+        continue;
+      }
+      const uint64_t n = std::min<uint64_t>(kTicketBlocks, blocks - block);
+      const uint64_t n_bytes = std::min<uint64_t>(n * bs, wf.size - block * bs);
+      if (!window.empty() &&
+          (window_used_blocks + n > window_blocks || window_used_bytes + n_bytes > window_bytes)) {
+        break;
+      }
+      FileRef ref{wf.path, wf.file_id, wf.version, wf.size};
+      Pending p{cur, n_bytes, fetcher_->StartWarm(ref, block, n)};
+      window_used_blocks += p.ticket.blocks();
+      window_used_bytes += p.ticket.bytes();
+      outstanding[cur]++;
+      window.push_back(std::move(p));
+      block += n;
+      maybe_report();
+    }
+    if (window.empty()) break;  // every file started and finished
+    // Collect the oldest ticket, waking now and then to report and to notice a cancel.
+    while (!cancelled.load() &&
+           !fetcher_->WaitWarm(window.front().ticket, std::chrono::steady_clock::now() + 200ms)) {
+      maybe_report();
+    }
+    if (cancelled.load()) break;
+    finish_oldest();
+    maybe_report();
   }
-  for (auto& t : workers) t.join();
+  // Tickets left unfinished on a cancel: their fetches complete and are cached on their own.
   report();
   if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
   if (first_error) return std::unexpected(*first_error);

@@ -334,6 +334,52 @@ TEST(BlockFetcher, WarmFetchesMissingBlocksOnly) {
   EXPECT_EQ(rig.cache.blocks(), 8u);
 }
 
+// Warm-up in two halves: StartWarm puts a range on the hub and returns; FinishWarm waits
+// for the fetches and their store, with Warm's result. Several tickets are on the hub at once.
+TEST(BlockFetcher, StartWarmDoesNotWaitAndFinishWarmWaitsForTheStore) {
+  FetchRig rig;
+  auto big = rig.File("big");
+  auto other = rig.File("other");
+  ASSERT_TRUE(rig.fetcher->GetBlocks(other, 0, 1)[0]);  // cached: not in the ticket
+  for (int i = 0; i < 5000 && rig.cache.blocks() < 1; ++i) std::this_thread::sleep_for(1ms);
+  rig.remote.HoldReads(true);
+  auto t1 = rig.fetcher->StartWarm(big, 0, 4);
+  auto t2 = rig.fetcher->StartWarm(other, 0, 100);
+  EXPECT_EQ(t1.blocks(), 4u);
+  EXPECT_EQ(t1.bytes(), 4u * kBlock);
+  EXPECT_EQ(t2.blocks(), 7u);
+  for (int i = 0; i < 5000 && rig.remote.reads_in_flight() < 11; ++i)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(rig.remote.reads_in_flight(), 11);  // both tickets' blocks, at once
+  EXPECT_FALSE(rig.fetcher->WaitWarm(t1, std::chrono::steady_clock::now() + 20ms));
+  // Fetched but not stored yet: not finished.
+  rig.cache.HoldPuts(true);
+  rig.remote.HoldReads(false);
+  for (int i = 0; i < 5000 && rig.remote.reads_in_flight() > 0; ++i)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_FALSE(rig.fetcher->WaitWarm(t2, std::chrono::steady_clock::now() + 20ms));
+  rig.cache.HoldPuts(false);
+  EXPECT_TRUE(rig.fetcher->WaitWarm(t1, std::chrono::steady_clock::now() + 10s));
+  auto r1 = rig.fetcher->FinishWarm(std::move(t1));
+  auto r2 = rig.fetcher->FinishWarm(std::move(t2));
+  ASSERT_TRUE(r1);
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(*r1, 4u * kBlock);
+  EXPECT_EQ(*r2, 7u * kBlock);
+  EXPECT_EQ(rig.cache.blocks(), 12u);
+  // An error of one ticket is its own; the other's blocks are fetched and stored.
+  rig.remote.FailReadsOf("third");
+  auto bad = rig.fetcher->StartWarm(rig.File("third"), 0, 8);
+  auto good = rig.fetcher->StartWarm(big, 4, 4);
+  auto rb = rig.fetcher->FinishWarm(std::move(bad));
+  ASSERT_FALSE(rb);
+  EXPECT_EQ(rb.error().code(), Code::kIo);
+  auto rg = rig.fetcher->FinishWarm(std::move(good));
+  ASSERT_TRUE(rg);
+  EXPECT_EQ(*rg, 4u * kBlock);
+  EXPECT_EQ(rig.cache.blocks(), 16u);
+}
+
 // --- the agent's memory budget (shared by every volume) ---
 
 struct BudgetRig {

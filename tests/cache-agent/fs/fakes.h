@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -91,6 +92,20 @@ class FakeRemoteFs : public RemoteFs {
 
   // Counters.
   std::atomic<int> stats{0}, readdirs{0}, reads{0}, writes{0};
+  // Reads asked for and not yet answered, now and at most so far (the depth the caller kept).
+  int reads_in_flight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_in_flight_;
+  }
+  int max_reads_in_flight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_reads_in_flight_;
+  }
+  // Reads of `path` fail with kIo (a bad file on the hub); "" = none.
+  void FailReadsOf(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failing_path_ = path;
+  }
   std::atomic<uint64_t> read_bytes{0};
   std::vector<std::string> ReadLog() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -129,6 +144,8 @@ class FakeRemoteFs : public RemoteFs {
     {
       std::lock_guard<std::mutex> lock(mu_);
       active_++;
+      reads_in_flight_++;
+      max_reads_in_flight_ = std::max(max_reads_in_flight_, reads_in_flight_);
       read_log_.push_back(path + "@" + std::to_string(offset));
     }
     std::thread([this, path, offset, length, done = std::move(done)] {
@@ -143,7 +160,9 @@ class FakeRemoteFs : public RemoteFs {
       } else {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = nodes_.find(path);
-        if (it == nodes_.end()) {
+        if (!failing_path_.empty() && path == failing_path_) {
+          r = Fail(Code::kIo, "hub read error on " + path);
+        } else if (it == nodes_.end()) {
           r = Fail(Code::kNotFound, "no such file " + path);
         } else {
           const std::string& d = it->second.data;
@@ -152,6 +171,10 @@ class FakeRemoteFs : public RemoteFs {
           r = std::vector<char>(d.begin() + from, d.begin() + from + n);
           read_bytes += n;
         }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_in_flight_--;
       }
       done(std::move(r));
       std::lock_guard<std::mutex> lock(mu_);
@@ -373,6 +396,9 @@ class FakeRemoteFs : public RemoteFs {
   uint64_t next_id_ = 100;
   uint64_t tick_ = 0;
   int active_ = 0;
+  int reads_in_flight_ = 0;      // guarded by mu_
+  int max_reads_in_flight_ = 0;  // guarded by mu_
+  std::string failing_path_;     // guarded by mu_
   bool hold_ = false;
   bool hold_statfs_ = false;  // guarded by mu_
   std::string held_dir_;      // guarded by mu_

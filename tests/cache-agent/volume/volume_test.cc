@@ -18,12 +18,18 @@ using testing::FakeRemoteFs;
 constexpr uint32_t kBlock = 4096;
 
 struct VolumeRig {
-  explicit VolumeRig(PrefetchMode mode = PrefetchMode::kOff) : cache(kBlock) {
+  // `small_files` more files of under one block each in s/ (distinct bytes each), and
+  // one file of `big_blocks` blocks, l/big.
+  explicit VolumeRig(PrefetchMode mode = PrefetchMode::kOff, int small_files = 0,
+                     uint64_t big_blocks = 0)
+      : cache(kBlock) {
     auto r = std::make_unique<FakeRemoteFs>();
     remote = r.get();
     remote->PutFile("a/x", std::string(3 * kBlock, 'x'));
     remote->PutFile("a/y", std::string(2 * kBlock, 'y'));
     remote->PutFile("b/z", std::string(kBlock, 'z'));
+    for (int i = 0; i < small_files; ++i) remote->PutFile(SmallPath(i), SmallData(i));
+    if (big_blocks > 0) remote->PutFile("l/big", SmallData(7, big_blocks * kBlock - 5));
     Volume::Config c;
     c.volume_id = "vol";
     c.context.hub.server = "hub";
@@ -35,7 +41,47 @@ struct VolumeRig {
     EXPECT_TRUE(v) << v.error().ToString();
     if (v) volume = std::move(*v);
   }
-  ~VolumeRig() { volume.reset(); }
+  ~VolumeRig() {
+    remote->HoldReads(false);
+    volume.reset();
+  }
+  static std::string SmallPath(int i) {
+    return "s/d" + std::to_string(i % 4) + "/f" + std::to_string(i);
+  }
+  static std::string SmallData(int i, size_t size = 0) {
+    if (size == 0) size = 500 + 29 * static_cast<size_t>(i % 100);  // under one block
+    std::string d(size, '\0');
+    for (size_t k = 0; k < size; ++k) d[k] = static_cast<char>('a' + (k * 7 + i) % 26);
+    return d;
+  }
+  // The file's bytes through the volume's VolumeFs, as the kernel would read them.
+  std::string Contents(const std::string& path) {
+    auto& fs = volume->fs();
+    uint64_t ino = kRootIno;
+    size_t start = 0;
+    while (start <= path.size()) {
+      size_t slash = path.find('/', start);
+      if (slash == std::string::npos) slash = path.size();
+      auto e = fs.Lookup(ino, path.substr(start, slash - start));
+      if (!e) return "<no " + path + ">";
+      ino = e->ino;
+      start = slash + 1;
+    }
+    auto f = fs.Open(ino, O_RDONLY);
+    if (!f) return "<cannot open " + path + ">";
+    std::string out(1 << 20, '\0');
+    auto n = fs.Read(f->handle, 0, out.size(), out.data());
+    EXPECT_TRUE(fs.Release(f->handle));
+    if (!n) return "<cannot read " + path + ">";
+    out.resize(*n);
+    return out;
+  }
+  // Waits (bounded) until the hub has at least `n` reads outstanding; returns how many.
+  int AwaitReadsInFlight(int n) {
+    for (int i = 0; i < 10000 && remote->reads_in_flight() < n; ++i)
+      std::this_thread::sleep_for(1ms);
+    return remote->reads_in_flight();
+  }
 
   // Reads the whole file through the volume's VolumeFs, as the kernel would.
   void ReadFile(const std::string& path, uint64_t size) {
@@ -102,6 +148,100 @@ TEST(Volume, WarmupNamesABadOrMissingPathAndStopsWhenCancelled) {
   ASSERT_FALSE(stopped);
   EXPECT_EQ(stopped.error().code(), Code::kCancelled);
   EXPECT_EQ(rig.cache.blocks(), 0u);
+}
+
+// Warm-up keeps many files on the hub at once (bounded by the fetcher's depth and the
+// memory budget, not by a number of threads), and every byte lands in the cache.
+TEST(Volume, WarmupKeepsManySmallFilesOnTheHubAtOnce) {
+  constexpr int kFiles = 150;
+  VolumeRig rig(PrefetchMode::kOff, kFiles);
+  ASSERT_TRUE(rig.volume);
+  rig.remote->HoldReads(true);
+  std::atomic<bool> cancelled{false};
+  WarmupFigures last;
+  Status st = Ok();
+  std::thread warm([&] {
+    st = rig.volume->Warmup(
+        "s", [&](const WarmupFigures& f) { last = f; }, cancelled);
+  });
+  // Every small file is one block: all of them are asked for before any comes back.
+  EXPECT_EQ(rig.AwaitReadsInFlight(kFiles), kFiles);
+  rig.remote->HoldReads(false);
+  warm.join();
+  ASSERT_TRUE(st) << st.error().ToString();
+  EXPECT_GE(rig.remote->max_reads_in_flight(), kFiles);
+  EXPECT_EQ(last.files_total, uint64_t{kFiles});
+  EXPECT_EQ(last.files_done, uint64_t{kFiles});
+  EXPECT_EQ(last.bytes_done, last.bytes_total);
+  EXPECT_EQ(last.bytes_from_hub, last.bytes_total);
+  EXPECT_EQ(rig.cache.blocks(), static_cast<size_t>(kFiles));
+  const int reads = rig.remote->reads.load();
+  for (int i = 0; i < kFiles; ++i) {
+    EXPECT_EQ(rig.Contents(VolumeRig::SmallPath(i)), VolumeRig::SmallData(i)) << i;
+  }
+  EXPECT_EQ(rig.remote->reads.load(), reads);  // all from the cache
+}
+
+// A large file's 64-block ranges are just more tickets: no drain between them.
+TEST(Volume, WarmupOfALargeFileKeepsMoreThanOneRangeOnTheHub) {
+  constexpr uint64_t kBlocks = 200;  // under the fetcher's background slots (256 - 32)
+  VolumeRig rig(PrefetchMode::kOff, 0, kBlocks);
+  ASSERT_TRUE(rig.volume);
+  rig.remote->HoldReads(true);
+  std::atomic<bool> cancelled{false};
+  Status st = Ok();
+  std::thread warm([&] { st = rig.volume->Warmup("l", nullptr, cancelled); });
+  EXPECT_EQ(rig.AwaitReadsInFlight(int{kBlocks}), int{kBlocks});
+  rig.remote->HoldReads(false);
+  warm.join();
+  ASSERT_TRUE(st) << st.error().ToString();
+  EXPECT_EQ(rig.cache.blocks(), kBlocks);
+  EXPECT_EQ(rig.Contents("l/big"), VolumeRig::SmallData(7, kBlocks * kBlock - 5));
+}
+
+// One file's hub error is reported (naming the file) and the others are still warmed.
+TEST(Volume, WarmupReportsAFileErrorAndFinishesTheOthers) {
+  constexpr int kFiles = 40;
+  VolumeRig rig(PrefetchMode::kOff, kFiles);
+  ASSERT_TRUE(rig.volume);
+  rig.remote->FailReadsOf(VolumeRig::SmallPath(3));
+  std::atomic<bool> cancelled{false};
+  WarmupFigures last;
+  auto st = rig.volume->Warmup(
+      "s", [&](const WarmupFigures& f) { last = f; }, cancelled);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), Code::kIo);
+  EXPECT_NE(st.error().ToString().find(VolumeRig::SmallPath(3)), std::string::npos)
+      << st.error().ToString();
+  EXPECT_EQ(last.files_done, uint64_t{kFiles});
+  EXPECT_EQ(last.bytes_done, last.bytes_total - VolumeRig::SmallData(3).size());
+  EXPECT_EQ(rig.cache.blocks(), static_cast<size_t>(kFiles - 1));
+  rig.remote->FailReadsOf("");
+  for (int i = 0; i < kFiles; ++i) {
+    EXPECT_EQ(rig.Contents(VolumeRig::SmallPath(i)), VolumeRig::SmallData(i)) << i;
+  }
+}
+
+// A cancel stops the warm-up without waiting for the hub reads it has out.
+TEST(Volume, WarmupStopsAtACancelWhileReadsAreOut) {
+  VolumeRig rig(PrefetchMode::kOff, 50);
+  ASSERT_TRUE(rig.volume);
+  rig.remote->HoldReads(true);
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> returned{false};
+  Status st = Ok();
+  std::thread warm([&] {
+    st = rig.volume->Warmup("", nullptr, cancelled);
+    returned = true;
+  });
+  EXPECT_GE(rig.AwaitReadsInFlight(1), 1);
+  cancelled = true;
+  for (int i = 0; i < 10000 && !returned.load(); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(returned.load());  // the reads are still held
+  rig.remote->HoldReads(false);
+  warm.join();
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), Code::kCancelled);
 }
 
 TEST(Volume, EvictDropsThePrefixOrTheWholeVolume) {
