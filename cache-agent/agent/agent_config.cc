@@ -187,10 +187,11 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
   if (c.read_ahead_max_bytes > c.cache_size_bytes / 2) {
     r.Reject("readAheadMaxBytes", "must be at most half of cacheSizeBytes");
   }
-  c.kernel_read_ahead_bytes =
-      r.Size("kernelReadAheadBytes", c.kernel_read_ahead_bytes, 0, 1ull << 30);
-  if (c.kernel_read_ahead_bytes % 4096 != 0) {
-    r.Reject("kernelReadAheadBytes", "must be a multiple of 4096 (the kernel counts pages)");
+  if (r.Has("kernelReadAheadBytes")) {
+    c.kernel_read_ahead_bytes = r.Size("kernelReadAheadBytes", 0, 0, 1ull << 30);
+    if (*c.kernel_read_ahead_bytes % 4096 != 0) {
+      r.Reject("kernelReadAheadBytes", "must be a multiple of 4096 (the kernel counts pages)");
+    }
   }
   c.eviction_policy = r.Enum("evictionPolicy", c.eviction_policy, EvictionPolicyNames());
   c.mount_roots = ParseMountRoots(r);

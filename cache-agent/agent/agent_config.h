@@ -8,6 +8,7 @@
 #endif
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,9 +69,11 @@ struct AgentConfig {
   uint64_t read_ahead_max_bytes = 64ull << 20;
   // The kernel's read-ahead window on each FUSE mount (its bdi's read_ahead_kb). The kernel
   // starts FUSE mounts at 128 KiB: a sequential reader then has one or two 1 MiB requests out
-  // at a time, each waiting for a cache-disk read. 16 MiB lets it send up to 16 at once, which
-  // the agent's workers serve in parallel. 0 = leave the kernel's default.
-  uint64_t kernel_read_ahead_bytes = 16ull << 20;
+  // at a time, each waiting for a cache-disk read; a wider window lets it send more at once,
+  // which the agent's workers serve in parallel. Each request out holds a block in the agent,
+  // so unset = a 64th of the memory budget, within 128 KiB..16 MiB (16 MiB from a 1 GiB
+  // budget). 0 = leave the kernel's default.
+  std::optional<uint64_t> kernel_read_ahead_bytes;
   // One of EvictionPolicyNames(); exe/wiring.cc makes the policy.
   std::string eviction_policy = "lru";
   // The only directories the agent mounts under (kubelet's, and one for spokectl): a request

@@ -319,15 +319,27 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
 }
 
 Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, char* out) {
+  SPOKE_TRY(auto pieces, ReadPieces(handle, offset, size));
+  size_t copied = 0;
+  for (const ReadPiece& p : pieces) {
+    std::memcpy(out + copied, p.block->data() + p.offset, p.length);
+    copied += p.length;
+  }
+  return copied;
+}
+
+Result<std::vector<VolumeFs::ReadPiece>> VolumeFs::ReadPieces(uint64_t handle, uint64_t offset,
+                                                              size_t size) {
   auto h = Get(handle);
   if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
-  if (h->hints) return size_t{0};  // write-only in effect: reads see an empty file
+  std::vector<ReadPiece> pieces;
+  if (h->hints) return pieces;  // write-only in effect: reads see an empty file
   FileRef file;
   {
     MutexLock lock(mu_);
     file = h->file;
   }
-  if (offset >= file.size || size == 0) return size_t{0};
+  if (offset >= file.size || size == 0) return pieces;
   uint64_t end = std::min<uint64_t>(offset + size, file.size);
   uint32_t bs = fetcher_.block_size();
   uint64_t first = offset / bs, last = (end - 1) / bs;
@@ -366,7 +378,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
     tell_prefetcher(hits);
   }
 
-  size_t copied = 0;
+  pieces.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
     if (!blocks[i]) return std::unexpected(blocks[i].error());
     const auto& data = **blocks[i];
@@ -375,8 +387,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
     uint64_t to = std::min(end, block_start + bs);
     if (from - block_start >= data.size()) break;  // the hub's file is shorter now
     uint64_t avail = std::min<uint64_t>(to - from, data.size() - (from - block_start));
-    std::memcpy(out + copied, data.data() + (from - block_start), avail);
-    copied += avail;
+    pieces.push_back(ReadPiece{*blocks[i], from - block_start, avail});
     if (avail < to - from) break;
   }
   {
@@ -386,7 +397,7 @@ Result<size_t> VolumeFs::Read(uint64_t handle, uint64_t offset, size_t size, cha
       h->last_index = last;
     }
   }
-  return copied;
+  return pieces;
 }
 
 Status VolumeFs::Release(uint64_t handle) {

@@ -88,6 +88,14 @@ class VolumeFs {
   Result<OpenFile> Open(uint64_t ino, int flags) { return Open(ino, flags, Credentials{}); }
   // Reads up to `size` bytes at `offset` into `out`; short only at end of file.
   Result<size_t> Read(uint64_t handle, uint64_t offset, size_t size, char* out);
+  // The same bytes, as pieces of the blocks that hold them (no copy): a FUSE reply gathers
+  // them straight from the blocks, so a read holds no buffer of its own beside them.
+  struct ReadPiece {
+    BlockData block;
+    size_t offset = 0;  // into *block
+    size_t length = 0;
+  };
+  Result<std::vector<ReadPiece>> ReadPieces(uint64_t handle, uint64_t offset, size_t size);
   Status Release(uint64_t handle);
   Result<FsStat> StatFs();
 

@@ -31,6 +31,7 @@ TEST(AgentConfigTest, DefaultsWhenEmpty) {
   EXPECT_EQ(c->hub.request_timeout_seconds, 10);
   EXPECT_EQ(c->hub.retries, 3);
   EXPECT_EQ(c->read_ahead_max_bytes, 64ull << 20);
+  EXPECT_FALSE(c->kernel_read_ahead_bytes.has_value());  // sized from the memory budget
   EXPECT_EQ(c->eviction_policy, "lru");
   EXPECT_EQ(c->fuse_keeper_socket, "");  // no keeper unless configured
   EXPECT_TRUE(c->fuse_keeper_start);
@@ -74,7 +75,7 @@ memoryBudgetBytes: 1536Mi
   EXPECT_EQ(c->hub.request_timeout_seconds, 20);
   EXPECT_EQ(c->hub.retries, 5);
   EXPECT_EQ(c->read_ahead_max_bytes, 128ull << 20);
-  EXPECT_EQ(c->kernel_read_ahead_bytes, 4ull << 20);
+  EXPECT_EQ(c->kernel_read_ahead_bytes, std::optional<uint64_t>(4ull << 20));
   EXPECT_EQ(c->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
   EXPECT_FALSE(c->fuse_keeper_start);
   EXPECT_EQ(c->handover_timeout_seconds, 8);
