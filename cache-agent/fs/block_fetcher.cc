@@ -68,7 +68,7 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
 
 BlockFetcher::~BlockFetcher() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     for (auto& q_ref : queues_) {
       auto* q = &q_ref;
@@ -85,10 +85,10 @@ BlockFetcher::~BlockFetcher() {
     }
     done_cv_.notify_all();
     // Hub callbacks reference this fetcher; the remote bounds every call.
-    done_cv_.wait(lock, [&] { return callbacks_pending_ == 0; });
+    done_cv_.wait(lock, [&]() REQUIRES(mu_) { return callbacks_pending_ == 0; });
   }
   {
-    std::lock_guard<std::mutex> lock(store_mu_);
+    MutexLock lock(store_mu_);
     store_stop_ = true;
   }
   store_cv_.notify_all();
@@ -116,7 +116,7 @@ uint64_t BlockFetcher::CachedBytes() const {
 bool BlockFetcher::Has(const BlockKey& key) const {
   if (cache_ != nullptr && cache_->Contains(key)) return true;
   if (staging_ != nullptr && staging_->Contains(key)) return true;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return inflight_.contains(key);
 }
 
@@ -188,7 +188,7 @@ BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, C
 void BlockFetcher::Dispatch() {
   std::vector<FetchPtr> start;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     const int background_slots =
         std::max(1, config_.max_hub_inflight -
@@ -293,7 +293,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   bool prefetched = false;   // its bytes stay in prefetch_bytes_ until stored
   bool over_budget = false;  // a reader's block the memory budget has no room to queue
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     hub_inflight_--;
     if (r) {
       if (from_hub) hub_bytes_->Inc(r->size());
@@ -349,7 +349,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   if (store) {
     bool queued = false;
     {
-      std::lock_guard<std::mutex> lock(store_mu_);
+      MutexLock lock(store_mu_);
       const uint64_t size = (*f->result)->size();
       // Prefetches are bounded by prefetch_bytes_max already; demand blocks by this bound.
       if (prefetched || store_q_bytes_ + size <= config_.store_queue_bytes_max) {
@@ -364,7 +364,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
       store_skips_++;
       put_failures_->Inc();
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         f->settled = true;
         ReleaseMemoryLocked(*f);
         auto it = inflight_.find(f->key);
@@ -374,7 +374,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
     }
   }
   Dispatch();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (--callbacks_pending_ == 0 && stopping_) done_cv_.notify_all();
 }
 
@@ -382,8 +382,8 @@ void BlockFetcher::StoreLoop() {
   while (true) {
     FetchPtr f;
     {
-      std::unique_lock<std::mutex> lock(store_mu_);
-      store_cv_.wait(lock, [&] { return store_stop_ || !store_q_.empty(); });
+      MutexLock lock(store_mu_);
+      store_cv_.wait(lock, [&]() REQUIRES(store_mu_) { return store_stop_ || !store_q_.empty(); });
       if (store_q_.empty()) return;
       f = std::move(store_q_.front().first);
       store_q_.pop_front();
@@ -400,7 +400,7 @@ void BlockFetcher::StoreLoop() {
       }
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       f->settled = true;
       if (f->counted_prefetch) {
         prefetch_bytes_ -= f->length;
@@ -416,7 +416,7 @@ void BlockFetcher::StoreLoop() {
 }
 
 Result<BlockData> BlockFetcher::Wait(const FetchPtr& f, SteadyTime deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!done_cv_.wait_until(lock, deadline, [&] { return f->done; })) {
     return std::unexpected(Error(
         Code::kTimeout, "hub read of " + f->path + " did not complete by the read deadline (" +
@@ -435,7 +435,7 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
   uint64_t nhits = 0;
   uint64_t stored_gen;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stored_gen = stored_gen_;
   }
   for (uint64_t i = 0; i < count; ++i) {
@@ -468,7 +468,7 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
       }
     }
     bool created;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) {
       out[i] = std::unexpected(Error(Code::kCancelled, "volume is shutting down"));
       continue;
@@ -510,7 +510,7 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
     BlockKey key = Key(file, index);
     if (cache_->Contains(key)) continue;
     if (staging_ != nullptr && staging_->Contains(key)) continue;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return false;
     if (inflight_.contains(key)) continue;
     if (prefetch_bytes_.load() + BlockLength(file, index) > config_.prefetch_bytes_max) {
@@ -568,7 +568,7 @@ BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t f
     const bool room = config_.memory != nullptr;
     if (room) TakeWarmRoom(length);
     bool created;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) {
       if (room) config_.memory->Release(MemoryBudget::Use::kDemand, length);
       t.error_ = Error(Code::kCancelled, "volume is shutting down");
@@ -584,10 +584,12 @@ BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t f
 }
 
 bool BlockFetcher::WaitWarm(const WarmTicket& t, SteadyTime until) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [f, ours] : t.waits_) {
     // Warm-up promises the blocks are in the cache when it returns: fetched and stored.
-    if (!done_cv_.wait_until(lock, until, [&] { return (f->done && f->settled) || stopping_; })) {
+    if (!done_cv_.wait_until(lock, until, [&]() REQUIRES(mu_) {
+          return (f->done && f->settled) || stopping_;
+        })) {
       return false;
     }
   }
@@ -603,8 +605,8 @@ Result<uint64_t> BlockFetcher::FinishWarm(WarmTicket t) {
     // warm-up stops the caller between calls.
     auto r = Wait(f, SteadyTime::max());
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      done_cv_.wait(lock, [&] { return f->settled || stopping_; });
+      MutexLock lock(mu_);
+      done_cv_.wait(lock, [&]() REQUIRES(mu_) { return f->settled || stopping_; });
     }
     if (r) {
       if (ours) bytes += (*r)->size();

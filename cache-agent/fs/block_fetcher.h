@@ -39,7 +39,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -60,6 +59,7 @@
 #include "common/memory_budget.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -221,7 +221,8 @@ class BlockFetcher {
   // Returns the fetch for the block, creating it (queued in class `cls`) or promoting an
   // existing one to `cls` when that is more urgent. `deadline`: a reader's (demand only).
   FetchPtr Join(const FileRef& file, uint64_t index, Class cls, ExpertId expert,
-                double predicted_use, SteadyTime deadline, bool* created, bool room_taken);
+                double predicted_use, SteadyTime deadline, bool* created, bool room_taken)
+      REQUIRES(mu_);
   void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
   // `from_hub`: false for a block the BlockSource gave (not counted as hub bytes).
   void OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub = true);
@@ -234,12 +235,12 @@ class BlockFetcher {
   Result<BlockData> Wait(const FetchPtr& f, SteadyTime deadline);
   // A demand fetch still queued after every reader's deadline: fails it instead of sending
   // it. mu_ held.
-  bool DropExpiredLocked(const FetchPtr& f, SteadyTime now);
+  bool DropExpiredLocked(const FetchPtr& f, SteadyTime now) REQUIRES(mu_);
   // Warm-up is no reader: it waits (bounded by read_deadline) for background room in the
   // memory budget, letting queued fetches go meanwhile; past the deadline it is charged.
   void TakeWarmRoom(uint32_t length);
   // Gives the fetch's bytes back to the memory budget (if it holds any). mu_ held.
-  void ReleaseMemoryLocked(Fetch& f);
+  void ReleaseMemoryLocked(Fetch& f) REQUIRES(mu_);
   // A staged block a reader took: queued for the cache as a demand block (a reader fetched
   // it), unless it is being fetched already or there is no room to queue it. Returns the
   // queued fetch (settled once stored), or null.
@@ -250,17 +251,17 @@ class BlockFetcher {
   uint64_t volume_;
   Config config_;
 
-  mutable std::mutex mu_;
-  std::condition_variable done_cv_;
-  std::unordered_map<BlockKey, FetchPtr, BlockKeyHash> inflight_;  // guarded by mu_
-  std::deque<FetchPtr> queues_[kClasses];                          // guarded by mu_
-  int hub_inflight_ = 0;                                           // guarded by mu_
-  int callbacks_pending_ = 0;  // hub reads whose callback has not returned; guarded by mu_
-  bool stopping_ = false;      // guarded by mu_
+  mutable Mutex mu_;
+  CondVar done_cv_;
+  std::unordered_map<BlockKey, FetchPtr, BlockKeyHash> inflight_ GUARDED_BY(mu_);
+  std::deque<FetchPtr> queues_[kClasses] GUARDED_BY(mu_);
+  int hub_inflight_ GUARDED_BY(mu_) = 0;
+  int callbacks_pending_ GUARDED_BY(mu_) = 0;  // hub reads whose callback has not returned
+  bool stopping_ GUARDED_BY(mu_) = false;
   // Fetches stored in the cache and then taken out of inflight_ (StoreLoop). GetBlocks looks
   // in the cache before it takes mu_ to join a fetch: when this moved in between, the block
   // may have been stored in that window and it looks again rather than read the hub twice.
-  uint64_t stored_gen_ = 0;  // guarded by mu_
+  uint64_t stored_gen_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> prefetch_bytes_{0};
   std::atomic<uint64_t> prefetch_blocks_{0};
   std::atomic<uint64_t> expired_drops_{0};  // demand fetches dropped at their deadline
@@ -268,11 +269,11 @@ class BlockFetcher {
   std::atomic<uint64_t> demand_miss_count_{0};
   std::atomic<uint64_t> demand_miss_micros_{0};
 
-  std::mutex store_mu_;
-  std::condition_variable store_cv_;
-  std::deque<std::pair<FetchPtr, Result<std::vector<char>>>> store_q_;  // guarded by store_mu_
-  uint64_t store_q_bytes_ = 0;                                          // guarded by store_mu_
-  bool store_stop_ = false;                                             // guarded by store_mu_
+  Mutex store_mu_;
+  CondVar store_cv_;
+  std::deque<std::pair<FetchPtr, Result<std::vector<char>>>> store_q_ GUARDED_BY(store_mu_);
+  uint64_t store_q_bytes_ GUARDED_BY(store_mu_) = 0;
+  bool store_stop_ GUARDED_BY(store_mu_) = false;
   std::vector<std::thread> storers_;
   std::unique_ptr<StagingBuffer> staging_;  // null without staging
 

@@ -36,9 +36,9 @@ BlockFetcher::FetchPtr BlockFetcher::AdmitTaken(const BlockKey& key, const Block
   FetchPtr queued;
   bool queue_full = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!stopping_ && !inflight_.contains(key)) {
-      std::lock_guard<std::mutex> store_lock(store_mu_);
+      MutexLock store_lock(store_mu_);
       if (store_q_bytes_ + size > config_.store_queue_bytes_max) {
         queue_full = true;
       } else {
