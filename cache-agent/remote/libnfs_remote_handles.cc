@@ -1,0 +1,196 @@
+// LibnfsRemote: listings and reads by NFS file handle (raw READDIRPLUS and READ).
+#include <cstring>
+
+#include "cache-agent/remote/libnfs_calls.h"
+#include "cache-agent/remote/libnfs_remote.h"
+#include "cache-agent/remote/nfs_connection.h"
+#include "common/log.h"
+
+namespace spoke::agent {
+
+using namespace libnfs_calls;  // NOLINT(google-build-using-namespace): this library's own helpers
+
+void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
+                             std::function<void(std::string)> k) {
+  if (auto e = FindHandle(path)) return k(e->fh);
+  if (!path.empty()) return k({});
+  std::string share_root = c.RootHandle();
+  if (root_.empty() || share_root.empty()) return k(share_root);
+  // The volume's directory inside the share: one LOOKUP per component, once per table.
+  std::vector<std::string> parts;
+  for (size_t at = 0; at < root_.size();) {
+    size_t slash = root_.find('/', at);
+    if (slash == std::string::npos) slash = root_.size();
+    if (slash > at) parts.push_back(root_.substr(at, slash - at));
+    at = slash + 1;
+  }
+  auto step = std::make_shared<std::function<void(size_t, std::string)>>();
+  *step = [this, &c, parts, k, step](size_t i, std::string fh) {
+    if (i == parts.size()) {
+      if (!fh.empty()) {
+        MutexLock lock(store_mu_);
+        root_fh_ = fh;
+      }
+      *step = nullptr;
+      return k(fh);
+    }
+    LOOKUP3args a{};
+    a.what.dir = Fh3(fh);
+    a.what.name = const_cast<char*>(parts[i].c_str());
+    c.CallRpc(
+        [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_lookup_async(rpc, cb, &a, p); },
+        [step, i, k](int status, void* data) {
+          auto keep = *step;
+          *step = nullptr;
+          auto* r = static_cast<LOOKUP3res*>(data);
+          if (status != RPC_STATUS_SUCCESS || r->status != NFS3_OK) return k({});  // by path
+          const auto& h = r->LOOKUP3res_u.resok.object.data;
+          *step = keep;
+          keep(i + 1, std::string(h.data_val, h.data_len));
+        });
+  };
+  (*step)(0, share_root);
+}
+
+void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                   const std::string& path, const std::string& fh,
+                                   std::function<void(std::vector<DirEntry>)> deliver,
+                                   std::function<void()> by_path) {
+  struct State {
+    std::string fh;
+    cookie3 cookie = 0;
+    cookieverf3 verf{};
+    std::vector<DirEntry> out;
+  };
+  auto st = std::make_shared<State>();
+  st->fh = fh;
+  auto page = std::make_shared<std::function<void()>>();
+  *page = [this, &c, j, path, st, page, deliver, by_path]() {
+    READDIRPLUS3args a{};
+    a.dir = Fh3(st->fh);
+    a.cookie = st->cookie;
+    std::memcpy(a.cookieverf, st->verf, NFS3_COOKIEVERFSIZE);
+    a.dircount = 64u << 10;  // name bytes per page
+    a.maxcount = kMaxRead;   // reply bytes per page: the hub caps it to its own limit
+    c.CallRpc([&](rpc_context* rpc, auto cb,
+                  void* p) { return rpc_nfs3_readdirplus_async(rpc, cb, &a, p); },
+              [this, &c, j, path, st, page, deliver, by_path](int status, void* data) {
+                auto keep = *page;  // the chain ends unless re-armed below
+                *page = nullptr;
+                if (j->finished) return;
+                if (status != RPC_STATUS_SUCCESS)
+                  return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+                auto* r = static_cast<READDIRPLUS3res*>(data);
+                if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE ||
+                    r->status == NFS3ERR_BAD_COOKIE) {
+                  DropHandles(path);  // renamed away or replaced: its name is looked up again
+                  return by_path();
+                }
+                if (r->status != NFS3_OK) {
+                  return c.AttemptFailed(
+                      j, -ErrnoOf(r->status),
+                      std::string("READDIRPLUS: ") + std::strerror(ErrnoOf(r->status)));
+                }
+                const auto& ok = r->READDIRPLUS3res_u.resok;
+                std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
+                for (const entryplus3* next = ok.reply.entries; next != nullptr;) {
+                  // libnfs' decoder lays entries out at 4-byte alignment; entryplus3 needs 8: each
+                  // is copied out before a field is read (UBSan: misaligned member access).
+                  entryplus3 copy;
+                  std::memcpy(&copy, next, sizeof copy);
+                  const entryplus3* e = &copy;
+                  next = copy.nextentry;
+                  st->cookie = e->cookie;
+                  if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
+                  // Entries without attributes, and device numbers (kept in libnfs' encoding on the
+                  // other path), are listed by path.
+                  if (!e->name_attributes.attributes_follow) return by_path();
+                  const fattr3& f = e->name_attributes.post_op_attr_u.attributes;
+                  if (f.type == NF3CHR || f.type == NF3BLK) return by_path();
+                  st->out.push_back(DirEntry{e->name, FromFattr3(f), {}});
+                  if (e->name_handle.handle_follows && (f.type == NF3REG || f.type == NF3DIR)) {
+                    const auto& h = e->name_handle.post_op_fh3_u.handle.data;
+                    st->out.back().fh.assign(h.data_val, h.data_len);
+                  }
+                }
+                if (!ok.reply.eof) {
+                  if (ok.reply.entries == nullptr) return by_path();  // no progress: never loop
+                  *page = keep;
+                  return keep();
+                }
+                {
+                  // The remote's own table records them; an attached store (the metadata cache)
+                  // takes them from the entries it applies.
+                  MutexLock lock(store_mu_);
+                  if (store_ == &fh_table_) {
+                    for (const auto& e : st->out) {
+                      if (!e.fh.empty())
+                        fh_table_.Put(Joined(path, e.name.c_str()), e.fh, e.attr.file_id);
+                    }
+                  }
+                }
+                if (c.Finish(j)) deliver(std::move(st->out));
+              });
+  };
+  (*page)();
+}
+
+void LibnfsRemote::ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                const std::string& path, const std::string& fh, uint64_t file_id,
+                                uint64_t offset, uint32_t length,
+                                std::shared_ptr<CheckedReadDone> done) {
+  struct State {
+    std::string fh;
+    std::vector<char> buf;
+    FileAttr attr;
+  };
+  auto st = std::make_shared<State>();
+  st->fh = fh;
+  st->buf.reserve(length);
+  auto step = std::make_shared<std::function<void()>>();
+  *step = [this, &c, j, path, file_id, offset, length, st, step, done]() {
+    READ3args a{};
+    a.file = Fh3(st->fh);
+    a.offset = offset + st->buf.size();
+    a.count = static_cast<count3>(std::min<uint64_t>(length - st->buf.size(), c.read_max()));
+    c.CallRpc(
+        [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_read_async(rpc, cb, &a, p); },
+        [this, &c, j, path, file_id, length, st, step, done](int status, void* data) {
+          auto keep = *step;  // the chain ends unless re-armed below
+          *step = nullptr;
+          if (j->finished) return;
+          if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+          auto* r = static_cast<READ3res*>(data);
+          // A handle the hub no longer knows, or one that turns out to be another file: the
+          // retry goes by path (which re-checks the name) and never delivers these bytes.
+          const auto by_path = [&](const std::string& why) {
+            DropHandles(path);
+            c.AttemptFailed(j, -ESTALE, "READ by handle: " + why);
+          };
+          if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE) {
+            return by_path("stale handle");
+          }
+          if (r->status != NFS3_OK) {
+            return c.AttemptFailed(j, -ErrnoOf(r->status),
+                                   std::string("READ: ") + std::strerror(ErrnoOf(r->status)));
+          }
+          const auto& ok = r->READ3res_u.resok;
+          if (!ok.file_attributes.attributes_follow) return by_path("no attributes in the reply");
+          st->attr = FromFattr3(ok.file_attributes.post_op_attr_u.attributes);
+          if (st->attr.file_id != file_id) return by_path("another file");
+          const size_t n = std::min<size_t>(ok.data.data_len, length - st->buf.size());
+          st->buf.insert(st->buf.end(), ok.data.data_val, ok.data.data_val + n);
+          // Short replies mid-file are continued; an empty one or EOF is the end.
+          if (!ok.eof && n > 0 && st->buf.size() < length) {
+            *step = keep;
+            return keep();
+          }
+          if (!c.Finish(j)) return;
+          reads_by_handle_++;
+          (*done)(CheckedRead{std::move(st->buf), st->attr});
+        });
+  };
+  (*step)();
+}
+
+}  // namespace spoke::agent
