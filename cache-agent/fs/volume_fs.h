@@ -183,6 +183,10 @@ class VolumeFs {
     BlockData last_block GUARDED_BY(mu);
     uint64_t last_index GUARDED_BY(mu) = UINT64_MAX;
   };
+  // Versions for files written through this mount: never equal to a hub content version, so
+  // blocks read through a handle that wrote are never taken from (or left for) other readers.
+  static constexpr uint64_t kDirtyVersionBit = 1ull << 63;
+
   std::shared_ptr<Handle> Get(uint64_t handle) const;
   Status CheckWritable() const;
   Result<std::string> ChildPath(uint64_t parent, const std::string& name) const;
