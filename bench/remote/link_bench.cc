@@ -39,7 +39,9 @@ struct File {
   uint64_t size = 0;
 };
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,

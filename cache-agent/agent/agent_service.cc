@@ -82,13 +82,13 @@ grpc::Status AgentService::Mount(grpc::ServerContext* context, const v1::MountRe
   // the request's delivery time, and the client's cancel may not have arrived yet. A tenth of
   // the call's budget (at most 1 s) is kept as margin; a mount undone early is only retried.
   auto now = std::chrono::system_clock::now();
-  auto margin = std::min<std::chrono::system_clock::duration>(
-      std::chrono::seconds(1), (context->deadline() - now) / 10);
-  auto s = mounts_.Mount(req->volume_id(), ctx, req->target_path(), req->read_only(),
-                         [context, margin] {
-                           return context->IsCancelled() ||
-                                  context->deadline() - margin <= std::chrono::system_clock::now();
-                         });
+  auto margin = std::min<std::chrono::system_clock::duration>(std::chrono::seconds(1),
+                                                              (context->deadline() - now) / 10);
+  auto s =
+      mounts_.Mount(req->volume_id(), ctx, req->target_path(), req->read_only(), [context, margin] {
+        return context->IsCancelled() ||
+               context->deadline() - margin <= std::chrono::system_clock::now();
+      });
   return s ? grpc::Status::OK : ToGrpc(s.error());
 }
 

@@ -587,9 +587,8 @@ bool BlockFetcher::WaitWarm(const WarmTicket& t, SteadyTime until) {
   MutexLock lock(mu_);
   for (const auto& [f, ours] : t.waits_) {
     // Warm-up promises the blocks are in the cache when it returns: fetched and stored.
-    if (!done_cv_.wait_until(lock, until, [&]() REQUIRES(mu_) {
-          return (f->done && f->settled) || stopping_;
-        })) {
+    if (!done_cv_.wait_until(
+            lock, until, [&]() REQUIRES(mu_) { return (f->done && f->settled) || stopping_; })) {
       return false;
     }
   }

@@ -295,10 +295,10 @@ class MetadataCache final : public HandleStore {
   // numbered: vanishingly rare), by file id; every other file is found at its home number.
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> displaced_ GUARDED_BY(mu_);  // (fsid, file id)
   std::vector<uint64_t> fsids_ GUARDED_BY(mu_){0};  // hub file systems met (StoredAttr::fsid)
-  uint64_t root_fsid_ = 0;          // the volume root's; set by Init before any numbering
+  uint64_t root_fsid_ = 0;  // the volume root's; set by Init before any numbering
   std::unordered_map<uint64_t, uint64_t> rdevs_ GUARDED_BY(mu_);  // device numbers by inode
   bool adopted_ GUARDED_BY(mu_) = false;
-  ListingFlights flights_;                        // taken before mu_, never while holding it
+  ListingFlights flights_;  // taken before mu_, never while holding it
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 

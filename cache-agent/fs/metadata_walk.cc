@@ -73,29 +73,29 @@ std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
   MutexLock lock(mu_);
   std::vector<WalkedFile> out;
   // The analysis sees each lambda as a function of its own: they run under the lock above.
-  std::function<void(uint64_t, const std::string&)> visit = [&](uint64_t ino,
-                                                                const std::string& path)
-                                                                REQUIRES(mu_) {
-    auto it = nodes_.find(ino);
-    if (it == nodes_.end()) return;
-    it->second.entries().children.ForEach([&](std::string_view name, uint64_t c) {
-      mu_.AssertHeld();  // called by ForEach, under the lock above
-      auto child = nodes_.find(c);
-      if (child == nodes_.end()) return;
-      std::string child_path = path.empty() ? std::string(name) : path + "/" + std::string(name);
-      const Node& cn = child->second;
-      if (cn.attr.is_dir()) {
-        if (c != ino) visit(c, child_path);
-      } else if (cn.attr.is_reg()) {
-        bool match = prefix.empty() || child_path == prefix ||
-                     child_path.starts_with(prefix.back() == '/' ? prefix : prefix + "/");
-        if (match) {
-          out.push_back(WalkedFile{child_path, cn.attr.file_id, AttrLocked(cn).ContentVersion(),
-                                   cn.attr.size});
-        }
-      }
-    });
-  };
+  std::function<void(uint64_t, const std::string&)> visit =
+      [&](uint64_t ino, const std::string& path) REQUIRES(mu_) {
+        auto it = nodes_.find(ino);
+        if (it == nodes_.end()) return;
+        it->second.entries().children.ForEach([&](std::string_view name, uint64_t c) {
+          mu_.AssertHeld();  // called by ForEach, under the lock above
+          auto child = nodes_.find(c);
+          if (child == nodes_.end()) return;
+          std::string child_path =
+              path.empty() ? std::string(name) : path + "/" + std::string(name);
+          const Node& cn = child->second;
+          if (cn.attr.is_dir()) {
+            if (c != ino) visit(c, child_path);
+          } else if (cn.attr.is_reg()) {
+            bool match = prefix.empty() || child_path == prefix ||
+                         child_path.starts_with(prefix.back() == '/' ? prefix : prefix + "/");
+            if (match) {
+              out.push_back(WalkedFile{child_path, cn.attr.file_id, AttrLocked(cn).ContentVersion(),
+                                       cn.attr.size});
+            }
+          }
+        });
+      };
   visit(kRootIno, "");
   return out;
 }

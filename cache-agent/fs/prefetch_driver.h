@@ -153,8 +153,8 @@ class PrefetchDriver {
   FetcherPrefetchSink sink_;
   std::unique_ptr<PrefetchScheduler> scheduler_;  // null when off
 
-  Mutex feed_mu_;                      // one feeder at a time
-  std::atomic<bool> tree_fed_{false};  // the whole walk was fed
+  Mutex feed_mu_;                                // one feeder at a time
+  std::atomic<bool> tree_fed_{false};            // the whole walk was fed
   size_t walk_cursor_ GUARDED_BY(feed_mu_) = 0;  // MetadataCache::WalkedSince
   uint64_t walk_files_fed_ GUARDED_BY(feed_mu_) = 0;
 

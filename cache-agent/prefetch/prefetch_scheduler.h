@@ -46,10 +46,10 @@
 // again; the first (most precise) expert to propose a block owns it.
 //
 // Admission before fetch: a block the sink could not keep until read (PrefetchSink::WouldAdmit:
-// the cache is full and refuses it, and the fetcher has no staging room) is not submitted; it counts as declined (no
-// verdict: the expert may be right, the cache has no room for it) and is treated as present
-// until min_horizon_blocks more blocks were read or the epoch changes, so that experts move
-// on instead of proposing it again at every event.
+// the cache is full and refuses it, and the fetcher has no staging room) is not submitted; it
+// counts as declined (no verdict: the expert may be right, the cache has no room for it) and is
+// treated as present until min_horizon_blocks more blocks were read or the epoch changes, so that
+// experts move on instead of proposing it again at every event.
 //
 // Eviction: each request carries predicted_use = the proposing expert's rank (blocks the
 // volume is expected to read before this one), which the fetcher passes in AdmissionHint so

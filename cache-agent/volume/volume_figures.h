@@ -44,11 +44,11 @@ struct VolumeFigures {
   uint64_t hub_free_inodes = 0;
   uint64_t prefetched_bytes_used = 0;
   uint64_t prefetched_bytes_wasted = 0;
-  double demand_miss_latency_ms_avg = 0;  // the fetcher's: per read that waited for the hub
-  std::vector<ExpertStats> experts;       // the prefetcher's own figures
-  uint64_t hints_rejected = 0;            // hint lines refused (invalid or over a bound)
-  uint64_t hints_unresolved = 0;          // queued hints dropped: they named no file
-  uint64_t metadata_inodes = 0;           // inodes the metadata cache holds
+  double demand_miss_latency_ms_avg = 0;   // the fetcher's: per read that waited for the hub
+  std::vector<ExpertStats> experts;        // the prefetcher's own figures
+  uint64_t hints_rejected = 0;             // hint lines refused (invalid or over a bound)
+  uint64_t hints_unresolved = 0;           // queued hints dropped: they named no file
+  uint64_t metadata_inodes = 0;            // inodes the metadata cache holds
   uint64_t admission_declined_blocks = 0;  // prefetches not fetched: nowhere to keep them
   // The fetcher's staging buffer (BlockFetcher: prefetched blocks held while the cache is full).
   uint64_t staged_blocks_held = 0;

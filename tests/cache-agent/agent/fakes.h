@@ -178,8 +178,7 @@ class FakeVolume : public MountedVolume {
 // Mounts show in `host`'s table, as FUSE mounts do in the kernel's, and leave it on Unmount.
 class FakeMounter : public VolumeMounter {
  public:
-  FakeMounter(std::shared_ptr<FakeWorld> w, FakeHostMounts& host)
-      : w_(std::move(w)), host_(host) {}
+  FakeMounter(std::shared_ptr<FakeWorld> w, FakeHostMounts& host) : w_(std::move(w)), host_(host) {}
   Result<std::unique_ptr<MountedVolume>> Mount(const std::string& id, const VolumeContext& ctx,
                                                const std::string& target, bool ro) override {
     {

@@ -309,7 +309,8 @@ TEST_F(MountManagerTest, AMountInProgressRefusesOtherCallsOnItsTargetInsteadOfQu
     std::lock_guard<std::mutex> l(world_->mu);
     world_->hold_mount = true;
   }
-  std::thread first([&] { EXPECT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true)); });
+  std::thread first(
+      [&] { EXPECT_TRUE(m->Mount(DatasetId(), DatasetContext(), Target("a"), true)); });
   for (int i = 0; i < 500; ++i) {
     std::lock_guard<std::mutex> l(world_->mu);
     if (world_->mount_calls == 1) break;
@@ -379,8 +380,8 @@ TEST_F(MountManagerTest, ShutdownEndsEverySessionAtOnce) {
   auto m = NewManager();
   ASSERT_TRUE(m->Start());
   for (std::string name : {"a", "b", "c"}) {
-    ASSERT_TRUE(m->Mount(DatasetId("/srv/" + name), DatasetContext("/srv/" + name), Target(name),
-                         true));
+    ASSERT_TRUE(
+        m->Mount(DatasetId("/srv/" + name), DatasetContext("/srv/" + name), Target(name), true));
   }
   {
     std::lock_guard<std::mutex> l(world_->mu);
