@@ -96,6 +96,8 @@ class FuseAdapter {
 
  private:
   FuseAdapter(VolumeFs& fs, const Options& options);
+  // The libfuse session on this adapter's ops, from options_ (Mount and Adopt).
+  Status NewSession();
   Status StartSession(std::unique_ptr<fuse::SessionIo> io);
 
   VolumeFs& fs_;

@@ -46,6 +46,20 @@ static void SetKernelReadAhead(const std::string& mountpoint, uint64_t bytes) {
   log::Debug("kernel read-ahead set", {{"target", mountpoint}, {"kib", bytes / 1024}});
 }
 
+Status FuseAdapter::NewSession() {
+  std::string opts = SessionOptions(options_);
+  // Read-only volumes are not mounted "ro": the hint control file (.spoke-hints) must stay
+  // writable; VolumeFs answers EROFS to every other change.
+  fuse_args args = FUSE_ARGS_INIT(0, nullptr);
+  fuse_opt_add_arg(&args, "spoke");
+  fuse_opt_add_arg(&args, "-o");
+  fuse_opt_add_arg(&args, opts.c_str());
+  session_ = fuse_session_new(&args, &Ops(), sizeof(fuse_lowlevel_ops), this);
+  fuse_opt_free_args(&args);
+  if (session_ == nullptr) return Fail(Code::kIo, "fuse_session_new failed");
+  return Ok();
+}
+
 Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Options& options) {
   struct stat st {};
   if (options.mountpoint.empty() || ::stat(options.mountpoint.c_str(), &st) != 0 ||
@@ -54,16 +68,7 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Mount(VolumeFs& fs, const Opti
                 "mount point '" + options.mountpoint + "' is not an existing directory");
   }
   std::unique_ptr<FuseAdapter> a(new FuseAdapter(fs, options));
-  std::string opts = SessionOptions(options);
-  // Read-only volumes are not mounted "ro": the hint control file (.spoke-hints) must stay
-  // writable; VolumeFs answers EROFS to every other change.
-  fuse_args args = FUSE_ARGS_INIT(0, nullptr);
-  fuse_opt_add_arg(&args, "spoke");
-  fuse_opt_add_arg(&args, "-o");
-  fuse_opt_add_arg(&args, opts.c_str());
-  a->session_ = fuse_session_new(&args, &Ops(), sizeof(fuse_lowlevel_ops), a.get());
-  fuse_opt_free_args(&args);
-  if (a->session_ == nullptr) return Fail(Code::kIo, "fuse_session_new failed");
+  SPOKE_RETURN_IF_ERROR(a->NewSession());
   if (fuse_session_mount(a->session_, options.mountpoint.c_str()) != 0) {
     fuse_session_destroy(a->session_);
     a->session_ = nullptr;
@@ -112,14 +117,7 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
   SPOKE_TRY(auto init, fuse::InitRecord::FromJson(init_json));
   std::unique_ptr<FuseAdapter> a(new FuseAdapter(fs, options));
   a->adopted_ = true;
-  std::string opts = SessionOptions(options);
-  fuse_args args = FUSE_ARGS_INIT(0, nullptr);
-  fuse_opt_add_arg(&args, "spoke");
-  fuse_opt_add_arg(&args, "-o");
-  fuse_opt_add_arg(&args, opts.c_str());
-  a->session_ = fuse_session_new(&args, &Ops(), sizeof(fuse_lowlevel_ops), a.get());
-  fuse_opt_free_args(&args);
-  if (a->session_ == nullptr) return Fail(Code::kIo, "fuse_session_new failed");
+  SPOKE_RETURN_IF_ERROR(a->NewSession());
   auto io = fuse::SessionIo::Adopt(a->session_, std::move(fd), std::move(init));
   if (!io) {
     fuse_session_destroy(a->session_);

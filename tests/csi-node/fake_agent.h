@@ -7,10 +7,10 @@
 
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "agent.grpc.pb.h"
+#include "common/thread_annotations.h"
 #include "tests/csi-node/fake_mounter.h"
 
 namespace spoke::node::testing {
@@ -31,40 +31,40 @@ class FakeAgent final : public agentpb::Agent::Service {
   // Set by the test's thread, read by the server's handler threads, so under mu_ (a call that
   // is still running when the test changes them races with it otherwise).
   void set_delay(std::chrono::milliseconds delay) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     delay_ = delay;
   }
   void set_mount_status(grpc::Status status) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     mount_status_ = std::move(status);
   }
   agentpb::VolumeStatsResponse stats() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return stats_;
   }
   void set_stats(agentpb::VolumeStatsResponse stats) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     stats_ = std::move(stats);
   }
 
   std::vector<MountCall> mount_calls() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return mount_calls_;
   }
   std::vector<std::string> unmount_calls() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return unmount_calls_;
   }
   // The agent restarted without its mounts: it forgets them (the kernel's stay, stale).
   void Forget() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     mounts_.clear();
   }
 
   grpc::Status Mount(grpc::ServerContext*, const agentpb::MountRequest* req,
                      agentpb::MountResponse*) override {
     std::this_thread::sleep_for(Delay());
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     mount_calls_.push_back({req->volume_id(),
                             {req->volume_context().begin(), req->volume_context().end()},
                             req->target_path(),
@@ -92,7 +92,7 @@ class FakeAgent final : public agentpb::Agent::Service {
   grpc::Status Unmount(grpc::ServerContext*, const agentpb::UnmountRequest* req,
                        agentpb::UnmountResponse*) override {
     std::this_thread::sleep_for(Delay());
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     unmount_calls_.push_back(req->target_path());
     if (mounts_.erase(req->target_path()) > 0) {
       (void)mounter_.Unmount(req->target_path(), /*lazy=*/true);
@@ -103,7 +103,7 @@ class FakeAgent final : public agentpb::Agent::Service {
   grpc::Status ListMounts(grpc::ServerContext*, const agentpb::ListMountsRequest*,
                           agentpb::ListMountsResponse* resp) override {
     std::this_thread::sleep_for(Delay());
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (const auto& [_, m] : mounts_) *resp->add_mounts() = m;
     return grpc::Status::OK;
   }
@@ -111,7 +111,7 @@ class FakeAgent final : public agentpb::Agent::Service {
   grpc::Status VolumeStats(grpc::ServerContext*, const agentpb::VolumeStatsRequest* req,
                            agentpb::VolumeStatsResponse* resp) override {
     std::this_thread::sleep_for(Delay());
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = mounts_.find(req->target_path());
     if (it == mounts_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "not mounted");
     *resp = stats_;
@@ -121,18 +121,18 @@ class FakeAgent final : public agentpb::Agent::Service {
 
  private:
   std::chrono::milliseconds Delay() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return delay_;
   }
 
   FakeMounter& mounter_;
-  std::mutex mu_;
-  std::chrono::milliseconds delay_{0};
-  grpc::Status mount_status_ = grpc::Status::OK;
-  agentpb::VolumeStatsResponse stats_;
-  std::map<std::string, agentpb::MountInfo> mounts_;
-  std::vector<MountCall> mount_calls_;
-  std::vector<std::string> unmount_calls_;
+  Mutex mu_;
+  std::chrono::milliseconds delay_ GUARDED_BY(mu_){0};
+  grpc::Status mount_status_ GUARDED_BY(mu_) = grpc::Status::OK;
+  agentpb::VolumeStatsResponse stats_ GUARDED_BY(mu_);
+  std::map<std::string, agentpb::MountInfo> mounts_ GUARDED_BY(mu_);
+  std::vector<MountCall> mount_calls_ GUARDED_BY(mu_);
+  std::vector<std::string> unmount_calls_ GUARDED_BY(mu_);
 };
 
 }  // namespace spoke::node::testing

@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -19,6 +17,7 @@
 
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/remote/remote_fs.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent::testing {
 
@@ -29,7 +28,7 @@ class FakeRemoteFs : public RemoteFs {
 
   // Test set-up (no failure injection, no counting).
   void PutFile(const std::string& path, const std::string& data) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     MkdirsLocked(Parent(path));
     Node& n = nodes_[path];
     if (n.attr.file_id == 0) n.attr.file_id = next_id_++;
@@ -38,23 +37,23 @@ class FakeRemoteFs : public RemoteFs {
     Touch(n);
   }
   void Mkdirs(const std::string& path) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     MkdirsLocked(path);
   }
   // Gives an existing `path` the identity (fsid, file_id): an export spanning several hub
   // file systems, whose file ids repeat.
   void SetIdentity(const std::string& path, uint64_t fsid, uint64_t file_id) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     nodes_.at(path).attr.fsid = fsid;
     nodes_.at(path).attr.file_id = file_id;
   }
   std::string Data(const std::string& path) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(path);
     return it == nodes_.end() ? "<missing>" : it->second.data;
   }
   bool Exists(const std::string& path) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return nodes_.contains(path);
   }
 
@@ -72,20 +71,20 @@ class FakeRemoteFs : public RemoteFs {
   void SetReadLatency(std::chrono::milliseconds ms) { latency_ms_ = ms.count(); }
   // Holds FSSTAT calls (a hub slow to answer them) until released.
   void HoldStatFs(bool hold) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     hold_statfs_ = hold;
     cv_.notify_all();
   }
   int statfs_calls() const { return statfs_calls_.load(); }
   // Holds listings of directory `path` (a directory slow to list) until HoldReadDir("").
   void HoldReadDir(const std::string& path) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     held_dir_ = path;
     cv_.notify_all();
   }
   // Holds reads until Release() (to observe queues).
   void HoldReads(bool hold) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     hold_ = hold;
     cv_.notify_all();
   }
@@ -94,32 +93,32 @@ class FakeRemoteFs : public RemoteFs {
   std::atomic<int> stats{0}, readdirs{0}, reads{0}, writes{0};
   // Reads asked for and not yet answered, now and at most so far (the depth the caller kept).
   int reads_in_flight() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return reads_in_flight_;
   }
   int max_reads_in_flight() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return max_reads_in_flight_;
   }
   // Reads of `path` fail with kIo (a bad file on the hub); "" = none.
   void FailReadsOf(const std::string& path) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     failing_path_ = path;
   }
   std::atomic<uint64_t> read_bytes{0};
   std::vector<std::string> ReadLog() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return read_log_;
   }
   void WaitIdle() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return active_ == 0; });
+    MutexLock lock(mu_);
+    cv_.wait(lock, [&]() REQUIRES(mu_) { return active_ == 0; });
   }
 
   Result<FileAttr> Stat(const std::string& path) override {
     stats++;
     if (down_) return Down("GETATTR");
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(path);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "no such file " + path);
     return it->second.attr;
@@ -127,8 +126,8 @@ class FakeRemoteFs : public RemoteFs {
   Result<std::vector<DirEntry>> ReadDir(const std::string& path) override {
     readdirs++;
     if (down_) return Down("READDIRPLUS");
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return held_dir_.empty() || held_dir_ != path; });
+    MutexLock lock(mu_);
+    cv_.wait(lock, [&]() REQUIRES(mu_) { return held_dir_.empty() || held_dir_ != path; });
     auto it = nodes_.find(path);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "no such dir " + path);
     std::vector<DirEntry> out;
@@ -142,7 +141,7 @@ class FakeRemoteFs : public RemoteFs {
                  ReadDone done) override {
     reads++;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       active_++;
       reads_in_flight_++;
       max_reads_in_flight_ = std::max(max_reads_in_flight_, reads_in_flight_);
@@ -150,15 +149,15 @@ class FakeRemoteFs : public RemoteFs {
     }
     std::thread([this, path, offset, length, done = std::move(done)] {
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return !hold_; });
+        MutexLock lock(mu_);
+        cv_.wait(lock, [&]() REQUIRES(mu_) { return !hold_; });
       }
       if (latency_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(latency_ms_));
       Result<std::vector<char>> r = std::unexpected(Error(Code::kInternal, ""));
       if (down_) {
         r = Down("READ");
       } else {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         auto it = nodes_.find(path);
         if (!failing_path_.empty() && path == failing_path_) {
           r = Fail(Code::kIo, "hub read error on " + path);
@@ -173,11 +172,11 @@ class FakeRemoteFs : public RemoteFs {
         }
       }
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         reads_in_flight_--;
       }
       done(std::move(r));
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       active_--;
       cv_.notify_all();
     }).detach();
@@ -191,7 +190,7 @@ class FakeRemoteFs : public RemoteFs {
                 if (!r) return done(std::unexpected(r.error()));
                 FileAttr attr;
                 {
-                  std::lock_guard<std::mutex> lock(mu_);
+                  MutexLock lock(mu_);
                   auto it = nodes_.find(path);
                   if (it == nodes_.end()) return done(Fail(Code::kNotFound, "gone: " + path));
                   attr = it->second.attr;
@@ -206,7 +205,7 @@ class FakeRemoteFs : public RemoteFs {
                        size_t length) override {
     writes++;
     if (down_) return Down("WRITE");
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(path);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "no such file " + path);
     auto& d = it->second.data;
@@ -217,7 +216,7 @@ class FakeRemoteFs : public RemoteFs {
   }
   Result<FileAttr> Create(const std::string& path, uint32_t mode) override {
     if (down_) return Down("CREATE");
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!nodes_.contains(Parent(path))) return Fail(Code::kNotFound, "no parent");
     Node& n = nodes_[path];
     if (n.attr.file_id == 0) n.attr.file_id = next_id_++;
@@ -227,19 +226,19 @@ class FakeRemoteFs : public RemoteFs {
   }
   Result<FileAttr> Mkdir(const std::string& path, uint32_t mode) override {
     if (down_) return Down("MKDIR");
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (nodes_.contains(path)) return Fail(Code::kAlreadyExists, path);
     MkdirsLocked(path);
     return nodes_[path].attr;
   }
   Status Unlink(const std::string& path) override {
     if (down_) return std::unexpected(Down("REMOVE").error());
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (nodes_.erase(path) == 0) return Fail(Code::kNotFound, path);
     return Ok();
   }
   Status Rmdir(const std::string& path) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [p, n] : nodes_) {
       if (!p.empty() && Parent(p) == path) return Fail(Code::kNotEmpty, path);
     }
@@ -247,7 +246,7 @@ class FakeRemoteFs : public RemoteFs {
     return Ok();
   }
   Status Rename(const std::string& from, const std::string& to) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(from);
     if (it == nodes_.end()) return Fail(Code::kNotFound, from);
     Node n = it->second;
@@ -256,7 +255,7 @@ class FakeRemoteFs : public RemoteFs {
     return Ok();
   }
   Result<FileAttr> SetAttr(const std::string& path, const SetAttrRequest& r) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(path);
     if (it == nodes_.end()) return Fail(Code::kNotFound, path);
     if (r.size) it->second.data.resize(*r.size);
@@ -309,7 +308,7 @@ class FakeRemoteFs : public RemoteFs {
   Result<FileAttr> SymlinkAs(const Credentials& who, const std::string& target,
                              const std::string& path) override {
     Remember(who);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (nodes_.contains(path)) return Fail(Code::kAlreadyExists, path);
     Node& n = nodes_[path];
     n.attr.file_id = next_id_++;
@@ -319,7 +318,7 @@ class FakeRemoteFs : public RemoteFs {
     return n.attr;
   }
   Result<std::string> ReadLink(const std::string& path) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(path);
     if (it == nodes_.end()) return Fail(Code::kNotFound, path);
     if ((it->second.attr.mode & S_IFMT) != S_IFLNK)
@@ -329,7 +328,7 @@ class FakeRemoteFs : public RemoteFs {
   Result<FileAttr> MknodAs(const Credentials& who, const std::string& path, uint32_t mode,
                            uint64_t) override {
     Remember(who);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (nodes_.contains(path)) return Fail(Code::kAlreadyExists, path);
     Node& n = nodes_[path];
     n.attr.file_id = next_id_++;
@@ -338,15 +337,15 @@ class FakeRemoteFs : public RemoteFs {
     return n.attr;
   }
   Credentials last_who() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return last_who_;
   }
   Status Fsync(const std::string&) override { return Ok(); }
   Result<FsStat> StatFs() override {
     statfs_calls_.fetch_add(1);
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !hold_statfs_; });
+      MutexLock lock(mu_);
+      cv_.wait(lock, [&]() REQUIRES(mu_) { return !hold_statfs_; });
     }
     if (down_) return Down("FSSTAT");
     return FsStat{1 << 30, 1 << 29, 1 << 29, 1000, 500};
@@ -370,7 +369,7 @@ class FakeRemoteFs : public RemoteFs {
   std::unexpected<Error> Down(const char* op) {
     return std::unexpected(Error(Code::kUnavailable, std::string("hub down: ") + op));
   }
-  void MkdirsLocked(const std::string& path) {
+  void MkdirsLocked(const std::string& path) REQUIRES(mu_) {
     if (!path.empty()) MkdirsLocked(Parent(path));
     Node& n = nodes_[path];
     if (n.attr.file_id == 0) {
@@ -380,34 +379,34 @@ class FakeRemoteFs : public RemoteFs {
     }
   }
   void Remember(const Credentials& who) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     last_who_ = who;
   }
-  void Touch(Node& n) {
+  void Touch(Node& n) REQUIRES(mu_) {
     n.attr.size = n.data.size();
     ++tick_;
     n.attr.mtime = {static_cast<time_t>(1000 + tick_), 0};
     n.attr.ctime = n.attr.mtime;
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, Node> nodes_;
-  uint64_t next_id_ = 100;
-  uint64_t tick_ = 0;
-  int active_ = 0;
-  int reads_in_flight_ = 0;      // guarded by mu_
-  int max_reads_in_flight_ = 0;  // guarded by mu_
-  std::string failing_path_;     // guarded by mu_
-  bool hold_ = false;
-  bool hold_statfs_ = false;  // guarded by mu_
-  std::string held_dir_;      // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::map<std::string, Node> nodes_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 100;
+  uint64_t tick_ GUARDED_BY(mu_) = 0;
+  int active_ GUARDED_BY(mu_) = 0;
+  int reads_in_flight_ GUARDED_BY(mu_) = 0;
+  int max_reads_in_flight_ GUARDED_BY(mu_) = 0;
+  std::string failing_path_ GUARDED_BY(mu_);
+  bool hold_ GUARDED_BY(mu_) = false;
+  bool hold_statfs_ GUARDED_BY(mu_) = false;
+  std::string held_dir_ GUARDED_BY(mu_);
   std::atomic<int> statfs_calls_{0};
-  std::vector<std::string> read_log_;
+  std::vector<std::string> read_log_ GUARDED_BY(mu_);
   std::atomic<bool> down_{false};
   std::atomic<bool> handles_{false};
   std::atomic<int64_t> latency_ms_{0};
-  Credentials last_who_;  // guarded by mu_
+  Credentials last_who_ GUARDED_BY(mu_);
 };
 
 class FakeBlockCache : public BlockCache {
@@ -415,7 +414,7 @@ class FakeBlockCache : public BlockCache {
   explicit FakeBlockCache(uint32_t block_size = 1 << 20) : block_size_(block_size) {}
 
   Result<size_t> Get(const BlockKey& key, char* out, size_t capacity) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     lookups_++;
     auto it = blocks_.find(key);
     if (it == blocks_.end()) {
@@ -428,8 +427,8 @@ class FakeBlockCache : public BlockCache {
   }
   Status Put(const BlockKey& key, const char* data, size_t length,
              const AdmissionHint& hint) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    put_cv_.wait(lock, [&] { return !hold_puts_; });
+    MutexLock lock(mu_);
+    put_cv_.wait(lock, [&]() REQUIRES(mu_) { return !hold_puts_; });
     puts_++;
     if (fail_puts_) return Fail(Code::kIo, "cache disk failed");
     blocks_[key] = std::vector<char>(data, data + length);
@@ -437,7 +436,7 @@ class FakeBlockCache : public BlockCache {
     return Ok();
   }
   bool Contains(const BlockKey& key) const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     lookups_++;
     return blocks_.contains(key);
   }
@@ -448,7 +447,7 @@ class FakeBlockCache : public BlockCache {
   // Puts wait until released (a slow cache disk).
   void HoldPuts(bool hold) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       hold_puts_ = hold;
     }
     put_cv_.notify_all();
@@ -456,7 +455,7 @@ class FakeBlockCache : public BlockCache {
   // WouldAdmit answers no for every prefetch (a full cache whose policy refuses them).
   void RefusePrefetches(bool r) { refuse_prefetches_ = r; }
   uint64_t Evict(uint64_t volume, uint64_t file_id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     uint64_t n = 0;
     for (auto it = blocks_.begin(); it != blocks_.end();) {
       if (it->first.volume == volume && (file_id == 0 || it->first.file_id == file_id)) {
@@ -469,7 +468,7 @@ class FakeBlockCache : public BlockCache {
     return n;
   }
   uint64_t VolumeBytes(uint64_t volume) const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     uint64_t n = 0;
     for (const auto& [k, v] : blocks_) {
       if (k.volume == volume) n += v.size();
@@ -477,7 +476,7 @@ class FakeBlockCache : public BlockCache {
     return n;
   }
   BlockCacheStats Stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     BlockCacheStats s;
     s.blocks = blocks_.size();
     s.hits = hits_;
@@ -490,30 +489,31 @@ class FakeBlockCache : public BlockCache {
 
   void FailPuts(bool f) { fail_puts_ = f; }
   size_t blocks() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return blocks_.size();
   }
   int puts() const { return puts_; }
   // Get + Contains calls: the index lookups a reader costs.
   uint64_t lookups() const { return lookups_.load(); }
   ExpertId Origin(const BlockKey& k) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = origins_.find(k);
     return it == origins_.end() ? 255 : it->second;
   }
 
  private:
   uint32_t block_size_;
-  mutable std::mutex mu_;
-  std::unordered_map<BlockKey, std::vector<char>, BlockKeyHash> blocks_;
-  std::unordered_map<BlockKey, ExpertId, BlockKeyHash> origins_;
-  uint64_t hits_ = 0, misses_ = 0;
+  mutable Mutex mu_;
+  std::unordered_map<BlockKey, std::vector<char>, BlockKeyHash> blocks_ GUARDED_BY(mu_);
+  std::unordered_map<BlockKey, ExpertId, BlockKeyHash> origins_ GUARDED_BY(mu_);
+  uint64_t hits_ GUARDED_BY(mu_) = 0;
+  uint64_t misses_ GUARDED_BY(mu_) = 0;
   std::atomic<int> puts_{0};
   mutable std::atomic<uint64_t> lookups_{0};
   std::atomic<bool> fail_puts_{false};
   std::atomic<bool> refuse_prefetches_{false};
-  std::condition_variable put_cv_;
-  bool hold_puts_ = false;  // guarded by mu_
+  CondVar put_cv_;
+  bool hold_puts_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace spoke::agent::testing

@@ -1,0 +1,94 @@
+// BlockFetcher's warm-up (Warm, StartWarm, FinishWarm in block_fetcher.h): a window of tickets
+// whose blocks are joined in the warm-up class, bounded by the memory budget, not by threads.
+#include <chrono>
+
+#include "cache-agent/fs/block_fetcher.h"
+#include "cache-agent/fs/block_fetcher_fetch.h"
+
+namespace spoke::agent {
+
+void BlockFetcher::TakeWarmRoom(uint32_t length) {
+  using Use = MemoryBudget::Use;
+  if (config_.memory->TryAcquire(Use::kDemand, length)) return;
+  Dispatch();  // this warm-up's queued blocks go, and give their room back once stored
+  if (config_.memory->AcquireWait(Use::kDemand, length,
+                                  std::chrono::steady_clock::now() + config_.read_deadline)) {
+    return;
+  }
+  config_.memory->Charge(Use::kDemand, length);  // bounded wait over: go on, accounted
+}
+
+Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_t count) {
+  return FinishWarm(StartWarm(file, first, count));
+}
+
+BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t first,
+                                                 uint64_t count) {
+  WarmTicket t;
+  for (uint64_t index = first; index < first + count; ++index) {
+    const uint32_t length = BlockLength(file, index);
+    if (length == 0) break;
+    if (Cached(file, index)) continue;
+    // A staged block goes to the cache from memory: wait for that store, not the hub.
+    if (staging_ != nullptr) {
+      if (auto staged = staging_->Take(Key(file, index))) {
+        if (FetchPtr f = AdmitTaken(Key(file, index), *staged)) {
+          t.bytes_ += length;
+          t.waits_.emplace_back(std::move(f), false);
+          continue;
+        }
+      }
+    }
+    const bool room = config_.memory != nullptr;
+    if (room) TakeWarmRoom(length);
+    bool created;
+    MutexLock lock(mu_);
+    if (stopping_) {
+      if (room) config_.memory->Release(MemoryBudget::Use::kDemand, length);
+      t.error_ = Error(Code::kCancelled, "volume is shutting down");
+      return t;
+    }
+    auto f = Join(file, index, kWarmClass, kDemand, 0, SteadyTime{}, &created, room);
+    if (room && !created) config_.memory->Release(MemoryBudget::Use::kDemand, length);
+    t.bytes_ += length;
+    t.waits_.emplace_back(std::move(f), created);
+  }
+  if (!t.waits_.empty()) Dispatch();
+  return t;
+}
+
+bool BlockFetcher::WaitWarm(const WarmTicket& t, SteadyTime until) {
+  MutexLock lock(mu_);
+  for (const auto& [f, ours] : t.waits_) {
+    // Warm-up promises the blocks are in the cache when it returns: fetched and stored.
+    if (!done_cv_.wait_until(
+            lock, until, [&]() REQUIRES(mu_) { return (f->done && f->settled) || stopping_; })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Result<uint64_t> BlockFetcher::FinishWarm(WarmTicket t) {
+  if (t.error_) return std::unexpected(*t.error_);
+  uint64_t bytes = 0;
+  std::optional<Error> first_error;
+  for (auto& [f, ours] : t.waits_) {
+    // Bounded: once sent, the hub's request timeout ends it; the cancelled flag of the
+    // warm-up stops the caller between calls.
+    auto r = Wait(f, SteadyTime::max());
+    {
+      MutexLock lock(mu_);
+      done_cv_.wait(lock, [&]() REQUIRES(mu_) { return f->settled || stopping_; });
+    }
+    if (r) {
+      if (ours) bytes += (*r)->size();
+    } else if (!first_error) {
+      first_error = r.error();
+    }
+  }
+  if (first_error) return std::unexpected(*first_error);
+  return bytes;
+}
+
+}  // namespace spoke::agent
