@@ -59,7 +59,7 @@ PrefetchScheduler::PrefetchScheduler(Config config, const Clock& clock, Prefetch
 PrefetchScheduler::~PrefetchScheduler() = default;
 
 ExpertId PrefetchScheduler::AddExpert(std::unique_ptr<Predictor> expert) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   assert(experts_.size() < 254);
   Expert e;
   e.predictor = std::move(expert);
@@ -70,12 +70,14 @@ ExpertId PrefetchScheduler::AddExpert(std::unique_ptr<Predictor> expert) {
   return experts_.back().id;
 }
 
-void PrefetchScheduler::AddTrackerExperts(const ExpertSet& set) {
+// The experts keep a reference to the tracker and use it only when the scheduler calls them,
+// under mu_: handing it over needs no lock, and the analysis cannot follow the later uses.
+void PrefetchScheduler::AddTrackerExperts(const ExpertSet& set) NO_THREAD_SAFETY_ANALYSIS {
   if (set.hints) {
     auto h = std::make_unique<HintPredictor>(tracker_, presence_, config_.hints);
     HintPredictor* raw = h.get();
     AddExpert(std::move(h));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     hints_ = raw;
   }
   if (set.replay) AddExpert(std::make_unique<EpochReplayPredictor>(tracker_, presence_));
@@ -87,11 +89,12 @@ void PrefetchScheduler::AddTrackerExperts(const ExpertSet& set) {
 
 void PrefetchScheduler::AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version,
                                     uint64_t size) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   tracker_.AddTreeFile(path, file_id, version, size);
 }
 
 bool PrefetchScheduler::Presence::Present(const TrackedFile& f, uint64_t block) const {
+  s_.mu_.AssertHeld();  // experts ask only while the scheduler calls them, under its mu_
   return s_.PresentLocked(s_.Key(f.file_id, f.version, block));
 }
 
@@ -105,7 +108,7 @@ PrefetchScheduler::Expert* PrefetchScheduler::ExpertById(ExpertId id) {
 }
 
 void PrefetchScheduler::OnOpen(const OpenEvent& e) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   last_event_ = clock_.Now();
   const uint64_t verdicts_before = verdicts_applied_;
   DrainVerdictsLocked();
@@ -125,7 +128,7 @@ void PrefetchScheduler::MaybeScheduleLocked(bool hit, uint64_t verdicts_before) 
 }
 
 void PrefetchScheduler::OnRead(const ReadEvent& e) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   last_event_ = clock_.Now();
   const uint64_t verdicts_before = verdicts_applied_;
   DrainVerdictsLocked();
@@ -152,13 +155,13 @@ void PrefetchScheduler::OnRead(const ReadEvent& e) {
 }
 
 void PrefetchScheduler::OnClose(const CloseEvent& e) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   tracker_.OnClose(e);
   for (Expert& x : experts_) x.predictor->OnClose(e);
 }
 
 void PrefetchScheduler::Tick() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   DrainVerdictsLocked();
   if (clock_.Now() - last_event_ > config_.idle_release && !pending_.empty()) {
     ReleaseAllLocked();
@@ -175,7 +178,7 @@ void PrefetchScheduler::RecordDemandMiss(std::chrono::nanoseconds latency) {
 }
 
 HintCounts PrefetchScheduler::AddHints(std::string_view text) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (hints_ == nullptr) {
     HintCounts c;
     for (char ch : text) c.rejected += ch == '\n';
@@ -187,7 +190,7 @@ HintCounts PrefetchScheduler::AddHints(std::string_view text) {
 }
 
 HintCounts PrefetchScheduler::FlushHints() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (hints_ == nullptr) return {};
   HintCounts c = hints_->FlushHints();
   ScheduleLocked();
@@ -195,7 +198,7 @@ HintCounts PrefetchScheduler::FlushHints() {
 }
 
 HintCounts PrefetchScheduler::AddHintPaths(std::span<const std::string> paths) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (hints_ == nullptr) return HintCounts{0, static_cast<uint32_t>(paths.size())};
   HintCounts c = hints_->AddHintPaths(paths);
   ScheduleLocked();
@@ -204,20 +207,20 @@ HintCounts PrefetchScheduler::AddHintPaths(std::span<const std::string> paths) {
 
 void PrefetchScheduler::OnPrefetchUsed(const BlockKey& key, ExpertId) {
   if (key.volume != config_.volume_key) return;
-  std::lock_guard lock(verdict_mu_);
+  MutexLock lock(verdict_mu_);
   verdicts_.emplace_back(key, true);
 }
 
 void PrefetchScheduler::OnPrefetchWasted(const BlockKey& key, ExpertId) {
   if (key.volume != config_.volume_key) return;
-  std::lock_guard lock(verdict_mu_);
+  MutexLock lock(verdict_mu_);
   verdicts_.emplace_back(key, false);
 }
 
 void PrefetchScheduler::DrainVerdictsLocked() {
   std::vector<std::pair<BlockKey, bool>> v;
   {
-    std::lock_guard lock(verdict_mu_);
+    MutexLock lock(verdict_mu_);
     v.swap(verdicts_);
   }
   for (const auto& [key, used] : v) {
@@ -367,7 +370,8 @@ void PrefetchScheduler::ScheduleLocked() {
   // Disclosed orders (hints) are exact: their blocks are fetched and the policy decides at
   // store time, because a rank compared now against ranks given earlier would refuse blocks
   // that are due soon (spoke-sim, twice-cache with hints under LRU: 4x the demand misses).
-  const auto admitted = [&](const PrefetchRequest& p, uint64_t block, const Expert& by) {
+  const auto admitted = [&](const PrefetchRequest& p, uint64_t block,
+                            const Expert& by) REQUIRES(mu_) {
     if (by.predictor->disclosed()) return true;
     const BlockKey key = Key(p.file_id, p.version, block);
     const double use = p.predicted_use + static_cast<double>(block - p.first_block);
@@ -433,7 +437,7 @@ void PrefetchScheduler::ScheduleLocked() {
             std::vector<BlockKey>& list = epoch_pending_[tracker_.epoch()];
             // Blocks read since stay listed: compact so a long epoch does not grow it.
             if (list.size() >= 2 * outstanding_blocks_ + 1024) {
-              std::erase_if(list, [&](const BlockKey& k) {
+              std::erase_if(list, [&](const BlockKey& k) REQUIRES(mu_) {
                 auto p = pending_.find(k);
                 return p == pending_.end() || p->second.epoch != tracker_.epoch();
               });
@@ -466,7 +470,7 @@ void PrefetchScheduler::ScheduleLocked() {
 PrefetchStats PrefetchScheduler::Stats() const {
   PrefetchStats s;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     s.epoch = tracker_.epoch();
     for (const Expert& x : experts_) {
       ExpertStats e;

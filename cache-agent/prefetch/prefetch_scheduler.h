@@ -72,7 +72,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <queue>
 #include <span>
 #include <string>
@@ -89,6 +88,7 @@
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/prefetch/tracker_expert.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -202,7 +202,7 @@ class PrefetchScheduler final : public CacheListener {
   // Adds DirectoryOrder, EpochReplay, EpochWorkingSet and Hint predictors as selected.
   void AddTrackerExperts(const ExpertSet& set);
   // For experts built outside: they must only be used through this scheduler.
-  const AccessTracker& tracker() const { return tracker_; }
+  const AccessTracker& tracker() const NO_THREAD_SAFETY_ANALYSIS { return tracker_; }
   const BlockPresence& presence() const { return presence_; }
   // Metadata walk: every regular file of the volume, in walk order.
   void AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version, uint64_t size);
@@ -268,63 +268,65 @@ class PrefetchScheduler final : public CacheListener {
   BlockKey Key(uint64_t file_id, uint64_t version, uint64_t block) const {
     return BlockKey{config_.volume_key, file_id, version, block};
   }
-  bool PresentLocked(const BlockKey& key) const;
-  void DrainVerdictsLocked();
-  void ApplyVerdictLocked(const BlockKey& key, Verdict v);
+  bool PresentLocked(const BlockKey& key) const REQUIRES(mu_);
+  void DrainVerdictsLocked() REQUIRES(mu_);
+  void ApplyVerdictLocked(const BlockKey& key, Verdict v) REQUIRES(mu_);
   // Drops `key` from the outstanding set; returns its expert (nullptr if unknown) and bytes.
-  Expert* RemovePendingLocked(const BlockKey& key, uint64_t* bytes);
-  void ReleaseAllLocked();
-  void ExpireLocked();
-  void ExpireEpochsLocked();
+  Expert* RemovePendingLocked(const BlockKey& key, uint64_t* bytes) REQUIRES(mu_);
+  void ReleaseAllLocked() REQUIRES(mu_);
+  void ExpireLocked() REQUIRES(mu_);
+  void ExpireEpochsLocked() REQUIRES(mu_);
   // The space prefetching may hold now: space_budget_bytes plus the cache's free room not
   // already claimed by the prefetch bytes in flight (see "Budgets").
-  uint64_t SpaceLimitLocked(uint64_t inflight) const;
-  void UpdateAllowancesLocked(uint64_t space_limit);
-  void ScheduleLocked();
+  uint64_t SpaceLimitLocked(uint64_t inflight) const REQUIRES(mu_);
+  void UpdateAllowancesLocked(uint64_t space_limit) REQUIRES(mu_);
+  void ScheduleLocked() REQUIRES(mu_);
   // OnOpen/OnRead: a schedule pass unless nothing it looks at changed since the last one,
   // which went through every expert and found nothing to fetch (a warm working set: every
   // prediction is cached). Skipped passes would only re-check what is present; a miss, a
   // verdict or a new epoch always schedules, and Tick always does (the driver ticks every
   // few tens of ms), so a skip delays nothing by more than a tick.
-  void MaybeScheduleLocked(bool hit, uint64_t verdicts_before);
-  Expert* ExpertById(ExpertId id);
-  void CoverageLocked(ExpertId served_by);
+  void MaybeScheduleLocked(bool hit, uint64_t verdicts_before) REQUIRES(mu_);
+  Expert* ExpertById(ExpertId id) REQUIRES(mu_);
+  void CoverageLocked(ExpertId served_by) REQUIRES(mu_);
 
   const Config config_;
   const Clock& clock_;
   PrefetchSink& sink_;
 
-  mutable std::mutex mu_;  // everything below except the verdict queue and miss counters
-  AccessTracker tracker_;
-  Presence presence_{*this};
-  std::vector<Expert> experts_;
-  HintPredictor* hints_ = nullptr;
-  std::unordered_map<BlockKey, Pending, BlockKeyHash> pending_;
-  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  mutable Mutex mu_;  // everything below except the verdict queue and miss counters
+  AccessTracker tracker_ GUARDED_BY(mu_);
+  Presence presence_{*this};  // a view: its answers take mu_
+  std::vector<Expert> experts_ GUARDED_BY(mu_);
+  HintPredictor* hints_ GUARDED_BY(mu_) = nullptr;
+  std::unordered_map<BlockKey, Pending, BlockKeyHash> pending_ GUARDED_BY(mu_);
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_ GUARDED_BY(mu_);
   // Set predictions by the epoch they were made in (expired when it has ended).
-  std::map<uint64_t, std::vector<BlockKey>> epoch_pending_;
-  uint64_t seen_epoch_ = 0;        // tracker epoch when last looked at
-  uint64_t epoch_started_at_ = 0;  // block clock when seen_epoch_ started
-  uint64_t outstanding_blocks_ = 0;
-  uint64_t outstanding_bytes_ = 0;
-  uint64_t used_bytes_ = 0, wasted_bytes_ = 0;
-  uint64_t demand_miss_blocks_ = 0;
-  uint64_t sink_refusals_ = 0;
-  uint64_t verdicts_applied_ = 0;  // every ApplyVerdictLocked (MaybeScheduleLocked)
-  bool last_pass_idle_ = false;    // the last ScheduleLocked ended with nothing to fetch
-  uint64_t idle_epoch_ = 0;        // the tracker epoch of that pass
-  uint64_t skipped_passes_ = 0;
+  std::map<uint64_t, std::vector<BlockKey>> epoch_pending_ GUARDED_BY(mu_);
+  uint64_t seen_epoch_ GUARDED_BY(mu_) = 0;        // tracker epoch when last looked at
+  uint64_t epoch_started_at_ GUARDED_BY(mu_) = 0;  // block clock when seen_epoch_ started
+  uint64_t outstanding_blocks_ GUARDED_BY(mu_) = 0;
+  uint64_t outstanding_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t wasted_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t demand_miss_blocks_ GUARDED_BY(mu_) = 0;
+  uint64_t sink_refusals_ GUARDED_BY(mu_) = 0;
+  uint64_t verdicts_applied_ GUARDED_BY(mu_) = 0;  // every ApplyVerdictLocked (MaybeScheduleLocked)
+  bool last_pass_idle_ GUARDED_BY(mu_) =
+      false;                                 // the last ScheduleLocked ended with nothing to fetch
+  uint64_t idle_epoch_ GUARDED_BY(mu_) = 0;  // the tracker epoch of that pass
+  uint64_t skipped_passes_ GUARDED_BY(mu_) = 0;
   // Blocks the cache would not admit (not fetched); present to the experts until
   // declined_until_ (block clock) or the epoch changes.
-  std::unordered_set<BlockKey, BlockKeyHash> declined_;
-  uint64_t declined_until_ = 0;
-  uint64_t declined_epoch_ = 0;
-  uint64_t declined_total_ = 0;
-  SteadyTime last_event_{};
-  std::vector<PrefetchRequest> proposals_;  // scratch
+  std::unordered_set<BlockKey, BlockKeyHash> declined_ GUARDED_BY(mu_);
+  uint64_t declined_until_ GUARDED_BY(mu_) = 0;
+  uint64_t declined_epoch_ GUARDED_BY(mu_) = 0;
+  uint64_t declined_total_ GUARDED_BY(mu_) = 0;
+  SteadyTime last_event_ GUARDED_BY(mu_){};
+  std::vector<PrefetchRequest> proposals_ GUARDED_BY(mu_);  // scratch
 
-  std::mutex verdict_mu_;  // leaf lock: CacheListener runs under the cache's lock
-  std::vector<std::pair<BlockKey, bool>> verdicts_;  // (key, used)
+  Mutex verdict_mu_;  // leaf lock: CacheListener runs under the cache's lock
+  std::vector<std::pair<BlockKey, bool>> verdicts_ GUARDED_BY(verdict_mu_);  // (key, used)
 
   std::atomic<uint64_t> miss_reads_{0};
   std::atomic<uint64_t> miss_nanos_{0};
