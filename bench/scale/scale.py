@@ -2,19 +2,29 @@
 """Spoke scale harness: metadata-heavy trees behind the WAN proxy.
 
   scale.py [--build-dir DIR] [--files 1000000] [--big-dir 200000] [--cycles 10]
-           [--cycle-files 100000] [--delay-ms 30] [--threads 16] [--keep-workdir]
+           [--cycle-files 100000] [--mount-files 2000] [--mount-dirs 16] [--threads 32]
+           [--churn-ttl 5] [--delay-ms 30] [--keep-workdir]
 
 Creates, directly in a fresh nfs-ganesha hub's export, a tree of --files empty files (1000 per
 directory) and a separate directory of --big-dir entries, puts spoke-wan-proxy (30 ms each way =
-60 ms RTT) in front of it, starts spoke-cache-agent and mounts the tree read-only and a
-scratch volume with spokectl. Then measures:
+60 ms RTT) in front of it, starts spoke-cache-agent and mounts the tree read-only, a churn
+volume (consistency ttl) and a scratch volume with spokectl. Then measures:
   walk       a full walk of the mount (scandir + lstat of every entry), timed by the walker
              (the agent has no walk metric), and the agent's RSS before/after it: bytes of
              RSS per cached inode
   big dir    (a volume of its own) lstat of one entry right after mounting (cold), `ls`
              (listdir) of the directory, and lstat of an entry inside it afterwards
-  cycles     agent RSS after each of --cycles create/unlink rounds of --cycle-files files on
-             the scratch volume (memory should stay flat)
+  cycles     --cycles rounds, each of which
+               - creates --cycle-files empty files on the hub directly (another client), 1000
+                 per directory, and walks them through the churn volume once its listings are
+                 older than --churn-ttl (every directory relisted, every file stat'ed);
+               - removes them on the hub and walks again (the agent sees them gone);
+               - creates and unlinks --mount-files files through the scratch volume, spread
+                 over --mount-dirs directories by --threads workers (the kernel serialises
+                 creates and unlinks within one directory: it holds the directory's lock
+                 across LOOKUP + CREATE/UNLINK);
+             and the agent's RSS after each round, which should stay flat: the same names
+             come back each round, and what the hub removed must leave the agent's memory
 and prints a table. Needs root and /dev/fuse. Not a ctest test: it takes long at full size.
 """
 import argparse
@@ -92,13 +102,20 @@ def main():
     p.add_argument("--big-dir", type=int, default=200_000)
     p.add_argument("--cycles", type=int, default=10)
     p.add_argument("--cycle-files", type=int, default=100_000)
-    p.add_argument("--threads", type=int, default=16, help="parallel creates/unlinks")
+    p.add_argument("--mount-files", type=int, default=2000,
+                   help="files created + unlinked through the scratch mount per cycle")
+    p.add_argument("--mount-dirs", type=int, default=16,
+                   help="directories the --mount-files are spread over")
+    p.add_argument("--threads", type=int, default=32, help="parallel creates/unlinks/walkers")
+    p.add_argument("--churn-ttl", type=int, default=5,
+                   help="ttl (s) of the churn volume; each walk waits for it to pass")
     p.add_argument("--delay-ms", type=int, default=30)
     p.add_argument("--hub-timeout", type=int, default=30)
     p.add_argument("--keep-workdir", action="store_true")
     a = p.parse_args()
-    for name in ("files", "big_dir", "cycles", "cycle_files", "threads"):
-        if getattr(a, name) < (1 if name == "threads" else 0):
+    for name in ("files", "big_dir", "cycles", "cycle_files", "mount_files", "mount_dirs",
+                 "threads", "churn_ttl"):
+        if getattr(a, name) < (1 if name in ("threads", "mount_dirs", "churn_ttl") else 0):
             p.error("--%s must not be negative" % name.replace("_", "-"))
     if os.geteuid() != 0 or not os.access("/dev/fuse", os.R_OK | os.W_OK):
         print("scale: needs root and /dev/fuse", file=sys.stderr)
@@ -139,6 +156,9 @@ def main():
         export = kv["EXPORT"]
         make_tree(export, a.files, a.big_dir)
         os.makedirs(os.path.join(export, "scratch"))
+        churn_dirs = ["d%03d" % i for i in range((a.cycle_files + 999) // 1000)]
+        for d in churn_dirs:
+            os.makedirs(os.path.join(export, "churn", d))
         # The cycles create as root, which reaches the hub as the squashed identity.
         os.chmod(os.path.join(export, "scratch"), 0o1777)
         wan_nfs, wan_mnt = free_port(), free_port()
@@ -166,8 +186,9 @@ def main():
                 pass
             time.sleep(0.1)
         url = "nfs://127.0.0.1%s/%%s?nfsport=%d&mountport=%d" % (export, wan_nfs, wan_mnt)
-        tree_mnt, big_mnt, sc_mnt = (os.path.join(work, d) for d in ("tree", "big", "scratch"))
-        for d in (tree_mnt, big_mnt, sc_mnt):
+        tree_mnt, big_mnt, sc_mnt, churn_mnt = (os.path.join(work, d)
+                                                for d in ("tree", "big", "scratch", "churn"))
+        for d in (tree_mnt, big_mnt, sc_mnt, churn_mnt):
             os.makedirs(d)
         rss0 = rss_kb(agent.pid)
         ro = ("--mode", "dataset", "--consistency", "immutable", "--read-only", "--hub-timeout",
@@ -213,42 +234,95 @@ def main():
             str(a.hub_timeout))
         mounts.append(sc_mnt)
 
+        ctl("mount", url % "churn", churn_mnt, "--mode", "dataset", "--consistency", "ttl",
+            "--ttl", str(a.churn_ttl), "--read-only", "--hub-timeout", str(a.hub_timeout))
+        mounts.append(churn_mnt)
+
         pool = concurrent.futures.ThreadPoolExecutor(a.threads)
+        mount_names = ["m%03d/c%07d" % (i % a.mount_dirs, i) for i in range(a.mount_files)]
+        if a.mount_files:
+            for d in range(a.mount_dirs):
+                os.mkdir(os.path.join(sc_mnt, "m%03d" % d))
 
-        def create(i):
-            os.close(os.open(os.path.join(sc_mnt, "c%07d" % i), os.O_CREAT | os.O_WRONLY, 0o644))
+        def on_hub(fn):
+            """fn(path) for each churn file, in the hub's export (another client)."""
+            def per_dir(k):
+                d = os.path.join(export, "churn", churn_dirs[k])
+                for i in range(k * 1000, min(a.cycle_files, (k + 1) * 1000)):
+                    fn(os.path.join(d, "f%07d" % i))
+            list(pool.map(per_dir, range(len(churn_dirs))))
 
-        def unlink(i):
-            os.unlink(os.path.join(sc_mnt, "c%07d" % i))
+        def walk_churn():
+            """Every churn directory listed and every entry stat'ed through the mount."""
+            time.sleep(a.churn_ttl + 0.5)  # every listing the agent holds is stale now
+            def one(d):
+                return walk(os.path.join(churn_mnt, d))[0]
+            return sum(pool.map(one, churn_dirs))
+
+        def create(name):
+            os.close(os.open(os.path.join(sc_mnt, name), os.O_CREAT | os.O_WRONLY, 0o644))
+
+        def unlink(name):
+            os.unlink(os.path.join(sc_mnt, name))
 
         def timed(fn):
-            def run(i):
+            def run(x):
                 t = time.monotonic()
-                fn(i)
+                fn(x)
                 return time.monotonic() - t
             return run
+
+        def spread(sorted_s):
+            return "%.2f / %.2f s" % (sorted_s[len(sorted_s) // 2], sorted_s[-1])
 
         cycle_rss = []
         for c in range(a.cycles):
             t = time.monotonic()
-            creates = sorted(pool.map(timed(create), range(a.cycle_files)))
-            unlinks = sorted(pool.map(timed(unlink), range(a.cycle_files)))
-            if c == 0 and creates:
-                row("create / unlink latency, cycle 1 (median, max)",
-                    "%.2f s, %.2f s / %.2f s, %.2f s (%d threads)"
-                    % (creates[len(creates) // 2], creates[-1], unlinks[len(unlinks) // 2],
-                       unlinks[-1], a.threads))
+            on_hub(lambda f: os.close(os.open(f, os.O_CREAT | os.O_WRONLY, 0o644)))
+            t_hub = time.monotonic() - t
+            t = time.monotonic()
+            seen = walk_churn()
+            t_walk = time.monotonic() - t
+            rss_full = rss_kb(agent.pid)
+            on_hub(os.unlink)
+            t = time.monotonic()
+            left = walk_churn()
+            t_walk2 = time.monotonic() - t
+            t = time.monotonic()
+            creates = sorted(pool.map(timed(create), mount_names))
+            unlinks = sorted(pool.map(timed(unlink), mount_names))
+            t_mount = time.monotonic() - t
             cycle_rss.append(rss_kb(agent.pid))
-            log("cycle %d: %d files created + unlinked in %.1f s, agent RSS %d KiB"
-                % (c + 1, a.cycle_files, time.monotonic() - t, cycle_rss[-1]))
+            if seen != a.cycle_files or left != 0:
+                # The mount must show what the hub holds once the ttl has passed.
+                row("cycle %d churn walk MISMATCH" % (c + 1),
+                    "saw %d of %d files, %d left after removal" % (seen, a.cycle_files, left))
+            log("cycle %d: hub +%d files %.1f s; walk %d entries %.1f s (RSS %d MiB); hub "
+                "removal, walk %d entries %.1f s; mount %d creates + unlinks %.1f s (median / "
+                "max: create %s, unlink %s); agent RSS %d KiB"
+                % (c + 1, a.cycle_files, t_hub, seen, t_walk, rss_full // 1024, left, t_walk2,
+                   a.mount_files, t_mount, spread(creates) if creates else "-",
+                   spread(unlinks) if unlinks else "-", cycle_rss[-1]))
+            if c == 0 and creates:
+                row("mount create / unlink latency, cycle 1 (median / max)",
+                    "%s, %s (%d threads, %d dirs)"
+                    % (spread(creates), spread(unlinks), a.threads, a.mount_dirs))
+                row("mount creates + unlinks per second, cycle 1",
+                    "%.0f" % (2 * a.mount_files / max(t_mount, 1e-9)))
+            if c == 0:
+                row("churn walk of %d hub-created files, cycle 1" % a.cycle_files,
+                    "%.1f s (%d seen)" % (t_walk, seen))
         if cycle_rss:
-            row("RSS after create/unlink cycles (MiB)",
-                " ".join("%d" % (k // 1024) for k in cycle_rss))
-            row("RSS growth first -> last cycle",
-                "%+d KiB (%+.0f B per file-cycle)"
-                % (cycle_rss[-1] - cycle_rss[0],
-                   (cycle_rss[-1] - cycle_rss[0]) * 1024 /
-                   max(1, a.cycle_files * (len(cycle_rss) - 1))))
+            row("RSS after each cycle (MiB)", " ".join("%d" % (k // 1024) for k in cycle_rss))
+            # The first cycle fills the allocator's pools; flat means no growth after it.
+            base = cycle_rss[1] if len(cycle_rss) > 2 else cycle_rss[0]
+            grow = cycle_rss[-1] - base
+            per = grow * 1024 / max(1, (a.cycle_files + a.mount_files) *
+                                       max(1, len(cycle_rss) - (2 if len(cycle_rss) > 2 else 1)))
+            flat = grow <= max(8 * 1024, base // 20)  # within 8 MiB or 5 %
+            row("RSS growth cycle %d -> last" % (2 if len(cycle_rss) > 2 else 1),
+                "%+d KiB (%+.1f B per file-cycle): %s"
+                % (grow, per, "flat" if flat else "GROWING"))
         pool.shutdown()
         print("\n%-44s %s" % ("measure (files %d, %d ms RTT)" % (a.files, 2 * a.delay_ms),
                               "value"))

@@ -313,6 +313,16 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
   return LookupOnHub(parent, name, hold);
 }
 
+std::optional<InodeAttr> MetadataCache::Known(uint64_t parent, const std::string& name) const {
+  MutexLock lock(mu_);
+  auto p = nodes_.find(parent);
+  if (p == nodes_.end()) return std::nullopt;
+  const uint64_t child = p->second.entries().children.Find(name);
+  auto c = child == 0 ? nodes_.end() : nodes_.find(child);
+  if (c == nodes_.end()) return std::nullopt;
+  return InodeAttr{child, AttrLocked(c->second)};
+}
+
 Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   {

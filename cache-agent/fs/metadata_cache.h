@@ -144,6 +144,10 @@ class MetadataCache final : public HandleStore {
   // `hold`: the answer hands the kernel the inode (one reference, counted with the answer so
   // that the inode cannot be dropped in between); see Hold.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, bool hold = false);
+  // The inode the cache has for `name` in `parent`, without asking the hub (nullopt when it has
+  // none): for our own changes, which need the inode the kernel was handed by the lookup it
+  // made right before them, not a fresh one (a strict Lookup costs a hub round trip).
+  std::optional<InodeAttr> Known(uint64_t parent, const std::string& name) const;
   Result<FileAttr> GetAttr(uint64_t ino);
   // Strict volumes list the directory on the hub on every call. Callers share one snapshot
   // while the directory does not change, and concurrent listings of a directory on the hub

@@ -119,6 +119,24 @@ inline int ErrnoOf(nfsstat3 s) {
       return ENXIO;
     case NFS3ERR_ACCES:
       return EACCES;
+    case NFS3ERR_EXIST:
+      return EEXIST;
+    case NFS3ERR_XDEV:
+      return EXDEV;
+    case NFS3ERR_FBIG:
+      return EFBIG;
+    case NFS3ERR_NOSPC:
+      return ENOSPC;
+    case NFS3ERR_ROFS:
+      return EROFS;
+    case NFS3ERR_MLINK:
+      return EMLINK;
+    case NFS3ERR_NAMETOOLONG:
+      return ENAMETOOLONG;
+    case NFS3ERR_NOTEMPTY:
+      return ENOTEMPTY;
+    case NFS3ERR_DQUOT:
+      return EDQUOT;
     case NFS3ERR_NOTDIR:
       return ENOTDIR;
     case NFS3ERR_ISDIR:

@@ -252,25 +252,7 @@ void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
   for (auto& [key, ic] : identities_) ic.conn->Invalidate(path);
 }
 
-Result<FileAttr> LibnfsRemote::Stat(const std::string& path) {
-  auto job = NewJob("GETATTR", path, true, config_.request_timeout_seconds);
-  std::string p = Full(path);
-  return RunBlocking<FileAttr>(LeastLoaded(), in_flight_, job,
-                               [p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
-                                   const std::function<void(FileAttr)>& deliver) {
-                                 c.Call(
-                                     [&](nfs_context* ctx, auto tramp, void* priv) {
-                                       // LSTAT: a symbolic link's own attributes,
-                                       // as FUSE's getattr and lookup expect.
-                                       return nfs_lstat64_async(ctx, p.c_str(), tramp, priv);
-                                     },
-                                     [&c, j, deliver](int err, void* data) {
-                                       if (err < 0) return c.AttemptFailed(j, err, Msg(data));
-                                       FileAttr a = FromStat(*static_cast<nfs_stat_64*>(data));
-                                       if (c.Finish(j)) deliver(a);
-                                     });
-                               });
-}
+Result<FileAttr> LibnfsRemote::Stat(const std::string& path) { return StatOn(LeastLoaded(), path); }
 
 Result<std::vector<DirEntry>> LibnfsRemote::ReadDir(const std::string& path) {
   auto job = NewJob("READDIRPLUS", path, true, config_.request_timeout_seconds);
@@ -367,10 +349,22 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
 Result<FileAttr> LibnfsRemote::StatOn(NfsConnection& conn, const std::string& path) {
   auto job = NewJob("GETATTR", path, true, config_.request_timeout_seconds);
   std::string p = Full(path);
-  return RunBlocking<FileAttr>(conn, in_flight_, job,
-                               StatCall([p](nfs_context* ctx, auto tramp, void* priv) {
-                                 return nfs_lstat64_async(ctx, p.c_str(), tramp, priv);
-                               }));
+  // LSTAT: a symbolic link's own attributes, as FUSE's getattr and lookup expect (a LOOKUP
+  // by the directory's handle does not follow links either).
+  auto lstat = StatCall([p](nfs_context* ctx, auto tramp, void* priv) {
+    return nfs_lstat64_async(ctx, p.c_str(), tramp, priv);
+  });
+  return RunBlocking<FileAttr>(
+      conn, in_flight_, job,
+      [this, path, lstat](NfsConnection& c, nfs_context* ctx, const std::shared_ptr<NfsJob>& j,
+                          const std::function<void(FileAttr)>& deliver) {
+        auto by_path = [lstat, &c, ctx, j, deliver]() { lstat(c, ctx, j, deliver); };
+        ParentHandle(c, path,
+                     [this, &c, j, path, deliver, by_path](std::string fh, std::string name) {
+                       if (fh.empty()) return by_path();
+                       StatByHandle(c, j, path, fh, name, deliver, by_path);
+                     });
+      });
 }
 
 void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset,

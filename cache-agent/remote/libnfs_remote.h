@@ -150,6 +150,9 @@ class LibnfsRemote final : public RemoteFs {
   int64_t InFlight() const;
   // Checked reads answered by a handle from a listing (one round trip), and handles known.
   uint64_t reads_by_handle() const { return reads_by_handle_.load(); }
+  // Stats, creates and removals sent as one LOOKUP, CREATE or REMOVE by the handle of the
+  // name's directory (for tests and figures).
+  uint64_t names_by_handle() const { return names_by_handle_.load(); }
   // Handles in the remote's own table (none while another store is attached).
   size_t handles_known() const { return fh_table_.size(); }
   // Listed handles go to `store` (see RemoteFs); ignored when fh_table_size is 0 (by path).
@@ -197,6 +200,26 @@ class LibnfsRemote final : public RemoteFs {
   void ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
                     const std::string& fh, uint64_t file_id, uint64_t offset, uint32_t length,
                     std::shared_ptr<CheckedReadDone> done);
+  // Loop thread of `c`. Calls k with the handle of the directory holding `path` (DirHandle:
+  // the volume root's, or a listed directory's) and the last name; an empty handle when none
+  // is known or `path` is the root (the caller goes by path).
+  void ParentHandle(NfsConnection& c, const std::string& path,
+                    std::function<void(std::string dir_fh, std::string name)> k);
+  // One round trip each, by the directory's handle, where libnfs' path calls cost a LOOKUP
+  // per component (and a GETATTR) before the call, and a LOOKUP + GETATTR after a create for
+  // its attributes. A stale directory handle is dropped and hands over to `by_path` (nothing
+  // was changed on the hub); a reply without attributes, or a device's (kept in libnfs'
+  // encoding on the other path), too.
+  void StatByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
+                    const std::string& dir_fh, const std::string& name,
+                    std::function<void(FileAttr)> deliver, std::function<void()> by_path);
+  void CreateByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
+                      const std::string& dir_fh, const std::string& name, uint32_t mode,
+                      CreateMode how, std::function<void(FileAttr)> deliver,
+                      std::function<void()> by_path);
+  void RemoveByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
+                      const std::string& dir_fh, const std::string& name,
+                      std::function<void()> deliver, std::function<void()> by_path);
   std::optional<HandleStore::Entry> FindHandle(const std::string& path);
   void DropHandles(const std::string& path);
   // The libnfs path of a volume-relative path ("/root/path").
@@ -228,6 +251,7 @@ class LibnfsRemote final : public RemoteFs {
   uint64_t identity_clock_ GUARDED_BY(identities_mu_) = 0;
   std::atomic<bool> reachable_{true};
   std::atomic<uint64_t> reads_by_handle_{0};
+  std::atomic<uint64_t> names_by_handle_{0};
   mutable Mutex error_mu_;
   std::string last_error_ GUARDED_BY(error_mu_);
 };

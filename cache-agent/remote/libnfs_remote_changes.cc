@@ -81,30 +81,43 @@ Result<FileAttr> LibnfsRemote::CreateOn(NfsConnection& conn, const std::string& 
   std::string p = Full(path);
   // O_EXCL makes libnfs send CREATE3 GUARDED: the hub refuses an existing name (NFS3ERR_EXIST).
   int flags = O_CREAT | O_RDWR | O_SYNC | (how == CreateMode::kExclusive ? O_EXCL : 0);
+  // By path: libnfs looks the directory up, creates, then the LSTAT looks the file up again.
+  auto create_by_path = [p, mode, flags](NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                         const std::function<void(FileAttr)>& deliver) {
+    c.Call(
+        [&](nfs_context* ctx, auto tramp, void* priv) {
+          return nfs_create_async(ctx, p.c_str(), flags, static_cast<int>(mode & 07777), tramp,
+                                  priv);
+        },
+        [&c, j, p, deliver](int err, void* data) {
+          if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+          // The create handle is not kept: writes open their own O_SYNC handle.
+          c.Call(
+              [&](nfs_context* ctx, auto tramp, void* priv) {
+                return nfs_close_async(ctx, static_cast<nfsfh*>(data), tramp, priv);
+              },
+              [](int, void*) {});
+          c.Call([&](nfs_context* ctx, auto tramp,
+                     void* priv) { return nfs_stat64_async(ctx, p.c_str(), tramp, priv); },
+                 [&c, j, deliver](int err2, void* d2) {
+                   if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d2));
+                   FileAttr a = FromStat(*static_cast<nfs_stat_64*>(d2));
+                   if (c.Finish(j)) deliver(a);
+                 });
+        });
+  };
   auto r = RunBlocking<FileAttr>(
       conn, in_flight_, job,
-      [p, mode, flags](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
-                       const std::function<void(FileAttr)>& deliver) {
-        c.Call(
-            [&](nfs_context* ctx, auto tramp, void* priv) {
-              return nfs_create_async(ctx, p.c_str(), flags, static_cast<int>(mode & 07777), tramp,
-                                      priv);
-            },
-            [&c, j, p, deliver](int err, void* data) {
-              if (err < 0) return c.AttemptFailed(j, err, Msg(data));
-              // The create handle is not kept: writes open their own O_SYNC handle.
-              c.Call(
-                  [&](nfs_context* ctx, auto tramp, void* priv) {
-                    return nfs_close_async(ctx, static_cast<nfsfh*>(data), tramp, priv);
-                  },
-                  [](int, void*) {});
-              c.Call([&](nfs_context* ctx, auto tramp,
-                         void* priv) { return nfs_stat64_async(ctx, p.c_str(), tramp, priv); },
-                     [&c, j, deliver](int err2, void* d2) {
-                       if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d2));
-                       FileAttr a = FromStat(*static_cast<nfs_stat_64*>(d2));
-                       if (c.Finish(j)) deliver(a);
-                     });
+      [this, path, mode, how, create_by_path](NfsConnection& c, nfs_context*,
+                                              const std::shared_ptr<NfsJob>& j,
+                                              const std::function<void(FileAttr)>& deliver) {
+        auto by_path = [create_by_path, &c, j, deliver]() { create_by_path(c, j, deliver); };
+        // One CREATE by the directory's handle; its reply carries the new file's attributes.
+        ParentHandle(
+            c, path,
+            [this, &c, j, path, mode, how, deliver, by_path](std::string fh, std::string name) {
+              if (fh.empty()) return by_path();
+              CreateByHandle(c, j, path, fh, name, mode, how, deliver, by_path);
             });
       });
   InvalidateEverywhere(path);
@@ -134,10 +147,24 @@ Status LibnfsRemote::UnlinkOn(NfsConnection& conn, const std::string& path) {
   auto job = NewJob("REMOVE", path, false, config_.request_timeout_seconds);
   std::string p = Full(path);
   InvalidateEverywhere(path);
-  auto r = RunBlocking<Unit>(conn, in_flight_, job,
-                             PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
-                               return nfs_unlink_async(ctx, p.c_str(), tramp, priv);
-                             }));
+  auto remove_by_path = PathCall([p](nfs_context* ctx, auto tramp, void* priv) {
+    return nfs_unlink_async(ctx, p.c_str(), tramp, priv);
+  });
+  auto r = RunBlocking<Unit>(
+      conn, in_flight_, job,
+      [this, path, remove_by_path](NfsConnection& c, nfs_context* ctx,
+                                   const std::shared_ptr<NfsJob>& j,
+                                   const std::function<void(Unit)>& deliver) {
+        auto by_path = [remove_by_path, &c, ctx, j, deliver]() {
+          remove_by_path(c, ctx, j, deliver);
+        };
+        ParentHandle(c, path,
+                     [this, &c, j, path, deliver, by_path](std::string fh, std::string name) {
+                       if (fh.empty()) return by_path();
+                       RemoveByHandle(
+                           c, j, path, fh, name, [deliver] { deliver(Unit{}); }, by_path);
+                     });
+      });
   InvalidateEverywhere(path);
   return ToStatus(r);
 }

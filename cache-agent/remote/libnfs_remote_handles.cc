@@ -1,5 +1,6 @@
 // LibnfsRemote: listings and reads by NFS file handle (raw READDIRPLUS and READ).
 #include <cstring>
+#include <optional>
 
 #include "cache-agent/remote/libnfs_calls.h"
 #include "cache-agent/remote/libnfs_remote.h"
@@ -50,6 +51,132 @@ void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
         });
   };
   (*step)(0, share_root);
+}
+
+void LibnfsRemote::ParentHandle(NfsConnection& c, const std::string& path,
+                                std::function<void(std::string, std::string)> k) {
+  if (path.empty()) return k({}, {});
+  const size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash);
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  DirHandle(c, dir, [k, name = std::move(name)](std::string fh) { k(std::move(fh), name); });
+}
+
+namespace {
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
+bool StaleHandle(nfsstat3 s) { return s == NFS3ERR_STALE || s == NFS3ERR_BADHANDLE; }
+
+// The attributes a by-handle reply carries, when this path can deliver them.
+std::optional<FileAttr> ReplyAttr(const post_op_attr& a) {
+  if (!a.attributes_follow) return std::nullopt;
+  const fattr3& f = a.post_op_attr_u.attributes;
+  if (f.type == NF3CHR || f.type == NF3BLK) return std::nullopt;
+  return FromFattr3(f);
+}
+
+}  // namespace
+
+void LibnfsRemote::StatByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                const std::string& path, const std::string& dir_fh,
+                                const std::string& name, std::function<void(FileAttr)> deliver,
+                                std::function<void()> by_path) {
+  LOOKUP3args a{};
+  a.what.dir = Fh3(dir_fh);
+  a.what.name = const_cast<char*>(name.c_str());
+  c.CallRpc(
+      [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_lookup_async(rpc, cb, &a, p); },
+      [this, &c, j, path, deliver, by_path](int status, void* data) {
+        if (j->finished) return;
+        if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+        auto* r = static_cast<LOOKUP3res*>(data);
+        if (StaleHandle(r->status)) {
+          DropHandles(DirOf(path));
+          return by_path();
+        }
+        if (r->status != NFS3_OK) {
+          return c.AttemptFailed(j, -ErrnoOf(r->status),
+                                 std::string("LOOKUP: ") + std::strerror(ErrnoOf(r->status)));
+        }
+        auto attr = ReplyAttr(r->LOOKUP3res_u.resok.obj_attributes);
+        if (!attr) return by_path();
+        names_by_handle_++;
+        if (c.Finish(j)) deliver(*attr);
+      });
+}
+
+void LibnfsRemote::CreateByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                  const std::string& path, const std::string& dir_fh,
+                                  const std::string& name, uint32_t mode, CreateMode how,
+                                  std::function<void(FileAttr)> deliver,
+                                  std::function<void()> by_path) {
+  CREATE3args a{};
+  a.where.dir = Fh3(dir_fh);
+  a.where.name = const_cast<char*>(name.c_str());
+  // GUARDED: the hub refuses an existing name (NFS3ERR_EXIST), as libnfs does for O_EXCL.
+  a.how.mode = how == CreateMode::kExclusive ? GUARDED : UNCHECKED;
+  sattr3& s = a.how.createhow3_u.obj_attributes;
+  s.mode.set_it = 1;
+  s.mode.set_mode3_u.mode = mode & 07777;
+  c.CallRpc(
+      [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_create_async(rpc, cb, &a, p); },
+      [this, &c, j, path, deliver, by_path](int status, void* data) {
+        if (j->finished) return;
+        if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+        auto* r = static_cast<CREATE3res*>(data);
+        if (StaleHandle(r->status)) {
+          DropHandles(DirOf(path));
+          return by_path();
+        }
+        if (r->status != NFS3_OK) {
+          return c.AttemptFailed(j, -ErrnoOf(r->status),
+                                 std::string("CREATE: ") + std::strerror(ErrnoOf(r->status)));
+        }
+        names_by_handle_++;
+        if (auto attr = ReplyAttr(r->CREATE3res_u.resok.obj_attributes)) {
+          if (c.Finish(j)) deliver(*attr);
+          return;
+        }
+        // Created, but the reply has no attributes: they come from an LSTAT by path.
+        std::string p = Full(path);
+        c.Call([&](nfs_context* ctx, auto tramp,
+                   void* priv) { return nfs_lstat64_async(ctx, p.c_str(), tramp, priv); },
+               [&c, j, deliver](int err, void* d) {
+                 if (err < 0) return c.AttemptFailed(j, err, Msg(d));
+                 FileAttr attr = FromStat(*static_cast<nfs_stat_64*>(d));
+                 if (c.Finish(j)) deliver(attr);
+               });
+      });
+}
+
+void LibnfsRemote::RemoveByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                  const std::string& path, const std::string& dir_fh,
+                                  const std::string& name, std::function<void()> deliver,
+                                  std::function<void()> by_path) {
+  REMOVE3args a{};
+  a.object.dir = Fh3(dir_fh);
+  a.object.name = const_cast<char*>(name.c_str());
+  c.CallRpc(
+      [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_remove_async(rpc, cb, &a, p); },
+      [this, &c, j, path, deliver, by_path](int status, void* data) {
+        if (j->finished) return;
+        if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+        auto* r = static_cast<REMOVE3res*>(data);
+        if (StaleHandle(r->status)) {
+          DropHandles(DirOf(path));
+          return by_path();
+        }
+        if (r->status != NFS3_OK) {
+          return c.AttemptFailed(j, -ErrnoOf(r->status),
+                                 std::string("REMOVE: ") + std::strerror(ErrnoOf(r->status)));
+        }
+        names_by_handle_++;
+        if (c.Finish(j)) deliver();
+      });
 }
 
 void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,

@@ -1184,5 +1184,22 @@ TEST(MetadataCache, WalkLoadsTheTreeInDirectoryOrder) {
   EXPECT_EQ(remote.readdirs, lists);  // no WAN after the walk
 }
 
+// An unlink follows the kernel's lookup of the name: the entry that lookup cached is what it
+// removes. Asking the hub again (a strict Lookup) cost one more WAN round trip per unlink.
+TEST(VolumeFs, StrictUnlinkAfterTheKernelsLookupOnlyRemovesOnTheHub) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.remote.PutFile("f", "x");
+  rig.Init();
+  auto f = rig.fs->Lookup(kRootIno, "f");  // the kernel's, before UNLINK
+  ASSERT_TRUE(f) << f.error().ToString();
+  const int stats = rig.remote.stats.load();
+  ASSERT_TRUE(rig.fs->Unlink(kRootIno, "f"));
+  EXPECT_FALSE(rig.remote.Exists("f"));
+  EXPECT_EQ(rig.remote.stats.load(), stats);
+  auto gone = rig.fs->Lookup(kRootIno, "f");
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code(), Code::kNotFound);
+}
+
 }  // namespace
 }  // namespace spoke::agent

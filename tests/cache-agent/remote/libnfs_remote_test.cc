@@ -193,6 +193,58 @@ TEST_F(LibnfsRemoteHub, StatReadDirRead) {
   EXPECT_EQ(subroot->size(), 3u);
 }
 
+// Stat, create and unlink of a name go as one LOOKUP, CREATE or REMOVE by the handle of its
+// directory (the volume root's; a listed one's), not by path (libnfs: a LOOKUP per component
+// and a GETATTR before the call, a LOOKUP + GETATTR after a create: 7 round trips for a
+// create in the root, counting the caller's lookup before it). Also for strict volumes (no
+// handle table), in the root.
+TEST_F(LibnfsRemoteHub, NamesGoByTheirDirectorysHandle) {
+  fs::create_directories(hub_->export_dir() + "/vol/d");
+  // Callers' root reaches the hub as nobody (allow_root is off).
+  for (const char* d : {"/vol", "/vol/d"}) {
+    fs::permissions(hub_->export_dir() + d, fs::perms::all | fs::perms::sticky_bit);
+  }
+  for (size_t table : {size_t{0}, size_t{1024}}) {
+    auto config = SmallConfig();
+    config.fh_table_size = table;
+    auto r = LibnfsRemote::Connect(hub_->address(), "vol", config, nullptr);
+    ASSERT_TRUE(r) << r.error().ToString();
+    auto& remote = **r;
+    const std::string name = "f" + std::to_string(table);
+    auto before = remote.Stat(name);
+    ASSERT_FALSE(before);
+    EXPECT_EQ(before.error().code(), Code::kNotFound);
+    auto made = remote.CreateAs(Credentials{0, 0, {}}, name, 0640, CreateMode::kExclusive);
+    ASSERT_TRUE(made) << made.error().ToString();
+    EXPECT_TRUE(made->is_reg());
+    EXPECT_EQ(made->mode & 07777, 0640u);
+    EXPECT_EQ(made->file_id,
+              fs::status(hub_->export_dir() + "/vol/" + name).type() == fs::file_type::regular
+                  ? made->file_id
+                  : 0);
+    EXPECT_EQ(remote.names_by_handle(), 1u);  // the negative LOOKUP, then the CREATE
+    auto again = remote.CreateAs(Credentials{0, 0, {}}, name, 0640, CreateMode::kExclusive);
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().ToErrno(), EEXIST);
+    auto st = remote.Stat(name);
+    ASSERT_TRUE(st) << st.error().ToString();
+    EXPECT_EQ(st->file_id, made->file_id);
+    EXPECT_EQ(st->size, 0u);
+    ASSERT_TRUE(remote.Unlink(name));
+    EXPECT_FALSE(fs::exists(hub_->export_dir() + "/vol/" + name));
+    auto gone = remote.Unlink(name);
+    ASSERT_FALSE(gone);
+    EXPECT_EQ(gone.error().code(), Code::kNotFound);
+    EXPECT_EQ(remote.names_by_handle(), 3u);  // CREATE, LOOKUP, REMOVE
+    // In a listed directory by its handle too, where there is a handle table.
+    ASSERT_TRUE(remote.ReadDir(""));
+    ASSERT_TRUE(remote.CreateAs(Credentials{0, 0, {}}, "d/" + name, 0644, CreateMode::kUnchecked));
+    ASSERT_TRUE(remote.Stat("d/" + name));
+    ASSERT_TRUE(remote.Unlink("d/" + name));
+    EXPECT_EQ(remote.names_by_handle(), table == 0 ? 3u : 6u);
+  }
+}
+
 TEST_F(LibnfsRemoteHub, WritePathIsOnTheHubWhenCallsReturn) {
   auto r = LibnfsRemote::Connect(hub_->address(), "", SmallConfig(), nullptr);
   ASSERT_TRUE(r) << r.error().ToString();
