@@ -239,6 +239,18 @@ auto StatCall(Start start) {
   };
 }
 
+// Loop thread: LSTAT of the libnfs path `full`; its attributes finish the job.
+inline void StatThenFinish(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                           const std::string& full, std::function<void(FileAttr)> deliver) {
+  c.Call([&](nfs_context* ctx, auto tramp,
+             void* p) { return nfs_lstat64_async(ctx, full.c_str(), tramp, p); },
+         [&c, j, deliver](int err, void* data) {
+           if (err < 0) return c.AttemptFailed(j, err, Msg(data));
+           FileAttr a = FromStat(*static_cast<nfs_stat_64*>(data));
+           if (c.Finish(j)) deliver(a);
+         });
+}
+
 // A namespace change by path, then LSTAT of `stat_path` for the attributes it delivers.
 template <typename Start>
 auto ChangeThenStat(Start start, std::string stat_path) {
@@ -247,13 +259,7 @@ auto ChangeThenStat(Start start, std::string stat_path) {
     c.Call([&](nfs_context* ctx, auto tramp, void* p) { return start(ctx, tramp, p); },
            [&c, j, stat_path, deliver](int err, void* data) {
              if (err < 0) return c.AttemptFailed(j, err, Msg(data));
-             c.Call([&](nfs_context* ctx, auto tramp,
-                        void* p) { return nfs_lstat64_async(ctx, stat_path.c_str(), tramp, p); },
-                    [&c, j, deliver](int err2, void* d2) {
-                      if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d2));
-                      FileAttr a = FromStat(*static_cast<nfs_stat_64*>(d2));
-                      if (c.Finish(j)) deliver(a);
-                    });
+             StatThenFinish(c, j, stat_path, deliver);
            });
   };
 }

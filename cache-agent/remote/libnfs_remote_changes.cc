@@ -97,13 +97,7 @@ Result<FileAttr> LibnfsRemote::CreateOn(NfsConnection& conn, const std::string& 
                 return nfs_close_async(ctx, static_cast<nfsfh*>(data), tramp, priv);
               },
               [](int, void*) {});
-          c.Call([&](nfs_context* ctx, auto tramp,
-                     void* priv) { return nfs_stat64_async(ctx, p.c_str(), tramp, priv); },
-                 [&c, j, deliver](int err2, void* d2) {
-                   if (err2 < 0) return c.AttemptFailed(j, err2, Msg(d2));
-                   FileAttr a = FromStat(*static_cast<nfs_stat_64*>(d2));
-                   if (c.Finish(j)) deliver(a);
-                 });
+          StatThenFinish(c, j, p, deliver);
         });
   };
   auto r = RunBlocking<FileAttr>(

@@ -79,6 +79,30 @@ std::optional<FileAttr> ReplyAttr(const post_op_attr& a) {
   return FromFattr3(f);
 }
 
+// The start shared by the by-handle replies: the result to act on, or nullptr when the job
+// is over, the attempt failed, or the directory's handle was stale (`on_stale` then runs:
+// nothing was changed on the hub, the call can go by path).
+template <typename Res>
+Res* NameReply(NfsConnection& c, const std::shared_ptr<NfsJob>& j, int status, void* data,
+               const char* op, const std::function<void()>& on_stale) {
+  if (j->finished) return nullptr;
+  if (status != RPC_STATUS_SUCCESS) {
+    c.AttemptFailed(j, RpcErrno(status), Msg(data));
+    return nullptr;
+  }
+  auto* r = static_cast<Res*>(data);
+  if (StaleHandle(r->status)) {
+    on_stale();
+    return nullptr;
+  }
+  if (r->status != NFS3_OK) {
+    c.AttemptFailed(j, -ErrnoOf(r->status),
+                    std::string(op) + ": " + std::strerror(ErrnoOf(r->status)));
+    return nullptr;
+  }
+  return r;
+}
+
 }  // namespace
 
 void LibnfsRemote::StatByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
@@ -91,17 +115,11 @@ void LibnfsRemote::StatByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>&
   c.CallRpc(
       [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_lookup_async(rpc, cb, &a, p); },
       [this, &c, j, path, deliver, by_path](int status, void* data) {
-        if (j->finished) return;
-        if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
-        auto* r = static_cast<LOOKUP3res*>(data);
-        if (StaleHandle(r->status)) {
+        auto* r = NameReply<LOOKUP3res>(c, j, status, data, "LOOKUP", [&] {
           DropHandles(DirOf(path));
-          return by_path();
-        }
-        if (r->status != NFS3_OK) {
-          return c.AttemptFailed(j, -ErrnoOf(r->status),
-                                 std::string("LOOKUP: ") + std::strerror(ErrnoOf(r->status)));
-        }
+          by_path();
+        });
+        if (r == nullptr) return;
         auto attr = ReplyAttr(r->LOOKUP3res_u.resok.obj_attributes);
         if (!attr) return by_path();
         names_by_handle_++;
@@ -125,31 +143,18 @@ void LibnfsRemote::CreateByHandle(NfsConnection& c, const std::shared_ptr<NfsJob
   c.CallRpc(
       [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_create_async(rpc, cb, &a, p); },
       [this, &c, j, path, deliver, by_path](int status, void* data) {
-        if (j->finished) return;
-        if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
-        auto* r = static_cast<CREATE3res*>(data);
-        if (StaleHandle(r->status)) {
+        auto* r = NameReply<CREATE3res>(c, j, status, data, "CREATE", [&] {
           DropHandles(DirOf(path));
-          return by_path();
-        }
-        if (r->status != NFS3_OK) {
-          return c.AttemptFailed(j, -ErrnoOf(r->status),
-                                 std::string("CREATE: ") + std::strerror(ErrnoOf(r->status)));
-        }
+          by_path();
+        });
+        if (r == nullptr) return;
         names_by_handle_++;
         if (auto attr = ReplyAttr(r->CREATE3res_u.resok.obj_attributes)) {
           if (c.Finish(j)) deliver(*attr);
           return;
         }
         // Created, but the reply has no attributes: they come from an LSTAT by path.
-        std::string p = Full(path);
-        c.Call([&](nfs_context* ctx, auto tramp,
-                   void* priv) { return nfs_lstat64_async(ctx, p.c_str(), tramp, priv); },
-               [&c, j, deliver](int err, void* d) {
-                 if (err < 0) return c.AttemptFailed(j, err, Msg(d));
-                 FileAttr attr = FromStat(*static_cast<nfs_stat_64*>(d));
-                 if (c.Finish(j)) deliver(attr);
-               });
+        StatThenFinish(c, j, Full(path), deliver);
       });
 }
 
@@ -163,17 +168,11 @@ void LibnfsRemote::RemoveByHandle(NfsConnection& c, const std::shared_ptr<NfsJob
   c.CallRpc(
       [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_remove_async(rpc, cb, &a, p); },
       [this, &c, j, path, deliver, by_path](int status, void* data) {
-        if (j->finished) return;
-        if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
-        auto* r = static_cast<REMOVE3res*>(data);
-        if (StaleHandle(r->status)) {
+        auto* r = NameReply<REMOVE3res>(c, j, status, data, "REMOVE", [&] {
           DropHandles(DirOf(path));
-          return by_path();
-        }
-        if (r->status != NFS3_OK) {
-          return c.AttemptFailed(j, -ErrnoOf(r->status),
-                                 std::string("REMOVE: ") + std::strerror(ErrnoOf(r->status)));
-        }
+          by_path();
+        });
+        if (r == nullptr) return;
         names_by_handle_++;
         if (c.Finish(j)) deliver();
       });
