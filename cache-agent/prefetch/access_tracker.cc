@@ -1,6 +1,8 @@
 #include "cache-agent/prefetch/access_tracker.h"
 
 #include <algorithm>
+#include <functional>
+#include <utility>
 
 namespace spoke::agent {
 
@@ -23,60 +25,131 @@ FileIndex AccessTracker::AddTreeFile(std::string_view path, uint64_t file_id, ui
   return Intern(path, file_id, version, size, /*in_tree=*/true);
 }
 
+namespace {
+
+// "a/b/c" -> ("a/b", "c"); "c" -> ("", "c"). A path the root directory holds is its own name
+// (also "/c", which is not a relative path but must come back as it went in: Path()).
+std::pair<std::string_view, std::string_view> SplitPath(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos || slash == 0) return {std::string_view(), path};
+  return {path.substr(0, slash), path.substr(slash + 1)};
+}
+
+}  // namespace
+
+size_t AccessTracker::Hash(DirIndex dir, std::string_view name) {
+  const size_t h = std::hash<std::string_view>{}(name);
+  return h ^ (static_cast<size_t>(dir) * 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
+}
+
+std::string_view AccessTracker::Name(FileIndex f) const {
+  const TrackedFile& t = files_[f];
+  return std::string_view(names_.data() + t.name_at, t.name_size);
+}
+
+std::string AccessTracker::Path(FileIndex f) const {
+  const std::string& dir = DirectoryPath(files_[f].dir);
+  const std::string_view name = Name(f);
+  if (dir.empty()) return std::string(name);
+  std::string path;
+  path.reserve(dir.size() + 1 + name.size());
+  path.append(dir).append(1, '/').append(name);
+  return path;
+}
+
+std::optional<FileIndex> AccessTracker::FindIn(DirIndex dir, std::string_view name) const {
+  if (path_slots_.empty()) return std::nullopt;
+  const size_t mask = path_slots_.size() - 1;
+  for (size_t i = Hash(dir, name) & mask;; i = (i + 1) & mask) {
+    const FileIndex f = path_slots_[i];
+    if (f == kNoFile) return std::nullopt;
+    if (files_[f].dir == dir && Name(f) == name) return f;
+  }
+}
+
+void AccessTracker::IndexPath(FileIndex f) {
+  const auto put = [this](FileIndex g) {
+    const size_t mask = path_slots_.size() - 1;
+    size_t i = Hash(files_[g].dir, Name(g)) & mask;
+    while (path_slots_[i] != kNoFile) i = (i + 1) & mask;
+    path_slots_[i] = g;
+  };
+  // Load at most 3/4 (probe runs stay short); the table doubles, and every file moves.
+  if ((static_cast<size_t>(f) + 1) * 4 > path_slots_.size() * 3) {
+    path_slots_.assign(std::max<size_t>(64, path_slots_.size() * 2), kNoFile);
+    for (FileIndex g = 0; g < f; ++g) put(g);
+  }
+  put(f);
+}
+
 FileIndex AccessTracker::Intern(std::string_view path, uint64_t file_id, uint64_t version,
                                 uint64_t size, bool in_tree) {
-  auto it = by_path_.find(std::string(path));
-  if (it != by_path_.end()) {
-    TrackedFile& f = files_[it->second];
-    f.file_id = file_id;
-    f.version = version;
-    f.size = size;
-    if (in_tree && !f.in_tree) {
-      f.in_tree = true;
-      tree_order_.push_back(it->second);
-      ++tree_files_;
+  const auto [dir_path, name] = SplitPath(path);
+  auto d = dir_index_.find(dir_path);
+  if (d != dir_index_.end()) {
+    if (const auto found = FindIn(d->second, name)) {
+      TrackedFile& f = files_[*found];
+      f.file_id = file_id;
+      f.version = version;
+      f.size = size;
+      if (in_tree && !f.in_tree) {
+        f.in_tree = true;
+        tree_order_.push_back(*found);
+        ++tree_files_;
+      }
+      return *found;
     }
-    return it->second;
+  } else {
+    const auto dir = static_cast<DirIndex>(dirs_.size());
+    d = dir_index_.emplace(std::string(dir_path), dir).first;
+    dirs_.push_back(Dir{&d->first, {}, true});
   }
   const auto index = static_cast<FileIndex>(files_.size());
   TrackedFile f;
-  f.path = std::string(path);
-  const size_t slash = f.path.rfind('/');
-  f.dir = slash == std::string::npos ? std::string() : f.path.substr(0, slash);
   f.file_id = file_id;
   f.version = version;
   f.size = size;
+  f.name_at = names_.size();
+  f.name_size = name.size();
+  f.dir = d->second;
   f.in_tree = in_tree;
-  Dir& d = dirs_[f.dir];
-  if (!d.files.empty() && files_[d.files.back()].path > f.path) d.sorted = false;
-  d.files.push_back(index);
-  files_.push_back(std::move(f));
-  by_path_.emplace(files_.back().path, index);
+  names_.insert(names_.end(), name.begin(), name.end());
+  Dir& dir = dirs_[f.dir];
+  if (!dir.files.empty() && Name(dir.files.back()) > name) dir.sorted = false;
+  dir.files.push_back(index);
+  files_.push_back(f);
+  IndexPath(index);
   if (in_tree) {
     tree_order_.push_back(index);
     ++tree_files_;
   }
   read_epoch_.push_back(0);
-  read_epoch_prev_.push_back(0);
+  read_before_mark_.push_back(false);
   order_pos_.push_back(0);
-  dir_pos_.push_back(static_cast<uint32_t>(d.files.size() - 1));
+  dir_pos_.push_back(static_cast<uint32_t>(dir.files.size() - 1));
   return index;
 }
 
 std::optional<FileIndex> AccessTracker::Find(std::string_view path) const {
-  auto it = by_path_.find(std::string(path));
-  if (it == by_path_.end()) return std::nullopt;
-  return it->second;
+  const auto [dir_path, name] = SplitPath(path);
+  auto d = dir_index_.find(dir_path);
+  if (d == dir_index_.end()) return std::nullopt;
+  return FindIn(d->second, name);
 }
 
-const std::vector<FileIndex>& AccessTracker::Directory(const std::string& dir) const {
+const std::vector<FileIndex>& AccessTracker::Directory(std::string_view dir) const {
   static const std::vector<FileIndex> kEmpty;
-  auto it = dirs_.find(dir);
-  if (it == dirs_.end()) return kEmpty;
-  Dir& d = it->second;
+  auto it = dir_index_.find(dir);
+  if (it == dir_index_.end()) return kEmpty;
+  return Directory(it->second);
+}
+
+const std::vector<FileIndex>& AccessTracker::Directory(DirIndex dir) const {
+  Dir& d = dirs_[dir];
   if (!d.sorted) {
+    // One directory's files share its path: ordering by name orders by path.
     std::sort(d.files.begin(), d.files.end(),
-              [this](FileIndex a, FileIndex b) { return files_[a].path < files_[b].path; });
+              [this](FileIndex a, FileIndex b) { return Name(a) < Name(b); });
     for (size_t i = 0; i < d.files.size(); ++i) dir_pos_[d.files[i]] = static_cast<uint32_t>(i);
     d.sorted = true;
   }
@@ -91,7 +164,7 @@ uint32_t AccessTracker::PositionInDirectory(FileIndex f) const {
 bool AccessTracker::ReadLastEpoch(FileIndex f) const {
   if (epoch_ == 0) return false;
   if (read_epoch_[f] == epoch_) return true;
-  return read_epoch_[f] == epoch_ + 1 && read_epoch_prev_[f] == epoch_;
+  return read_epoch_[f] == epoch_ + 1 && read_before_mark_[f];
 }
 
 size_t AccessTracker::ReferenceSize() const {
@@ -100,7 +173,7 @@ size_t AccessTracker::ReferenceSize() const {
 
 void AccessTracker::MarkRead(FileIndex f) {
   const bool in_reference = epoch_ == 0 ? files_[f].in_tree : ReadLastEpoch(f);
-  read_epoch_prev_[f] = read_epoch_[f];
+  read_before_mark_[f] = read_epoch_[f] == epoch_;  // read in the epoch before this one
   read_epoch_[f] = epoch_ + 1;
   order_pos_[f] = static_cast<uint32_t>(current_order_.size());
   current_order_.push_back(f);

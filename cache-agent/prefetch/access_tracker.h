@@ -42,17 +42,23 @@
 namespace spoke::agent {
 
 using FileIndex = uint32_t;
+using DirIndex = uint32_t;
 
+// One file, 40 bytes: the walk feeds every file of the volume (a million on a big tree), so
+// its path is not a string of its own but a directory index and a leaf name in the tracker's
+// name arena (AccessTracker::Path builds the path).
 struct TrackedFile {
-  std::string path;  // relative to the volume root
-  std::string dir;   // parent directory ("" = root)
   uint64_t file_id = 0;
   uint64_t version = 0;
   uint64_t size = 0;
-  bool in_tree = false;  // known from the metadata walk (not only from an open)
+  uint64_t name_at : 40 = 0;    // the leaf name's offset in the name arena
+  uint64_t name_size : 24 = 0;  // and its length (a path is far shorter: PATH_MAX)
+  DirIndex dir = 0;             // parent directory (AccessTracker::DirectoryPath)
+  bool in_tree = false;         // known from the metadata walk (not only from an open)
 
   uint64_t Blocks(uint32_t block_size) const { return (size + block_size - 1) / block_size; }
 };
+static_assert(sizeof(TrackedFile) == 40);
 
 struct ReadStream {
   FileIndex file = 0;
@@ -74,7 +80,7 @@ class AccessTracker {
   explicit AccessTracker(Config config);
 
   // Metadata walk: one call per regular file, in walk order. Returns its index. A file seen
-  // again (same path) is updated in place.
+  // again (same path) is updated in place. Paths are relative to the volume root.
   FileIndex AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version, uint64_t size);
 
   void OnOpen(const OpenEvent& e);
@@ -85,10 +91,17 @@ class AccessTracker {
   size_t file_count() const { return files_.size(); }
   const TrackedFile& file(FileIndex i) const { return files_[i]; }
   std::optional<FileIndex> Find(std::string_view path) const;
+  // A file's path (relative to the volume root) and its leaf name.
+  std::string Path(FileIndex f) const;
+  std::string_view Name(FileIndex f) const;
   // Walked files in walk order.
   const std::vector<FileIndex>& tree_order() const { return tree_order_; }
-  // The files of `dir`, sorted by name, and a file's position in its directory listing.
-  const std::vector<FileIndex>& Directory(const std::string& dir) const;
+  // The files of a directory ("" = root), sorted by name, and a file's position in its
+  // directory listing. A directory without files has an empty listing.
+  const std::vector<FileIndex>& Directory(std::string_view dir) const;
+  const std::vector<FileIndex>& Directory(DirIndex dir) const;
+  DirIndex DirectoryOf(FileIndex f) const { return files_[f].dir; }
+  const std::string& DirectoryPath(DirIndex dir) const { return *dirs_[dir].path; }
   uint32_t PositionInDirectory(FileIndex f) const;
 
   // --- epochs ---
@@ -113,22 +126,34 @@ class AccessTracker {
   void MarkRead(FileIndex f);
   size_t ReferenceSize() const;
 
+  // Path index: an open-addressing table of file indices (4 bytes a slot) hashed by
+  // (directory, leaf name), instead of a node and a path copy per file.
+  static constexpr FileIndex kNoFile = ~FileIndex{0};
+  static size_t Hash(DirIndex dir, std::string_view name);
+  std::optional<FileIndex> FindIn(DirIndex dir, std::string_view name) const;
+  void IndexPath(FileIndex f);
+
   Config config_;
   std::vector<TrackedFile> files_;
-  std::unordered_map<std::string, FileIndex> by_path_;
+  std::vector<char> names_;            // leaf names, back to back (TrackedFile::name_at)
+  std::vector<FileIndex> path_slots_;  // kNoFile = free; size a power of two
   std::vector<FileIndex> tree_order_;
   size_t tree_files_ = 0;
   struct Dir {
+    const std::string* path;  // the key in dir_index_
     std::vector<FileIndex> files;
     bool sorted = true;
   };
-  mutable std::map<std::string, Dir, std::less<>> dirs_;
+  std::map<std::string, DirIndex, std::less<>> dir_index_;
+  mutable std::vector<Dir> dirs_;
   mutable std::vector<uint32_t> dir_pos_;
 
   uint64_t epoch_ = 0;
-  std::vector<uint64_t> read_epoch_;       // epoch+1 when read in that epoch, 0 = never
-  std::vector<uint64_t> read_epoch_prev_;  // the value before the current epoch's mark
-  std::vector<uint32_t> order_pos_;        // position in current_order_ (valid when read)
+  std::vector<uint64_t> read_epoch_;  // epoch+1 when read in that epoch, 0 = never
+  // Read in the epoch before the one read_epoch_ marks (a bit, not the earlier mark: only
+  // ReadLastEpoch asks, and only whether it was the previous epoch).
+  std::vector<bool> read_before_mark_;
+  std::vector<uint32_t> order_pos_;  // position in current_order_ (valid when read)
   std::vector<FileIndex> current_order_;
   std::vector<FileIndex> previous_order_;
   size_t reference_read_ = 0;  // files of the reference set read this epoch

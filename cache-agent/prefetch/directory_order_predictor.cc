@@ -11,9 +11,9 @@ DirectoryOrderPredictor::DirectoryOrderPredictor(const AccessTracker& tracker,
 void DirectoryOrderPredictor::OnOpen(const OpenEvent&) {
   const auto f = tracker_.last_opened();
   if (!f) return;
-  const TrackedFile& file = tracker_.file(*f);
+  const DirIndex dir = tracker_.DirectoryOf(*f);
   const uint32_t pos = tracker_.PositionInDirectory(*f);
-  if (have_cursor_ && file.dir == dir_) {
+  if (have_cursor_ && dir == dir_) {
     if (pos > cursor_ && pos <= cursor_ + options_.window) {
       ++run_;
       cursor_ = pos;
@@ -21,7 +21,7 @@ void DirectoryOrderPredictor::OnOpen(const OpenEvent&) {
     }
     if (pos <= cursor_ && pos + options_.window >= cursor_) return;  // interleaved worker
   }
-  dir_ = file.dir;
+  dir_ = dir;
   cursor_ = pos;
   have_cursor_ = true;
   run_ = 0;

@@ -10,7 +10,7 @@
 #error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
 #endif
 
-#include <string>
+#include <string_view>
 
 #include "cache-agent/prefetch/tracker_expert.h"
 
@@ -34,7 +34,7 @@ class DirectoryOrderPredictor final : public TrackerExpert {
 
  private:
   Options options_;
-  std::string dir_;
+  DirIndex dir_ = 0;  // valid with have_cursor_
   bool have_cursor_ = false;
   uint32_t cursor_ = 0;  // highest listing position opened in the current run
   uint32_t run_ = 0;

@@ -160,7 +160,7 @@ void HintPredictor::PopConsumed() {
 void HintPredictor::OnOpen(const OpenEvent&) {
   const auto f = tracker_.last_opened();
   if (!f) return;
-  auto it = waiting_.find(tracker_.file(*f).path);
+  auto it = waiting_.find(tracker_.Path(*f));
   if (it == waiting_.end()) return;
   const uint64_t seq = it->second.front();
   it->second.pop_front();

@@ -23,7 +23,7 @@ TrackerExpert::Emit TrackerExpert::EmitFile(FileIndex index, uint64_t first, uin
       ++run->block_count;
     } else {
       PrefetchRequest r;
-      r.path = f.path;
+      r.path = tracker_.Path(index);
       r.file_id = f.file_id;
       r.version = f.version;
       r.file_size = f.size;
