@@ -48,6 +48,7 @@
 
 #include "cache-agent/fs/clock.h"
 #include "cache-agent/fs/dir_entries.h"
+#include "cache-agent/fs/inode_table.h"
 #include "cache-agent/fs/listing_flights.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
@@ -294,7 +295,7 @@ class MetadataCache final : public HandleStore {
   Config config_;
   Clock& clock_;
   mutable Mutex mu_;
-  std::unordered_map<uint64_t, Node> nodes_ GUARDED_BY(mu_);
+  InodeTable<Node> nodes_ GUARDED_BY(mu_);
   // Inodes not at their file's StableIno home number (taken by another file when they were
   // numbered: vanishingly rare), by file id; every other file is found at its home number.
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> displaced_ GUARDED_BY(mu_);  // (fsid, file id)
