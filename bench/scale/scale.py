@@ -3,7 +3,7 @@
 
   scale.py [--build-dir DIR] [--files 1000000] [--big-dir 200000] [--cycles 10]
            [--cycle-files 100000] [--mount-files 2000] [--mount-dirs 16] [--threads 32]
-           [--churn-ttl 5] [--delay-ms 30] [--keep-workdir]
+           [--churn-ttl 5] [--delay-ms 30] [--hub-attr-expiration 0] [--keep-workdir]
 
 Creates, directly in a fresh nfs-ganesha hub's export, a tree of --files empty files (1000 per
 directory) and a separate directory of --big-dir entries, puts spoke-wan-proxy (30 ms each way =
@@ -25,7 +25,10 @@ volume (consistency ttl) and a scratch volume with spokectl. Then measures:
                  across LOOKUP + CREATE/UNLINK);
              and the agent's RSS after each round, which should stay flat: the same names
              come back each round, and what the hub removed must leave the agent's memory
-and prints a table. Needs root and /dev/fuse. Not a ctest test: it takes long at full size.
+and prints a table. The churn files are made behind ganesha's back, so its hub runs with
+Attr_Expiration_Time = 0 (ganesha's MDCACHE would list the directories from its cache for up to
+60 s otherwise); a churn walk that still disagrees prints the hub's own listing (nfs-ls) beside
+it. Needs root and /dev/fuse. Not a ctest test: it takes long at full size.
 """
 import argparse
 import concurrent.futures
@@ -77,8 +80,9 @@ def make_tree(root, files, big):
         % (files, big, time.monotonic() - t))
 
 
-def walk(top):
-    """scandir + lstat of every entry; returns (entries, directories)."""
+def walk(top, vanished=None):
+    """scandir + lstat of every entry; returns (entries, directories). With a list as
+    vanished, an entry listed but gone by its lstat (ENOENT) is appended to it, not raised."""
     entries, dirs = 0, 0
     stack = [top]
     while stack:
@@ -86,7 +90,13 @@ def walk(top):
         dirs += 1
         with os.scandir(d) as it:
             for e in it:
-                os.lstat(e.path)
+                try:
+                    os.lstat(e.path)
+                except FileNotFoundError:
+                    if vanished is None:
+                        raise
+                    vanished.append(e.path)
+                    continue
                 entries += 1
                 if e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
@@ -109,8 +119,14 @@ def main():
     p.add_argument("--threads", type=int, default=32, help="parallel creates/unlinks/walkers")
     p.add_argument("--churn-ttl", type=int, default=5,
                    help="ttl (s) of the churn volume; each walk waits for it to pass")
+    p.add_argument("--churn-prefetch", choices=("off", "readahead", "auto"),
+                   help="--prefetch of the churn volume (default: the agent's)")
     p.add_argument("--delay-ms", type=int, default=30)
     p.add_argument("--hub-timeout", type=int, default=30)
+    p.add_argument("--hub-attr-expiration", type=int, default=0,
+                   help="the hub's Attr_Expiration_Time (s; -1: ganesha's default, 60). The "
+                        "churn files are made in the export directly, behind ganesha's back: "
+                        "ganesha lists a directory from its cache until its attributes expire")
     p.add_argument("--keep-workdir", action="store_true")
     a = p.parse_args()
     for name in ("files", "big_dir", "cycles", "cycle_files", "mount_files", "mount_dirs",
@@ -150,8 +166,11 @@ def main():
         log("%s: %s" % (k, v))
 
     try:
+        env = dict(os.environ)
+        if a.hub_attr_expiration >= 0:
+            env["SPOKE_HUB_ATTR_EXPIRATION"] = str(a.hub_attr_expiration)
         out = subprocess.run([hub, "start", hub_dir], capture_output=True, text=True,
-                             timeout=60, check=True).stdout
+                             timeout=60, check=True, env=env).stdout
         kv = dict(w.split("=", 1) for w in out.split())
         export = kv["EXPORT"]
         make_tree(export, a.files, a.big_dir)
@@ -223,19 +242,22 @@ def main():
             except OSError as e:
                 row(what, "FAILED after %.1f s: %s" % (time.monotonic() - t, e.strerror))
 
-        measure("stat in big dir (cold, %d entries)" % a.big_dir,
-                lambda: os.lstat(os.path.join(big_mnt, "e%07d" % (a.big_dir // 2))))
-        measure("ls big dir (%d entries)" % a.big_dir, lambda: os.listdir(big_mnt))
-        measure("stat in big dir (after ls)",
-                lambda: os.lstat(os.path.join(big_mnt, "e%07d" % (a.big_dir // 3))), "%.3f s")
-        row("agent RSS after the big dir", "%d MiB" % (rss_kb(agent.pid) // 1024))
+        if a.big_dir:
+            measure("stat in big dir (cold, %d entries)" % a.big_dir,
+                    lambda: os.lstat(os.path.join(big_mnt, "e%07d" % (a.big_dir // 2))))
+            measure("ls big dir (%d entries)" % a.big_dir, lambda: os.listdir(big_mnt))
+            measure("stat in big dir (after ls)",
+                    lambda: os.lstat(os.path.join(big_mnt, "e%07d" % (a.big_dir // 3))),
+                    "%.3f s")
+            row("agent RSS after the big dir", "%d MiB" % (rss_kb(agent.pid) // 1024))
 
         ctl("mount", url % "scratch", sc_mnt, "--mode", "scratch", "--hub-timeout",
             str(a.hub_timeout))
         mounts.append(sc_mnt)
 
         ctl("mount", url % "churn", churn_mnt, "--mode", "dataset", "--consistency", "ttl",
-            "--ttl", str(a.churn_ttl), "--read-only", "--hub-timeout", str(a.hub_timeout))
+            "--ttl", str(a.churn_ttl), "--read-only", "--hub-timeout", str(a.hub_timeout),
+            *(("--prefetch", a.churn_prefetch) if a.churn_prefetch else ()))
         mounts.append(churn_mnt)
 
         pool = concurrent.futures.ThreadPoolExecutor(a.threads)
@@ -252,12 +274,27 @@ def main():
                     fn(os.path.join(d, "f%07d" % i))
             list(pool.map(per_dir, range(len(churn_dirs))))
 
+        vanished = []  # listed through the churn mount, but ENOENT on lstat
+
         def walk_churn():
             """Every churn directory listed and every entry stat'ed through the mount."""
             time.sleep(a.churn_ttl + 0.5)  # every listing the agent holds is stale now
             def one(d):
-                return walk(os.path.join(churn_mnt, d))[0]
+                return walk(os.path.join(churn_mnt, d), vanished)[0]
             return sum(pool.map(one, churn_dirs))
+
+        def hub_counts():
+            """Entries of each churn directory as the hub lists them to another NFS client
+            (nfs-ls, straight to the hub), or None without libnfs-utils."""
+            if not shutil.which("nfs-ls"):
+                return None
+            counts = []
+            for d in churn_dirs:
+                r = subprocess.run(["nfs-ls", "nfs://127.0.0.1%s/churn/%s?nfsport=%s&mountport=%s"
+                                    % (export, d, kv["NFS_PORT"], kv["MOUNT_PORT"])],
+                                   capture_output=True, text=True, timeout=120)
+                counts.append(len(r.stdout.splitlines()) if r.returncode == 0 else -1)
+            return counts
 
         def create(name):
             os.close(os.open(os.path.join(sc_mnt, name), os.O_CREAT | os.O_WRONLY, 0o644))
@@ -283,20 +320,30 @@ def main():
             t = time.monotonic()
             seen = walk_churn()
             t_walk = time.monotonic() - t
+            # On a mismatch, who is wrong: the hub's own listing to another NFS client, now.
+            hub_seen = hub_counts() if seen != a.cycle_files else None
             rss_full = rss_kb(agent.pid)
             on_hub(os.unlink)
             t = time.monotonic()
             left = walk_churn()
             t_walk2 = time.monotonic() - t
+            hub_left = hub_counts() if left != 0 else None
             t = time.monotonic()
             creates = sorted(pool.map(timed(create), mount_names))
             unlinks = sorted(pool.map(timed(unlink), mount_names))
             t_mount = time.monotonic() - t
             cycle_rss.append(rss_kb(agent.pid))
+            if vanished:
+                row("cycle %d churn walk: listed but ENOENT on lstat" % (c + 1),
+                    "%d, e.g. %s" % (len(vanished), vanished[0]))
+                del vanished[:]
             if seen != a.cycle_files or left != 0:
                 # The mount must show what the hub holds once the ttl has passed.
+                def n(counts):
+                    return "-" if counts is None else "%d" % sum(counts)
                 row("cycle %d churn walk MISMATCH" % (c + 1),
-                    "saw %d of %d files, %d left after removal" % (seen, a.cycle_files, left))
+                    "saw %d of %d files (hub lists %s), %d left after removal (hub lists %s)"
+                    % (seen, a.cycle_files, n(hub_seen), left, n(hub_left)))
             log("cycle %d: hub +%d files %.1f s; walk %d entries %.1f s (RSS %d MiB); hub "
                 "removal, walk %d entries %.1f s; mount %d creates + unlinks %.1f s (median / "
                 "max: create %s, unlink %s); agent RSS %d KiB"
@@ -323,6 +370,13 @@ def main():
             row("RSS growth cycle %d -> last" % (2 if len(cycle_rss) > 2 else 1),
                 "%+d KiB (%+.1f B per file-cycle): %s"
                 % (grow, per, "flat" if flat else "GROWING"))
+            if len(cycle_rss) >= 6:
+                # Whether it levels off: the allocator's pools may take a few rounds to fill.
+                half = len(cycle_rss) // 2
+                late = cycle_rss[-1] - cycle_rss[half - 1]
+                row("RSS growth cycle %d -> last" % half,
+                    "%+d KiB: %s" % (late, "flat" if late <= max(8 * 1024, cycle_rss[half - 1] // 20)
+                                     else "GROWING"))
         pool.shutdown()
         print("\n%-44s %s" % ("measure (files %d, %d ms RTT)" % (a.files, 2 * a.delay_ms),
                               "value"))
