@@ -274,13 +274,17 @@ def main():
                     fn(os.path.join(d, "f%07d" % i))
             list(pool.map(per_dir, range(len(churn_dirs))))
 
-        vanished = []  # listed through the churn mount, but ENOENT on lstat
+        vanished = []  # ENOENT in a churn walk: a listed entry's lstat, or a churn directory
 
         def walk_churn():
             """Every churn directory listed and every entry stat'ed through the mount."""
             time.sleep(a.churn_ttl + 0.5)  # every listing the agent holds is stale now
             def one(d):
-                return walk(os.path.join(churn_mnt, d), vanished)[0]
+                try:
+                    return walk(os.path.join(churn_mnt, d), vanished)[0]
+                except FileNotFoundError:  # the directory itself (the hub never removes it)
+                    vanished.append(os.path.join(churn_mnt, d))
+                    return 0
             return sum(pool.map(one, churn_dirs))
 
         def hub_counts():
@@ -334,13 +338,17 @@ def main():
             t_mount = time.monotonic() - t
             cycle_rss.append(rss_kb(agent.pid))
             if vanished:
-                row("cycle %d churn walk: listed but ENOENT on lstat" % (c + 1),
+                row("cycle %d churn walk: ENOENT (entry or directory)" % (c + 1),
                     "%d, e.g. %s" % (len(vanished), vanished[0]))
                 del vanished[:]
             if seen != a.cycle_files or left != 0:
                 # The mount must show what the hub holds once the ttl has passed.
                 def n(counts):
-                    return "-" if counts is None else "%d" % sum(counts)
+                    if counts is None:
+                        return "-"
+                    missing = sum(1 for k in counts if k < 0)
+                    return "%d%s" % (sum(k for k in counts if k >= 0),
+                                     " (%d directories not found)" % missing if missing else "")
                 row("cycle %d churn walk MISMATCH" % (c + 1),
                     "saw %d of %d files (hub lists %s), %d left after removal (hub lists %s)"
                     % (seen, a.cycle_files, n(hub_seen), left, n(hub_left)))
