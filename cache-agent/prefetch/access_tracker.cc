@@ -74,12 +74,46 @@ void AccessTracker::IndexPath(FileIndex f) {
     while (path_slots_[i] != kNoFile) i = (i + 1) & mask;
     path_slots_[i] = g;
   };
-  // Load at most 3/4 (probe runs stay short); the table doubles, and every file moves.
-  if ((static_cast<size_t>(f) + 1) * 4 > path_slots_.size() * 3) {
+  // Load at most 3/4 of the live files (probe runs stay short); the table doubles, and every
+  // file moves. It never shrinks: its size follows the peak live count.
+  if (live_file_count() * 4 > path_slots_.size() * 3) {
     path_slots_.assign(std::max<size_t>(64, path_slots_.size() * 2), kNoFile);
-    for (FileIndex g = 0; g < f; ++g) put(g);
+    for (FileIndex g = 0; g < files_.size(); ++g) {
+      if (g != f && !files_[g].dead) put(g);
+    }
   }
   put(f);
+}
+
+void AccessTracker::UnindexPath(FileIndex f) {
+  const size_t mask = path_slots_.size() - 1;
+  size_t i = Hash(files_[f].dir, Name(f)) & mask;
+  while (path_slots_[i] != f) i = (i + 1) & mask;
+  // Linear probing deletes by shifting back the entries of the run that the hole would cut
+  // off from their home slot (no tombstones: a table of churning files stays clean).
+  path_slots_[i] = kNoFile;
+  for (size_t j = (i + 1) & mask; path_slots_[j] != kNoFile; j = (j + 1) & mask) {
+    const FileIndex g = path_slots_[j];
+    const size_t home = Hash(files_[g].dir, Name(g)) & mask;
+    const bool reachable = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (reachable) continue;
+    path_slots_[i] = g;
+    path_slots_[j] = kNoFile;
+    i = j;
+  }
+}
+
+void AccessTracker::CompactNames() {
+  std::vector<char> names;
+  names.reserve(names_.size() - dead_name_bytes_);
+  for (TrackedFile& f : files_) {
+    if (f.dead) continue;
+    const size_t at = names.size();
+    names.insert(names.end(), names_.begin() + f.name_at, names_.begin() + f.name_at + f.name_size);
+    f.name_at = at;
+  }
+  names_ = std::move(names);
+  dead_name_bytes_ = 0;
 }
 
 FileIndex AccessTracker::Intern(std::string_view path, uint64_t file_id, uint64_t version,
@@ -104,7 +138,6 @@ FileIndex AccessTracker::Intern(std::string_view path, uint64_t file_id, uint64_
     d = dir_index_.emplace(std::string(dir_path), dir).first;
     dirs_.push_back(Dir{&d->first, {}, true});
   }
-  const auto index = static_cast<FileIndex>(files_.size());
   TrackedFile f;
   f.file_id = file_id;
   f.version = version;
@@ -114,20 +147,83 @@ FileIndex AccessTracker::Intern(std::string_view path, uint64_t file_id, uint64_
   f.dir = d->second;
   f.in_tree = in_tree;
   names_.insert(names_.end(), name.begin(), name.end());
+  FileIndex index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+    files_[index] = f;  // Forget reset the slot's epoch state
+  } else {
+    index = static_cast<FileIndex>(files_.size());
+    files_.push_back(f);
+    read_epoch_.push_back(0);
+    read_before_mark_.push_back(false);
+    order_pos_.push_back(0);
+    dir_pos_.push_back(0);
+  }
   Dir& dir = dirs_[f.dir];
   if (!dir.files.empty() && Name(dir.files.back()) > name) dir.sorted = false;
   dir.files.push_back(index);
-  files_.push_back(f);
+  dir_pos_[index] = static_cast<uint32_t>(dir.files.size() - 1);
   IndexPath(index);
   if (in_tree) {
     tree_order_.push_back(index);
     ++tree_files_;
   }
-  read_epoch_.push_back(0);
-  read_before_mark_.push_back(false);
-  order_pos_.push_back(0);
-  dir_pos_.push_back(static_cast<uint32_t>(dir.files.size() - 1));
   return index;
+}
+
+bool AccessTracker::Forget(std::string_view path) {
+  const auto f = Find(path);
+  if (!f) return false;
+  Forget(*f);
+  return true;
+}
+
+void AccessTracker::Forget(FileIndex f) {
+  TrackedFile& t = files_[f];
+  if (t.dead) return;
+  // The epoch orders: positions after the file's shift down.
+  if (ReadThisEpoch(f)) {
+    const bool in_reference = epoch_ == 0 ? t.in_tree : ReadLastEpoch(f);
+    if (in_reference && reference_read_ > 0) --reference_read_;
+    const uint32_t pos = order_pos_[f];
+    current_order_.erase(current_order_.begin() + pos);
+    for (size_t i = pos; i < current_order_.size(); ++i)
+      order_pos_[current_order_[i]] = static_cast<uint32_t>(i);
+    for (Reopen& r : reopens_) {
+      if (r.at > pos) --r.at;
+    }
+  }
+  if (ReadLastEpoch(f)) {
+    auto it = std::find(previous_order_.begin(), previous_order_.end(), f);
+    if (it != previous_order_.end()) previous_order_.erase(it);
+  }
+  std::erase_if(reopens_, [f](const Reopen& r) { return r.file == f; });
+  read_epoch_[f] = 0;
+  read_before_mark_[f] = false;
+  order_pos_[f] = 0;
+  if (last_opened_ == f) last_opened_.reset();
+  std::erase_if(streams_, [f](const auto& s) { return s.second.file == f; });
+  if (t.in_tree) {
+    auto it = std::find(tree_order_.begin(), tree_order_.end(), f);
+    if (it != tree_order_.end()) tree_order_.erase(it);
+    --tree_files_;
+  }
+  // The directory listing (kept sorted if it was).
+  Dir& d = dirs_[t.dir];
+  auto at = std::find(d.files.begin(), d.files.end(), f);
+  at = d.files.erase(at);
+  if (d.sorted) {
+    for (; at != d.files.end(); ++at) --dir_pos_[*at];
+  }
+  dir_pos_[f] = 0;
+  UnindexPath(f);
+  dead_name_bytes_ += t.name_size;
+  t = TrackedFile{};
+  t.dead = true;
+  free_.push_back(f);
+  // Dead names stay until they are half the arena.
+  if (dead_name_bytes_ * 2 > names_.size()) CompactNames();
 }
 
 std::optional<FileIndex> AccessTracker::Find(std::string_view path) const {

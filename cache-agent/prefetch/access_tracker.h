@@ -55,6 +55,7 @@ struct TrackedFile {
   uint64_t name_size : 24 = 0;  // and its length (a path is far shorter: PATH_MAX)
   DirIndex dir = 0;             // parent directory (AccessTracker::DirectoryPath)
   bool in_tree = false;         // known from the metadata walk (not only from an open)
+  bool dead = false;            // forgotten: the slot is on the free list (AccessTracker::Forget)
 
   uint64_t Blocks(uint32_t block_size) const { return (size + block_size - 1) / block_size; }
 };
@@ -87,8 +88,20 @@ class AccessTracker {
   void OnRead(const ReadEvent& e);
   void OnClose(const CloseEvent& e);
 
+  // Takes a file out of the tracker (removed from the volume): out of the path index, its
+  // directory's listing, the walk order and the epoch orders; its open streams end, and its
+  // slot goes on a free list that the next new file reuses, so a volume whose files come and
+  // go keeps a flat tracker. Indices of other files stay valid; positions in the orders and
+  // listings after the file's shift down by one (experts that keep positions hear of it first:
+  // TrackerExpert::OnForget). Returns false when the path is unknown.
+  bool Forget(std::string_view path);
+  void Forget(FileIndex f);
+
   // --- files ---
+  // Slots (live and free): FileIndex values are below it. Bounded by the peak live count.
   size_t file_count() const { return files_.size(); }
+  size_t live_file_count() const { return files_.size() - free_.size(); }
+  size_t name_bytes() const { return names_.size(); }
   const TrackedFile& file(FileIndex i) const { return files_[i]; }
   std::optional<FileIndex> Find(std::string_view path) const;
   // A file's path (relative to the volume root) and its leaf name.
@@ -132,11 +145,15 @@ class AccessTracker {
   static size_t Hash(DirIndex dir, std::string_view name);
   std::optional<FileIndex> FindIn(DirIndex dir, std::string_view name) const;
   void IndexPath(FileIndex f);
+  void UnindexPath(FileIndex f);
+  void CompactNames();
 
   Config config_;
   std::vector<TrackedFile> files_;
   std::vector<char> names_;            // leaf names, back to back (TrackedFile::name_at)
   std::vector<FileIndex> path_slots_;  // kNoFile = free; size a power of two
+  std::vector<FileIndex> free_;        // forgotten slots, reused by Intern
+  size_t dead_name_bytes_ = 0;         // bytes of names_ no live file points at
   std::vector<FileIndex> tree_order_;
   size_t tree_files_ = 0;
   struct Dir {

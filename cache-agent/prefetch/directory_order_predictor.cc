@@ -27,6 +27,19 @@ void DirectoryOrderPredictor::OnOpen(const OpenEvent&) {
   run_ = 0;
 }
 
+void DirectoryOrderPredictor::OnForget(FileIndex f) {
+  if (!have_cursor_ || tracker_.DirectoryOf(f) != dir_) return;
+  const uint32_t pos = tracker_.PositionInDirectory(f);
+  if (pos > cursor_) return;
+  // The listing closes over the file: the cursor keeps pointing past the files opened.
+  if (cursor_ == 0) {
+    have_cursor_ = false;
+    run_ = 0;
+  } else {
+    --cursor_;
+  }
+}
+
 void DirectoryOrderPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                                       std::vector<PrefetchRequest>* out) {
   if (!have_cursor_) return;

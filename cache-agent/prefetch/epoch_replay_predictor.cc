@@ -46,6 +46,16 @@ void EpochReplayPredictor::OnOpen(const OpenEvent&) {
   frontier_ = 1;
 }
 
+void EpochReplayPredictor::OnForget(FileIndex f) {
+  if (tracker_.epoch() == 0 || built_for_epoch_ != tracker_.epoch()) return;  // rebuilt later
+  if (f >= prev_pos_.size() || prev_pos_[f] == 0) return;
+  const uint32_t pos = prev_pos_[f] - 1;
+  prev_pos_[f] = 0;  // the slot's next file was not in the last epoch
+  const auto& prev = tracker_.previous_order();
+  for (size_t i = pos + 1; i < prev.size(); ++i) --prev_pos_[prev[i]];
+  if (have_cursor_ && cursor_ > pos) --cursor_;
+}
+
 void EpochReplayPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                                    std::vector<PrefetchRequest>* out) {
   if (!have_cursor_ || tracker_.epoch() == 0 || built_for_epoch_ != tracker_.epoch()) return;

@@ -32,6 +32,7 @@ class EpochReplayPredictor final : public TrackerExpert {
 
   std::string_view name() const override { return "replay"; }
   void OnOpen(const OpenEvent& e) override;
+  void OnForget(FileIndex f) override;
   void Predict(uint64_t budget_bytes, uint32_t block_size,
                std::vector<PrefetchRequest>* out) override;
 

@@ -1,6 +1,17 @@
 #include "cache-agent/prefetch/epoch_working_set_predictor.h"
 
+#include <algorithm>
+
 namespace spoke::agent {
+
+void EpochWorkingSetPredictor::OnForget(FileIndex f) {
+  if (epoch_ != tracker_.epoch()) return;  // the next Predict starts over
+  const auto& candidates = epoch_ == 0 ? tracker_.tree_order() : tracker_.previous_order();
+  const auto it = std::find(candidates.begin(), candidates.end(), f);
+  if (it == candidates.end()) return;
+  if (static_cast<size_t>(it - candidates.begin()) < cursor_) --cursor_;
+  candidate_count_ = ~size_t{0};  // recount the blocks
+}
 
 void EpochWorkingSetPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                                        std::vector<PrefetchRequest>* out) {

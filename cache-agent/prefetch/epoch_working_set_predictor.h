@@ -27,6 +27,7 @@ class EpochWorkingSetPredictor final : public TrackerExpert {
   std::string_view name() const override { return "working-set"; }
   void Predict(uint64_t budget_bytes, uint32_t block_size,
                std::vector<PrefetchRequest>* out) override;
+  void OnForget(FileIndex f) override;
 
  private:
   uint64_t epoch_ = ~uint64_t{0};

@@ -32,6 +32,11 @@ class TrackerExpert : public Predictor {
   TrackerExpert(const AccessTracker& tracker, const BlockPresence& presence)
       : tracker_(tracker), presence_(presence) {}
 
+  // `f` is about to leave the tracker (AccessTracker::Forget): positions the expert keeps in
+  // the tracker's orders or listings after it will shift down by one, and its slot may come
+  // back as another file. Called under the scheduler's lock, before the tracker changes.
+  virtual void OnForget(FileIndex f) {}
+
  protected:
   struct Emit {
     uint64_t blocks = 0;       // blocks proposed

@@ -153,6 +153,69 @@ TEST(AccessTracker, HeapPerWalkedFileIsBounded) {
   }
 }
 
+// A scratch volume: unique files are created, opened and removed, 100k of them, in cycles
+// of 100 among walked files read epoch after epoch. Forgotten files leave the tracker: its
+// slots, name arena and heap stay flat, and the walked files keep their epochs.
+TEST(AccessTracker, ForgottenFilesLeaveTheTrackerFlat) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the sanitizer's allocator does not report heap use (mallinfo2)";
+#endif
+  const auto heap = [] {
+    const struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+  };
+  AccessTracker t(AccessTracker::Config{});
+  for (int i = 0; i < kFiles; ++i) t.AddTreeFile(Open(0, i).path, 1 + i, 1, 100 << 10);
+  uint64_t h = 0;
+  int walked = 0;  // next walked file to read: the epoch goes on between scratch cycles
+  constexpr int kCycle = 100;
+  constexpr int kScratch = 100000;
+  size_t slots_after_warmup = 0, heap_after_warmup = 0, names_after_warmup = 0;
+  for (int c = 0; c < kScratch / kCycle; ++c) {
+    for (int k = 0; k < kCycle; ++k) {
+      const int i = c * kCycle + k;
+      OpenEvent e;
+      e.handle = ++h;
+      e.path = "scratch/job-" + std::to_string(i) + ".tmp";
+      e.file_id = 1000000 + i;
+      e.version = 1;
+      e.size = 4096;
+      t.OnOpen(e);
+      t.OnRead(ReadEvent{e.handle, e.path, e.file_id, 1, 4096, 0, 4096, false, {}});
+      t.OnClose(CloseEvent{e.handle, {}});
+      t.OnOpen(Open(++h, walked));
+      t.OnClose(CloseEvent{h, {}});
+      walked = (walked + 1) % kFiles;
+    }
+    for (int k = 0; k < kCycle; ++k) {
+      EXPECT_TRUE(t.Forget("scratch/job-" + std::to_string(c * kCycle + k) + ".tmp"));
+    }
+    ASSERT_EQ(t.live_file_count(), static_cast<size_t>(kFiles));
+    if (c == 9) {
+      slots_after_warmup = t.file_count();
+      names_after_warmup = t.name_bytes();
+      heap_after_warmup = heap();
+    }
+  }
+  EXPECT_EQ(t.file_count(), slots_after_warmup);
+  EXPECT_LE(t.file_count(), static_cast<size_t>(kFiles + kCycle));
+  EXPECT_LE(t.name_bytes(), 2 * names_after_warmup);
+  const size_t grown = heap() > heap_after_warmup ? heap() - heap_after_warmup : 0;
+  std::printf("[ memory   ] heap grew %zu bytes over %d forgotten files\n", grown, kScratch);
+  EXPECT_LE(grown, 64u << 10);
+  // Forgotten paths are gone, walked ones are found, and the walked files still make epochs
+  // (100k + reads of 200 files: 500 epochs).
+  EXPECT_FALSE(t.Find("scratch/job-5.tmp"));
+  EXPECT_FALSE(t.Forget("scratch/job-5.tmp"));
+  EXPECT_TRUE(t.Find(Open(0, 7).path));
+  EXPECT_EQ(t.Directory("scratch").size(), 0u);
+  EXPECT_EQ(t.Directory("d").size(), static_cast<size_t>(kFiles));
+  EXPECT_EQ(t.tree_order().size(), static_cast<size_t>(kFiles));
+  EXPECT_GE(t.epoch(), 490u);
+  EXPECT_LE(t.current_order().size(), static_cast<size_t>(kFiles));
+  EXPECT_LE(t.previous_order().size(), static_cast<size_t>(kFiles));
+}
+
 // Paths are kept exactly (the expert's requests carry them), including a root file, a file
 // opened before the walk names it, and a re-add that only updates attributes.
 TEST(AccessTracker, KeepsPathsDirectoriesAndPositions) {
