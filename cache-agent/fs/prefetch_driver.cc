@@ -99,6 +99,10 @@ void PrefetchDriver::OnOpen(const OpenEvent& e) {
   if (scheduler_) scheduler_->OnOpen(e);
 }
 
+void PrefetchDriver::ForgetFile(std::string_view path) {
+  if (scheduler_) scheduler_->ForgetFile(path);
+}
+
 void PrefetchDriver::OnRead(const ReadEvent& e) {
   if (scheduler_) scheduler_->OnRead(e);
 }

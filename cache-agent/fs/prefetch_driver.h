@@ -129,6 +129,9 @@ class PrefetchDriver {
   // Call right after the cache lookup, before waiting for missed blocks.
   void OnRead(const ReadEvent& e);
   void OnClose(const CloseEvent& e);
+  // A file left the volume through the mount (unlinked, renamed, replaced by a rename): the
+  // prefetcher forgets it (PrefetchScheduler::ForgetFile). Path relative to the volume root.
+  void ForgetFile(std::string_view path);
   // Feeds the directories the metadata walk listed since the last call to the tracker
   // (auto), then re-plans.
   void Tick();

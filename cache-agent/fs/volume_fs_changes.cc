@@ -106,11 +106,13 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credenti
   auto child = metadata_.Known(parent, name);
   if (child && !child->attr.is_dir() && HasHandles(child->ino)) {
     SPOKE_RETURN_IF_ERROR(HideOpenFile(parent, name, child->ino, who));
+    if (prefetch_ != nullptr) prefetch_->ForgetFile(path);
     return Ok();
   }
   auto st = remote_.UnlinkAs(who, path);
   if (!st) return st;
   metadata_.Removed(parent, name);
+  if (prefetch_ != nullptr) prefetch_->ForgetFile(path);
   if (child) DropBlocks(child->attr.file_id);
   return Ok();
 }
@@ -157,6 +159,11 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   }
   metadata_.Renamed(parent, name, new_parent, new_name);
   if (replaced) DropBlocks(replaced->attr.file_id);
+  if (prefetch_ != nullptr) {
+    // The replaced file is gone; the moved one is known again by its new path when opened.
+    prefetch_->ForgetFile(to);
+    prefetch_->ForgetFile(from);
+  }
   // Open handles keep their path: RemoteFs calls of a renamed open file use the new one.
   auto moved = metadata_.Lookup(new_parent, new_name);
   if (moved) {

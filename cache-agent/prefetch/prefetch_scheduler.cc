@@ -93,6 +93,16 @@ void PrefetchScheduler::AddTreeFile(std::string_view path, uint64_t file_id, uin
   tracker_.AddTreeFile(path, file_id, version, size);
 }
 
+void PrefetchScheduler::ForgetFile(std::string_view path) {
+  MutexLock lock(mu_);
+  const auto f = tracker_.Find(path);
+  if (!f) return;
+  for (Expert& x : experts_) {
+    if (auto* t = dynamic_cast<TrackerExpert*>(x.predictor.get())) t->OnForget(*f);
+  }
+  tracker_.Forget(*f);
+}
+
 bool PrefetchScheduler::Presence::Present(const TrackedFile& f, uint64_t block) const {
   s_.mu_.AssertHeld();  // experts ask only while the scheduler calls them, under its mu_
   return s_.PresentLocked(s_.Key(f.file_id, f.version, block));
@@ -472,6 +482,8 @@ PrefetchStats PrefetchScheduler::Stats() const {
   {
     MutexLock lock(mu_);
     s.epoch = tracker_.epoch();
+    s.tracked_files = tracker_.live_file_count();
+    s.tracker_slots = tracker_.file_count();
     for (const Expert& x : experts_) {
       ExpertStats e;
       e.id = x.id;

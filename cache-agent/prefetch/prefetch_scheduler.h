@@ -148,6 +148,8 @@ struct PrefetchStats {
   uint64_t hints_pending = 0;
   uint64_t hints_pending_bytes = 0;  // accounted memory of the queued hints
   uint64_t hints_unresolved = 0;     // dropped: named no file of the volume
+  uint64_t tracked_files = 0;        // files the access tracker knows (walked or opened)
+  uint64_t tracker_slots = 0;        // its file slots, live and free (the peak of the above)
 
   double DemandMissLatencyMsAvg() const {
     return demand_miss_reads == 0 ? 0 : demand_miss_seconds * 1e3 / demand_miss_reads;
@@ -206,6 +208,9 @@ class PrefetchScheduler final : public CacheListener {
   const BlockPresence& presence() const { return presence_; }
   // Metadata walk: every regular file of the volume, in walk order.
   void AddTreeFile(std::string_view path, uint64_t file_id, uint64_t version, uint64_t size);
+  // The file at `path` left the volume (unlinked, renamed over, removed on the hub): the
+  // tracker forgets it, so that its memory follows the live files. Unknown paths are ignored.
+  void ForgetFile(std::string_view path);
 
   // --- events from VolumeFs ---
   void OnOpen(const OpenEvent& e);

@@ -330,5 +330,42 @@ TEST(PrefetchDriverMemory, MetadataEntriesAreAccountedInTheBudget) {
   }
 }
 
+// A scratch volume: a job creates, reads and removes files with unique names (temp files,
+// checkpoints). Files removed through the mount leave the access tracker, so it stays flat.
+TEST(PrefetchDriver, RemovedFilesLeaveTheTracker) {
+  Rig rig(PrefetchMode::kAuto, 8, /*space_budget_blocks=*/256, /*read_only=*/false);
+  rig.Settle(1);
+  const uint64_t walked = rig.driver->Stats().tracked_files;
+  EXPECT_EQ(walked, 8u);
+  const auto cycle = [&](int i, bool rename) {
+    const std::string name = "tmp" + std::to_string(i);
+    auto created = rig.fs->Create(kRootIno, name, 0644, O_RDWR | O_CREAT);
+    ASSERT_TRUE(created) << name;
+    const std::string data(kBlock, 'x');
+    ASSERT_TRUE(rig.fs->Write(created->second.handle, 0, data.data(), data.size()));
+    ASSERT_TRUE(rig.fs->Release(created->second.handle));
+    auto again = rig.fs->Open(created->first.ino, O_RDONLY);  // the prefetcher sees the open
+    ASSERT_TRUE(again) << name;
+    ASSERT_TRUE(rig.fs->Release(again->handle));
+    if (rename) {
+      // Written under a temporary name, then renamed over the last checkpoint.
+      ASSERT_TRUE(rig.fs->Rename(kRootIno, name, kRootIno, "ckpt", 0, Credentials{}));
+      auto ckpt = rig.fs->Lookup(kRootIno, "ckpt");
+      ASSERT_TRUE(ckpt);
+      auto read = rig.fs->Open(ckpt->ino, O_RDONLY);
+      ASSERT_TRUE(read);
+      ASSERT_TRUE(rig.fs->Release(read->handle));
+    } else {
+      ASSERT_TRUE(rig.fs->Unlink(kRootIno, name, Credentials{}));
+    }
+  };
+  for (int i = 0; i < 300; ++i) cycle(i, i % 3 == 0);
+  const PrefetchStats s = rig.driver->Stats();
+  EXPECT_EQ(s.tracked_files, walked + 1);  // and ckpt
+  EXPECT_LE(s.tracker_slots, walked + 4);
+  // Walked files read after the churn are still known and still prefetched from.
+  EXPECT_EQ(rig.ReadAll(Name(0)), std::string(2 * kBlock, 'a'));
+}
+
 }  // namespace
 }  // namespace spoke::agent
