@@ -106,14 +106,12 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credenti
   auto child = metadata_.Known(parent, name);
   if (child && !child->attr.is_dir() && HasHandles(child->ino)) {
     SPOKE_RETURN_IF_ERROR(HideOpenFile(parent, name, child->ino, who));
-    if (prefetch_ != nullptr) prefetch_->ForgetFile(path);
-    return Ok();
+  } else {
+    SPOKE_RETURN_IF_ERROR(remote_.UnlinkAs(who, path));
+    metadata_.Removed(parent, name);
+    if (child) DropBlocks(child->attr.file_id);
   }
-  auto st = remote_.UnlinkAs(who, path);
-  if (!st) return st;
-  metadata_.Removed(parent, name);
   if (prefetch_ != nullptr) prefetch_->ForgetFile(path);
-  if (child) DropBlocks(child->attr.file_id);
   return Ok();
 }
 

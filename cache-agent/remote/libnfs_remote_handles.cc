@@ -53,20 +53,16 @@ void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
   (*step)(0, share_root);
 }
 
-void LibnfsRemote::ParentHandle(NfsConnection& c, const std::string& path,
-                                std::function<void(std::string, std::string)> k) {
-  if (path.empty()) return k({}, {});
-  const size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash);
-  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  DirHandle(c, dir, [k, name = std::move(name)](std::string fh) { k(std::move(fh), name); });
-}
-
 namespace {
 
+// A volume-relative path's directory ("" = the volume root) and last name.
 std::string DirOf(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+std::string NameOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 bool StaleHandle(nfsstat3 s) { return s == NFS3ERR_STALE || s == NFS3ERR_BADHANDLE; }
@@ -104,6 +100,12 @@ Res* NameReply(NfsConnection& c, const std::shared_ptr<NfsJob>& j, int status, v
 }
 
 }  // namespace
+
+void LibnfsRemote::ParentHandle(NfsConnection& c, const std::string& path,
+                                std::function<void(std::string, std::string)> k) {
+  if (path.empty()) return k({}, {});
+  DirHandle(c, DirOf(path), [k, name = NameOf(path)](std::string fh) { k(std::move(fh), name); });
+}
 
 void LibnfsRemote::StatByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
                                 const std::string& path, const std::string& dir_fh,
