@@ -1,4 +1,5 @@
-// LibnfsRemote: listings and reads by NFS file handle (raw READDIRPLUS and READ).
+// LibnfsRemote: calls by NFS file handle: listings (READDIRPLUS), reads (READ), and stats,
+// creates and removals by the directory's handle (LOOKUP, CREATE, REMOVE).
 #include <cstring>
 #include <optional>
 
