@@ -13,7 +13,8 @@ volume (consistency ttl) and a scratch volume with spokectl. Then measures:
              (the agent has no walk metric), and the agent's RSS before/after it: bytes of
              RSS per cached inode
   big dir    (a volume of its own) lstat of one entry right after mounting (cold), `ls`
-             (listdir) of the directory, and lstat of an entry inside it afterwards
+             (listdir) of the directory, `ls` again with the kernel's caches dropped (the FUSE
+             side alone: the agent still has the listing), and lstat of an entry inside it
   cycles     --cycles rounds, each of which
                - creates --cycle-files empty files on the hub directly (another client), 1000
                  per directory, and walks them through the churn volume once its listings are
@@ -246,6 +247,13 @@ def main():
             measure("stat in big dir (cold, %d entries)" % a.big_dir,
                     lambda: os.lstat(os.path.join(big_mnt, "e%07d" % (a.big_dir // 2))))
             measure("ls big dir (%d entries)" % a.big_dir, lambda: os.listdir(big_mnt))
+            # Again with the kernel's dentries, inodes and cached listing dropped: the agent
+            # answers from its own listing, so this is the FUSE side of the `ls` alone (the
+            # rest of the first is the hub's listing through the WAN).
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+            measure("ls big dir again (agent's listing cached, kernel's dropped)",
+                    lambda: os.listdir(big_mnt))
             measure("stat in big dir (after ls)",
                     lambda: os.lstat(os.path.join(big_mnt, "e%07d" % (a.big_dir // 3))),
                     "%.3f s")

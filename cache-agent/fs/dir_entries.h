@@ -51,22 +51,16 @@ class CompactName {
 };
 static_assert(sizeof(CompactName) == 16);
 
-// An NFS file handle (at most 64 bytes in NFSv3) in 8 bytes plus its length + 1 on the heap;
-// empty takes no heap.
+// An NFS file handle (at most 64 bytes in NFSv3) in 8 bytes plus its length + 1 rounded up to
+// 8 in a pool; empty takes none.
 class CompactHandle {
  public:
   CompactHandle() = default;
   CompactHandle(const CompactHandle&) = delete;
   CompactHandle& operator=(const CompactHandle&) = delete;
   CompactHandle(CompactHandle&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  CompactHandle& operator=(CompactHandle&& o) noexcept {
-    if (this != &o) {
-      std::free(p_);
-      p_ = std::exchange(o.p_, nullptr);
-    }
-    return *this;
-  }
-  ~CompactHandle() { std::free(p_); }
+  CompactHandle& operator=(CompactHandle&& o) noexcept;
+  ~CompactHandle() { Release(); }
   void Assign(std::string_view fh);  // longer than 255 bytes: kept empty
   void Clear() { Assign({}); }
   bool empty() const { return p_ == nullptr; }
@@ -76,7 +70,8 @@ class CompactHandle {
   }
 
  private:
-  char* p_ = nullptr;  // length byte, then the bytes
+  void Release();
+  char* p_ = nullptr;  // length byte, then the bytes (in 8-byte size classes: dir_entries.cc)
 };
 static_assert(sizeof(CompactHandle) == 8);
 

@@ -17,7 +17,6 @@ Status MetadataCache::Config::Validate() const {
 MetadataCache::MetadataCache(RemoteFs& remote, const Config& config, Clock& clock)
     : remote_(remote), config_(config), clock_(clock) {
   Node root;
-  root.ino = kRootIno;
   root.parent = kRootIno;
   nodes_[kRootIno] = std::move(root);
 }
@@ -47,7 +46,7 @@ Status MetadataCache::Init() {
   MutexLock lock(mu_);
   Node& root = nodes_[kRootIno];
   root_fsid_ = st.fsid;  // before any file is numbered (see HomeIno)
-  StoreAttrLocked(root, st);
+  StoreAttrLocked(kRootIno, root, st);
   root.attr_valid = true;
   root.attr_time = clock_.Now();
   return Ok();
@@ -91,31 +90,39 @@ uint64_t MetadataCache::HomeIno(uint64_t fsid, uint64_t file_id) const {
   return x % (kStableInoLimit - kRootIno - 1) + kRootIno + 1;
 }
 
-bool MetadataCache::SameFileLocked(const Node& n, uint64_t fsid, uint64_t file_id) const {
-  return n.attr.file_id == file_id && fsids_[n.attr.fsid] == fsid;
+bool MetadataCache::SameFileLocked(uint64_t ino, const Node& n, uint64_t fsid,
+                                   uint64_t file_id) const {
+  return n.attr.file_id == file_id && FsidLocked(ino, n) == fsid;
 }
 
-uint32_t MetadataCache::FsidIndexLocked(uint64_t fsid) {
+uint16_t MetadataCache::FsidIndexLocked(uint64_t fsid) {
   // Few per export (one per hub file system under the volume): a short linear search.
   for (size_t i = 0; i < fsids_.size(); ++i) {
-    if (fsids_[i] == fsid) return static_cast<uint32_t>(i);
+    if (fsids_[i] == fsid) return static_cast<uint16_t>(i);
   }
+  if (fsids_.size() >= kFarFsid) return kFarFsid;
   fsids_.push_back(fsid);
-  return static_cast<uint32_t>(fsids_.size() - 1);
+  return static_cast<uint16_t>(fsids_.size() - 1);
+}
+
+uint64_t MetadataCache::FsidLocked(uint64_t ino, const Node& n) const {
+  if (n.attr.fsid != kFarFsid) return fsids_[n.attr.fsid];
+  auto f = far_fsids_.find(ino);
+  return f != far_fsids_.end() ? f->second : 0;
 }
 
 uint64_t MetadataCache::FindFileLocked(uint64_t fsid, uint64_t file_id) const {
   if (auto d = displaced_.find({fsid, file_id}); d != displaced_.end()) return d->second;
   const uint64_t home = HomeIno(fsid, file_id);
   auto it = nodes_.find(home);
-  return it != nodes_.end() && SameFileLocked(it->second, fsid, file_id) ? home : 0;
+  return it != nodes_.end() && SameFileLocked(home, it->second, fsid, file_id) ? home : 0;
 }
 
 uint64_t MetadataCache::StableIno(uint64_t fsid, uint64_t file_id) const {
   uint64_t ino = HomeIno(fsid, file_id);
   while (true) {
     auto it = nodes_.find(ino);
-    if (it == nodes_.end() || SameFileLocked(it->second, fsid, file_id)) {
+    if (it == nodes_.end() || SameFileLocked(ino, it->second, fsid, file_id)) {
       return ino;
     }
     ino = ino + 1 < kStableInoLimit ? ino + 1 : kRootIno + 1;
@@ -157,18 +164,17 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
   }
   auto [slot, created] = nodes_.try_emplace(ino);
   Node& n = slot->second;
-  n.ino = ino;
   // Until the walk has met every file, a number met may be one an earlier agent gave the
   // kernel (AdoptKernelReferences).
   if (created && adopted_ && !walk_done_.load()) n.uncounted = true;
   // A file seen under a new name (renamed by another client, or a hard link) follows the
   // most recent name.
-  SetParentLocked(n, parent);
+  SetParentLocked(ino, n, parent);
   if (!(n.name == name)) n.name = name;
-  if (n.attr_valid && AttrLocked(n).ContentVersion() != attr.ContentVersion()) {
+  if (n.attr_valid && AttrLocked(ino, n).ContentVersion() != attr.ContentVersion()) {
     if (n.dir_data) n.dir_data->listed = n.dir_data->listed && attr.is_dir();
   }
-  StoreAttrLocked(n, attr);
+  StoreAttrLocked(ino, n, attr);
   n.attr_valid = true;
   n.attr_time = clock_.Now();
   return ino;
@@ -268,7 +274,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   uint64_t replaced = 0;
   if (uint64_t c = pit->second.dir().children.Find(name); c != 0) {
     auto old = nodes_.find(c);
-    if (old != nodes_.end() && !SameFileLocked(old->second, st->fsid, st->file_id) &&
+    if (old != nodes_.end() && !SameFileLocked(c, old->second, st->fsid, st->file_id) &&
         old->second.parent == parent && old->second.name == name) {
       // Replaced on the hub (rename over it elsewhere): the old inode no longer has this name.
       old->second.attr_valid = false;
@@ -281,7 +287,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   if (replaced != 0 && replaced != ino) MaybeDropLocked(replaced);
   Node& n = nodes_[ino];
   if (hold) HoldLocked(n);
-  return InodeAttr{ino, AttrLocked(n)};
+  return InodeAttr{ino, AttrLocked(ino, n)};
 }
 
 Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name, bool hold) {
@@ -297,13 +303,13 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
         if (child == 0) return Fail(Code::kNotFound, "no entry " + name);
         if (c != nodes_.end()) {
           if (hold) HoldLocked(c->second);
-          return InodeAttr{child, AttrLocked(c->second)};
+          return InodeAttr{child, AttrLocked(child, c->second)};
         }
       }
       // A name met before (an earlier lookup) while its attributes are fresh.
       if (c != nodes_.end() && c->second.attr_valid && Fresh(c->second.attr_time)) {
         if (hold) HoldLocked(c->second);
-        return InodeAttr{child, AttrLocked(c->second)};
+        return InodeAttr{child, AttrLocked(child, c->second)};
       }
     }
   }
@@ -320,7 +326,7 @@ std::optional<InodeAttr> MetadataCache::Known(uint64_t parent, const std::string
   const uint64_t child = p->second.entries().children.Find(name);
   auto c = child == 0 ? nodes_.end() : nodes_.find(child);
   if (c == nodes_.end()) return std::nullopt;
-  return InodeAttr{child, AttrLocked(c->second)};
+  return InodeAttr{child, AttrLocked(child, c->second)};
 }
 
 Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
@@ -329,7 +335,7 @@ Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
     MutexLock lock(mu_);
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
-    if (it->second.attr_valid && Fresh(it->second.attr_time)) return AttrLocked(it->second);
+    if (it->second.attr_valid && Fresh(it->second.attr_time)) return AttrLocked(ino, it->second);
   }
   return Revalidate(ino);
 }
@@ -361,7 +367,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
     }
     return std::unexpected(st.error());
   }
-  if (n.attr_valid && !SameFileLocked(n, st->fsid, st->file_id) && ino != kRootIno) {
+  if (n.attr_valid && !SameFileLocked(ino, n, st->fsid, st->file_id) && ino != kRootIno) {
     // Same path, different file (replaced on the hub): this inode is gone; a fresh lookup
     // will find the new file under a new inode.
     n.attr_valid = false;
@@ -369,7 +375,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
     if (p != nodes_.end()) p->second.dir().listed = false;
     return Fail(Code::kNotFound, path + " was replaced on the hub");
   }
-  StoreAttrLocked(n, *st);
+  StoreAttrLocked(ino, n, *st);
   n.attr_valid = true;
   n.attr_time = clock_.Now();
   return *st;
@@ -391,7 +397,7 @@ Result<Listing> MetadataCache::ReadDir(uint64_t ino) {
     mu_.AssertHeld();  // called by ForEach, under the lock above
     auto child = nodes_.find(c);
     if (child == nodes_.end()) return;
-    out->push_back(NamedInode{std::string(name), c, AttrLocked(child->second)});
+    out->push_back(NamedInode{std::string(name), c, AttrLocked(c, child->second)});
   });
   std::shared_ptr<const std::vector<NamedInode>> snapshot = std::move(out);
   n.snapshot = snapshot;
@@ -402,7 +408,7 @@ Result<InodeAttr> MetadataCache::Resolve(const std::string& path) {
   InodeAttr cur{kRootIno, {}};
   {
     MutexLock lock(mu_);
-    cur.attr = AttrLocked(nodes_[kRootIno]);
+    cur.attr = AttrLocked(kRootIno, nodes_[kRootIno]);
   }
   size_t start = 0;
   while (start < path.size()) {
@@ -459,7 +465,7 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
   np.dir().snapshot.reset();
   const uint64_t replaced = old != ino ? old : 0;
   Node& n = nodes_[ino];
-  SetParentLocked(n, new_parent);
+  SetParentLocked(ino, n, new_parent);
   n.name = new_name;
   n.attr_valid = false;  // ctime changed
   p.attr_valid = false;
@@ -477,7 +483,7 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
   p.dir().snapshot.reset();
   p.attr_valid = false;  // mtime changed
   Node& n = nodes_[ino];
-  SetParentLocked(n, parent);
+  SetParentLocked(ino, n, parent);
   n.name = hidden_name;
   n.attr_valid = false;  // ctime changed
 }
@@ -486,7 +492,7 @@ void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
   MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
-  StoreAttrLocked(it->second, attr);
+  StoreAttrLocked(ino, it->second, attr);
   it->second.attr_valid = true;
   it->second.attr_time = clock_.Now();
 }

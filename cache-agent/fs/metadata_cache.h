@@ -216,33 +216,33 @@ class MetadataCache final : public HandleStore {
     // (TouchLocked resets it): no copy of the listing stays with the directory.
     std::weak_ptr<const std::vector<NamedInode>> snapshot;
   };
-  // FileAttr in 80 bytes instead of 96: times as seconds + 32-bit nanoseconds, and the device
-  // number (character and block devices only) in a side table (rdevs_).
+  // FileAttr in 64 bytes instead of 96: times as 64-bit nanoseconds, the mode in 16 bits (type
+  // and permissions), the fsid as an index in fsids_, and the device number (character and
+  // block devices only) in a side table (rdevs_).
   struct StoredAttr {
     uint64_t file_id = 0;
     uint64_t size = 0;
     uint64_t used = 0;
-    int64_t atime_s = 0, mtime_s = 0, ctime_s = 0;
-    uint32_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
-    uint32_t mode = 0;
+    int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
     uint32_t nlink = 1;
     uint32_t uid = 0;
     uint32_t gid = 0;
-    uint32_t fsid = 0;  // index in fsids_ (in what was padding: no bytes per inode)
+    uint16_t mode = 0;
+    uint16_t fsid = 0;  // index in fsids_; kFarFsid: in far_fsids_ (by inode)
     bool is_dir() const { return (mode & 0170000) == 0040000; }
     bool is_reg() const { return (mode & 0170000) == 0100000; }
   };
+  static constexpr uint16_t kFarFsid = 0xffff;
+  // 120 bytes; its number is the InodeTable's key (not repeated here).
   struct Node {
-    uint64_t ino = 0;
     uint64_t parent = 0;
     CompactName name;
     StoredAttr attr;
-    std::chrono::steady_clock::time_point attr_time{};
-    bool attr_valid = false;
-    // These three share attr_valid's padding: no bytes per inode.
-    bool uncounted = false;  // the kernel's count is unknown (see AdoptKernelReferences)
-    uint16_t opens = 0;      // open handles; saturated: kept for good
     uint32_t lookups = 0;    // kernel references; saturated: uncounted
+    uint16_t opens = 0;      // open handles; saturated: kept for good
+    bool attr_valid = false;
+    bool uncounted = false;  // the kernel's count is unknown (see AdoptKernelReferences)
+    std::chrono::steady_clock::time_point attr_time{};
     std::unique_ptr<Dir> dir_data;
     CompactHandle fh;  // from the listing that named it, if any
     Dir& dir() {
@@ -251,12 +251,13 @@ class MetadataCache final : public HandleStore {
     }
     const Dir& entries() const;  // an empty Dir for a file
   };
-  static_assert(sizeof(StoredAttr) == 80);
+  static_assert(sizeof(StoredAttr) == 64);
+  static_assert(sizeof(Node) <= 120);
   // The directory's entries or an entry's attributes changed: its snapshot is not reused.
   void TouchLocked(uint64_t dir) REQUIRES(mu_);
   // The node's attributes as FileAttr, and storing them. Caller holds mu_.
-  FileAttr AttrLocked(const Node& n) const REQUIRES(mu_);
-  void StoreAttrLocked(Node& n, const FileAttr& attr) REQUIRES(mu_);
+  FileAttr AttrLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);
+  void StoreAttrLocked(uint64_t ino, Node& n, const FileAttr& attr) REQUIRES(mu_);
   // The node of a name our own unlink/rmdir removed goes when nothing else names it, so that
   // memory stays flat across create/unlink cycles. Caller holds mu_.
   void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino) REQUIRES(mu_);
@@ -267,7 +268,7 @@ class MetadataCache final : public HandleStore {
   // holds mu_.
   void MaybeDropLocked(uint64_t ino, uint64_t dropping = 0) REQUIRES(mu_);
   // Moves `n` under `parent`, keeping the directories' child_nodes right. Caller holds mu_.
-  void SetParentLocked(Node& n, uint64_t parent) REQUIRES(mu_);
+  void SetParentLocked(uint64_t ino, Node& n, uint64_t parent) REQUIRES(mu_);
   void HoldLocked(Node& n) REQUIRES(mu_);
   bool Fresh(std::chrono::steady_clock::time_point t) const;
   std::string PathLocked(uint64_t ino) const REQUIRES(mu_);
@@ -279,8 +280,11 @@ class MetadataCache final : public HandleStore {
   uint64_t HomeIno(uint64_t fsid, uint64_t file_id) const REQUIRES(mu_);
   // The inode of hub file (fsid, file_id), 0 when none (the root is never returned).
   uint64_t FindFileLocked(uint64_t fsid, uint64_t file_id) const REQUIRES(mu_);
-  bool SameFileLocked(const Node& n, uint64_t fsid, uint64_t file_id) const REQUIRES(mu_);
-  uint32_t FsidIndexLocked(uint64_t fsid) REQUIRES(mu_);
+  bool SameFileLocked(uint64_t ino, const Node& n, uint64_t fsid, uint64_t file_id) const
+      REQUIRES(mu_);
+  // The fsid's index (kFarFsid once fsids_ is full); the fsid of inode `ino`.
+  uint16_t FsidIndexLocked(uint64_t fsid) REQUIRES(mu_);
+  uint64_t FsidLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);
   // Ok once `ino` is known, waiting (bounded) for the walk when it is not yet.
   Status KnowInode(uint64_t ino);
   void ApplyListing(uint64_t ino, const std::vector<DirEntry>& entries);
@@ -302,6 +306,8 @@ class MetadataCache final : public HandleStore {
   std::vector<uint64_t> fsids_ GUARDED_BY(mu_){0};  // hub file systems met (StoredAttr::fsid)
   uint64_t root_fsid_ = 0;  // the volume root's; set by Init before any numbering
   std::unordered_map<uint64_t, uint64_t> rdevs_ GUARDED_BY(mu_);  // device numbers by inode
+  // Fsids of inodes on the 65,536th and later hub file system met (StoredAttr::kFarFsid).
+  std::unordered_map<uint64_t, uint64_t> far_fsids_ GUARDED_BY(mu_);
   bool adopted_ GUARDED_BY(mu_) = false;
   ListingFlights flights_;  // taken before mu_, never while holding it
   std::atomic<uint64_t> stats_made_{0};

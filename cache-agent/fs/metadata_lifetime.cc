@@ -27,16 +27,16 @@ bool MetadataCache::NamedLocked(uint64_t ino, const Node& n) const {
   return p->second.entries().children.Find(n.name.view()) == ino;
 }
 
-void MetadataCache::SetParentLocked(Node& n, uint64_t parent) {
+void MetadataCache::SetParentLocked(uint64_t ino, Node& n, uint64_t parent) {
   if (n.parent == parent) return;
-  if (n.parent != 0 && n.parent != n.ino) {
+  if (n.parent != 0 && n.parent != ino) {
     auto old = nodes_.find(n.parent);
     if (old != nodes_.end() && old->second.dir_data && old->second.dir_data->child_nodes > 0) {
       old->second.dir_data->child_nodes--;
     }
   }
   n.parent = parent;
-  if (parent != 0 && parent != n.ino) {
+  if (parent != 0 && parent != ino) {
     auto p = nodes_.find(parent);
     if (p != nodes_.end()) p->second.dir().child_nodes++;
   }
@@ -63,12 +63,13 @@ void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
     if (d.child_nodes > 0) return;
   }
   uint64_t parent = n.parent;
-  SetParentLocked(n, 0);
-  if (auto f = displaced_.find({fsids_[n.attr.fsid], n.attr.file_id});
+  SetParentLocked(ino, n, 0);
+  if (auto f = displaced_.find({FsidLocked(ino, n), n.attr.file_id});
       f != displaced_.end() && f->second == ino) {
     displaced_.erase(f);
   }
   if (!rdevs_.empty()) rdevs_.erase(ino);
+  if (!far_fsids_.empty()) far_fsids_.erase(ino);
   nodes_.erase(it);
   // A directory kept only for this child's path may go now (unless it is the one dropping
   // its entries: it decides for itself once they are done).

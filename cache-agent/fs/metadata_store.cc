@@ -2,23 +2,49 @@
 // the RemoteFs asks (metadata_cache.h, dir_entries.h).
 #include "cache-agent/fs/metadata_cache.h"
 
+#include <climits>
+#include <cstdint>
+#include <ctime>
+
 namespace spoke::agent {
 
-FileAttr MetadataCache::AttrLocked(const Node& n) const {
+namespace {
+
+// Times as signed 64-bit nanoseconds since the epoch: 1678-2262, which holds every NFSv3 time
+// (unsigned 32-bit seconds: 1970-2106). Beyond it (a local FileAttr only), the nearest end.
+int64_t ToNs(const struct timespec& t) {
+  constexpr int64_t kMaxS = INT64_MAX / 1000000000 - 1;
+  if (t.tv_sec > kMaxS) return INT64_MAX;
+  if (t.tv_sec < -kMaxS) return INT64_MIN;
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+struct timespec FromNs(int64_t ns) {
+  int64_t s = ns / 1000000000, r = ns % 1000000000;
+  if (r < 0) {
+    r += 1000000000;
+    s -= 1;
+  }
+  return {static_cast<time_t>(s), static_cast<long>(r)};
+}
+
+}  // namespace
+
+FileAttr MetadataCache::AttrLocked(uint64_t ino, const Node& n) const {
   const StoredAttr& s = n.attr;
   FileAttr a;
   a.file_id = s.file_id;
-  a.fsid = fsids_[s.fsid];
+  a.fsid = FsidLocked(ino, n);
   a.mode = s.mode;
   a.nlink = s.nlink;
   a.uid = s.uid;
   a.gid = s.gid;
   a.size = s.size;
   a.used = s.used;
-  a.atime = {s.atime_s, static_cast<long>(s.atime_ns)};
-  a.mtime = {s.mtime_s, static_cast<long>(s.mtime_ns)};
-  a.ctime = {s.ctime_s, static_cast<long>(s.ctime_ns)};
-  if (auto r = rdevs_.find(n.ino); r != rdevs_.end()) a.rdev = r->second;
+  a.atime = FromNs(s.atime_ns);
+  a.mtime = FromNs(s.mtime_ns);
+  a.ctime = FromNs(s.ctime_ns);
+  if (auto r = rdevs_.find(ino); r != rdevs_.end()) a.rdev = r->second;
   return a;
 }
 
@@ -27,27 +53,29 @@ void MetadataCache::TouchLocked(uint64_t dir) {
   if (it != nodes_.end() && it->second.dir_data) it->second.dir_data->snapshot.reset();
 }
 
-void MetadataCache::StoreAttrLocked(Node& n, const FileAttr& a) {
+void MetadataCache::StoreAttrLocked(uint64_t ino, Node& n, const FileAttr& a) {
   TouchLocked(n.parent);
   StoredAttr& s = n.attr;
   s.file_id = a.file_id;
   s.fsid = FsidIndexLocked(a.fsid);
-  s.mode = a.mode;
+  if (s.fsid == kFarFsid) {
+    far_fsids_[ino] = a.fsid;
+  } else if (!far_fsids_.empty()) {
+    far_fsids_.erase(ino);
+  }
+  s.mode = static_cast<uint16_t>(a.mode);
   s.nlink = a.nlink;
   s.uid = a.uid;
   s.gid = a.gid;
   s.size = a.size;
   s.used = a.used;
-  s.atime_s = a.atime.tv_sec;
-  s.atime_ns = static_cast<uint32_t>(a.atime.tv_nsec);
-  s.mtime_s = a.mtime.tv_sec;
-  s.mtime_ns = static_cast<uint32_t>(a.mtime.tv_nsec);
-  s.ctime_s = a.ctime.tv_sec;
-  s.ctime_ns = static_cast<uint32_t>(a.ctime.tv_nsec);
+  s.atime_ns = ToNs(a.atime);
+  s.mtime_ns = ToNs(a.mtime);
+  s.ctime_ns = ToNs(a.ctime);
   if (a.rdev != 0) {
-    rdevs_[n.ino] = a.rdev;
+    rdevs_[ino] = a.rdev;
   } else if (!rdevs_.empty()) {
-    rdevs_.erase(n.ino);
+    rdevs_.erase(ino);
   }
 }
 

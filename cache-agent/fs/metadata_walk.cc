@@ -90,7 +90,7 @@ std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
             bool match = prefix.empty() || child_path == prefix ||
                          child_path.starts_with(prefix.back() == '/' ? prefix : prefix + "/");
             if (match) {
-              out.push_back(WalkedFile{child_path, cn.attr.file_id, AttrLocked(cn).ContentVersion(),
+              out.push_back(WalkedFile{child_path, cn.attr.file_id, AttrLocked(c, cn).ContentVersion(),
                                        cn.attr.size});
             }
           }
@@ -121,7 +121,7 @@ std::vector<WalkedFile> MetadataCache::WalkedSince(size_t* cursor) const {
       const Node& cn = nodes_.at(c);
       if (!cn.attr.is_reg()) return;
       out.push_back(WalkedFile{dir.empty() ? std::string(name) : dir + "/" + std::string(name),
-                               cn.attr.file_id, AttrLocked(cn).ContentVersion(), cn.attr.size});
+                               cn.attr.file_id, AttrLocked(c, cn).ContentVersion(), cn.attr.size});
     });
   }
   return out;

@@ -259,8 +259,8 @@ uint32_t AccessTracker::PositionInDirectory(FileIndex f) const {
 
 bool AccessTracker::ReadLastEpoch(FileIndex f) const {
   if (epoch_ == 0) return false;
-  if (read_epoch_[f] == epoch_) return true;
-  return read_epoch_[f] == epoch_ + 1 && read_before_mark_[f];
+  if (read_epoch_[f] == EpochMark(epoch_)) return true;
+  return read_epoch_[f] == EpochMark(epoch_ + 1) && read_before_mark_[f];
 }
 
 size_t AccessTracker::ReferenceSize() const {
@@ -269,8 +269,8 @@ size_t AccessTracker::ReferenceSize() const {
 
 void AccessTracker::MarkRead(FileIndex f) {
   const bool in_reference = epoch_ == 0 ? files_[f].in_tree : ReadLastEpoch(f);
-  read_before_mark_[f] = read_epoch_[f] == epoch_;  // read in the epoch before this one
-  read_epoch_[f] = epoch_ + 1;
+  read_before_mark_[f] = read_epoch_[f] == EpochMark(epoch_);  // read in the epoch before this one
+  read_epoch_[f] = EpochMark(epoch_ + 1);
   order_pos_[f] = static_cast<uint32_t>(current_order_.size());
   current_order_.push_back(f);
   if (in_reference) ++reference_read_;

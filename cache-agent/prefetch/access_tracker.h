@@ -121,7 +121,7 @@ class AccessTracker {
   uint64_t epoch() const { return epoch_; }  // 0 = the first
   const std::vector<FileIndex>& current_order() const { return current_order_; }
   const std::vector<FileIndex>& previous_order() const { return previous_order_; }
-  bool ReadThisEpoch(FileIndex f) const { return read_epoch_[f] == epoch_ + 1; }
+  bool ReadThisEpoch(FileIndex f) const { return read_epoch_[f] == EpochMark(epoch_ + 1); }
   bool ReadLastEpoch(FileIndex f) const;
   // The file opened most recently, if any.
   std::optional<FileIndex> last_opened() const { return last_opened_; }
@@ -166,7 +166,10 @@ class AccessTracker {
   mutable std::vector<uint32_t> dir_pos_;
 
   uint64_t epoch_ = 0;
-  std::vector<uint64_t> read_epoch_;  // epoch+1 when read in that epoch, 0 = never
+  // epoch+1 when read in that epoch, 0 = never; 32 bits a file (a mark 2^32 epochs old is
+  // taken for a recent one: a prediction, never a byte served, can be wrong by it).
+  static uint32_t EpochMark(uint64_t mark) { return static_cast<uint32_t>(mark); }
+  std::vector<uint32_t> read_epoch_;
   // Read in the epoch before the one read_epoch_ marks (a bit, not the earlier mark: only
   // ReadLastEpoch asks, and only whether it was the previous epoch).
   std::vector<bool> read_before_mark_;
