@@ -64,7 +64,13 @@ class BlockCache {
 
   virtual ~BlockCache() = default;
 
-  // Copies the block into `out` (capacity >= block_size) and returns its length.
+  // Alignment of a Get buffer that the cache fills in place (its O_DIRECT read lands there,
+  // no bounce buffer and copy): `out` aligned to it, `capacity` >= the block's length rounded
+  // up to it. Other buffers work too, through a copy.
+  static constexpr size_t kDirectAlign = 4096;
+
+  // Copies the block into `out` (capacity >= its length) and returns its length. Only a
+  // verified block's bytes are returned; on failure `out` holds anything.
   // kNotFound: not cached (or just dropped: bad checksum / disk error, counted).
   virtual Result<size_t> Get(const BlockKey& key, char* out, size_t capacity) = 0;
   // Stores a block (length <= block_size; short only for a file's last block). Returns

@@ -12,6 +12,10 @@
 #include "common/log.h"
 
 namespace spoke::agent {
+
+// The zero-copy Get buffers the interface promises are what the store's O_DIRECT needs.
+static_assert(BlockCache::kDirectAlign % kIoAlign == 0);
+
 namespace {
 
 bool Matches(const BlockKey& k, uint64_t volume, uint64_t file_id) {

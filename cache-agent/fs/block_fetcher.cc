@@ -297,7 +297,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
     hub_inflight_--;
     if (r) {
       if (from_hub) hub_bytes_->Inc(r->size());
-      f->result = std::make_shared<const std::vector<char>>(std::move(*r));
+      f->result = std::make_shared<const BlockBytes>(std::move(*r));
       store = cache_ != nullptr && !(*f->result)->empty() &&
               (from_hub || config_.source->keep_local_copy());
     } else {
@@ -442,20 +442,22 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
     uint64_t index = first + i;
     uint32_t len = BlockLength(file, index);
     if (len == 0) {
-      out[i] = std::make_shared<const std::vector<char>>();
+      out[i] = std::make_shared<const BlockBytes>();
       continue;
     }
     if (cache_ != nullptr) {
-      // Sized to the block's own length (a small file's block is ~100 KB, not 1 MiB): a
-      // hit neither zeroes nor maps a whole block for a small file.
-      auto buf = std::make_shared<std::vector<char>>(len);
-      auto got = cache_->Get(Key(file, index), buf->data(), buf->size());
-      if (got) {
-        buf->resize(*got);
-        cache_bytes_->Inc(*got);
-        out[i] = BlockData(std::move(buf));
-        nhits++;
-        continue;
+      // Sized to the block's own length (a small file's block is ~100 KB, not 1 MiB), aligned
+      // and padded so that the cache's O_DIRECT read lands in it: no bounce buffer and copy,
+      // no zero-fill first (the read fills it; Get fails unless the block verified). The FUSE
+      // reply gathers from it as it is.
+      if (BlockBytes::ReadBuffer buf = BlockBytes::AllocateForRead(len)) {
+        auto got = cache_->Get(Key(file, index), buf.get(), BlockBytes::ReadCapacity(len));
+        if (got) {
+          cache_bytes_->Inc(*got);
+          out[i] = std::make_shared<const BlockBytes>(std::move(buf), *got);
+          nhits++;
+          continue;
+        }
       }
       // Staged blocks have the key's file version (checked when fetched), like the cache's.
       if (staging_ != nullptr) {

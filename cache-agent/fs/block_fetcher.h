@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "cache-agent/cache/block_cache.h"
+#include "cache-agent/fs/block_bytes.h"
 #include "cache-agent/fs/block_source.h"
 #include "cache-agent/fs/clock.h"
 #include "cache-agent/fs/staging_buffer.h"
@@ -73,8 +74,6 @@ struct FileRef {
   // version to check fetched blocks against (they are the writer's own bytes).
   bool written_here = false;
 };
-
-using BlockData = std::shared_ptr<const std::vector<char>>;
 
 class BlockFetcher {
   struct Fetch;  // one block's fetch (block_fetcher_fetch.h)

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "cache-agent/cache/block_key.h"
+#include "cache-agent/fs/block_bytes.h"
 #include "cache-agent/fs/clock.h"
 #include "common/memory_budget.h"
 #include "common/metrics.h"
@@ -48,7 +49,7 @@ namespace spoke::agent {
 
 class StagingBuffer {
  public:
-  using Data = std::shared_ptr<const std::vector<char>>;
+  using Data = BlockData;
 
   struct Config {
     // Bytes of staged blocks held at most (0 = no staging).

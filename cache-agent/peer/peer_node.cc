@@ -264,7 +264,7 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
                                            : grpc::StatusCode::UNAVAILABLE;
     return grpc::Status(code, e.message());
   }
-  const std::vector<char>& data = **blocks[0];
+  const BlockBytes& data = **blocks[0];
   if (data.size() != req.length()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "the file is shorter here: another version of it");

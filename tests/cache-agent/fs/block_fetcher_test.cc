@@ -5,6 +5,7 @@
 #include <functional>
 #include <thread>
 
+#include "tests/cache-agent/cache/cache_test_util.h"
 #include "tests/cache-agent/fs/fakes.h"
 
 namespace spoke::agent {
@@ -81,6 +82,71 @@ TEST(BlockFetcher, HearsTheHitCountBeforeWaitingForTheHub) {
   EXPECT_EQ(heard.load(), 1);
   rig.remote.HoldReads(false);
   reader.join();
+}
+
+// A cache hit is read into the buffer the reader is served from, aligned and padded so that
+// the cache's O_DIRECT read fills it in place: no bounce buffer and copy in between.
+TEST(BlockFetcher, ACacheHitIsServedFromTheBufferTheCacheFilledInPlace) {
+  FetchRig rig;
+  rig.remote.PutFile("short", std::string(1000, 's'));
+  auto f = rig.File("short");
+  ASSERT_TRUE(rig.fetcher->Warm(f, 0, 1));
+  uint64_t hits = 0;
+  auto r = rig.fetcher->GetBlocks(f, 0, 1, &hits);
+  ASSERT_TRUE(r[0]);
+  EXPECT_EQ(hits, 1u);
+  const auto get = rig.cache.last_get();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(get.out) % BlockCache::kDirectAlign, 0u);
+  EXPECT_EQ(get.capacity, BlockCache::kDirectAlign);  // 1000 bytes, padded
+  EXPECT_EQ((*r[0])->data(), get.out);
+  EXPECT_EQ(std::string((*r[0])->begin(), (*r[0])->end()), std::string(1000, 's'));
+}
+
+// With the real cache filling readers' buffers in place, a block that rotted on the cache
+// disk is still caught by its checksum and never served: the reader gets the hub's bytes.
+TEST(BlockFetcher, ACorruptCacheBlockIsNeverServed) {
+  constexpr uint32_t kCacheBlock = 64 << 10;
+  for (const std::string& base : testing::TestBases()) {
+    SCOPED_TRACE(base);
+    testing::TempDir dir(base);
+    BlockCache::Config cc;
+    cc.dir = dir.path();
+    cc.capacity_bytes = 4 * kCacheBlock;
+    cc.block_size = kCacheBlock;
+    cc.io_depth = 16;
+    auto opened = OpenBlockCache(cc, MakeLruPolicy(), nullptr);
+    ASSERT_TRUE(opened) << opened.error().ToString();
+    std::unique_ptr<BlockCache> cache = std::move(*opened);
+    FakeRemoteFs remote;
+    std::string content(100000, 0);
+    for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 7 + i / 251);
+    remote.PutFile("img", content);
+    metrics::Registry registry;
+    BlockFetcher::Config c;
+    c.block_size = kCacheBlock;
+    BlockFetcher fetcher(remote, cache.get(), 7, c, registry, metrics::Labels{});
+    auto a = remote.Stat("img");
+    const FileRef f{"img", a->file_id, a->ContentVersion(), a->size};
+    ASSERT_TRUE(fetcher.Warm(f, 0, 2));
+    // Flip one data byte of block 1 (the file's short last block) on disk.
+    auto slot = testing::FindSlot(dir.path(), kCacheBlock, 4, BlockKey{7, f.file_id, f.version, 1});
+    ASSERT_TRUE(slot);
+    const uint64_t off = *slot * (kHeaderBytes + kCacheBlock) + kHeaderBytes + 1234;
+    auto byte = testing::ReadRaw(dir.path(), off, 1);
+    byte[0] ^= 0x40;
+    testing::WriteRaw(dir.path(), off, byte);
+
+    const int reads = remote.reads.load();
+    uint64_t hits = 0;
+    auto r = fetcher.GetBlocks(f, 0, 2, &hits);
+    ASSERT_TRUE(r[0]);
+    ASSERT_TRUE(r[1]);
+    EXPECT_EQ(std::string((*r[0])->begin(), (*r[0])->end()), content.substr(0, kCacheBlock));
+    EXPECT_EQ(std::string((*r[1])->begin(), (*r[1])->end()), content.substr(kCacheBlock));
+    EXPECT_EQ(hits, 1u);                        // block 0 from the cache
+    EXPECT_EQ(remote.reads.load(), reads + 1);  // block 1 from the hub again
+    EXPECT_EQ(cache->Stats().checksum_failures, 1u);
+  }
 }
 
 TEST(BlockFetcher, EvictDropsOneFileOrTheWholeVolume) {
@@ -321,7 +387,7 @@ TEST(BlockFetcher, ABlockOfAFileChangedOnTheHubIsRefusedNotMixed) {
   EXPECT_NE(new_version.version, old_version.version);
   auto fresh = rig.fetcher->GetBlocks(new_version, 5, 1);
   ASSERT_TRUE(fresh[0]);
-  EXPECT_EQ((*fresh[0])->at(0), 'N');
+  EXPECT_EQ((**fresh[0])[0], 'N');
 }
 
 TEST(BlockFetcher, WarmFetchesMissingBlocksOnly) {

@@ -416,6 +416,7 @@ class FakeBlockCache : public BlockCache {
   Result<size_t> Get(const BlockKey& key, char* out, size_t capacity) override {
     MutexLock lock(mu_);
     lookups_++;
+    last_get_ = {out, capacity};
     auto it = blocks_.find(key);
     if (it == blocks_.end()) {
       misses_++;
@@ -495,6 +496,15 @@ class FakeBlockCache : public BlockCache {
   int puts() const { return puts_; }
   // Get + Contains calls: the index lookups a reader costs.
   uint64_t lookups() const { return lookups_.load(); }
+  // The buffer the last Get was given.
+  struct GetBuffer {
+    const char* out = nullptr;
+    size_t capacity = 0;
+  };
+  GetBuffer last_get() const {
+    MutexLock lock(mu_);
+    return last_get_;
+  }
   ExpertId Origin(const BlockKey& k) const {
     MutexLock lock(mu_);
     auto it = origins_.find(k);
@@ -508,6 +518,7 @@ class FakeBlockCache : public BlockCache {
   std::unordered_map<BlockKey, ExpertId, BlockKeyHash> origins_ GUARDED_BY(mu_);
   uint64_t hits_ GUARDED_BY(mu_) = 0;
   uint64_t misses_ GUARDED_BY(mu_) = 0;
+  GetBuffer last_get_ GUARDED_BY(mu_);
   std::atomic<int> puts_{0};
   mutable std::atomic<uint64_t> lookups_{0};
   std::atomic<bool> fail_puts_{false};

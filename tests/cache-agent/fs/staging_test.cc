@@ -26,7 +26,7 @@ using testing::FakeRemoteFs;
 constexpr uint32_t kBlock = 4096;
 
 StagingBuffer::Data Bytes(size_t n, char c) {
-  return std::make_shared<const std::vector<char>>(n, c);
+  return std::make_shared<const BlockBytes>(std::vector<char>(n, c));
 }
 
 struct BufferRig {
@@ -278,7 +278,7 @@ TEST(BlockFetcherStaging, APrefetchIntoAFullCacheIsStagedServedOnceThenCachedAsD
   uint64_t hits = 0;
   auto r = rig.fetcher->GetBlocks(f, 0, 1, &hits);
   ASSERT_TRUE(r[0]);
-  EXPECT_EQ(**r[0], std::vector<char>(kBlock, 'a' + 9));
+  EXPECT_EQ(std::string((*r[0])->begin(), (*r[0])->end()), std::string(kBlock, 'a' + 9));
   EXPECT_EQ(hits, 1u);  // the reader did not wait for the hub
   EXPECT_EQ(rig.remote.reads, before_reads + 1);
   auto s = rig.fetcher->staging_stats();
@@ -319,7 +319,7 @@ TEST(BlockFetcherStaging, AStagedBlockOfAFileChangedOnTheHubIsNotServed) {
   const int reads = rig.remote.reads;
   auto r = rig.fetcher->GetBlocks(new_ref, 0, 1);
   ASSERT_TRUE(r[0]);
-  EXPECT_EQ(**r[0], std::vector<char>(kBlock, 'N'));
+  EXPECT_EQ(std::string((*r[0])->begin(), (*r[0])->end()), std::string(kBlock, 'N'));
   EXPECT_EQ(rig.remote.reads, reads + 1);
   EXPECT_EQ(rig.fetcher->staging_stats().hits, 0u);
 }
