@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cache-agent/cache/block_cache.h"
+#include "cache-agent/cache/block_store.h"  // AlignUp
 
 namespace spoke::agent {
 
@@ -29,8 +30,7 @@ class BlockBytes {
   using ReadBuffer = std::unique_ptr<char[], Free>;
   // Bytes to allocate for a block of `length` that BlockCache::Get is to fill in place.
   static constexpr size_t ReadCapacity(size_t length) {
-    return (length + BlockCache::kDirectAlign - 1) / BlockCache::kDirectAlign *
-           BlockCache::kDirectAlign;
+    return AlignUp(length, BlockCache::kDirectAlign);
   }
   // ReadCapacity(length) bytes aligned to kDirectAlign, not zero-filled (the read fills
   // them); nullptr when out of memory.
