@@ -64,6 +64,13 @@ def rss_kb(pid):
     return 0
 
 
+def cpu_s(pid):
+    """User + system CPU seconds the process has used."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def make_tree(root, files, big):
     t = time.monotonic()
     per_dir = 1000
@@ -246,7 +253,9 @@ def main():
         if a.big_dir:
             measure("stat in big dir (cold, %d entries)" % a.big_dir,
                     lambda: os.lstat(os.path.join(big_mnt, "e%07d" % (a.big_dir // 2))))
+            cpu0 = cpu_s(agent.pid)
             measure("ls big dir (%d entries)" % a.big_dir, lambda: os.listdir(big_mnt))
+            row("agent CPU during that ls", "%.2f s" % (cpu_s(agent.pid) - cpu0))
             # Again with the kernel's dentries, inodes and cached listing dropped: the agent
             # answers from its own listing, so this is the FUSE side of the `ls` alone (the
             # rest of the first is the hub's listing through the WAN).
