@@ -59,6 +59,7 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
     StagingBuffer::Config sc;
     sc.max_bytes = config_.staging_bytes_max;
     sc.ttl = config_.staging_ttl;
+    sc.held_ttl = std::max(sc.held_ttl, sc.ttl);
     sc.memory = config_.memory;
     staging_ = std::make_unique<StagingBuffer>(
         sc, config_.clock != nullptr ? *config_.clock : SystemClock::Get(), registry, labels);
@@ -308,7 +309,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
       // Staged under mu_, before the fetch leaves inflight_, so that no reader sees the block
       // in neither place (GetBlocks looks again when stored_gen_ moved).
       ReleaseMemoryLocked(*f);  // the buffer takes its own room (Use::kStaged)
-      staging_->Put(f->key, *f->result);
+      staging_->Put(f->key, *f->result, /*held=*/f->within_epoch);
       store = false;
       stored_gen_++;
     }
@@ -526,9 +527,10 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
       break;
     }
     bool created;
-    Join(file, index, kPrefetchClass, req.expert,
-         req.predicted_use + static_cast<double>(index - req.first_block), SteadyTime{}, &created,
-         /*room_taken=*/config_.memory != nullptr);
+    FetchPtr f = Join(file, index, kPrefetchClass, req.expert,
+                      req.predicted_use + static_cast<double>(index - req.first_block),
+                      SteadyTime{}, &created, /*room_taken=*/config_.memory != nullptr);
+    if (created) f->within_epoch = req.within_epoch;
     queued = true;
   }
   if (queued) Dispatch();

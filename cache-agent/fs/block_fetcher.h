@@ -25,6 +25,8 @@
 //   is then queued for the cache as a demand block, so the cache's content is what it would
 //   be without prefetching. WouldAdmit answers for the fetcher as a whole: free cache room
 //   or staging room (not the eviction policy: a full cache never takes a prefetched block).
+//   A set prediction's block (PrefetchRequest::within_epoch) is staged without the ttl and
+//   dropped when the prefetcher gives the prediction up (DropStaged; see staging_buffer.h).
 //   Evict drops staged blocks with the cached ones; the destructor drops them all. Warm
 //   moves a staged block into the cache instead of reading it again.
 //
@@ -106,7 +108,7 @@ class BlockFetcher {
     // Bytes of prefetched blocks held in memory while the cache is full (see Staging above);
     // 0 = no staging (such blocks go to the cache, whose policy may evict for them).
     uint64_t staging_bytes_max = 0;
-    // A staged block not read within this long is dropped.
+    // A staged block not read within this long is dropped (not a set prediction's: above).
     std::chrono::milliseconds staging_ttl{std::chrono::minutes(2)};
     // Time for the staging buffer's ttl (optional: the system clock; must outlive the fetcher).
     const Clock* clock = nullptr;
@@ -191,6 +193,9 @@ class BlockFetcher {
   uint64_t Evict(uint64_t file_id);
   // Bytes of this volume in the cache (0 without a cache).
   uint64_t CachedBytes() const;
+  // Drops the staged block `key` unread: the prefetcher gave up the set prediction it was
+  // fetched for (PrefetchSink::Abandon). Returns whether it was staged.
+  bool DropStaged(const BlockKey& key);
 
   // Since this fetcher was made (the registry's series live on across remounts).
   uint64_t hits() const { return hits_->Value() - base_hits_; }

@@ -25,6 +25,9 @@ struct BlockFetcher::Fetch {
   bool warm_waiter = false;  // a warm-up waits for it: never dropped at a reader deadline
   ExpertId expert = kDemand;
   double predicted_use = kUnknownUse;
+  // A set prediction's block (PrefetchRequest::within_epoch): staged without the ttl, until
+  // read or given up (DropStaged).
+  bool within_epoch = false;
   bool dispatched = false;
   bool done = false;
   bool settled = false;           // done and (when it was to be cached) stored

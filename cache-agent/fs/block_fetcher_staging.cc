@@ -21,6 +21,10 @@ uint64_t BlockFetcher::Evict(uint64_t file_id) {
   return staged + cache_->Evict(volume_, file_id);
 }
 
+bool BlockFetcher::DropStaged(const BlockKey& key) {
+  return staging_ != nullptr && staging_->Drop(key);
+}
+
 StagingBuffer::Stats BlockFetcher::staging_stats() const {
   return staging_ != nullptr ? staging_->GetStats() : StagingBuffer::Stats{};
 }

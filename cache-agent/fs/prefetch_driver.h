@@ -45,7 +45,8 @@ namespace spoke::agent {
 // PrefetchSink over a BlockFetcher: Submit = BlockFetcher::Prefetch (prefetch queue, behind
 // demand reads), InFlightBytes = its prefetch bytes queued or in flight, Has = cached or
 // being fetched or staged, WouldAdmit = BlockFetcher::WouldAdmit (free cache room or staging
-// room; the cache's answer without staging), FreeCacheBytes = the cache's free room.
+// room; the cache's answer without staging), FreeCacheBytes = the cache's free room,
+// Abandon = BlockFetcher::DropStaged (a staged set prediction's block given up).
 class FetcherPrefetchSink final : public PrefetchSink {
  public:
   explicit FetcherPrefetchSink(BlockFetcher& fetcher) : fetcher_(fetcher) {}
@@ -56,6 +57,7 @@ class FetcherPrefetchSink final : public PrefetchSink {
     return fetcher_.WouldAdmit(key, hint);
   }
   uint64_t FreeCacheBytes() const override { return fetcher_.CacheFreeBytes(); }
+  void Abandon(const BlockKey& key) override { fetcher_.DropStaged(key); }
 
  private:
   BlockFetcher& fetcher_;

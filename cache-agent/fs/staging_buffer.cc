@@ -5,7 +5,7 @@
 namespace spoke::agent {
 
 Status StagingBuffer::Config::Validate() const {
-  if (ttl <= std::chrono::milliseconds(0)) {
+  if (ttl <= std::chrono::milliseconds(0) || held_ttl <= std::chrono::milliseconds(0)) {
     return Fail(Code::kInvalidArgument, "staging ttl: must be > 0");
   }
   return Ok();
@@ -35,24 +35,35 @@ StagingBuffer::StagingBuffer(const Config& config, const Clock& clock, metrics::
 
 StagingBuffer::~StagingBuffer() { Clear(); }
 
-void StagingBuffer::EraseLocked(List::iterator it) {
-  const uint64_t size = it->data->size();
+void StagingBuffer::EraseLocked(Where w) {
+  const uint64_t size = w.it->data->size();
   bytes_ -= size;
   if (config_.memory != nullptr) config_.memory->Release(MemoryBudget::Use::kStaged, size);
-  index_.erase(it->key);
-  order_.erase(it);
+  index_.erase(w.it->key);
+  (w.held ? held_ : order_).erase(w.it);
   bytes_gauge_->Set(static_cast<int64_t>(bytes_));
+}
+
+std::optional<StagingBuffer::Where> StagingBuffer::OldestLocked() {
+  if (!order_.empty()) return Where{order_.begin(), false};
+  if (!held_.empty()) return Where{held_.begin(), true};
+  return std::nullopt;
 }
 
 void StagingBuffer::ExpireLocked(SteadyTime now) {
   while (!order_.empty() && now - order_.front().staged_at > config_.ttl) {
-    EraseLocked(order_.begin());
+    EraseLocked(Where{order_.begin(), false});
+    ++stats_.expired;
+    expired_->Inc();
+  }
+  while (!held_.empty() && now - held_.front().staged_at > config_.held_ttl) {
+    EraseLocked(Where{held_.begin(), true});
     ++stats_.expired;
     expired_->Inc();
   }
 }
 
-bool StagingBuffer::Put(const BlockKey& key, Data data) {
+bool StagingBuffer::Put(const BlockKey& key, Data data, bool held) {
   const uint64_t size = data->size();
   const SteadyTime now = clock_.Now();
   MutexLock lock(mu_);
@@ -63,8 +74,10 @@ bool StagingBuffer::Put(const BlockKey& key, Data data) {
     dropped_full_->Inc();
     return false;
   }
-  while (bytes_ + size > config_.max_bytes && !order_.empty()) {
-    EraseLocked(order_.begin());
+  while (bytes_ + size > config_.max_bytes) {
+    const auto oldest = OldestLocked();
+    if (!oldest) break;
+    EraseLocked(*oldest);
     ++stats_.dropped_full;
     dropped_full_->Inc();
   }
@@ -73,8 +86,9 @@ bool StagingBuffer::Put(const BlockKey& key, Data data) {
     memory_refused_->Inc();
     return false;
   }
-  order_.push_back(Entry{key, std::move(data), now});
-  index_[key] = std::prev(order_.end());
+  List& list = held ? held_ : order_;
+  list.push_back(Entry{key, std::move(data), now});
+  index_[key] = Where{std::prev(list.end()), held};
   bytes_ += size;
   ++stats_.staged;
   staged_->Inc();
@@ -88,7 +102,7 @@ std::optional<StagingBuffer::Data> StagingBuffer::Take(const BlockKey& key) {
   ExpireLocked(now);
   auto it = index_.find(key);
   if (it == index_.end()) return std::nullopt;
-  Data data = it->second->data;
+  Data data = it->second.it->data;
   EraseLocked(it->second);
   ++stats_.hits;
   hits_->Inc();
@@ -108,23 +122,36 @@ bool StagingBuffer::HasRoom(uint64_t length, uint64_t reserved) const {
 uint64_t StagingBuffer::DropFile(uint64_t volume, uint64_t file_id) {
   MutexLock lock(mu_);
   uint64_t n = 0;
-  for (auto it = order_.begin(); it != order_.end();) {
-    auto next = std::next(it);
-    if (it->key.volume == volume && (file_id == 0 || it->key.file_id == file_id)) {
-      EraseLocked(it);
-      ++n;
+  for (const bool held : {false, true}) {
+    List& list = held ? held_ : order_;
+    for (auto it = list.begin(); it != list.end();) {
+      auto next = std::next(it);
+      if (it->key.volume == volume && (file_id == 0 || it->key.file_id == file_id)) {
+        EraseLocked(Where{it, held});
+        ++n;
+      }
+      it = next;
     }
-    it = next;
   }
   stats_.evicted += n;
   evicted_->Inc(n);
   return n;
 }
 
+bool StagingBuffer::Drop(const BlockKey& key) {
+  MutexLock lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  EraseLocked(it->second);
+  ++stats_.expired;
+  expired_->Inc();
+  return true;
+}
+
 void StagingBuffer::Clear() {
   MutexLock lock(mu_);
-  const uint64_t n = order_.size();
-  while (!order_.empty()) EraseLocked(order_.begin());
+  const uint64_t n = index_.size();
+  while (const auto oldest = OldestLocked()) EraseLocked(*oldest);
   stats_.evicted += n;
   evicted_->Inc(n);
 }
@@ -138,7 +165,7 @@ void StagingBuffer::Expire() {
 StagingBuffer::Stats StagingBuffer::GetStats() const {
   MutexLock lock(mu_);
   Stats s = stats_;
-  s.blocks = order_.size();
+  s.blocks = index_.size();
   s.bytes = bytes_;
   return s;
 }

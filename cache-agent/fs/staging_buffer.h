@@ -14,6 +14,14 @@
 // - Taken once (Take removes the entry); dropped by DropFile (the file's or the volume's
 //   blocks were evicted), by Clear (unmount), when older than `ttl` (the prediction did not
 //   come true), or, oldest first, to make room for a newer block.
+// - A block put with `held` (a set prediction: read some time this epoch, order unknown) has
+//   no ttl: a shuffled loader reads it at a uniformly random time in the rest of the epoch,
+//   so age says nothing about whether it will be read, and an epoch longer than the ttl
+//   dropped the blocks staged early, which the loader then read from the hub a second time
+//   (1.13x the uncached part per epoch at 20000 samples, 157 s epochs). Such a block leaves
+//   when taken, by DropFile/Clear, by Drop (the prefetcher gave the prediction up: its epoch
+//   ended unread or the volume went idle), after `held_ttl` (a backstop), or to make room
+//   after every unheld block.
 // - Bounded by `max_bytes` and by the agent's MemoryBudget (Use::kStaged, background level:
 //   a refusal drops the block, it never makes a reader wait).
 //
@@ -57,6 +65,9 @@ class StagingBuffer {
     // A staged block not read within this long is dropped: the prediction did not come true
     // (as the prefetcher's idle release).
     std::chrono::milliseconds ttl{std::chrono::minutes(2)};
+    // The ttl of a held block: only a backstop for one whose prediction was never given up
+    // (Drop), e.g. it arrived after the prefetcher had released it; an epoch is shorter.
+    std::chrono::milliseconds held_ttl{std::chrono::minutes(30)};
     // The agent's memory budget (optional; must outlive the buffer).
     MemoryBudget* memory = nullptr;
     Status Validate() const;
@@ -80,10 +91,10 @@ class StagingBuffer {
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
 
-  // Holds `data` (the checked bytes of block `key`) until it is taken. Makes room by dropping
-  // the oldest blocks; false (nothing held) when the block is larger than max_bytes or the
-  // memory budget refuses it.
-  bool Put(const BlockKey& key, Data data);
+  // Holds `data` (the checked bytes of block `key`) until it is taken, for at most ttl unless
+  // `held` (see above). Makes room by dropping the oldest blocks, unheld ones first; false
+  // (nothing held) when the block is larger than max_bytes or the memory budget refuses it.
+  bool Put(const BlockKey& key, Data data, bool held = false);
   // The block's bytes, removed from the buffer; nullopt when it is not held (or expired).
   std::optional<Data> Take(const BlockKey& key);
   bool Contains(const BlockKey& key) const;
@@ -93,6 +104,9 @@ class StagingBuffer {
   // Drops the blocks of file `file_id` of volume `volume` (file_id 0 = every file of it).
   // Returns the blocks dropped.
   uint64_t DropFile(uint64_t volume, uint64_t file_id);
+  // Drops block `key` unread because its prediction was given up (counted as expired).
+  // Returns whether it was held.
+  bool Drop(const BlockKey& key);
   void Clear();
   // Drops the blocks older than ttl; Put and Take do it too.
   void Expire();
@@ -106,16 +120,23 @@ class StagingBuffer {
     SteadyTime staged_at;
   };
   using List = std::list<Entry>;
-  // Removes `it` and gives its bytes back to the budget.
-  void EraseLocked(List::iterator it) REQUIRES(mu_);
+  struct Where {
+    List::iterator it;
+    bool held;  // in held_, else in order_
+  };
+  // Removes the entry and gives its bytes back to the budget.
+  void EraseLocked(Where w) REQUIRES(mu_);
+  // The oldest entry, unheld ones first (the one to drop for room); nullopt when empty.
+  std::optional<Where> OldestLocked() REQUIRES(mu_);
   void ExpireLocked(SteadyTime now) REQUIRES(mu_);
 
   const Config config_;
   const Clock& clock_;
 
   mutable Mutex mu_;
-  List order_ GUARDED_BY(mu_);  // oldest first
-  std::unordered_map<BlockKey, List::iterator, BlockKeyHash> index_ GUARDED_BY(mu_);
+  List order_ GUARDED_BY(mu_);  // blocks under the ttl, oldest first
+  List held_ GUARDED_BY(mu_);   // held blocks (no ttl), oldest first
+  std::unordered_map<BlockKey, Where, BlockKeyHash> index_ GUARDED_BY(mu_);
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   Stats stats_ GUARDED_BY(mu_);
 

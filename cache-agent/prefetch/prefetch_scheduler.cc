@@ -260,8 +260,10 @@ PrefetchScheduler::Expert* PrefetchScheduler::RemovePendingLocked(const BlockKey
 
 void PrefetchScheduler::ReleaseAllLocked() {
   while (!pending_.empty()) {
+    const BlockKey key = pending_.begin()->first;
+    if (pending_.begin()->second.epoch != kOrdered) sink_.Abandon(key);
     uint64_t bytes = 0;
-    Expert* x = RemovePendingLocked(pending_.begin()->first, &bytes);
+    Expert* x = RemovePendingLocked(key, &bytes);
     if (x != nullptr) ++x->released;
   }
   deadlines_ = {};
@@ -307,6 +309,7 @@ void PrefetchScheduler::ExpireEpochsLocked() {
       auto it = pending_.find(key);
       if (it != pending_.end() && it->second.epoch == node.key()) {
         ApplyVerdictLocked(key, Verdict::kExpired);
+        sink_.Abandon(key);
       }
     }
   }

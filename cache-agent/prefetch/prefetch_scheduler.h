@@ -51,6 +51,10 @@
 // treated as present until min_horizon_blocks more blocks were read or the epoch changes, so that
 // experts move on instead of proposing it again at every event.
 //
+// A set prediction given up without a read (its epoch ended, or the volume went idle) is
+// reported to the sink (PrefetchSink::Abandon), which holds a staged block of one until then
+// rather than for a fixed time: a shuffled loader may read it at any time in the epoch.
+//
 // Eviction: each request carries predicted_use = the proposing expert's rank (blocks the
 // volume is expected to read before this one), which the fetcher passes in AdmissionHint so
 // that the eviction policy (NoThrashPolicy) never lets a prefetch evict a block needed
@@ -112,6 +116,10 @@ class PrefetchSink {
   virtual bool WouldAdmit(const BlockKey& key, const AdmissionHint& hint) const = 0;
   // Bytes the cache can still take without evicting anything (BlockCache::FreeBytes).
   virtual uint64_t FreeCacheBytes() const = 0;
+  // The scheduler gave up a set prediction (within_epoch) of `key` unread: its epoch ended or
+  // the volume went idle. A sink holding the block in memory for it alone (the fetcher's
+  // staging buffer holds such blocks without a ttl) drops it.
+  virtual void Abandon(const BlockKey&) {}
 };
 
 struct ExpertStats {

@@ -38,8 +38,10 @@ class FakeSink final : public PrefetchSink {
     return admit;
   }
   uint64_t FreeCacheBytes() const override { return free_bytes; }
-  bool admit = true;        // what the "cache" answers
-  uint64_t free_bytes = 0;  // the "cache"'s free room
+  void Abandon(const BlockKey& k) override { abandoned.push_back(k); }
+  std::vector<BlockKey> abandoned;  // set predictions given up (a staged block is dropped)
+  bool admit = true;                // what the "cache" answers
+  uint64_t free_bytes = 0;          // the "cache"'s free room
   mutable std::vector<std::pair<BlockKey, AdmissionHint>> asked_admission;
   void CompleteAll() {
     inflight.clear();
@@ -253,7 +255,7 @@ TEST(PrefetchScheduler, AProvenSetPredictionFillsTheFreeCacheRoomNotOnlyTheSpace
 }
 
 // A set prediction that the epoch did not read is wrong: it expires once the next epoch is
-// under way.
+// under way, and only then is it given up to the sink (which drops its staged block).
 TEST(PrefetchScheduler, SetPredictionsUnreadByTheEpochExpire) {
   ManualClock clock;
   FakeSink sink;
@@ -273,6 +275,9 @@ TEST(PrefetchScheduler, SetPredictionsUnreadByTheEpochExpire) {
   EXPECT_EQ(sink.fetching.size(), 200u);
   uint64_t handle = 0;
   for (int epoch = 0; epoch < 2; ++epoch) {
+    // Nothing is given up while its epoch runs, however long it takes.
+    clock.Advance(std::chrono::minutes(1));
+    EXPECT_TRUE(sink.abandoned.empty()) << "epoch " << epoch;
     for (int i = 0; i < 100; ++i) {
       s.OnOpen(OpenEvent{
           .handle = ++handle, .path = path(i), .file_id = 100u + i, .version = 1, .size = kBs});
@@ -291,6 +296,9 @@ TEST(PrefetchScheduler, SetPredictionsUnreadByTheEpochExpire) {
   EXPECT_EQ(ws.used_blocks, 100u);
   EXPECT_EQ(ws.expired_blocks, 100u);
   EXPECT_EQ(ws.outstanding_blocks, 0u);
+  // Exactly the unread ones were given up.
+  ASSERT_EQ(sink.abandoned.size(), 100u);
+  for (const BlockKey& k : sink.abandoned) EXPECT_GE(k.file_id, 200u) << k.file_id;
 }
 
 // The job stopping is no verdict: releasing the outstanding blocks of an idle volume must
