@@ -1,6 +1,8 @@
 #include "cache-agent/fs/metadata_cache.h"
 
 #include <functional>
+#include <string_view>
+#include <utility>
 
 #include "common/log.h"
 
@@ -195,9 +197,15 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
   Dir& d = nodes_[ino].dir();
   // Names gone from the hub (removed, replaced or renamed away by another client).
   std::vector<uint64_t> gone;
+  std::vector<std::pair<std::string, uint64_t>> removed;  // names no longer listed at all
+  const bool report = report_removals_;
   d.children.ForEach([&](std::string_view name, uint64_t child) {
-    if (children.Find(name) != child) gone.push_back(child);
+    const uint64_t now = children.Find(name);
+    if (now == child) return;
+    gone.push_back(child);
+    if (report && now == 0) removed.emplace_back(std::string(name), child);
   });
+  for (const auto& [name, child] : removed) NoteRemovedLocked(ino, name, child);
   d.children = std::move(children);
   d.snapshot.reset();
   d.listed = true;
@@ -262,6 +270,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
       // Gone on the hub (another node removed or renamed it): forget the cached entry, and
       // the inode unless the kernel or a handle still holds it.
       if (uint64_t old = pit->second.dir().children.Erase(name); old != 0) {
+        NoteRemovedLocked(parent, name, old);
         TouchLocked(parent);
         auto n = nodes_.find(old);
         if (n != nodes_.end() && n->second.parent == parent && n->second.name == name)
@@ -359,6 +368,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
       auto p = nodes_.find(n.parent);
       // Only the entry that still names this inode: the name may be another file's by now.
       if (p != nodes_.end() && p->second.entries().children.Find(n.name.view()) == ino) {
+        NoteRemovedLocked(n.parent, n.name.view(), ino);
         p->second.dir().children.Erase(n.name.view());
         TouchLocked(n.parent);
       }
@@ -501,6 +511,27 @@ void MetadataCache::Invalidate(uint64_t ino) {
   MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it != nodes_.end()) it->second.attr_valid = false;
+}
+
+void MetadataCache::NoteRemovedLocked(uint64_t parent, std::string_view name, uint64_t ino) {
+  if (!report_removals_) return;
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end() || !it->second.attr.is_reg()) return;
+  std::string path = PathLocked(parent);
+  if (!path.empty()) path += '/';
+  path += name;
+  removed_files_.push_back(std::move(path));
+}
+
+void MetadataCache::ReportRemovals(bool on) {
+  MutexLock lock(mu_);
+  report_removals_ = on;
+  if (!on) removed_files_ = {};
+}
+
+std::vector<std::string> MetadataCache::TakeRemovedFiles() {
+  MutexLock lock(mu_);
+  return std::exchange(removed_files_, {});
 }
 
 size_t MetadataCache::entries() const {

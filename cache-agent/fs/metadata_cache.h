@@ -198,6 +198,15 @@ class MetadataCache final : public HandleStore {
   // Inodes holding a handle (for tests and figures).
   size_t handles() const;
 
+  // Files gone from the hub, for the prefetcher (whose access tracker would otherwise keep
+  // them forever): while on, the volume-relative path of every regular file that a
+  // relisting, a lookup or a revalidation finds gone from the hub (removed or renamed away
+  // by another client; a name now naming another file is not gone) is kept until
+  // TakeRemovedFiles hands it out. Off (the default), nothing is kept; turning it off
+  // drops what was kept. A path may be handed out twice.
+  void ReportRemovals(bool on);
+  std::vector<std::string> TakeRemovedFiles();
+
   // Hub calls made (for figures and tests).
   uint64_t stats_made() const { return stats_made_.load(); }
   uint64_t listings_made() const { return listings_made_.load(); }
@@ -261,6 +270,9 @@ class MetadataCache final : public HandleStore {
   // The node of a name our own unlink/rmdir removed goes when nothing else names it, so that
   // memory stays flat across create/unlink cycles. Caller holds mu_.
   void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino) REQUIRES(mu_);
+  // `name` in `parent` is gone from the hub; it named `ino`: kept for TakeRemovedFiles when
+  // reporting and `ino` is a regular file. Before the inode may be dropped.
+  void NoteRemovedLocked(uint64_t parent, std::string_view name, uint64_t ino) REQUIRES(mu_);
   // True when `n`'s directory's cached listing names it (or it may be: a hard-linked file).
   bool NamedLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);
   // Drops `ino` when nothing keeps it (see the header note), then its parent if that was
@@ -309,6 +321,8 @@ class MetadataCache final : public HandleStore {
   // Fsids of inodes on the 65,536th and later hub file system met (StoredAttr::kFarFsid).
   std::unordered_map<uint64_t, uint64_t> far_fsids_ GUARDED_BY(mu_);
   bool adopted_ GUARDED_BY(mu_) = false;
+  bool report_removals_ GUARDED_BY(mu_) = false;
+  std::vector<std::string> removed_files_ GUARDED_BY(mu_);  // ReportRemovals
   ListingFlights flights_;  // taken before mu_, never while holding it
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};

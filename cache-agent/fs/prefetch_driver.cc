@@ -65,6 +65,8 @@ PrefetchDriver::PrefetchDriver(const Config& config, BlockFetcher& fetcher, cons
       std::max<uint64_t>(seq.initial_blocks, config_.read_ahead_max_bytes / bs));
   scheduler_->AddExpert(std::make_unique<SequentialPredictor>(seq));
   if (config_.mode == PrefetchMode::kAuto) scheduler_->AddTrackerExperts({});
+  // Files removed on the hub by other clients leave the tracker too (ForgetRemovedOnHub).
+  if (metadata_ != nullptr) metadata_->ReportRemovals(true);
 
   if (registry != nullptr) {
     metrics_ = std::make_unique<PrefetchMetrics>(*registry, config_.volume_id);
@@ -80,6 +82,7 @@ PrefetchDriver::~PrefetchDriver() {
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
+  if (scheduler_ && metadata_ != nullptr) metadata_->ReportRemovals(false);
   MutexLock lock(metrics_mu_);
   if (metadata_charged_ > 0)
     config_.memory->Release(MemoryBudget::Use::kMetadata, metadata_charged_);
@@ -144,6 +147,7 @@ void PrefetchDriver::Tick() {
     return;
   }
   FeedTreeIfReady();
+  ForgetRemovedOnHub();
   scheduler_->Tick();
   bool update = false;
   {
@@ -154,6 +158,13 @@ void PrefetchDriver::Tick() {
     }
   }
   if (update) UpdateMetrics();
+}
+
+void PrefetchDriver::ForgetRemovedOnHub() {
+  if (!scheduler_ || metadata_ == nullptr) return;
+  // Taken under the metadata lock, forgotten under the scheduler's only (never both held).
+  const std::vector<std::string> gone = metadata_->TakeRemovedFiles();
+  if (!gone.empty()) scheduler_->ForgetFiles(gone);
 }
 
 void PrefetchDriver::TickLoop() {

@@ -135,7 +135,9 @@ class PrefetchDriver {
   // prefetcher forgets it (PrefetchScheduler::ForgetFile). Path relative to the volume root.
   void ForgetFile(std::string_view path);
   // Feeds the directories the metadata walk listed since the last call to the tracker
-  // (auto), then re-plans.
+  // (auto), forgets the files the metadata cache found removed on the hub since the last
+  // call (MetadataCache::TakeRemovedFiles: removed or renamed away by other clients), then
+  // re-plans.
   void Tick();
 
   // Hints (HintPredictor; all rejected unless the mode is auto).
@@ -150,6 +152,7 @@ class PrefetchDriver {
 
  private:
   void FeedTreeIfReady();
+  void ForgetRemovedOnHub();
   void TickLoop();
   void AccountMetadata();
 

@@ -199,9 +199,6 @@ void AccessTracker::Forget(FileIndex f) {
     if (it != previous_order_.end()) previous_order_.erase(it);
   }
   std::erase_if(reopens_, [f](const Reopen& r) { return r.file == f; });
-  read_epoch_[f] = 0;
-  read_before_mark_[f] = false;
-  order_pos_[f] = 0;
   if (last_opened_ == f) last_opened_.reset();
   std::erase_if(streams_, [f](const auto& s) { return s.second.file == f; });
   if (t.in_tree) {
@@ -216,13 +213,99 @@ void AccessTracker::Forget(FileIndex f) {
   if (d.sorted) {
     for (; at != d.files.end(); ++at) --dir_pos_[*at];
   }
+  ReleaseSlot(f);
+  // Dead names stay until they are half the arena.
+  if (dead_name_bytes_ * 2 > names_.size()) CompactNames();
+}
+
+void AccessTracker::ReleaseSlot(FileIndex f) {
+  TrackedFile& t = files_[f];
+  read_epoch_[f] = 0;
+  read_before_mark_[f] = false;
+  order_pos_[f] = 0;
   dir_pos_[f] = 0;
   UnindexPath(f);
   dead_name_bytes_ += t.name_size;
   t = TrackedFile{};
   t.dead = true;
   free_.push_back(f);
-  // Dead names stay until they are half the arena.
+}
+
+void AccessTracker::ForgetMany(std::span<const FileIndex> files) {
+  // The dying set, as a bitmap over the slots: each order is filtered in one pass.
+  std::vector<bool> dying(files_.size());
+  std::vector<FileIndex> batch;
+  batch.reserve(files.size());
+  for (FileIndex f : files) {
+    if (f >= files_.size() || files_[f].dead || dying[f]) continue;
+    dying[f] = true;
+    batch.push_back(f);
+  }
+  if (batch.empty()) return;
+  // What Forget asks of each file's epoch state, before any of it is reset.
+  std::vector<bool> in_previous(files_.size());
+  bool any_current = false, any_previous = false, any_tree = false;
+  size_t reference_gone = 0;
+  std::vector<DirIndex> dirs;
+  dirs.reserve(batch.size());
+  for (FileIndex f : batch) {
+    const TrackedFile& t = files_[f];
+    if (ReadThisEpoch(f)) {
+      any_current = true;
+      if (epoch_ == 0 ? t.in_tree : ReadLastEpoch(f)) ++reference_gone;
+    }
+    if (ReadLastEpoch(f)) {
+      in_previous[f] = true;
+      any_previous = true;
+    }
+    if (t.in_tree) {
+      any_tree = true;
+      --tree_files_;
+    }
+    dirs.push_back(t.dir);
+  }
+  // Forget decrements reference_read_ per file down to 0.
+  reference_read_ -= std::min(reference_read_, reference_gone);
+  if (any_current) {
+    // Positions after a removed one shift down by the removed ones before them; so do the
+    // re-opens' positions (Forget: `at` past the file's position moves down by one).
+    std::vector<size_t> removed;  // ascending
+    size_t w = 0;
+    for (size_t i = 0; i < current_order_.size(); ++i) {
+      const FileIndex g = current_order_[i];
+      if (dying[g]) {
+        removed.push_back(i);
+        continue;
+      }
+      current_order_[w] = g;
+      order_pos_[g] = static_cast<uint32_t>(w);
+      ++w;
+    }
+    current_order_.resize(w);
+    for (Reopen& r : reopens_) {
+      r.at -= static_cast<size_t>(std::lower_bound(removed.begin(), removed.end(), r.at) -
+                                  removed.begin());
+    }
+  }
+  if (any_previous) {
+    std::erase_if(previous_order_, [&](FileIndex g) { return in_previous[g]; });
+  }
+  std::erase_if(reopens_, [&](const Reopen& r) { return dying[r.file]; });
+  if (last_opened_ && dying[*last_opened_]) last_opened_.reset();
+  std::erase_if(streams_, [&](const auto& s) { return dying[s.second.file]; });
+  if (any_tree) std::erase_if(tree_order_, [&](FileIndex g) { return dying[g]; });
+  // The directory listings (positions recomputed if sorted, as Forget keeps them).
+  std::sort(dirs.begin(), dirs.end());
+  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+  for (DirIndex dir : dirs) {
+    Dir& d = dirs_[dir];
+    std::erase_if(d.files, [&](FileIndex g) { return dying[g]; });
+    if (d.sorted) {
+      for (size_t i = 0; i < d.files.size(); ++i) dir_pos_[d.files[i]] = static_cast<uint32_t>(i);
+    }
+  }
+  // Slots go on the free list in the order Forget calls would put them there.
+  for (FileIndex f : batch) ReleaseSlot(f);
   if (dead_name_bytes_ * 2 > names_.size()) CompactNames();
 }
 

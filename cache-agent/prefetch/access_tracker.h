@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -96,6 +97,11 @@ class AccessTracker {
   // TrackerExpert::OnForget). Returns false when the path is unknown.
   bool Forget(std::string_view path);
   void Forget(FileIndex f);
+  // Forgets several files at once (a relisting that found many gone from the hub), leaving
+  // the tracker exactly as Forget(f) for each of `files` in turn would (duplicates and
+  // files already forgotten are skipped), but in one pass over each order and listing
+  // instead of one per file: Forget is O(files) each.
+  void ForgetMany(std::span<const FileIndex> files);
 
   // --- files ---
   // Slots (live and free): FileIndex values are below it. Bounded by the peak live count.
@@ -147,6 +153,8 @@ class AccessTracker {
   void IndexPath(FileIndex f);
   void UnindexPath(FileIndex f);
   void CompactNames();
+  // Forget's last step: the slot goes on the free list (the orders no longer hold it).
+  void ReleaseSlot(FileIndex f);
 
   Config config_;
   std::vector<TrackedFile> files_;

@@ -40,6 +40,26 @@ void DirectoryOrderPredictor::OnForget(FileIndex f) {
   }
 }
 
+void DirectoryOrderPredictor::OnForgetMany(std::span<const FileIndex> files,
+                                           const std::vector<bool>&) {
+  if (!have_cursor_) return;
+  // OnForget one file at a time moves the cursor down once per file at or before it; in the
+  // listing as it is now (nothing forgotten yet), that is once per such file, and when they
+  // are all of the files up to the cursor the cursor goes.
+  uint32_t at_or_before = 0;
+  for (FileIndex f : files) {
+    if (tracker_.DirectoryOf(f) == dir_ && tracker_.PositionInDirectory(f) <= cursor_) {
+      ++at_or_before;
+    }
+  }
+  if (at_or_before > cursor_) {
+    have_cursor_ = false;
+    run_ = 0;
+  } else {
+    cursor_ -= at_or_before;
+  }
+}
+
 void DirectoryOrderPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                                       std::vector<PrefetchRequest>* out) {
   if (!have_cursor_) return;

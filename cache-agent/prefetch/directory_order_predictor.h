@@ -10,7 +10,9 @@
 #error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
 #endif
 
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "cache-agent/prefetch/tracker_expert.h"
 
@@ -30,6 +32,7 @@ class DirectoryOrderPredictor final : public TrackerExpert {
   std::string_view name() const override { return "directory"; }
   void OnOpen(const OpenEvent& e) override;
   void OnForget(FileIndex f) override;
+  void OnForgetMany(std::span<const FileIndex> files, const std::vector<bool>& dying) override;
   void Predict(uint64_t budget_bytes, uint32_t block_size,
                std::vector<PrefetchRequest>* out) override;
 

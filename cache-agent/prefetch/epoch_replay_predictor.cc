@@ -56,6 +56,28 @@ void EpochReplayPredictor::OnForget(FileIndex f) {
   if (have_cursor_ && cursor_ > pos) --cursor_;
 }
 
+void EpochReplayPredictor::OnForgetMany(std::span<const FileIndex>,
+                                        const std::vector<bool>& dying) {
+  if (tracker_.epoch() == 0 || built_for_epoch_ != tracker_.epoch()) return;  // rebuilt later
+  // One pass over the previous order: each survivor moves down by the forgotten files before
+  // it, and the cursor by those before it (OnForget: a file at a position below the cursor).
+  const auto& prev = tracker_.previous_order();
+  uint32_t gone = 0;
+  uint32_t gone_before_cursor = 0;
+  for (size_t i = 0; i < prev.size(); ++i) {
+    const FileIndex f = prev[i];
+    if (f >= prev_pos_.size() || prev_pos_[f] == 0) continue;
+    if (f < dying.size() && dying[f]) {
+      if (prev_pos_[f] - 1 < cursor_) ++gone_before_cursor;
+      prev_pos_[f] = 0;
+      ++gone;
+    } else {
+      prev_pos_[f] -= gone;
+    }
+  }
+  if (have_cursor_) cursor_ -= gone_before_cursor;
+}
+
 void EpochReplayPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                                    std::vector<PrefetchRequest>* out) {
   if (!have_cursor_ || tracker_.epoch() == 0 || built_for_epoch_ != tracker_.epoch()) return;

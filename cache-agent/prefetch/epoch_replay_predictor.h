@@ -12,6 +12,7 @@
 #error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
 #endif
 
+#include <span>
 #include <vector>
 
 #include "cache-agent/prefetch/tracker_expert.h"
@@ -33,6 +34,7 @@ class EpochReplayPredictor final : public TrackerExpert {
   std::string_view name() const override { return "replay"; }
   void OnOpen(const OpenEvent& e) override;
   void OnForget(FileIndex f) override;
+  void OnForgetMany(std::span<const FileIndex> files, const std::vector<bool>& dying) override;
   void Predict(uint64_t budget_bytes, uint32_t block_size,
                std::vector<PrefetchRequest>* out) override;
 

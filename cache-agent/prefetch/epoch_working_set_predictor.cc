@@ -13,6 +13,24 @@ void EpochWorkingSetPredictor::OnForget(FileIndex f) {
   candidate_count_ = ~size_t{0};  // recount the blocks
 }
 
+void EpochWorkingSetPredictor::OnForgetMany(std::span<const FileIndex>,
+                                            const std::vector<bool>& dying) {
+  if (epoch_ != tracker_.epoch()) return;  // the next Predict starts over
+  // One pass over the candidates: the cursor moves down by the forgotten ones before it.
+  const auto& candidates = epoch_ == 0 ? tracker_.tree_order() : tracker_.previous_order();
+  size_t before_cursor = 0;
+  bool any = false;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const FileIndex f = candidates[i];
+    if (f >= dying.size() || !dying[f]) continue;
+    any = true;
+    if (i < cursor_) ++before_cursor;
+  }
+  if (!any) return;
+  cursor_ -= before_cursor;
+  candidate_count_ = ~size_t{0};  // recount the blocks
+}
+
 void EpochWorkingSetPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                                        std::vector<PrefetchRequest>* out) {
   const bool first = tracker_.epoch() == 0;

@@ -13,6 +13,7 @@
 #error "wrong-way include: cache-agent/prefetch/ is not among this target's dependencies"
 #endif
 
+#include <span>
 #include <vector>
 
 #include "cache-agent/prefetch/tracker_expert.h"
@@ -28,6 +29,7 @@ class EpochWorkingSetPredictor final : public TrackerExpert {
   void Predict(uint64_t budget_bytes, uint32_t block_size,
                std::vector<PrefetchRequest>* out) override;
   void OnForget(FileIndex f) override;
+  void OnForgetMany(std::span<const FileIndex> files, const std::vector<bool>& dying) override;
 
  private:
   uint64_t epoch_ = ~uint64_t{0};

@@ -103,6 +103,25 @@ void PrefetchScheduler::ForgetFile(std::string_view path) {
   tracker_.Forget(*f);
 }
 
+void PrefetchScheduler::ForgetFiles(std::span<const std::string> paths) {
+  if (paths.empty()) return;
+  MutexLock lock(mu_);
+  std::vector<bool> dying(tracker_.file_count());
+  std::vector<FileIndex> files;
+  files.reserve(paths.size());
+  for (const std::string& path : paths) {
+    const auto f = tracker_.Find(path);
+    if (!f || dying[*f]) continue;  // unknown, or named twice
+    dying[*f] = true;
+    files.push_back(*f);
+  }
+  if (files.empty()) return;
+  for (Expert& x : experts_) {
+    if (auto* t = dynamic_cast<TrackerExpert*>(x.predictor.get())) t->OnForgetMany(files, dying);
+  }
+  tracker_.ForgetMany(files);
+}
+
 bool PrefetchScheduler::Presence::Present(const TrackedFile& f, uint64_t block) const {
   s_.mu_.AssertHeld();  // experts ask only while the scheduler calls them, under its mu_
   return s_.PresentLocked(s_.Key(f.file_id, f.version, block));

@@ -219,6 +219,10 @@ class PrefetchScheduler final : public CacheListener {
   // The file at `path` left the volume (unlinked, renamed over, removed on the hub): the
   // tracker forgets it, so that its memory follows the live files. Unknown paths are ignored.
   void ForgetFile(std::string_view path);
+  // ForgetFile for each path, in one pass over the tracker's orders and one batch call per
+  // expert (TrackerExpert::OnForgetMany, AccessTracker::ForgetMany) instead of one per file:
+  // a relisting may find 100k files gone, and a per-file forget is O(files).
+  void ForgetFiles(std::span<const std::string> paths);
 
   // --- events from VolumeFs ---
   void OnOpen(const OpenEvent& e);

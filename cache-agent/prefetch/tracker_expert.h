@@ -13,6 +13,7 @@
 #endif
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cache-agent/prefetch/access_tracker.h"
@@ -36,6 +37,17 @@ class TrackerExpert : public Predictor {
   // the tracker's orders or listings after it will shift down by one, and its slot may come
   // back as another file. Called under the scheduler's lock, before the tracker changes.
   virtual void OnForget(FileIndex f) {}
+  // `files` (distinct, live) are about to leave the tracker together
+  // (AccessTracker::ForgetMany); `dying` marks them (indexed by FileIndex, file_count()
+  // entries). The expert must end as OnForget for each, each followed by the tracker's
+  // Forget, would leave it. Called under the scheduler's lock, before the tracker changes:
+  // every call sees the tracker with all of `files` still in it. The default calls OnForget
+  // for each, which is right for an expert whose per-file state does not depend on
+  // positions; one that keeps positions, or whose OnForget is O(files), overrides it with
+  // one pass (a relisting may find 100k files gone at once).
+  virtual void OnForgetMany(std::span<const FileIndex> files, const std::vector<bool>& dying) {
+    for (FileIndex f : files) OnForget(f);
+  }
 
  protected:
   struct Emit {

@@ -7,9 +7,10 @@
 #include <malloc.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
-#include <set>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -281,6 +282,76 @@ TEST(MetadataCache, StoredAttributesComeBackExactly) {
   EXPECT_EQ(b->ctime.tv_sec, 1700000000);
   EXPECT_EQ(b->ctime.tv_nsec, 123456789);
   EXPECT_EQ(b->ContentVersion(), a.ContentVersion());
+}
+
+// Files another client removed or renamed away on the hub are reported (for the
+// prefetcher's tracker) while someone asked: relisted, looked up or revalidated as gone.
+// A name now naming another file, and directories, are not; with reporting off nothing
+// is kept.
+TEST(MetadataCache, ReportsFilesGoneFromTheHubWhileAsked) {
+  FakeRemoteFs remote;
+  for (const char* p : {"d/a", "d/b", "d/c", "d/r", "d/s", "e/x", "e/y", "g/z"}) {
+    remote.PutFile(p, "data");
+  }
+  remote.Mkdirs("d/sub");
+  ManualClock clock;
+  MetadataCache::Config config;
+  config.consistency = Consistency::kTtl;
+  config.ttl_seconds = 30;
+  MetadataCache meta(remote, config, clock);
+  ASSERT_TRUE(meta.Init());
+  meta.StartWalk();
+  ASSERT_TRUE(meta.WaitWalk(10s));
+  const auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+
+  // Off: nothing is kept.
+  ASSERT_TRUE(remote.Unlink("g/z"));
+  clock.Advance(31s);
+  auto g = meta.Resolve("g");
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(meta.ReadDir(g->ino));
+  EXPECT_TRUE(meta.TakeRemovedFiles().empty());
+
+  meta.ReportRemovals(true);
+  auto a = meta.Resolve("d/a");
+  ASSERT_TRUE(a);
+  auto x = meta.Resolve("e/x");
+  ASSERT_TRUE(x);
+  ASSERT_TRUE(remote.Unlink("d/a"));
+  ASSERT_TRUE(remote.Unlink("d/b"));
+  ASSERT_TRUE(remote.Rename("d/r", "d/r2"));  // renamed away
+  ASSERT_TRUE(remote.Rename("d/c", "d/s"));   // d/c is gone; d/s names another file
+  ASSERT_TRUE(remote.Rmdir("d/sub"));         // a directory
+  ASSERT_TRUE(remote.Unlink("e/x"));
+  ASSERT_TRUE(remote.Unlink("e/y"));
+  clock.Advance(31s);
+  // A lookup that finds the name gone, then a relisting.
+  auto d = meta.Resolve("d");
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(meta.Lookup(d->ino, "a"));
+  ASSERT_TRUE(meta.ReadDir(d->ino));
+  // A revalidation of an open file that is gone; a lookup of e/y.
+  EXPECT_FALSE(meta.Revalidate(x->ino));
+  auto e = meta.Resolve("e");
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(meta.Lookup(e->ino, "y"));
+  EXPECT_EQ(sorted(meta.TakeRemovedFiles()),
+            (std::vector<std::string>{"d/a", "d/b", "d/c", "d/r", "e/x", "e/y"}));
+  EXPECT_TRUE(meta.TakeRemovedFiles().empty());  // handed out once
+
+  // Off again: what was kept goes, and nothing more is kept.
+  ASSERT_TRUE(remote.Unlink("d/s"));
+  clock.Advance(31s);
+  ASSERT_TRUE(meta.ReadDir(d->ino));
+  meta.ReportRemovals(false);
+  EXPECT_TRUE(meta.TakeRemovedFiles().empty());
+  ASSERT_TRUE(remote.Unlink("d/r2"));
+  clock.Advance(31s);
+  ASSERT_TRUE(meta.ReadDir(d->ino));
+  EXPECT_TRUE(meta.TakeRemovedFiles().empty());
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ using testing::FakeBlockCache;
 using testing::FakeRemoteFs;
 
 constexpr uint32_t kBlock = 4096;
+constexpr uint32_t kTtlSeconds = 30;
 
 std::string Name(int i) {
   char buf[32];
@@ -32,14 +33,17 @@ struct Rig {
   // With `held_dir`, that directory also holds 4 files and its listing waits until the test
   // releases it (remote.HoldReadDir("")): the walk is still under way when the rig is ready.
   Rig(PrefetchMode mode, int files, uint64_t space_budget_blocks, bool read_only = true,
-      const std::string& held_dir = "")
+      const std::string& held_dir = "", Consistency consistency = Consistency::kImmutable)
       : cache(kBlock) {
     for (int i = 0; i < files; ++i) remote.PutFile(Name(i), std::string(2 * kBlock, 'a' + i % 26));
     for (int i = 0; !held_dir.empty() && i < 4; ++i) {
       remote.PutFile(held_dir + "/g" + std::to_string(i), std::string(2 * kBlock, 'z'));
     }
     remote.HoldReadDir(held_dir);
-    meta = std::make_unique<MetadataCache>(remote, MetadataCache::Config{}, clock);
+    MetadataCache::Config mc;
+    mc.consistency = consistency;
+    mc.ttl_seconds = kTtlSeconds;
+    meta = std::make_unique<MetadataCache>(remote, mc, clock);
     EXPECT_TRUE(meta->Init());
     meta->StartWalk();
     if (held_dir.empty()) {
@@ -365,6 +369,52 @@ TEST(PrefetchDriver, RemovedFilesLeaveTheTracker) {
   EXPECT_LE(s.tracker_slots, walked + 4);
   // Walked files read after the churn are still known and still prefetched from.
   EXPECT_EQ(rig.ReadAll(Name(0)), std::string(2 * kBlock, 'a'));
+}
+
+// A ttl volume whose files other clients replace (rotating shards): files removed on the hub
+// leave the access tracker once a relisting or a lookup finds them gone, at the next tick,
+// so it follows the live files instead of growing with every file ever opened.
+TEST(PrefetchDriver, FilesRemovedOnTheHubLeaveTheTracker) {
+  Rig rig(PrefetchMode::kAuto, 12, /*space_budget_blocks=*/256, /*read_only=*/true, "",
+          Consistency::kTtl);
+  rig.Settle(1);
+  EXPECT_EQ(rig.driver->Stats().tracked_files, 12u);
+  // Files written by another client after the walk: only opened, never walked.
+  rig.remote.PutFile("train/late0", std::string(kBlock, 'x'));
+  rig.remote.PutFile("train/late1", std::string(kBlock, 'y'));
+  rig.clock.Advance(std::chrono::seconds(kTtlSeconds + 1));
+  EXPECT_EQ(rig.ReadAll("train/late0"), std::string(kBlock, 'x'));
+  EXPECT_EQ(rig.ReadAll("train/late1"), std::string(kBlock, 'y'));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(rig.ReadAll(Name(i)), std::string(2 * kBlock, 'a' + i));
+  rig.Settle(1);
+  EXPECT_EQ(rig.driver->Stats().tracked_files, 14u);
+
+  // Another client removes six of them (walked and read, walked only, opened only).
+  for (const std::string& p : {Name(0), Name(1), Name(5), Name(11), std::string("train/late0"),
+                               std::string("train/late1")}) {
+    ASSERT_TRUE(rig.remote.Unlink(p)) << p;
+  }
+  rig.clock.Advance(std::chrono::seconds(kTtlSeconds + 1));
+  auto train = rig.fs->Lookup(kRootIno, "train");
+  ASSERT_TRUE(train);
+  EXPECT_FALSE(rig.fs->Lookup(train->ino, "f000"));  // a lookup finds it gone
+  auto listing = rig.fs->ReadDir(train->ino);        // the relisting finds the rest
+  ASSERT_TRUE(listing);
+  EXPECT_EQ(listing->size(), 8u);
+  EXPECT_EQ(rig.driver->Stats().tracked_files, 14u);  // until the driver's tick
+  rig.driver->Tick();
+  const PrefetchStats s = rig.driver->Stats();
+  EXPECT_EQ(s.tracked_files, 8u);
+  // The files still there are still known and read.
+  EXPECT_EQ(rig.ReadAll(Name(2)), std::string(2 * kBlock, 'c'));
+  rig.Settle(1);
+  EXPECT_EQ(rig.driver->Stats().tracked_files, 8u);
+  // A new file in a freed slot: the tracker's slots stay at the peak.
+  rig.remote.PutFile("train/late2", std::string(kBlock, 'z'));
+  rig.clock.Advance(std::chrono::seconds(kTtlSeconds + 1));
+  EXPECT_EQ(rig.ReadAll("train/late2"), std::string(kBlock, 'z'));
+  EXPECT_EQ(rig.driver->Stats().tracked_files, 9u);
+  EXPECT_EQ(rig.driver->Stats().tracker_slots, s.tracker_slots);
 }
 
 }  // namespace
