@@ -515,12 +515,26 @@ void MetadataCache::Invalidate(uint64_t ino) {
 
 void MetadataCache::NoteRemovedLocked(uint64_t parent, std::string_view name, uint64_t ino) {
   if (!report_removals_) return;
-  auto it = nodes_.find(ino);
-  if (it == nodes_.end() || !it->second.attr.is_reg()) return;
   std::string path = PathLocked(parent);
   if (!path.empty()) path += '/';
   path += name;
-  removed_files_.push_back(std::move(path));
+  // A directory gone takes the files cached under it along (a dated shard removed whole).
+  std::vector<std::pair<std::string, uint64_t>> todo{{std::move(path), ino}};
+  while (!todo.empty()) {
+    std::string p = std::move(todo.back().first);
+    const uint64_t i = todo.back().second;
+    todo.pop_back();
+    auto it = nodes_.find(i);
+    if (it == nodes_.end()) continue;
+    if (it->second.attr.is_reg()) {
+      removed_files_.push_back(std::move(p));
+    } else if (it->second.attr.is_dir() && it->second.dir_data && i != parent) {
+      it->second.dir_data->children.ForEach([&](std::string_view child, uint64_t c) {
+        mu_.AssertHeld();  // called by ForEach, under the caller's lock
+        if (c != i) todo.emplace_back(p + "/" + std::string(child), c);
+      });
+    }
+  }
 }
 
 void MetadataCache::ReportRemovals(bool on) {

@@ -201,9 +201,9 @@ class MetadataCache final : public HandleStore {
   // Files gone from the hub, for the prefetcher (whose access tracker would otherwise keep
   // them forever): while on, the volume-relative path of every regular file that a
   // relisting, a lookup or a revalidation finds gone from the hub (removed or renamed away
-  // by another client; a name now naming another file is not gone) is kept until
-  // TakeRemovedFiles hands it out. Off (the default), nothing is kept; turning it off
-  // drops what was kept. A path may be handed out twice.
+  // by another client, alone or with a directory; a name now naming another file is not
+  // gone) is kept until TakeRemovedFiles hands it out. Off (the default), nothing is kept;
+  // turning it off drops what was kept. A path may be handed out twice.
   void ReportRemovals(bool on);
   std::vector<std::string> TakeRemovedFiles();
 
@@ -271,7 +271,8 @@ class MetadataCache final : public HandleStore {
   // memory stays flat across create/unlink cycles. Caller holds mu_.
   void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino) REQUIRES(mu_);
   // `name` in `parent` is gone from the hub; it named `ino`: kept for TakeRemovedFiles when
-  // reporting and `ino` is a regular file. Before the inode may be dropped.
+  // reporting and `ino` is a regular file; for a directory, the regular files cached under
+  // it. Before the inode may be dropped.
   void NoteRemovedLocked(uint64_t parent, std::string_view name, uint64_t ino) REQUIRES(mu_);
   // True when `n`'s directory's cached listing names it (or it may be: a hard-linked file).
   bool NamedLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);

@@ -290,7 +290,8 @@ TEST(MetadataCache, StoredAttributesComeBackExactly) {
 // is kept.
 TEST(MetadataCache, ReportsFilesGoneFromTheHubWhileAsked) {
   FakeRemoteFs remote;
-  for (const char* p : {"d/a", "d/b", "d/c", "d/r", "d/s", "e/x", "e/y", "g/z"}) {
+  for (const char* p :
+       {"d/a", "d/b", "d/c", "d/r", "d/s", "e/x", "e/y", "g/z", "h/t/f2", "h/t/u/f1", "h/k"}) {
     remote.PutFile(p, "data");
   }
   remote.Mkdirs("d/sub");
@@ -341,6 +342,14 @@ TEST(MetadataCache, ReportsFilesGoneFromTheHubWhileAsked) {
   EXPECT_EQ(sorted(meta.TakeRemovedFiles()),
             (std::vector<std::string>{"d/a", "d/b", "d/c", "d/r", "e/x", "e/y"}));
   EXPECT_TRUE(meta.TakeRemovedFiles().empty());  // handed out once
+
+  // A directory gone (renamed away whole): the files cached under it, at any depth.
+  ASSERT_TRUE(remote.Rename("h/t", "t-moved"));
+  clock.Advance(31s);
+  auto h = meta.Resolve("h");
+  ASSERT_TRUE(h);
+  ASSERT_TRUE(meta.ReadDir(h->ino));
+  EXPECT_EQ(sorted(meta.TakeRemovedFiles()), (std::vector<std::string>{"h/t/f2", "h/t/u/f1"}));
 
   // Off again: what was kept goes, and nothing more is kept.
   ASSERT_TRUE(remote.Unlink("d/s"));
