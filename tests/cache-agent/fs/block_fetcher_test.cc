@@ -365,6 +365,25 @@ TEST(BlockFetcher, ErrorsReachEveryWaiterAndAreNotCached) {
   EXPECT_TRUE(r[1]);
 }
 
+// A hub that answers a READ short of an unchanged file's block (legal mid-file for a single
+// READ; the remote asks for the rest, but a block must never end early): the read fails with
+// EIO, and nothing is cached, so that the kernel is never told the file ends there, not even
+// after a restart. Once the hub answers whole, the block is read and served whole.
+TEST(BlockFetcher, AShortBlockOfAnUnchangedFileIsAnErrorAndNeverCached) {
+  FetchRig rig;
+  auto f = rig.File("big");
+  rig.remote.ShortenReadsOf("big", 4096);
+  auto r = rig.fetcher->GetBlocks(f, 3, 1);
+  ASSERT_FALSE(r[0]);
+  EXPECT_EQ(r[0].error().ToErrno(), EIO) << r[0].error().ToString();
+  for (int i = 0; i < 200 && rig.cache.blocks() < 1; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_FALSE(rig.cache.Contains(BlockKey{7, f.file_id, f.version, 3}));
+  rig.remote.ShortenReadsOf("", 0);
+  r = rig.fetcher->GetBlocks(f, 3, 1);
+  ASSERT_TRUE(r[0]);
+  EXPECT_EQ((*r[0])->size(), kBlock);
+}
+
 // A file replaced on the hub after it was opened: blocks of the old version already cached
 // are still its own, but an uncached block is never filled with the new content under the old
 // version's key (that would serve a mix of both): the read fails with ESTALE, is counted, and

@@ -105,6 +105,13 @@ class FakeRemoteFs : public RemoteFs {
     MutexLock lock(mu_);
     failing_path_ = path;
   }
+  // Reads of `path` return `bytes` fewer bytes than asked, the file unchanged (a hub answering
+  // short mid-file); "" = none.
+  void ShortenReadsOf(const std::string& path, uint32_t bytes) {
+    MutexLock lock(mu_);
+    short_path_ = path;
+    short_by_ = bytes;
+  }
   std::atomic<uint64_t> read_bytes{0};
   std::vector<std::string> ReadLog() {
     MutexLock lock(mu_);
@@ -167,6 +174,7 @@ class FakeRemoteFs : public RemoteFs {
           const std::string& d = it->second.data;
           uint64_t from = std::min<uint64_t>(offset, d.size());
           uint64_t n = std::min<uint64_t>(length, d.size() - from);
+          if (!short_path_.empty() && path == short_path_) n -= std::min<uint64_t>(n, short_by_);
           r = std::vector<char>(d.begin() + from, d.begin() + from + n);
           read_bytes += n;
         }
@@ -398,6 +406,8 @@ class FakeRemoteFs : public RemoteFs {
   int reads_in_flight_ GUARDED_BY(mu_) = 0;
   int max_reads_in_flight_ GUARDED_BY(mu_) = 0;
   std::string failing_path_ GUARDED_BY(mu_);
+  std::string short_path_ GUARDED_BY(mu_);
+  uint32_t short_by_ GUARDED_BY(mu_) = 0;
   bool hold_ GUARDED_BY(mu_) = false;
   bool hold_statfs_ GUARDED_BY(mu_) = false;
   std::string held_dir_ GUARDED_BY(mu_);
