@@ -25,7 +25,8 @@ class ListingFlights {
   // listing sent after its call (strict consistency: one already on the wire may predate a
   // change the caller must see): it waits for the running one to end, then joins a run
   // started since its call or starts one. The waits last as long as `list`, which is
-  // bounded by the hub timeout.
+  // bounded by the hub timeout (per page of a listing by handle: a hub that stops answering
+  // fails it one timeout later).
   Status Run(uint64_t ino, bool started_after_call, const std::function<Status()>& list)
       EXCLUDES(mu_);
   // Runs started (for tests and figures).

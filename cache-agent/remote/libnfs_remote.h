@@ -7,8 +7,10 @@
 // changes to connection 0 so they are applied in order.
 //
 // Every call is bounded twice: libnfs' own RPC timeout (nfs_set_timeout) and the pool's
-// deadline per request (request_timeout_seconds, retries included). Idempotent calls
-// (reads, stats, readdir, statfs) are retried with exponential backoff inside that bound.
+// deadline per request (request_timeout_seconds, retries included; a listing by handle gets
+// it per READDIRPLUS page, so that a directory too big to list within one timeout is still
+// listed). Idempotent calls (reads, stats, readdir, statfs) are retried with exponential
+// backoff inside that bound.
 // A context whose socket failed is destroyed and re-mounted by its loop with backoff, so
 // the pool recovers after the hub restarts.
 //
@@ -190,8 +192,9 @@ class LibnfsRemote final : public RemoteFs {
   // Loop thread of `c`. Calls k with the directory's handle, or an empty one when it is
   // not known (the caller goes by path); the volume root's is looked up once.
   void DirHandle(NfsConnection& c, const std::string& path, std::function<void(std::string)> k);
-  // READDIRPLUS pages by handle; records the entries' handles. A stale handle, an entry
-  // without attributes or a device entry hands over to `by_path`.
+  // READDIRPLUS pages by handle; records the entries' handles. Each page that arrives moves
+  // the job's deadline to a request timeout from then. A stale handle, an entry without
+  // attributes or a device entry hands over to `by_path`.
   void ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
                        const std::string& fh, std::function<void(std::vector<DirEntry>)> deliver,
                        std::function<void()> by_path);

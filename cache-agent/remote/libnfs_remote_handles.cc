@@ -1,5 +1,7 @@
 // LibnfsRemote: calls by NFS file handle: listings (READDIRPLUS), reads (READ), and stats,
 // creates and removals by the directory's handle (LOOKUP, CREATE, REMOVE).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -244,6 +246,13 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
                 }
                 if (!ok.reply.eof) {
                   if (ok.reply.entries == nullptr) return by_path();  // no progress: never loop
+                  // Each page that arrives gives the next a whole request timeout: a directory
+                  // too big to list within one (200,000 entries behind a WAN) is still listed,
+                  // while a hub that stops answering fails the listing one timeout later.
+                  j->deadline =
+                      std::max(j->deadline,
+                               SteadyClock::now() + std::chrono::milliseconds(std::llround(
+                                                        config_.request_timeout_seconds * 1000)));
                   *page = keep;
                   return keep();
                 }
