@@ -2,7 +2,7 @@
 # The README's test command: installs what is missing, builds with warnings as errors, runs
 # every test under ctest (unit, integration against nfs-ganesha + FUSE + io_uring, e2e,
 # csi-sanity, chart tests), then builds again with ASan + UBSan and runs the unit and
-# integration tests there too. Then two clang 19 trees: ThreadSanitizer with -Wthread-safety as
+# integration tests and the fault soak there too. Then two clang 19 trees: ThreadSanitizer with -Wthread-safety as
 # errors (the lock annotations are checked), which builds every library and the unit tests and
 # runs the unit tests under TSan; and ASan + UBSan + libFuzzer, which builds only the fuzz
 # harnesses and runs each for a bounded time (ctest -L fuzz). Ends with ctest's summary.
@@ -33,9 +33,10 @@ status=0
 if [ $sanitize -eq 1 ]; then
   # -O2: sanitizer checks stay, and the FUSE/WAN integration tests finish in time.
   build build/asan "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOKE_SANITIZE=ON
-  # ASan cannot run under csi-sanity's timing or the chart tests' tools: unit + integration.
+  # ASan cannot run under csi-sanity's timing or the chart tests' tools: unit + integration,
+  # and the fault soak (its agent, keeper and FUSE mounts under ASan: issue 14 asks for it).
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
-  (cd build/asan && ctest --output-on-failure -j2 --timeout 900 -L 'unit|integration' "$@") || status=$?
+  (cd build/asan && ctest --output-on-failure -j2 --timeout 900 -L 'unit|integration|soak' "$@") || status=$?
 fi
 
 # ThreadSanitizer on the unit tests, in a clang tree that also checks -Wthread-safety with
