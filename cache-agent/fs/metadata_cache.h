@@ -247,8 +247,8 @@ class MetadataCache final : public HandleStore {
     uint64_t parent = 0;
     CompactName name;
     StoredAttr attr;
-    uint32_t lookups = 0;    // kernel references; saturated: uncounted
-    uint16_t opens = 0;      // open handles; saturated: kept for good
+    uint32_t lookups = 0;  // kernel references; saturated: uncounted
+    uint16_t opens = 0;    // open handles; saturated: kept for good
     bool attr_valid = false;
     bool uncounted = false;  // the kernel's count is unknown (see AdoptKernelReferences)
     std::chrono::steady_clock::time_point attr_time{};

@@ -1,10 +1,10 @@
 // MetadataCache: how an inode's attributes and NFS handle are stored, and the handle store
 // the RemoteFs asks (metadata_cache.h, dir_entries.h).
-#include "cache-agent/fs/metadata_cache.h"
-
 #include <climits>
 #include <cstdint>
 #include <ctime>
+
+#include "cache-agent/fs/metadata_cache.h"
 
 namespace spoke::agent {
 

@@ -90,8 +90,8 @@ std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
             bool match = prefix.empty() || child_path == prefix ||
                          child_path.starts_with(prefix.back() == '/' ? prefix : prefix + "/");
             if (match) {
-              out.push_back(WalkedFile{child_path, cn.attr.file_id, AttrLocked(c, cn).ContentVersion(),
-                                       cn.attr.size});
+              out.push_back(WalkedFile{child_path, cn.attr.file_id,
+                                       AttrLocked(c, cn).ContentVersion(), cn.attr.size});
             }
           }
         });
