@@ -176,6 +176,31 @@ TEST(MetadataCache, ConcurrentListingsOfADirectoryAreOneHubListing) {
   }
 }
 
+// A strict volume asks the hub for the one name on each lookup (close-to-open), however long
+// ago its directory was listed: never a relisting of the directory per lookup, as it was once
+// (a 1 M-entry directory relisted every second).
+TEST(MetadataCache, StrictLookupsAskForTheNameNotForTheListing) {
+  FakeRemoteFs remote;
+  for (int i = 0; i < 100; ++i) remote.PutFile("big/f" + std::to_string(i), "x");
+  ManualClock clock;
+  MetadataCache::Config c;
+  c.consistency = Consistency::kStrict;
+  MetadataCache meta(remote, c, clock);
+  ASSERT_TRUE(meta.Init());
+  auto big = meta.Resolve("big");
+  ASSERT_TRUE(big);
+  ASSERT_TRUE(meta.ReadDir(big->ino));
+  const int listings = remote.readdirs.load();
+  const int stats = remote.stats.load();
+  for (int i = 0; i < 100; ++i) {
+    clock.Advance(2s);  // past the strict validity: nothing cached is trusted
+    auto f = meta.Lookup(big->ino, "f" + std::to_string(i));
+    ASSERT_TRUE(f) << f.error().ToString();
+  }
+  EXPECT_EQ(remote.readdirs.load(), listings);
+  EXPECT_EQ(remote.stats.load() - stats, 100);  // one question of the hub per lookup
+}
+
 // An export spanning several hub file systems: file ids repeat across them. A file is (fsid,
 // fileid): two files with one fileid are two inodes with their own paths, and a directory on
 // another file system whose fileid is its parent's does not make the parent its own parent
