@@ -197,7 +197,7 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
   Dir& d = nodes_[ino].dir();
   // Names gone from the hub (removed, replaced or renamed away by another client).
   std::vector<uint64_t> gone;
-  std::vector<std::pair<std::string, uint64_t>> removed;  // names no longer listed at all
+  std::vector<NamedIno> removed;  // names no longer listed at all
   const bool report = report_removals_;
   d.children.ForEach([&](std::string_view name, uint64_t child) {
     const uint64_t now = children.Find(name);
@@ -205,7 +205,7 @@ void MetadataCache::ApplyListing(uint64_t ino, const std::vector<DirEntry>& entr
     gone.push_back(child);
     if (report && now == 0) removed.emplace_back(std::string(name), child);
   });
-  for (const auto& [name, child] : removed) NoteRemovedLocked(ino, name, child);
+  NoteRemovedLocked(ino, removed);
   d.children = std::move(children);
   d.snapshot.reset();
   d.listed = true;
@@ -270,7 +270,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
       // Gone on the hub (another node removed or renamed it): forget the cached entry, and
       // the inode unless the kernel or a handle still holds it.
       if (uint64_t old = pit->second.dir().children.Erase(name); old != 0) {
-        NoteRemovedLocked(parent, name, old);
+        NoteRemovedLocked(parent, {{name, old}});
         TouchLocked(parent);
         auto n = nodes_.find(old);
         if (n != nodes_.end() && n->second.parent == parent && n->second.name == name)
@@ -368,7 +368,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
       auto p = nodes_.find(n.parent);
       // Only the entry that still names this inode: the name may be another file's by now.
       if (p != nodes_.end() && p->second.entries().children.Find(n.name.view()) == ino) {
-        NoteRemovedLocked(n.parent, n.name.view(), ino);
+        NoteRemovedLocked(n.parent, {{std::string(n.name.view()), ino}});
         p->second.dir().children.Erase(n.name.view());
         TouchLocked(n.parent);
       }
@@ -513,13 +513,13 @@ void MetadataCache::Invalidate(uint64_t ino) {
   if (it != nodes_.end()) it->second.attr_valid = false;
 }
 
-void MetadataCache::NoteRemovedLocked(uint64_t parent, std::string_view name, uint64_t ino) {
-  if (!report_removals_) return;
-  std::string path = PathLocked(parent);
-  if (!path.empty()) path += '/';
-  path += name;
+void MetadataCache::NoteRemovedLocked(uint64_t parent, const std::vector<NamedIno>& names) {
+  if (!report_removals_ || names.empty()) return;
+  const std::string dir = PathLocked(parent);  // once for a relisting's many
+  std::vector<NamedIno> todo;
+  for (const auto& [name, ino] : names)
+    todo.emplace_back(dir.empty() ? name : dir + "/" + name, ino);
   // A directory gone takes the files cached under it along (a dated shard removed whole).
-  std::vector<std::pair<std::string, uint64_t>> todo{{std::move(path), ino}};
   while (!todo.empty()) {
     std::string p = std::move(todo.back().first);
     const uint64_t i = todo.back().second;

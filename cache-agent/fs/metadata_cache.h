@@ -270,10 +270,11 @@ class MetadataCache final : public HandleStore {
   // The node of a name our own unlink/rmdir removed goes when nothing else names it, so that
   // memory stays flat across create/unlink cycles. Caller holds mu_.
   void ForgetRemovedLocked(uint64_t parent, const std::string& name, uint64_t ino) REQUIRES(mu_);
-  // `name` in `parent` is gone from the hub; it named `ino`: kept for TakeRemovedFiles when
-  // reporting and `ino` is a regular file; for a directory, the regular files cached under
-  // it. Before the inode may be dropped.
-  void NoteRemovedLocked(uint64_t parent, std::string_view name, uint64_t ino) REQUIRES(mu_);
+  // Names in `parent` gone from the hub, each with the inode it named: kept for
+  // TakeRemovedFiles when reporting, a regular file's path, or for a directory the regular
+  // files cached under it. Before the inodes may be dropped.
+  using NamedIno = std::pair<std::string, uint64_t>;
+  void NoteRemovedLocked(uint64_t parent, const std::vector<NamedIno>& names) REQUIRES(mu_);
   // True when `n`'s directory's cached listing names it (or it may be: a hard-linked file).
   bool NamedLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);
   // Drops `ino` when nothing keeps it (see the header note), then its parent if that was

@@ -186,7 +186,8 @@ inline std::shared_ptr<NfsJob> NewJob(const char* op, const std::string& path, b
   j->path = path;
   j->idempotent = idempotent;
   j->start = SteadyClock::now();
-  j->deadline = j->start + std::chrono::milliseconds(std::llround(timeout_s * 1000));
+  j->timeout = std::chrono::milliseconds(std::llround(timeout_s * 1000));
+  j->deadline = j->start + j->timeout;
   return j;
 }
 

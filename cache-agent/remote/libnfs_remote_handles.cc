@@ -1,7 +1,6 @@
 // LibnfsRemote: calls by NFS file handle: listings (READDIRPLUS), reads (READ), and stats,
 // creates and removals by the directory's handle (LOOKUP, CREATE, REMOVE).
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -249,10 +248,7 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
                   // Each page that arrives gives the next a whole request timeout: a directory
                   // too big to list within one (200,000 entries behind a WAN) is still listed,
                   // while a hub that stops answering fails the listing one timeout later.
-                  j->deadline =
-                      std::max(j->deadline,
-                               SteadyClock::now() + std::chrono::milliseconds(std::llround(
-                                                        config_.request_timeout_seconds * 1000)));
+                  j->deadline = std::max(j->deadline, SteadyClock::now() + j->timeout);
                   *page = keep;
                   return keep();
                 }

@@ -47,6 +47,7 @@ struct NfsJob {
   std::string path;     // for messages
   SteadyClock::time_point start{};
   SteadyClock::time_point deadline{};
+  SteadyClock::duration timeout{};  // the bound `deadline` was set from (start + timeout)
   bool idempotent = true;
   // Starts one attempt on the loop thread. Its continuation calls conn.Finish(job) (and
   // delivers the result when that returns true) or conn.AttemptFailed(...).
