@@ -31,6 +31,7 @@ grpc::Status ToGrpcStatus(const Error& e, std::string_view context, grpc::Status
       code = grpc::StatusCode::RESOURCE_EXHAUSTED;
       break;
     case Code::kCancelled:
+    case Code::kInterrupted:
       code = grpc::StatusCode::ABORTED;
       break;
     case Code::kReadOnly:

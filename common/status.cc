@@ -30,6 +30,8 @@ std::string_view CodeName(Code code) {
       return "checksum";
     case Code::kCancelled:
       return "cancelled";
+    case Code::kInterrupted:
+      return "interrupted";
     case Code::kInternal:
       return "internal";
   }
@@ -119,6 +121,7 @@ int Error::ToErrno() const {
     case Code::kChecksum:
       return EIO;
     case Code::kCancelled:
+    case Code::kInterrupted:
       return EINTR;
     case Code::kInternal:
       return EIO;

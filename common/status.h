@@ -24,6 +24,8 @@ enum class Code {
   kIo,           // device or network I/O error
   kChecksum,     // on-disk data failed verification
   kCancelled,
+  // The caller gave up waiting (a signal: FUSE INTERRUPT); nothing failed. common/interrupt.h
+  kInterrupted,
   kInternal,  // a bug
 };
 

@@ -54,6 +54,7 @@ grpc::Status ToGrpc(const Error& e) {
       c = StatusCode::DEADLINE_EXCEEDED;
       break;
     case Code::kCancelled:
+    case Code::kInterrupted:
       c = StatusCode::CANCELLED;
       break;
     case Code::kIo:

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "cache-agent/fs/block_fetcher_fetch.h"
+#include "common/interrupt.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -417,12 +418,18 @@ void BlockFetcher::StoreLoop() {
 }
 
 Result<BlockData> BlockFetcher::Wait(const FetchPtr& f, SteadyTime deadline) {
+  // A reader that gives up (FUSE INTERRUPT) stops waiting; the fetch goes on and is cached.
+  Interrupt::Waker waker(InterruptScope::Current(), [this] {
+    MutexLock lock(mu_);
+    done_cv_.notify_all();
+  });
   MutexLock lock(mu_);
-  if (!done_cv_.wait_until(lock, deadline, [&] { return f->done; })) {
+  if (!done_cv_.wait_until(lock, deadline, [&] { return f->done || waker.fired(); })) {
     return std::unexpected(Error(
         Code::kTimeout, "hub read of " + f->path + " did not complete by the read deadline (" +
                             (f->dispatched ? "sent" : "still queued") + ")"));
   }
+  if (!f->done) return std::unexpected(Interrupted("the hub's read of " + f->path));
   return f->result;
 }
 

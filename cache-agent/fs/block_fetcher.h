@@ -129,7 +129,8 @@ class BlockFetcher {
   // up in the cache once. `before_wait` (optional) is called with the hit count after the
   // lookups and before waiting for the hub, so a prefetcher hears of the read one round trip
   // earlier. A read that waited for the hub is one demand miss: its wait is recorded once.
-  // Blocks not there by `deadline` (default: now + read_deadline) give kTimeout.
+  // Blocks not there by `deadline` (default: now + read_deadline) give kTimeout; all not there
+  // when the thread's request is interrupted (common/interrupt.h) give kInterrupted.
   std::vector<Result<BlockData>> GetBlocks(
       const FileRef& file, uint64_t first, uint64_t count, uint64_t* hits = nullptr,
       const std::function<void(uint64_t hits)>& before_wait = nullptr,

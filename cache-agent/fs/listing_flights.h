@@ -27,6 +27,7 @@ class ListingFlights {
   // started since its call or starts one. The waits last as long as `list`, which is
   // bounded by the hub timeout (per page of a listing by handle: a hub that stops answering
   // fails it one timeout later).
+  // A caller whose request is interrupted (common/interrupt.h) stops waiting: kInterrupted.
   Status Run(uint64_t ino, bool started_after_call, const std::function<Status()>& list)
       EXCLUDES(mu_);
   // Runs started (for tests and figures).
@@ -37,6 +38,7 @@ class ListingFlights {
     uint64_t seq = 0;
     bool done = false;
     Status status;
+    bool interrupted = false;  // its caller gave up (kInterrupted): not shared
   };
   struct Slot {
     std::shared_ptr<Flight> latest;  // running, or ended while callers are still in Run

@@ -4,6 +4,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/interrupt.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -143,10 +144,15 @@ Status MetadataCache::KnowInode(uint64_t ino) {
     if (!walk_started_) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
   }
   auto deadline = std::chrono::steady_clock::now() + config_.unknown_inode_wait;
+  const Interrupt* interrupt = InterruptScope::Current();  // checked at each 20 ms turn
   while (true) {
     {
       MutexLock lock(mu_);
       if (nodes_.contains(ino)) return Ok();
+    }
+    if (interrupt != nullptr && interrupt->fired()) {
+      return std::unexpected(
+          Interrupted("the walk of the volume to reach inode " + std::to_string(ino)));
     }
     if (walk_done_.load() || stop_.load() || std::chrono::steady_clock::now() >= deadline) break;
     MutexLock wl(walk_mu_);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cache-agent/fuse/fuse_ops.h"
+#include "common/interrupt.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -26,6 +27,25 @@ namespace {
 constexpr unsigned kMaxIo = 1u << 20;
 
 FuseAdapter* Self(fuse_req_t req) { return static_cast<FuseAdapter*>(fuse_req_userdata(req)); }
+
+void FireInterrupt(fuse_req_t, void* interrupt) { static_cast<Interrupt*>(interrupt)->Fire(); }
+
+// Runs `serve` (an operation that changes nothing on the hub) with the request's FUSE INTERRUPT
+// honoured: a process that gets a signal while it waits on the hub is answered EINTR at once
+// instead of at the hub's bound (common/interrupt.h). libfuse calls FireInterrupt under the
+// request's lock, which the unregistering call takes: once it returns, nothing refers to
+// `interrupt` any more, and the reply may free the request.
+template <typename Serve>
+auto Interruptible(fuse_req_t req, Serve serve) {
+  Interrupt interrupt;
+  fuse_req_interrupt_func(req, FireInterrupt, &interrupt);
+  auto result = [&] {
+    InterruptScope scope(&interrupt);
+    return serve();
+  }();
+  fuse_req_interrupt_func(req, nullptr, nullptr);
+  return result;
+}
 
 struct stat ToStat(uint64_t ino, const FileAttr& a) {
   struct stat st {};
@@ -58,6 +78,11 @@ fuse_entry_param Entry(FuseAdapter* self, uint64_t ino, const FileAttr& a) {
 void ReplyError(fuse_req_t req, const char* op, const Error& e) {
   int err = Self(req)->op_errors().Count(op, e);
   if (err == EIO) log::Warn("I/O error", {{"op", op}, {"error", e.ToString()}});
+  // The kernel named an inode this agent no longer has: never the hub's answer, always worth
+  // a line (the kernel still held it, or its number was given out again).
+  if (err == ENOENT && e.message().starts_with("unknown inode")) {
+    log::Warn("ENOENT for an inode the kernel holds", {{"op", op}, {"error", e.ToString()}});
+  }
   fuse_reply_err(req, err);
 }
 
@@ -137,7 +162,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto* self = Self(req);
-  auto r = self->fs().Lookup(parent, name);
+  auto r = Interruptible(req, [&] { return self->fs().Lookup(parent, name); });
   if (!r) return ReplyError(req, "lookup", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
@@ -156,7 +181,7 @@ void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   auto* self = Self(req);
-  auto r = self->fs().GetAttr(ino);
+  auto r = Interruptible(req, [&] { return self->fs().GetAttr(ino); });
   if (!r) return ReplyError(req, "getattr", r.error());
   auto st = ToStat(ino, *r);
   fuse_reply_attr(req, &st, self->entry_timeout());
@@ -197,7 +222,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto r = Self(req)->fs().ReadDir(ino);
+  auto r = Interruptible(req, [&] { return Self(req)->fs().ReadDir(ino); });
   if (!r) return ReplyError(req, "opendir", r.error());
   // A snapshot per opendir keeps offsets stable across readdir calls.
   fi->fh = Self(req)->dirs_->Add(std::make_shared<DirListing>(DirListing{std::move(*r)}));
@@ -211,7 +236,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   auto* self = Self(req);
   auto listing = self->dirs_->Find(fi->fh);
   if (listing == nullptr) {
-    auto r = self->fs().ReadDir(ino);
+    auto r = Interruptible(req, [&] { return self->fs().ReadDir(ino); });
     if (!r) return ReplyError(req, plus ? "readdirplus" : "readdir", r.error());
     listing = self->dirs_->Rebuild(fi->fh, std::move(*r));
   }
@@ -269,7 +294,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Credentials who = Modifies(fi->flags) ? Caller(req) : Credentials{ctx->uid, ctx->gid, {}};
   FuseAdapter* self = Self(req);  // a reply frees `req`
-  auto r = self->fs().Open(ino, fi->flags, who);
+  auto open = [&] { return self->fs().Open(ino, fi->flags, who); };
+  auto r = Modifies(fi->flags) ? open() : Interruptible(req, open);
   if (!r) return ReplyError(req, "open", r.error());
   fi->fh = r->handle;
   fi->keep_cache = r->keep_cache;
@@ -291,7 +317,8 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
   if (!EnsureHandle(req, "read", ino, fi)) return;
   // The reply gathers the bytes from the cached blocks themselves: no buffer per request (a
   // 16 MiB kernel read-ahead keeps many requests out at once) and no copy into one.
-  auto r = Self(req)->fs().ReadPieces(fi->fh, static_cast<uint64_t>(off), size);
+  auto r = Interruptible(
+      req, [&] { return Self(req)->fs().ReadPieces(fi->fh, static_cast<uint64_t>(off), size); });
   if (!r) return ReplyError(req, "read", r.error());
   std::vector<iovec> iov;
   iov.reserve(r->size());
@@ -372,7 +399,7 @@ void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char
 }
 
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
-  auto r = Self(req)->fs().ReadLink(ino);
+  auto r = Interruptible(req, [&] { return Self(req)->fs().ReadLink(ino); });
   if (!r) return ReplyError(req, "readlink", r.error());
   fuse_reply_readlink(req, r->c_str());
 }

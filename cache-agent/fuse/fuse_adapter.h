@@ -6,6 +6,13 @@
 // file stays writable; VolumeFs refuses every other change with EROFS. Immutable volumes keep the
 // kernel page cache and long attribute/entry timeouts; ttl volumes use the ttl; strict volumes use
 // direct I/O and no kernel attribute caching.
+//
+// FUSE INTERRUPT (the kernel's word that a process waiting on the mount got a signal) is
+// honoured by the operations that change nothing: lookup, getattr, opendir and readdir, open for
+// reading, read and readlink answer EINTR at once instead of at the hub's bound
+// (common/interrupt.h). Changes run to their bound: one already sent may still be made on the
+// hub. Reads through the page cache mostly wait on kernel read-ahead, which is sent without
+// INTERRUPT; a fatal signal ends such a wait in the kernel at once all the same.
 #pragma once
 
 #if !__has_include("spoke_layer/fuse.h")

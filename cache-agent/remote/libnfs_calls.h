@@ -18,14 +18,16 @@
 
 #include <cmath>
 #include <functional>
-#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cache-agent/remote/nfs_connection.h"
 #include "cache-agent/remote/remote_fs.h"
+#include "common/interrupt.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent::libnfs_calls {
 
@@ -172,11 +174,24 @@ inline std::string Joined(const std::string& dir, const char* name) {
   return dir.empty() ? std::string(name) : dir + "/" + name;
 }
 
-// Blocking wrapper: a promise fulfilled by the job's delivery (success) or on_error.
+// Blocking wrapper: the job's delivery (success) or on_error fills it. Shared with the job, so
+// a caller that stops waiting (interrupted) leaves it to the job, which ends on its own bound.
 template <typename T>
 struct Waiter {
-  std::promise<Result<T>> promise;
-  void Set(Result<T> r) { promise.set_value(std::move(r)); }
+  Mutex mu;
+  CondVar cv;
+  std::optional<Result<T>> result GUARDED_BY(mu);
+  void Set(Result<T> r) EXCLUDES(mu) {
+    MutexLock lock(mu);
+    result = std::move(r);
+    cv.notify_all();
+  }
+  // The result, or nothing when `waker` fired first.
+  std::optional<Result<T>> Wait(const Interrupt::Waker& waker) EXCLUDES(mu) {
+    MutexLock lock(mu);
+    cv.wait(lock, [&]() REQUIRES(mu) { return result.has_value() || waker.fired(); });
+    return std::move(result);
+  }
 };
 
 inline std::shared_ptr<NfsJob> NewJob(const char* op, const std::string& path, bool idempotent,
@@ -191,7 +206,8 @@ inline std::shared_ptr<NfsJob> NewJob(const char* op, const std::string& path, b
   return j;
 }
 
-// Runs `job` on `conn` and waits for its delivery. `attempt` must end in deliver(value).
+// Runs `job` on `conn` and waits for its delivery (the job's own timeouts bound the wait), or
+// until the thread's request is interrupted (InterruptScope): kInterrupted, the job goes on.
 template <typename T>
 Result<T> RunBlocking(
     NfsConnection& conn, metrics::Gauge* in_flight, std::shared_ptr<NfsJob> job,
@@ -199,7 +215,6 @@ Result<T> RunBlocking(
                        const std::function<void(T)>& deliver)>
         attempt) {
   auto waiter = std::make_shared<Waiter<T>>();
-  auto fut = waiter->promise.get_future();
   auto deliver = [waiter](T v) { waiter->Set(std::move(v)); };
   job->attempt = [attempt, deliver](NfsConnection& c, nfs_context* ctx,
                                     const std::shared_ptr<NfsJob>& j) {
@@ -207,8 +222,16 @@ Result<T> RunBlocking(
   };
   job->on_error = [waiter](const Error& e) { waiter->Set(std::unexpected(e)); };
   in_flight->Add(1);
-  conn.Submit(job);
-  return fut.get();
+  Interrupt::Waker waker(InterruptScope::Current(), [&waiter] {
+    MutexLock lock(waiter->mu);
+    waiter->cv.notify_all();
+  });
+  const std::string what =
+      std::string(job->op) + " of " + (job->path.empty() ? "/" : job->path) + " from the hub";
+  conn.Submit(std::move(job));
+  std::optional<Result<T>> result = waiter->Wait(waker);
+  if (!result) return std::unexpected(Interrupted(what));
+  return std::move(*result);
 }
 
 struct Unit {};

@@ -5,6 +5,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/interrupt.h"
 #include "tests/cache-agent/cache/cache_test_util.h"
 #include "tests/cache-agent/fs/fakes.h"
 
@@ -82,6 +83,78 @@ TEST(BlockFetcher, HearsTheHitCountBeforeWaitingForTheHub) {
   EXPECT_EQ(heard.load(), 1);
   rig.remote.HoldReads(false);
   reader.join();
+}
+
+// A reader whose request is interrupted (FUSE INTERRUPT: its process got a signal) stops
+// waiting for the hub at once with kInterrupted; the fetch goes on and its block is cached
+// for the next reader. A read that is not interrupted waits on.
+TEST(BlockFetcher, AnInterruptedReaderStopsWaitingAndTheBlockIsStillCached) {
+  FetchRig rig;
+  auto f = rig.File("big");
+  rig.remote.HoldReads(true);
+  Interrupt interrupt;
+  std::atomic<bool> heard{false};
+  std::vector<Result<BlockData>> got;
+  std::thread reader([&] {
+    InterruptScope scope(&interrupt);
+    got = rig.fetcher->GetBlocks(f, 0, 2, nullptr, [&](uint64_t) { heard = true; });
+  });
+  std::vector<Result<BlockData>> patient;
+  std::thread other([&] { patient = rig.fetcher->GetBlocks(f, 0, 1); });
+  for (int i = 0; i < 5000 && rig.remote.reads_in_flight() < 2; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(heard.load());
+  interrupt.Fire();
+  reader.join();  // while the hub still holds both reads
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& b : got) {
+    ASSERT_FALSE(b);
+    EXPECT_EQ(b.error().code(), Code::kInterrupted) << b.error().ToString();
+    EXPECT_EQ(b.error().ToErrno(), EINTR);
+  }
+  EXPECT_EQ(rig.remote.reads_in_flight(), 2);
+  rig.remote.HoldReads(false);
+  other.join();
+  ASSERT_EQ(patient.size(), 1u);
+  ASSERT_TRUE(patient[0]) << patient[0].error().ToString();
+  for (int i = 0; i < 5000 && !rig.fetcher->Cached(f, 1); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(rig.fetcher->Cached(f, 0));
+  EXPECT_TRUE(rig.fetcher->Cached(f, 1));
+  EXPECT_EQ(rig.remote.reads.load(), 2);  // one hub read per block, shared by both readers
+}
+
+// The volume shuts down while a reader's block is still queued behind a hub read in flight:
+// the reader gets kCancelled at once, not a wait to its deadline, and the shutdown ends once
+// the hub answers what was sent.
+TEST(BlockFetcher, AReaderQueuedAtShutdownIsCancelledNotLeftWaiting) {
+  FetchRig rig(/*max_inflight=*/1, 64 * kBlock, /*demand_reserved=*/0);
+  auto f = rig.File("big");
+  rig.remote.HoldReads(true);
+  {
+    auto sent = rig.fetcher->StartWarm(f, 0, 1);  // takes the one hub slot; never waited for
+  }
+  for (int i = 0; i < 5000 && rig.remote.reads_in_flight() < 1; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  Result<BlockData> queued = std::unexpected(Error(Code::kInternal, "not read"));
+  std::atomic<bool> returned{false};
+  std::thread waiting([&] {
+    // A deadline past the test's: only the shutdown ends this wait.
+    auto r =
+        rig.fetcher->GetBlocks(f, 5, 1, nullptr, nullptr, std::chrono::steady_clock::now() + 600s);
+    queued = r[0];
+    returned = true;
+  });
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(rig.remote.reads.load(), 1);  // block 5 waits in the queue, not on the hub
+  std::thread shutdown([&] { rig.fetcher.reset(); });
+  waiting.join();  // while the hub still holds block 0
+  ASSERT_FALSE(queued);
+  EXPECT_EQ(queued.error().code(), Code::kCancelled) << queued.error().ToString();
+  rig.remote.HoldReads(false);
+  shutdown.join();
+  EXPECT_EQ(rig.remote.reads.load(), 1);
 }
 
 // A cache hit is read into the buffer the reader is served from, aligned and padded so that

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -293,6 +294,40 @@ TEST_F(LibnfsRemoteHub, WritePathIsOnTheHubWhenCallsReturn) {
   auto again = remote.Rmdir("out");
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code(), Code::kNotFound);
+}
+
+// A WRITE of many chunks that outlasts its timeout (each chunk is a slow round trip) ends its
+// chain there, though every chunk on the wire succeeds. Once the caller has its error its
+// buffer is its own again (FUSE reuses it for the next request): no chunk may be sent after
+// that, least of all one carrying what the caller put in the buffer since.
+TEST_F(LibnfsRemoteHub, AWriteThatTimedOutSendsNothingFromTheCallersReusedBuffer) {
+  auto proxy = testing::WanProxy::Start(*hub_, 300);  // 600 ms a chunk
+  ASSERT_NE(proxy, nullptr);
+  // 8 s: the mount's round trips fit, the write's 64 do not.
+  auto r = LibnfsRemote::Connect(proxy->address(), "", SmallConfig(8), nullptr);
+  ASSERT_TRUE(r) << r.error().ToString();
+  auto& remote = **r;
+  ASSERT_TRUE(remote.Create("w.bin", 0644));
+  constexpr size_t kSize = 64 << 20;  // 64 chunks of the hub's 1 MiB max write, one at a time
+  std::vector<char> buf(kSize, 'A');
+  auto w = remote.Write("w.bin", 0, buf.data(), buf.size());
+  ASSERT_FALSE(w) << "64 chunks at 600 ms each fit in an 8 s timeout";
+  EXPECT_EQ(w.error().code(), Code::kTimeout) << w.error().ToString();
+  std::fill(buf.begin(), buf.end(), 'B');  // the caller's next request
+  // The chunk on the wire lands; a chain that went on would add one every 600 ms. Wait until
+  // the file has not grown for 2 s.
+  const std::string path = hub_->export_dir() + "/w.bin";
+  uintmax_t size = fs::file_size(path);
+  for (int stable = 0, i = 0; stable < 10 && i < 200; ++i) {
+    std::this_thread::sleep_for(200ms);
+    uintmax_t now = fs::file_size(path);
+    stable = now == size ? stable + 1 : 0;
+    size = now;
+  }
+  std::string on_hub = ReadFile(path);
+  EXPECT_LT(on_hub.size(), kSize / 2) << "the chain went on after the write failed";
+  EXPECT_EQ(std::count(on_hub.begin(), on_hub.end(), 'A'), static_cast<long>(on_hub.size()))
+      << "bytes from the reused buffer reached the hub";
 }
 
 TEST_F(LibnfsRemoteHub, ReconnectsAfterHubRestart) {
