@@ -115,17 +115,21 @@ uint64_t MetadataCache::FsidLocked(uint64_t ino, const Node& n) const {
 }
 
 uint64_t MetadataCache::FindFileLocked(uint64_t fsid, uint64_t file_id) const {
-  if (auto d = displaced_.find({fsid, file_id}); d != displaced_.end()) return d->second;
-  const uint64_t home = HomeIno(fsid, file_id);
-  auto it = nodes_.find(home);
-  return it != nodes_.end() && SameFileLocked(home, it->second, fsid, file_id) ? home : 0;
+  uint64_t ino = HomeIno(fsid, file_id);
+  if (auto d = displaced_.find({fsid, file_id}); d != displaced_.end()) ino = d->second;
+  auto it = nodes_.find(ino);
+  // A removed file's node is not the file that has its identity now (Node::removed).
+  return it != nodes_.end() && SameFileLocked(ino, it->second, fsid, file_id) && !it->second.removed
+             ? ino
+             : 0;
 }
 
 uint64_t MetadataCache::StableIno(uint64_t fsid, uint64_t file_id) const {
   uint64_t ino = HomeIno(fsid, file_id);
   while (true) {
     auto it = nodes_.find(ino);
-    if (it == nodes_.end() || SameFileLocked(ino, it->second, fsid, file_id)) {
+    if (it == nodes_.end() ||
+        (SameFileLocked(ino, it->second, fsid, file_id) && !it->second.removed)) {
       return ino;
     }
     ino = ino + 1 < kStableInoLimit ? ino + 1 : kRootIno + 1;
@@ -168,7 +172,11 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
   uint64_t ino = FindFileLocked(attr.fsid, attr.file_id);
   if (ino == 0) {
     ino = StableIno(attr.fsid, attr.file_id);
-    if (ino != HomeIno(attr.fsid, attr.file_id)) displaced_[{attr.fsid, attr.file_id}] = ino;
+    if (ino != HomeIno(attr.fsid, attr.file_id)) {
+      displaced_[{attr.fsid, attr.file_id}] = ino;
+    } else if (!displaced_.empty()) {
+      displaced_.erase(std::pair{attr.fsid, attr.file_id});  // it named a removed file's node
+    }
   }
   auto [slot, created] = nodes_.try_emplace(ino);
   Node& n = slot->second;

@@ -249,8 +249,14 @@ class MetadataCache final : public HandleStore {
     StoredAttr attr;
     uint32_t lookups = 0;  // kernel references; saturated: uncounted
     uint16_t opens = 0;    // open handles; saturated: kept for good
-    bool attr_valid = false;
-    bool uncounted = false;  // the kernel's count is unknown (see AdoptKernelReferences)
+    bool attr_valid : 1 = false;
+    bool uncounted : 1 = false;  // the kernel's count is unknown (see AdoptKernelReferences)
+    // This agent removed its last name (unlink, rmdir, replaced by a rename): the hub file is
+    // gone for good, and a hub file with its (fsid, fileid) is a new one that was given the
+    // number again (ext4 and others reuse inode numbers at once). The kernel may still hold
+    // this node (a deleted directory it keeps as dead): the new file gets a number of its
+    // own, or the kernel would take it for the dead one (ENOENT for every create in it).
+    bool removed : 1 = false;
     std::chrono::steady_clock::time_point attr_time{};
     std::unique_ptr<Dir> dir_data;
     CompactHandle fh;  // from the listing that named it, if any

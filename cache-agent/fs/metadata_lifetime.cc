@@ -16,6 +16,7 @@ void MetadataCache::ForgetRemovedLocked(uint64_t parent, const std::string& name
   bool gone = node.attr.is_dir() ? node.entries().children.empty() : node.attr.nlink <= 1;
   node.attr_valid = false;
   if (!only_name || !gone) return;
+  node.removed = true;
   MaybeDropLocked(ino);  // unless the kernel or a handle still holds it
 }
 

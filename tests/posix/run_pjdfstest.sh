@@ -97,28 +97,6 @@ if [ $rc -ne 0 ]; then
   # The failures with their messages, and what the agent warned of, for whoever reads the log.
   grep -A3 -E "FAILED$" "$work/pjdfstest.log" | head -100 >&2 || true
   grep "level=warn\|level=error" "$work/agent.log" | head -40 >&2 || true
-  # Known and not yet explained: in some CI runs a burst of cases fails at their set-up with
-  # ENOENT (a create in the case's fresh directory); alone they pass. Each such case runs once
-  # more; a case that fails again, or a failure of another kind, fails the suite.
-  mapfile -t failed < <(grep -E " FAILED$" "$work/pjdfstest.log" | awk '{print $1}' | sort -u)
-  # The line after a failure's name in pjdfstest's details (tab-indented) says why.
-  other=$(grep -A1 -E " FAILED$" "$work/pjdfstest.log" | grep -P "^\t" |
-    grep -vc "value: ENOENT\|kind: NotFound" || true)
-  if [ "${#failed[@]}" -gt 0 ] && [ "$other" = 0 ] && ! grep -q "PASSED UNEXPECTEDLY" "$work/pjdfstest.log"; then
-    echo "posix_pjdfstest: FLAKY: ${#failed[@]} cases failed with ENOENT at set-up; running them again" >&2
-    set +e
-    NO_COLOR=1 CLICOLOR=0 timeout --kill-after=10 "$limit" \
-      "$pjdfstest" -c "${SPOKE_PJDFSTEST_CONFIG:-$here/pjdfstest.toml}" -p "$work/mnt" -s "$work/other-fs" \
-      "${failed[@]}" >"$work/pjdfstest-again.log" 2>&1
-    rc=$?
-    set -e
-    echo "posix_pjdfstest: again: $(grep -E "^Summary:" "$work/pjdfstest-again.log" || echo "no summary (rc=$rc)")"
-    if [ $rc -eq 0 ]; then
-      echo "posix_pjdfstest: PASS (after running ${#failed[@]} ENOENT cases again: ${failed[*]})"
-      exit 0
-    fi
-    grep -A3 -E "FAILED$" "$work/pjdfstest-again.log" | head -40 >&2 || true
-  fi
   echo "posix_pjdfstest: FAIL: unexpected failures or passes (see above)" >&2
   exit 1
 fi

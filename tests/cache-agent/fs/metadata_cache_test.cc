@@ -201,6 +201,65 @@ TEST(MetadataCache, StrictLookupsAskForTheNameNotForTheListing) {
   EXPECT_EQ(remote.stats.load() - stats, 100);  // one question of the hub per lookup
 }
 
+// The hub gives a removed file's number (its fileid) to the next file it makes (ext4 reuses
+// inode numbers at once). A directory removed through the mount while the kernel still holds
+// it (it keeps it as a dead directory until it forgets it), then a new directory with the
+// same fileid: the new one gets an inode number of its own. With the old number the kernel
+// would take the new directory for its dead one and refuse every create in it with ENOENT.
+TEST(MetadataCache, ANewFileWithARemovedFilesHubNumberGetsAnInodeOfItsOwn) {
+  FakeRemoteFs remote;
+  remote.Mkdirs("t1");
+  remote.PutFile("f1", "first");
+  remote.SetIdentity("t1", 0, 700);
+  remote.SetIdentity("f1", 0, 800);
+  ManualClock clock;
+  MetadataCache::Config c;
+  c.consistency = Consistency::kStrict;
+  MetadataCache meta(remote, c, clock);
+  ASSERT_TRUE(meta.Init());
+  auto t1 = meta.Lookup(kRootIno, "t1", /*hold=*/true);  // the kernel holds it
+  auto f1 = meta.Lookup(kRootIno, "f1", /*hold=*/true);
+  ASSERT_TRUE(t1 && f1);
+  ASSERT_TRUE(remote.Rmdir("t1"));
+  meta.Removed(kRootIno, "t1");
+  ASSERT_TRUE(remote.Unlink("f1"));
+  meta.Removed(kRootIno, "f1");
+
+  // New ones with the removed ones' numbers, made through the mount and found by lookup.
+  remote.Mkdirs("t2");
+  remote.SetIdentity("t2", 0, 700);
+  auto t2_attr = remote.Stat("t2");
+  ASSERT_TRUE(t2_attr);
+  InodeAttr t2 = meta.Added(kRootIno, "t2", *t2_attr, /*hold=*/true);
+  EXPECT_NE(t2.ino, t1->ino);
+  remote.PutFile("f2", "second");
+  remote.SetIdentity("f2", 0, 800);
+  auto f2 = meta.Lookup(kRootIno, "f2", true);
+  ASSERT_TRUE(f2) << f2.error().ToString();
+  EXPECT_NE(f2->ino, f1->ino);
+  EXPECT_EQ(*meta.PathOf(t2.ino), "t2");
+  EXPECT_EQ(*meta.PathOf(f2->ino), "f2");
+  // Found again, the new ones keep their numbers.
+  auto again = meta.Lookup(kRootIno, "t2", true);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->ino, t2.ino);
+  // The kernel forgets the removed ones: they go, the new ones stay and keep their numbers.
+  meta.Forget(t1->ino, 1);
+  meta.Forget(f1->ino, 1);
+  EXPECT_FALSE(meta.PathOf(t1->ino));
+  EXPECT_FALSE(meta.PathOf(f1->ino));
+  EXPECT_EQ(*meta.PathOf(t2.ino), "t2");
+  auto third = meta.Lookup(kRootIno, "f2", true);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->ino, f2->ino);
+  // A file that was not removed keeps its number whatever happens around it.
+  remote.PutFile("kept", "k");
+  auto k1 = meta.Lookup(kRootIno, "kept", true);
+  auto k2 = meta.Lookup(kRootIno, "kept", true);
+  ASSERT_TRUE(k1 && k2);
+  EXPECT_EQ(k1->ino, k2->ino);
+}
+
 // An export spanning several hub file systems: file ids repeat across them. A file is (fsid,
 // fileid): two files with one fileid are two inodes with their own paths, and a directory on
 // another file system whose fileid is its parent's does not make the parent its own parent

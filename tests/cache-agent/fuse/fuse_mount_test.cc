@@ -567,6 +567,42 @@ TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
   ASSERT_TRUE(vol->Unmount());
 }
 
+// The hub's file system gives a removed directory's inode number to the next one made (ext4
+// does so at once). While something still holds the removed directory (an open fd here; a
+// RELEASEDIR not yet answered under load), the kernel keeps it as a dead directory under its
+// node id. The new directory must come with another node id, or the kernel takes it for the
+// dead one and refuses every create in it with ENOENT.
+TEST_F(FuseMount, ADirectoryMadeWithARemovedOnesHubNumberTakesCreates) {
+  testing::TempDir mnt("spoke-mnt");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.cache.consistency = Consistency::kStrict;
+  auto vol = MountAt("vol-reuse", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  const std::string m = mnt.path(), h = hub_->export_dir() + "/scratch";
+  int reused = 0;
+  for (int i = 0; i < 5; ++i) {
+    const std::string d1 = m + "/old" + std::to_string(i), d2 = m + "/new" + std::to_string(i);
+    ASSERT_EQ(::mkdir(d1.c_str(), 0777), 0) << strerror(errno);
+    struct stat before {};
+    ASSERT_EQ(::stat((h + "/old" + std::to_string(i)).c_str(), &before), 0);
+    int held = ::open(d1.c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(held, 0) << strerror(errno);
+    ASSERT_EQ(::rmdir(d1.c_str()), 0) << strerror(errno);
+    ASSERT_EQ(::mkdir(d2.c_str(), 0777), 0) << strerror(errno);
+    struct stat after {};
+    ASSERT_EQ(::stat((h + "/new" + std::to_string(i)).c_str(), &after), 0);
+    if (after.st_ino == before.st_ino) reused++;
+    const std::string f = d2 + "/x";
+    int fd = ::open(f.c_str(), O_CREAT | O_WRONLY, 0644);
+    EXPECT_GE(fd, 0) << f << ": " << strerror(errno);
+    if (fd >= 0) ::close(fd);
+    EXPECT_EQ(::mkdir((d2 + "/sub").c_str(), 0777), 0) << strerror(errno);
+    ::close(held);
+  }
+  // What the test is about: the hub did give the old numbers again.
+  EXPECT_GT(reused, 0) << "the hub's file system never reused an inode number";
+}
+
 TEST_F(FuseMount, ScratchUnlinkedOpenFileStaysUsableUntilItsLastClose) {
   testing::TempDir mnt("spoke-mnt");
   auto ctx = Context(VolumeMode::kScratch, "scratch");
