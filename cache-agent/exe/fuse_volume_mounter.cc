@@ -170,7 +170,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   hub.allow_root = context.identity.allow_root;
   // Handles kept by path lag behind renames other clients make on the hub: reads by handle
   // check the file id they mean, listings cannot. Strict volumes (close-to-open against
-  // other writers) list and open by path, as a kernel NFS client would.
+  // other writers) keep none: they resolve names at the time of each call, as a kernel NFS
+  // client would (a listing looks its directory up, then reads its pages by that handle).
   if (context.cache.consistency == Consistency::kStrict) hub.fh_table_size = 0;
   SPOKE_TRY(auto remote, LibnfsRemote::Connect(context.hub, path, hub, registry_, labels));
   std::string hub_name = remote->hub_name();

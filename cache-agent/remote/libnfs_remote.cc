@@ -283,10 +283,18 @@ Result<std::vector<DirEntry>> LibnfsRemote::ReadDir(const std::string& path) {
                    if (c.Finish(j)) deliver(std::move(out));
                  });
         };
-        if (config_.fh_table_size == 0) return by_path();  // strict: never by handle
+        if (config_.fh_table_size == 0) {
+          // Strict: no handle is remembered. The directory's is looked up now; its pages then
+          // go by handle like the others' (each page renews the timeout: a directory too big
+          // to list within one is still listed), and the entries' handles are not kept.
+          return FreshDirHandle(c, path, [this, &c, j, path, deliver, by_path](std::string fh) {
+            if (fh.empty()) return by_path();
+            ReadDirByHandle(c, j, path, fh, deliver, by_path, /*keep_handles=*/false);
+          });
+        }
         DirHandle(c, path, [this, &c, j, path, deliver, by_path](std::string fh) {
           if (fh.empty()) return by_path();
-          ReadDirByHandle(c, j, path, fh, deliver, by_path);
+          ReadDirByHandle(c, j, path, fh, deliver, by_path, /*keep_handles=*/true);
         });
       });
 }

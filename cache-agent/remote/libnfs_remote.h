@@ -64,7 +64,8 @@ class LibnfsRemote final : public RemoteFs {
     // instead of a LOOKUP per path component, an ACCESS and the READ. Kept in the attached
     // HandleStore (the agent attaches the volume's metadata cache: in its inodes, ~50 bytes
     // each), else in the remote's own table by path (handle_table.h, ~150 bytes each), of at
-    // most this many. 0: every read and listing goes by path (strict volumes).
+    // most this many. 0: none kept (strict volumes): reads go by path, a listing looks its
+    // directory up at the time of the call.
     size_t fh_table_size = 65536;
     // Connect() waits until one connection is mounted (kUnavailable otherwise). false:
     // returns at once and calls fail with kTimeout until the hub answers (tests, lazy use).
@@ -192,12 +193,18 @@ class LibnfsRemote final : public RemoteFs {
   // Loop thread of `c`. Calls k with the directory's handle, or an empty one when it is
   // not known (the caller goes by path); the volume root's is looked up once.
   void DirHandle(NfsConnection& c, const std::string& path, std::function<void(std::string)> k);
-  // READDIRPLUS pages by handle; records the entries' handles. Each page that arrives moves
-  // the job's deadline to a request timeout from then. A stale handle, an entry without
-  // attributes or a device entry hands over to `by_path`.
+  // Loop thread of `c`. Calls k with the handle of the directory at `path` looked up now, one
+  // LOOKUP per component from the share's root (strict volumes: a handle remembered by path
+  // lags behind renames by other clients), or an empty one when a LOOKUP fails (the caller
+  // goes by path, which says why).
+  void FreshDirHandle(NfsConnection& c, const std::string& path,
+                      std::function<void(std::string)> k);
+  // READDIRPLUS pages by handle; with `keep_handles`, records the entries' handles. Each page
+  // that arrives moves the job's deadline to a request timeout from then. A stale handle, an
+  // entry without attributes or a device entry hands over to `by_path`.
   void ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
                        const std::string& fh, std::function<void(std::vector<DirEntry>)> deliver,
-                       std::function<void()> by_path);
+                       std::function<void()> by_path, bool keep_handles);
   // READs by handle with the reply's attributes as the checked read's; a stale handle (or
   // another file's) is dropped and the attempt fails with ESTALE, so the retry goes by path.
   void ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,

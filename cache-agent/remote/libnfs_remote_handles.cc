@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "cache-agent/remote/libnfs_calls.h"
 #include "cache-agent/remote/libnfs_remote.h"
@@ -13,27 +14,29 @@ namespace spoke::agent {
 
 using namespace libnfs_calls;  // NOLINT(google-build-using-namespace): this library's own helpers
 
-void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
-                             std::function<void(std::string)> k) {
-  if (auto e = FindHandle(path)) return k(e->fh);
-  if (!path.empty()) return k({});
-  std::string share_root = c.RootHandle();
-  if (root_.empty() || share_root.empty()) return k(share_root);
-  // The volume's directory inside the share: one LOOKUP per component, once per table.
+namespace {
+
+std::vector<std::string> Components(const std::string& path) {
   std::vector<std::string> parts;
-  for (size_t at = 0; at < root_.size();) {
-    size_t slash = root_.find('/', at);
-    if (slash == std::string::npos) slash = root_.size();
-    if (slash > at) parts.push_back(root_.substr(at, slash - at));
+  for (size_t at = 0; at < path.size();) {
+    size_t slash = path.find('/', at);
+    if (slash == std::string::npos) slash = path.size();
+    if (slash > at) parts.push_back(path.substr(at, slash - at));
     at = slash + 1;
   }
+  return parts;
+}
+
+// Loop thread of `c`: LOOKUPs `parts` one after the other from the directory `from`; k gets
+// the last handle, or an empty one when a LOOKUP fails.
+void LookupChain(NfsConnection& c, std::string from, std::vector<std::string> parts,
+                 std::function<void(std::string)> k) {
+  if (parts.empty()) return k(std::move(from));
   auto step = std::make_shared<std::function<void(size_t, std::string)>>();
-  *step = [this, &c, parts, k, step](size_t i, std::string fh) {
+  *step = [&c, parts = std::move(parts), k, step](size_t i, std::string fh) {
+    // The end is reached in a copy (`keep` below; `parts` is not empty), never in *step
+    // itself: clearing *step frees nothing this call still uses.
     if (i == parts.size()) {
-      if (!fh.empty()) {
-        MutexLock lock(store_mu_);
-        root_fh_ = fh;
-      }
       *step = nullptr;
       return k(fh);
     }
@@ -52,7 +55,32 @@ void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
           keep(i + 1, std::string(h.data_val, h.data_len));
         });
   };
-  (*step)(0, share_root);
+  (*step)(0, std::move(from));
+}
+
+}  // namespace
+
+void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
+                             std::function<void(std::string)> k) {
+  if (auto e = FindHandle(path)) return k(e->fh);
+  if (!path.empty()) return k({});
+  std::string share_root = c.RootHandle();
+  if (root_.empty() || share_root.empty()) return k(share_root);
+  // The volume's directory inside the share: one LOOKUP per component, once per table.
+  LookupChain(c, share_root, Components(root_), [this, k](std::string fh) {
+    if (!fh.empty()) {
+      MutexLock lock(store_mu_);
+      root_fh_ = fh;
+    }
+    k(std::move(fh));
+  });
+}
+
+void LibnfsRemote::FreshDirHandle(NfsConnection& c, const std::string& path,
+                                  std::function<void(std::string)> k) {
+  std::string share_root = c.RootHandle();
+  if (share_root.empty()) return k({});
+  LookupChain(c, share_root, Components(root_ + "/" + path), std::move(k));
 }
 
 namespace {
@@ -185,7 +213,7 @@ void LibnfsRemote::RemoveByHandle(NfsConnection& c, const std::shared_ptr<NfsJob
 void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
                                    const std::string& path, const std::string& fh,
                                    std::function<void(std::vector<DirEntry>)> deliver,
-                                   std::function<void()> by_path) {
+                                   std::function<void()> by_path, bool keep_handles) {
   struct State {
     std::string fh;
     cookie3 cookie = 0;
@@ -195,76 +223,78 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
   auto st = std::make_shared<State>();
   st->fh = fh;
   auto page = std::make_shared<std::function<void()>>();
-  *page = [this, &c, j, path, st, page, deliver, by_path]() {
+  *page = [this, &c, j, path, st, page, deliver, by_path, keep_handles]() {
     READDIRPLUS3args a{};
     a.dir = Fh3(st->fh);
     a.cookie = st->cookie;
     std::memcpy(a.cookieverf, st->verf, NFS3_COOKIEVERFSIZE);
     a.dircount = 64u << 10;  // name bytes per page
     a.maxcount = kMaxRead;   // reply bytes per page: the hub caps it to its own limit
-    c.CallRpc([&](rpc_context* rpc, auto cb,
-                  void* p) { return rpc_nfs3_readdirplus_async(rpc, cb, &a, p); },
-              [this, &c, j, path, st, page, deliver, by_path](int status, void* data) {
-                auto keep = *page;  // the chain ends unless re-armed below
-                *page = nullptr;
-                if (j->finished) return;
-                if (status != RPC_STATUS_SUCCESS)
-                  return c.AttemptFailed(j, RpcErrno(status), Msg(data));
-                auto* r = static_cast<READDIRPLUS3res*>(data);
-                if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE ||
-                    r->status == NFS3ERR_BAD_COOKIE) {
-                  DropHandles(path);  // renamed away or replaced: its name is looked up again
-                  return by_path();
-                }
-                if (r->status != NFS3_OK) {
-                  return c.AttemptFailed(
-                      j, -ErrnoOf(r->status),
-                      std::string("READDIRPLUS: ") + std::strerror(ErrnoOf(r->status)));
-                }
-                const auto& ok = r->READDIRPLUS3res_u.resok;
-                std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
-                for (const entryplus3* next = ok.reply.entries; next != nullptr;) {
-                  // libnfs' decoder lays entries out at 4-byte alignment; entryplus3 needs 8: each
-                  // is copied out before a field is read (UBSan: misaligned member access).
-                  entryplus3 copy;
-                  std::memcpy(&copy, next, sizeof copy);
-                  const entryplus3* e = &copy;
-                  next = copy.nextentry;
-                  st->cookie = e->cookie;
-                  if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
-                  // Entries without attributes, and device numbers (kept in libnfs' encoding on the
-                  // other path), are listed by path.
-                  if (!e->name_attributes.attributes_follow) return by_path();
-                  const fattr3& f = e->name_attributes.post_op_attr_u.attributes;
-                  if (f.type == NF3CHR || f.type == NF3BLK) return by_path();
-                  st->out.push_back(DirEntry{e->name, FromFattr3(f), {}});
-                  if (e->name_handle.handle_follows && (f.type == NF3REG || f.type == NF3DIR)) {
-                    const auto& h = e->name_handle.post_op_fh3_u.handle.data;
-                    st->out.back().fh.assign(h.data_val, h.data_len);
-                  }
-                }
-                if (!ok.reply.eof) {
-                  if (ok.reply.entries == nullptr) return by_path();  // no progress: never loop
-                  // Each page that arrives gives the next a whole request timeout: a directory
-                  // too big to list within one (200,000 entries behind a WAN) is still listed,
-                  // while a hub that stops answering fails the listing one timeout later.
-                  j->deadline = std::max(j->deadline, SteadyClock::now() + j->timeout);
-                  *page = keep;
-                  return keep();
-                }
-                {
-                  // The remote's own table records them; an attached store (the metadata cache)
-                  // takes them from the entries it applies.
-                  MutexLock lock(store_mu_);
-                  if (store_ == &fh_table_) {
-                    for (const auto& e : st->out) {
-                      if (!e.fh.empty())
-                        fh_table_.Put(Joined(path, e.name.c_str()), e.fh, e.attr.file_id);
-                    }
-                  }
-                }
-                if (c.Finish(j)) deliver(std::move(st->out));
-              });
+    c.CallRpc(
+        [&](rpc_context* rpc, auto cb, void* p) {
+          return rpc_nfs3_readdirplus_async(rpc, cb, &a, p);
+        },
+        [this, &c, j, path, st, page, deliver, by_path, keep_handles](int status, void* data) {
+          auto keep = *page;  // the chain ends unless re-armed below
+          *page = nullptr;
+          if (j->finished) return;
+          if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+          auto* r = static_cast<READDIRPLUS3res*>(data);
+          if (r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE ||
+              r->status == NFS3ERR_BAD_COOKIE) {
+            DropHandles(path);  // renamed away or replaced: its name is looked up again
+            return by_path();
+          }
+          if (r->status != NFS3_OK) {
+            return c.AttemptFailed(
+                j, -ErrnoOf(r->status),
+                std::string("READDIRPLUS: ") + std::strerror(ErrnoOf(r->status)));
+          }
+          const auto& ok = r->READDIRPLUS3res_u.resok;
+          std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
+          for (const entryplus3* next = ok.reply.entries; next != nullptr;) {
+            // libnfs' decoder lays entries out at 4-byte alignment; entryplus3 needs 8: each
+            // is copied out before a field is read (UBSan: misaligned member access).
+            entryplus3 copy;
+            std::memcpy(&copy, next, sizeof copy);
+            const entryplus3* e = &copy;
+            next = copy.nextentry;
+            st->cookie = e->cookie;
+            if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
+            // Entries without attributes, and device numbers (kept in libnfs' encoding on the
+            // other path), are listed by path.
+            if (!e->name_attributes.attributes_follow) return by_path();
+            const fattr3& f = e->name_attributes.post_op_attr_u.attributes;
+            if (f.type == NF3CHR || f.type == NF3BLK) return by_path();
+            st->out.push_back(DirEntry{e->name, FromFattr3(f), {}});
+            if (keep_handles && e->name_handle.handle_follows &&
+                (f.type == NF3REG || f.type == NF3DIR)) {
+              const auto& h = e->name_handle.post_op_fh3_u.handle.data;
+              st->out.back().fh.assign(h.data_val, h.data_len);
+            }
+          }
+          if (!ok.reply.eof) {
+            if (ok.reply.entries == nullptr) return by_path();  // no progress: never loop
+            // Each page that arrives gives the next a whole request timeout: a directory
+            // too big to list within one (200,000 entries behind a WAN) is still listed,
+            // while a hub that stops answering fails the listing one timeout later.
+            j->deadline = std::max(j->deadline, SteadyClock::now() + j->timeout);
+            *page = keep;
+            return keep();
+          }
+          {
+            // The remote's own table records them; an attached store (the metadata cache)
+            // takes them from the entries it applies.
+            MutexLock lock(store_mu_);
+            if (store_ == &fh_table_) {
+              for (const auto& e : st->out) {
+                if (!e.fh.empty())
+                  fh_table_.Put(Joined(path, e.name.c_str()), e.fh, e.attr.file_id);
+              }
+            }
+          }
+          if (c.Finish(j)) deliver(std::move(st->out));
+        });
   };
   (*page)();
 }
