@@ -6,7 +6,8 @@
 Starts a loopback echo server and the proxy in front of it (5 ms each way), then checks each
 control: latency, bandwidth, blackhole (data held, then delivered), reset (open connections
 aborted, new ones refused for the period), clear, status, and clear errors for bad commands.
-Also checks that without faults the bytes pass unchanged. Exit 0 on success.
+Also checks that without faults the bytes pass unchanged, and that --link-mbytes caps the
+whole link: two connections share it rather than each getting it. Exit 0 on success.
 """
 import os
 import socket
@@ -92,6 +93,59 @@ def check(cond, what):
         failures.append(what)
 
 
+def start_proxy(proxy_bin, port, target, *extra):
+    proc = subprocess.Popen([proxy_bin, "--delay-ms", "5", "--route",
+                             "127.0.0.1:%d=127.0.0.1:%d" % (port, target), *extra])
+    for _ in range(100):
+        try:
+            connect(port).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.terminate()
+    raise RuntimeError("spoke-wan-proxy did not listen on %d" % port)
+
+
+def check_link_cap(proxy_bin, echo):
+    """--link-mbytes 0.5: 500 kB/s each way for all connections together. Two connections
+    echoing 250 kB each at once move 500 kB each way, which takes at least ~1 s; with a cap
+    per connection instead, each would finish in ~0.5 s. (Lower bounds only: a slow machine
+    cannot make them fail.)"""
+    r = subprocess.run([proxy_bin, "--delay-ms", "5", "--route", "127.0.0.1:1=127.0.0.1:2",
+                        "--link-mbytes", "fast"], capture_output=True, text=True, timeout=10)
+    check(r.returncode == 2 and "bad --link-mbytes 'fast'" in r.stderr,
+          "a bad --link-mbytes is refused and named: " + r.stderr.strip().splitlines()[0])
+    port = free_port()
+    proc = start_proxy(proxy_bin, port, echo.port, "--link-mbytes", "0.5")
+    try:
+        payload = os.urandom(250_000)
+        c = connect(port)
+        got, t = roundtrip(c, payload)
+        check(got == payload and t >= 0.45,
+              "link cap, one connection: 250 kB echoed in %.2f s >= 0.45 s" % t)
+        c.close()
+        results = {}
+
+        def run(k):
+            conn = connect(port)
+            results[k] = roundtrip(conn, payload)
+            conn.close()
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30)
+        t = time.monotonic() - t0
+        intact = all(results.get(k, (b"",))[0] == payload for k in range(2))
+        check(intact and t >= 0.9,
+              "link cap shared: two connections' 2 x 250 kB echoed in %.2f s >= 0.9 s" % t)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -135,9 +189,11 @@ def main():
         control(ctl, "clear")
 
         # Blackhole: nothing arrives while it lasts, everything arrives (intact) after.
+        # t0 before the command: the blackhole ends 1.5 s after the proxy took it, which is
+        # after t0 + 1.5 (a t0 taken after the reply could come later than the proxy's start).
+        t0 = time.monotonic()
         check(control(ctl, "blackhole 1.5") == "ok blackhole", "blackhole accepted")
         c2 = connect(port)  # a new connection is accepted, but nothing is forwarded either
-        t0 = time.monotonic()
         c.sendall(b"held")
         c2.sendall(b"new")
         c.settimeout(0.8)
@@ -188,6 +244,7 @@ def main():
             check(r.startswith("error "), "'%s' rejected: %s" % (bad, r))
         check(control(ctl, "status") == "ok none", "rejected commands injected nothing")
         check(proc.poll() is None, "the proxy is still running")
+        check_link_cap(proxy_bin, echo)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

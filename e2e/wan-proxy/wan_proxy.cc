@@ -2,7 +2,13 @@
 // emulate a WAN link where `tc netem` is not available.
 //
 //   spoke-wan-proxy --delay-ms 30 --route 127.0.0.1:3049=127.0.0.1:2049 [--route ...]
-//                   [--rate-mbytes 0] [--stats-file PATH] [--control-socket PATH]
+//                   [--rate-mbytes 0] [--link-mbytes 0] [--stats-file PATH]
+//                   [--control-socket PATH]
+//
+// --rate-mbytes caps each direction of each connection; --link-mbytes caps each direction of
+// the whole link, shared by every connection of every route (MB/s, 10^6 bytes): a WAN path
+// of that bandwidth. What the link cannot carry yet waits in the proxy, as in a router's
+// queue, so a reply sent behind a backlog arrives after it.
 //
 // --stats-file: every 200 ms the proxy rewrites PATH with "<bytes to target> <bytes from
 // target>" summed over all routes, so benchmarks can report bytes over the WAN.
@@ -129,6 +135,31 @@ class Faults {
 
 Faults g_faults;
 
+// A link's bandwidth in one direction, shared by all its connections: each chunk takes the
+// next free slot of the link's transmit time. Writers take slots chunk by chunk, so
+// connections with data waiting share the link about evenly, like TCP flows through one
+// bottleneck.
+class SharedLink {
+ public:
+  void SetRate(double bytes_per_s) { rate_ = bytes_per_s; }
+  // When a chunk of `bytes` that may leave at `ready` has crossed the link (ready if uncapped).
+  Clock::time_point Reserve(size_t bytes, Clock::time_point ready) {
+    if (rate_ <= 0) return ready;
+    auto tx = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(bytes) / rate_));
+    std::lock_guard<std::mutex> lock(mu_);
+    next_free_ = std::max(next_free_, ready) + tx;
+    return next_free_;
+  }
+
+ private:
+  double rate_ = 0;  // set before any connection, read-only after
+  std::mutex mu_;
+  Clock::time_point next_free_{};
+};
+
+SharedLink g_link_up, g_link_down;
+
 // Open connections, so that a reset can abort them all.
 class Connections {
  public:
@@ -199,9 +230,14 @@ struct Chunk {
 // One direction of one connection: a reader stamps chunks, a writer sends them when due.
 class Pipe {
  public:
-  Pipe(int from, int to, std::chrono::microseconds delay, double rate_bytes_per_s,
+  Pipe(int from, int to, std::chrono::microseconds delay, double rate_bytes_per_s, SharedLink* link,
        std::atomic<uint64_t>* counter)
-      : from_(from), to_(to), delay_(delay), rate_(rate_bytes_per_s), counter_(counter) {}
+      : from_(from),
+        to_(to),
+        delay_(delay),
+        rate_(rate_bytes_per_s),
+        link_(link),
+        counter_(counter) {}
 
   void Run() {
     std::thread writer([this] { WriteLoop(); });
@@ -247,6 +283,9 @@ class Pipe {
         next_free = std::max(next_free, Clock::now()) + tx;
         due = std::max(due, next_free);
       }
+      // The shared link transmits the chunk once it is ready to leave; the delay was stamped
+      // at arrival, so the link's queue adds to it only when the link is busy.
+      due = link_->Reserve(c.data.size(), due);
       std::this_thread::sleep_until(due);
       // A blackhole holds the chunk until it ends; it may be extended or cleared meanwhile.
       for (Clock::time_point hold; (hold = g_faults.BlackholeUntil()) > Clock::now();) {
@@ -268,6 +307,7 @@ class Pipe {
   int from_, to_;
   std::chrono::microseconds delay_;
   double rate_;
+  SharedLink* link_;
   std::atomic<uint64_t>* counter_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -304,7 +344,8 @@ void Serve(Route route, std::chrono::microseconds delay, double rate) {
       int one = 1;
       ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       ::setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      Pipe up(cfd, sfd, delay, rate, &g_bytes_up), down(sfd, cfd, delay, rate, &g_bytes_down);
+      Pipe up(cfd, sfd, delay, rate, &g_link_up, &g_bytes_up),
+          down(sfd, cfd, delay, rate, &g_link_down, &g_bytes_down);
       g_connections.Add(cfd, sfd);
       std::thread t([&] { down.Run(); });
       up.Run();
@@ -420,10 +461,11 @@ int ListenControl(const std::string& path) {
 }
 
 [[noreturn]] void Usage() {
-  std::fprintf(stderr,
-               "usage: spoke-wan-proxy --delay-ms N --route LISTEN_HOST:PORT=TARGET_HOST:PORT "
-               "[--route ...] [--rate-mbytes MB_PER_S] [--stats-file PATH] "
-               "[--control-socket PATH]\n");
+  std::fprintf(
+      stderr,
+      "usage: spoke-wan-proxy --delay-ms N --route LISTEN_HOST:PORT=TARGET_HOST:PORT "
+      "[--route ...] [--rate-mbytes MB_PER_S] [--link-mbytes MB_PER_S] [--stats-file PATH] "
+      "[--control-socket PATH]\n");
   std::exit(2);
 }
 
@@ -431,7 +473,7 @@ int ListenControl(const std::string& path) {
 
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
-  double delay_ms = -1, rate_mb = 0;
+  double delay_ms = -1, rate_mb = 0, link_mb = 0;
   std::string stats_file, control_socket;
   std::vector<Route> routes;
   for (int i = 1; i < argc; ++i) {
@@ -442,6 +484,14 @@ int main(int argc, char** argv) {
       delay_ms = std::atof(v.c_str());
     } else if (a == "--rate-mbytes") {
       rate_mb = std::atof(v.c_str());
+    } else if (a == "--link-mbytes") {
+      char* end = nullptr;
+      link_mb = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(link_mb >= 0) || link_mb > 1e6) {
+        std::fprintf(stderr, "spoke-wan-proxy: bad --link-mbytes '%s' (MB/s, 0 = uncapped)\n",
+                     v.c_str());
+        Usage();
+      }
     } else if (a == "--stats-file") {
       stats_file = v;
     } else if (a == "--control-socket") {
@@ -461,6 +511,8 @@ int main(int argc, char** argv) {
   }
   if (delay_ms < 0 || routes.empty()) Usage();
   auto delay = std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000));
+  g_link_up.SetRate(link_mb * 1e6);
+  g_link_down.SetRate(link_mb * 1e6);
   if (!control_socket.empty()) std::thread(ServeControl, ListenControl(control_socket)).detach();
   std::vector<std::thread> servers;
   for (const Route& r : routes) servers.emplace_back(Serve, r, delay, rate_mb * 1e6);

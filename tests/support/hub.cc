@@ -151,7 +151,8 @@ bool Accepts(const std::string& netns, const std::string& ip, uint16_t port) {
 }  // namespace
 
 std::unique_ptr<WanProxy> WanProxy::Start(const TestHub& hub, int one_way_delay_ms,
-                                          const std::string& netns, const std::string& listen_ip) {
+                                          const std::string& netns, const std::string& listen_ip,
+                                          double link_mbytes) {
   std::unique_ptr<WanProxy> proxy(new WanProxy());
   uint16_t nfs = FreePort(), mnt = FreePort();
   std::string bin = BinaryDir() + "/e2e/wan-proxy/spoke-wan-proxy";
@@ -160,11 +161,13 @@ std::unique_ptr<WanProxy> WanProxy::Start(const TestHub& hub, int one_way_delay_
   std::string mnt_route =
       listen_ip + ":" + std::to_string(mnt) + "=127.0.0.1:" + std::to_string(hub.mount_port());
   std::string delay = std::to_string(one_way_delay_ms);
+  std::string link = std::to_string(link_mbytes);
   pid_t pid = ::fork();
   if (pid == 0) {
     if (!netns.empty() && !NetTopology::JoinInChild(netns)) ::_exit(126);
     ::execl(bin.c_str(), bin.c_str(), "--delay-ms", delay.c_str(), "--route", nfs_route.c_str(),
-            "--route", mnt_route.c_str(), static_cast<char*>(nullptr));
+            "--route", mnt_route.c_str(), "--link-mbytes", link.c_str(),
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
   proxy->pid_ = pid;

@@ -68,9 +68,11 @@ class WanProxy {
  public:
   // In `netns` (the hub's) when given, listening on `listen_ip` there (e.g. its bridge
   // address, for clients in other namespaces).
+  // `link_mbytes` > 0 caps the link (both directions, all connections) at that many MB/s.
   static std::unique_ptr<WanProxy> Start(const TestHub& hub, int one_way_delay_ms,
                                          const std::string& netns = "",
-                                         const std::string& listen_ip = "127.0.0.1");
+                                         const std::string& listen_ip = "127.0.0.1",
+                                         double link_mbytes = 0);
   ~WanProxy();
   // The hub as a client reaches it through the proxy.
   HubAddress address() const { return address_; }
