@@ -187,6 +187,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   vc.read_deadline =
       std::chrono::milliseconds(static_cast<int64_t>(2 * 1000 * hub.request_timeout_seconds));
   vc.walk_concurrency = config_.walk_concurrency;
+  vc.link_queue_target = config_.link_queue_target;
+  vc.link_initial_window = config_.link_initial_window;
   vc.block_size = config_.block_size;
   vc.memory = config_.memory;
   vc.hints_max_lines = config_.hints_max_lines;

@@ -21,6 +21,11 @@ Status BlockFetcher::Config::Validate() const {
   if (read_deadline <= std::chrono::milliseconds(0)) {
     return Fail(Code::kInvalidArgument, "read_deadline: must be > 0");
   }
+  if (pacing.target_queue.count() < 0 || pacing.min_window == 0 ||
+      pacing.min_window > pacing.max_window) {
+    return Fail(Code::kInvalidArgument,
+                "pacing: target_queue must be >= 0 and 0 < min_window <= max_window");
+  }
   if (staging_bytes_max > 0) {
     if (staging_bytes_max < block_size) {
       return Fail(Code::kInvalidArgument, "staging_bytes_max: must be 0 (off) or >= block_size");
@@ -35,7 +40,11 @@ Status BlockFetcher::Config::Validate() const {
 BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_key,
                            const Config& config, metrics::Registry& registry,
                            const metrics::Labels& labels)
-    : remote_(remote), cache_(cache), volume_(volume_key), config_(config) {
+    : remote_(remote),
+      cache_(cache),
+      volume_(volume_key),
+      config_(config),
+      pacer_(config.pacing, std::chrono::steady_clock::now()) {
   hits_ =
       &registry.GetCounter("spoke_cache_hits_total",
                            "Block reads served from the cache or its staged prefetches", labels);
@@ -50,6 +59,10 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
       "Hub reads refused because the file changed (or was replaced) since it was opened", labels);
   put_failures_ = &registry.GetCounter("spoke_cache_put_failures_total",
                                        "Fetched blocks the cache did not store", labels);
+  window_gauge_ = &registry.GetGauge(
+      "spoke_fetch_background_window_bytes",
+      "Warm-up and prefetch bytes the fetcher lets on the hub at once (paced to the link)", labels);
+  window_gauge_->Set(static_cast<int64_t>(pacer_.window()));
   miss_latency_ = &registry.GetHistogram("spoke_demand_miss_seconds",
                                          "Latency of reads that waited for the hub", labels);
   base_hits_ = hits_->Value();
@@ -124,6 +137,16 @@ bool BlockFetcher::Has(const BlockKey& key) const {
 
 uint64_t BlockFetcher::CacheFreeBytes() const {
   return cache_ == nullptr ? 0 : cache_->FreeBytes();
+}
+
+uint64_t BlockFetcher::background_window_bytes() const {
+  MutexLock lock(mu_);
+  return pacer_.window();
+}
+
+uint64_t BlockFetcher::background_bytes_on_hub() const {
+  MutexLock lock(mu_);
+  return background_on_hub_;
 }
 
 double BlockFetcher::demand_miss_latency_ms_avg() const {
@@ -201,6 +224,12 @@ void BlockFetcher::Dispatch() {
       for (int cls = kDemandClass; cls < kClasses && !f; ++cls) {
         if (cls != kDemandClass && hub_inflight_ >= background_slots) break;
         auto& q = queues_[cls];
+        if (cls != kDemandClass && pacer_.enabled() && background_on_hub_ >= pacer_.window()) {
+          if (!queues_[kWarmClass].empty() || !queues_[kPrefetchClass].empty()) {
+            pacer_.OnHeldBack();
+          }
+          break;
+        }
         while (!q.empty() && !f) {
           f = q.front();
           q.pop_front();
@@ -211,6 +240,11 @@ void BlockFetcher::Dispatch() {
       }
       if (!f) break;
       f->dispatched = true;
+      f->dispatched_at = now;
+      if (f->cls != kDemandClass) {
+        f->paced = true;
+        background_on_hub_ += f->length;
+      }
       hub_inflight_++;
       callbacks_pending_++;
       start.push_back(std::move(f));
@@ -297,6 +331,15 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   {
     MutexLock lock(mu_);
     hub_inflight_--;
+    if (f->paced) {
+      background_on_hub_ -= f->length;
+      f->paced = false;
+    }
+    if (r && from_hub) {
+      const auto now = std::chrono::steady_clock::now();
+      pacer_.OnCompleted(r->size(), now - f->dispatched_at, now);
+      window_gauge_->Set(static_cast<int64_t>(pacer_.window()));
+    }
     if (r) {
       if (from_hub) hub_bytes_->Inc(r->size());
       f->result = std::make_shared<const BlockBytes>(std::move(*r));

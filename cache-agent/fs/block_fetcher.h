@@ -7,6 +7,9 @@
 //   in a higher class is promoted. Warm-up and prefetch together never take the last
 //   `demand_reserved` hub slots, and prefetch bytes queued or in flight are capped, so
 //   neither fills the pipe that demand needs.
+// - Pacing (Config::pacing, link_pacer.h): background bytes on the hub are held to what
+//   the WAN link delivers within a target queue delay, so that on a link slower than the
+//   in-flight bounds a reader's block does not queue behind seconds of prefetches.
 // - With the agent's MemoryBudget (Config::memory), every block's buffer is accounted from
 //   the time it is queued until it is stored or dropped: a prefetch takes background room
 //   (refused = back-pressure: Prefetch returns false) and keeps it through the store queue;
@@ -56,6 +59,7 @@
 #include "cache-agent/fs/block_bytes.h"
 #include "cache-agent/fs/block_source.h"
 #include "cache-agent/fs/clock.h"
+#include "cache-agent/fs/link_pacer.h"
 #include "cache-agent/fs/staging_buffer.h"
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/remote/remote_fs.h"
@@ -112,6 +116,8 @@ class BlockFetcher {
     std::chrono::milliseconds staging_ttl{std::chrono::minutes(2)};
     // Time for the staging buffer's ttl (optional: the system clock; must outlive the fetcher).
     const Clock* clock = nullptr;
+    // Background bytes on the hub held to the link's rate (default off: target_queue 0).
+    LinkPacer::Config pacing;
     Status Validate() const;
   };
 
@@ -213,6 +219,9 @@ class BlockFetcher {
   uint64_t store_skips() const { return store_skips_.load(); }
   // The staging buffer's figures (all zero without staging).
   StagingBuffer::Stats staging_stats() const;
+  // Background bytes the pacer lets on the hub now (pacing off: its max), and those there.
+  uint64_t background_window_bytes() const;
+  uint64_t background_bytes_on_hub() const;
 
  private:
   using FetchPtr = std::shared_ptr<Fetch>;
@@ -261,6 +270,10 @@ class BlockFetcher {
   std::unordered_map<BlockKey, FetchPtr, BlockKeyHash> inflight_ GUARDED_BY(mu_);
   std::deque<FetchPtr> queues_[kClasses] GUARDED_BY(mu_);
   int hub_inflight_ GUARDED_BY(mu_) = 0;
+  // Warm-up and prefetch bytes sent to the hub (or a peer) and not answered yet, and the
+  // window the pacer allows them.
+  uint64_t background_on_hub_ GUARDED_BY(mu_) = 0;
+  LinkPacer pacer_ GUARDED_BY(mu_);
   int callbacks_pending_ GUARDED_BY(mu_) = 0;  // hub reads whose callback has not returned
   bool stopping_ GUARDED_BY(mu_) = false;
   // Fetches stored in the cache and then taken out of inflight_ (StoreLoop). GetBlocks looks
@@ -288,6 +301,7 @@ class BlockFetcher {
   metrics::Counter* changed_files_;
   metrics::Counter* cache_bytes_;
   metrics::Counter* put_failures_;
+  metrics::Gauge* window_gauge_;
   metrics::Histogram* miss_latency_;
   uint64_t base_hits_, base_misses_, base_hub_bytes_, base_cache_bytes_;
 };

@@ -29,6 +29,8 @@ struct BlockFetcher::Fetch {
   // read or given up (DropStaged).
   bool within_epoch = false;
   bool dispatched = false;
+  std::chrono::steady_clock::time_point dispatched_at{};
+  bool paced = false;  // sent as warm-up or prefetch: its bytes are in background_on_hub_
   bool done = false;
   bool settled = false;           // done and (when it was to be cached) stored
   bool counted_prefetch = false;  // its bytes are in prefetch_bytes_

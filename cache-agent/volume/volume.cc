@@ -88,6 +88,11 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   }
   if (fc.staging_bytes_max < fc.block_size) fc.staging_bytes_max = 0;
   fc.clock = &clock;
+  fc.pacing.target_queue = config.link_queue_target;
+  fc.pacing.initial_window = config.link_initial_window;
+  // Pacing only ever narrows what the slots and the prefetch bound allow on a fast link.
+  fc.pacing.max_window = std::max<uint64_t>(
+      fc.prefetch_bytes_max, static_cast<uint64_t>(fc.max_hub_inflight) * fc.block_size);
   SPOKE_RETURN_IF_ERROR(fc.Validate());
   vol->fetcher_ = std::make_unique<BlockFetcher>(*vol->remote_, cache, VolumeKey(config.volume_id),
                                                  fc, reg, labels);

@@ -996,5 +996,60 @@ TEST_F(FuseMount, BusyMountIsDetachedOnUnmount) {
   vol.reset();
 }
 
+// A WAN link slower than what prefetching asks of it: 8 MB/s for every connection together
+// (the proxy's --link-mbytes), 60 ms. The walk hands the whole dataset (32 files of 1 MiB, 4 s
+// of the link) to the prefetcher at the mount. Unpaced, the prefetches wait in the link's
+// queue and a reader's block asked for behind them waits past the hub's bound (3 s a request,
+// 1 s an RPC): EIO (seen with link_queue_target 0). Paced, background reads leave a fraction
+// of a second of queue.
+TEST(FuseMountSlowLink, PrefetchesOnASlowLinkLeaveReadersWithinTheHubTimeout) {
+  auto hub = testing::TestHub::Start();
+  ASSERT_NE(hub, nullptr);
+  auto proxy = testing::WanProxy::Start(*hub, 30, "", "127.0.0.1", 8.0);
+  ASSERT_NE(proxy, nullptr);
+  constexpr int kFiles = 32;
+  for (int i = 0; i < kFiles; ++i) {
+    WriteFile(hub->export_dir() + "/slow/f" + std::to_string(i) + ".bin",
+              Pattern(1 << 20, 500 + i));
+  }
+  testing::TempDir cache_dir("spoke-fuse-cache"), mnt("spoke-mnt");
+  metrics::Registry registry;
+  BlockCache::Config cc;
+  cc.dir = cache_dir.path();
+  cc.capacity_bytes = 256ull << 20;
+  auto cache = OpenBlockCache(cc, MakeLruPolicy(), &registry);
+  ASSERT_TRUE(cache) << cache.error().ToString();
+  FuseVolumeMounter::Config mc;
+  mc.hub.request_timeout_seconds = 3;
+  mc.link_initial_window = 1 << 20;  // the default 16 MiB would send the whole dataset at once
+  FuseVolumeMounter mounter(mc, cache->get(), &registry);
+  VolumeContext ctx;
+  ctx.hub = proxy->address();
+  ctx.mode = VolumeMode::kDataset;
+  ctx.path = "slow";
+  ctx.cache.consistency = Consistency::kImmutable;
+  ctx.cache.prefetch = PrefetchMode::kAuto;
+  ctx.hub_timeout_seconds = 3;
+  auto vol = mounter.Mount("vol-slow-link", ctx, mnt.path(), false);
+  ASSERT_TRUE(vol) << vol.error().ToString();
+  // Last first: the back of the prefetches' queue.
+  for (int i = kFiles - 1; i >= 0; --i) {
+    std::string name = "f" + std::to_string(i) + ".bin";
+    auto got = ReadThrough(mnt.path() + "/" + name);
+    ASSERT_TRUE(got) << got.error().ToString();
+    EXPECT_TRUE(*got == Pattern(1 << 20, 500 + i)) << name << ": content differs";
+  }
+  // The window followed the link: 8 MB/s x (a round trip with a 1 MiB reply + 0.2 s) is
+  // about 3 MB; far under the 16 MiB an unpaced fetcher would keep there.
+  std::string window;
+  std::istringstream in(registry.Render());
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("spoke_fetch_background_window_bytes")) window = line;
+  }
+  ASSERT_FALSE(window.empty()) << registry.Render();
+  EXPECT_LT(std::stod(window.substr(window.rfind(' ') + 1)), 8.0 * (1 << 20)) << window;
+  ASSERT_TRUE((*vol)->Unmount());
+}
+
 }  // namespace
 }  // namespace spoke::agent
