@@ -224,7 +224,10 @@ void BlockFetcher::Dispatch() {
       for (int cls = kDemandClass; cls < kClasses && !f; ++cls) {
         if (cls != kDemandClass && hub_inflight_ >= background_slots) break;
         auto& q = queues_[cls];
-        if (cls != kDemandClass && pacer_.enabled() && background_on_hub_ >= pacer_.window()) {
+        // The window bounds readers' and background bytes together: background takes what
+        // readers leave (one block at least, so that it never stops).
+        if (cls != kDemandClass && pacer_.enabled() && background_on_hub_ > 0 &&
+            background_on_hub_ + demand_on_hub_ >= pacer_.window()) {
           if (!queues_[kWarmClass].empty() || !queues_[kPrefetchClass].empty()) {
             pacer_.OnHeldBack();
           }
@@ -241,10 +244,8 @@ void BlockFetcher::Dispatch() {
       if (!f) break;
       f->dispatched = true;
       f->dispatched_at = now;
-      if (f->cls != kDemandClass) {
-        f->paced = true;
-        background_on_hub_ += f->length;
-      }
+      f->paced = f->cls != kDemandClass;
+      (f->paced ? background_on_hub_ : demand_on_hub_) += f->length;
       hub_inflight_++;
       callbacks_pending_++;
       start.push_back(std::move(f));
@@ -331,10 +332,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   {
     MutexLock lock(mu_);
     hub_inflight_--;
-    if (f->paced) {
-      background_on_hub_ -= f->length;
-      f->paced = false;
-    }
+    (f->paced ? background_on_hub_ : demand_on_hub_) -= f->length;
     if (r && from_hub) {
       const auto now = std::chrono::steady_clock::now();
       pacer_.OnCompleted(r->size(), now - f->dispatched_at, now);

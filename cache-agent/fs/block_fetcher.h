@@ -7,8 +7,9 @@
 //   in a higher class is promoted. Warm-up and prefetch together never take the last
 //   `demand_reserved` hub slots, and prefetch bytes queued or in flight are capped, so
 //   neither fills the pipe that demand needs.
-// - Pacing (Config::pacing, link_pacer.h): background bytes on the hub are held to what
-//   the WAN link delivers within a target queue delay, so that on a link slower than the
+// - Pacing (Config::pacing, link_pacer.h): bytes on the hub are held to what the WAN link
+//   delivers within a target queue delay, readers' first: background reads take what
+//   readers leave of the window (at least one block), so that on a link slower than the
 //   in-flight bounds a reader's block does not queue behind seconds of prefetches.
 // - With the agent's MemoryBudget (Config::memory), every block's buffer is accounted from
 //   the time it is queued until it is stored or dropped: a prefetch takes background room
@@ -219,7 +220,7 @@ class BlockFetcher {
   uint64_t store_skips() const { return store_skips_.load(); }
   // The staging buffer's figures (all zero without staging).
   StagingBuffer::Stats staging_stats() const;
-  // Background bytes the pacer lets on the hub now (pacing off: its max), and those there.
+  // Bytes the pacer lets on the hub now (pacing off: its max), and the background ones there.
   uint64_t background_window_bytes() const;
   uint64_t background_bytes_on_hub() const;
 
@@ -270,9 +271,10 @@ class BlockFetcher {
   std::unordered_map<BlockKey, FetchPtr, BlockKeyHash> inflight_ GUARDED_BY(mu_);
   std::deque<FetchPtr> queues_[kClasses] GUARDED_BY(mu_);
   int hub_inflight_ GUARDED_BY(mu_) = 0;
-  // Warm-up and prefetch bytes sent to the hub (or a peer) and not answered yet, and the
-  // window the pacer allows them.
+  // Warm-up and prefetch bytes, and readers' bytes, sent to the hub (or a peer) and not
+  // answered yet; the pacer's window bounds both together.
   uint64_t background_on_hub_ GUARDED_BY(mu_) = 0;
+  uint64_t demand_on_hub_ GUARDED_BY(mu_) = 0;
   LinkPacer pacer_ GUARDED_BY(mu_);
   int callbacks_pending_ GUARDED_BY(mu_) = 0;  // hub reads whose callback has not returned
   bool stopping_ GUARDED_BY(mu_) = false;

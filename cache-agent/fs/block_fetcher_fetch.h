@@ -30,7 +30,7 @@ struct BlockFetcher::Fetch {
   bool within_epoch = false;
   bool dispatched = false;
   std::chrono::steady_clock::time_point dispatched_at{};
-  bool paced = false;  // sent as warm-up or prefetch: its bytes are in background_on_hub_
+  bool paced = false;  // sent as warm-up or prefetch: in background_on_hub_, not demand_on_hub_
   bool done = false;
   bool settled = false;           // done and (when it was to be cached) stored
   bool counted_prefetch = false;  // its bytes are in prefetch_bytes_

@@ -1,5 +1,6 @@
-// LinkPacer: how many bytes of background reads (warm-up, prefetch) the fetcher keeps in
-// flight to the hub, so that they fill the WAN link without building a queue in it.
+// LinkPacer: how many bytes the fetcher keeps in flight to the hub, readers' and background
+// reads (warm-up, prefetch) together, so that background reads fill the WAN link without
+// building a queue in it: they take what readers leave of the window.
 //
 // Why: on a link slower than the fetcher's in-flight bound (192 MiB is 27 s at 7.2 MB/s),
 // everything sent waits in the link's queue (the routers', the hub's socket buffers), and a
