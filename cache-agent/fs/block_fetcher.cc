@@ -224,13 +224,11 @@ void BlockFetcher::Dispatch() {
       for (int cls = kDemandClass; cls < kClasses && !f; ++cls) {
         if (cls != kDemandClass && hub_inflight_ >= background_slots) break;
         auto& q = queues_[cls];
-        // The window bounds readers' and background bytes together: background takes what
-        // readers leave (one block at least, so that it never stops).
-        if (cls != kDemandClass && pacer_.enabled() && background_on_hub_ > 0 &&
-            background_on_hub_ + demand_on_hub_ >= pacer_.window()) {
-          if (!queues_[kWarmClass].empty() || !queues_[kPrefetchClass].empty()) {
-            pacer_.OnHeldBack();
-          }
+        if (WindowFullLocked(cls)) {
+          bool waiting = false;
+          for (int c = cls; c < kClasses; ++c) waiting = waiting || !queues_[c].empty();
+          if (waiting) pacer_.OnHeldBack();
+          if (cls == kDemandClass) continue;  // background may still send its one block
           break;
         }
         while (!q.empty() && !f) {
@@ -297,6 +295,14 @@ Result<std::vector<char>> BlockFetcher::CheckFetched(const Fetch& f,
                                   std::to_string(f.length) + " bytes of an unchanged file"));
   }
   return std::move(r->data);
+}
+
+bool BlockFetcher::WindowFullLocked(int cls) const {
+  if (!pacer_.enabled()) return false;
+  // One block of each kind may always go: readers never wait for background, and background
+  // never stops.
+  const uint64_t mine = cls == kDemandClass ? demand_on_hub_ : background_on_hub_;
+  return mine > 0 && background_on_hub_ + demand_on_hub_ >= pacer_.window();
 }
 
 bool BlockFetcher::DropExpiredLocked(const FetchPtr& f, SteadyTime now) {

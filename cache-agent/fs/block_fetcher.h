@@ -10,7 +10,9 @@
 // - Pacing (Config::pacing, link_pacer.h): bytes on the hub are held to what the WAN link
 //   delivers within a target queue delay, readers' first: background reads take what
 //   readers leave of the window (at least one block), so that on a link slower than the
-//   in-flight bounds a reader's block does not queue behind seconds of prefetches.
+//   in-flight bounds a reader's block does not queue behind seconds of prefetches; readers
+//   beyond the window wait in the demand queue (under their deadline), not in the link,
+//   where an RPC past its timeout would be sent again and its bytes cross the link twice.
 // - With the agent's MemoryBudget (Config::memory), every block's buffer is accounted from
 //   the time it is queued until it is stored or dropped: a prefetch takes background room
 //   (refused = back-pressure: Prefetch returns false) and keeps it through the store queue;
@@ -239,6 +241,9 @@ class BlockFetcher {
                 double predicted_use, SteadyTime deadline, bool* created, bool room_taken)
       REQUIRES(mu_);
   void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
+  // The pacer's window holds class `cls` back: readers' and background bytes on the hub
+  // fill it (readers first: background takes what they leave; one block of each may go).
+  bool WindowFullLocked(int cls) const REQUIRES(mu_);
   // `from_hub`: false for a block the BlockSource gave (not counted as hub bytes).
   void OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub = true);
   void ReadFromHub(const FetchPtr& f);

@@ -996,59 +996,104 @@ TEST_F(FuseMount, BusyMountIsDetachedOnUnmount) {
   vol.reset();
 }
 
-// A WAN link slower than what prefetching asks of it: 8 MB/s for every connection together
-// (the proxy's --link-mbytes), 60 ms. The walk hands the whole dataset (32 files of 1 MiB, 4 s
-// of the link) to the prefetcher at the mount. Unpaced, the prefetches wait in the link's
-// queue and a reader's block asked for behind them waits past the hub's bound (3 s a request,
-// 1 s an RPC): EIO (seen with link_queue_target 0). Paced, background reads leave a fraction
-// of a second of queue.
-TEST(FuseMountSlowLink, PrefetchesOnASlowLinkLeaveReadersWithinTheHubTimeout) {
-  auto hub = testing::TestHub::Start();
-  ASSERT_NE(hub, nullptr);
-  auto proxy = testing::WanProxy::Start(*hub, 30, "", "127.0.0.1", 8.0);
-  ASSERT_NE(proxy, nullptr);
-  constexpr int kFiles = 32;
-  for (int i = 0; i < kFiles; ++i) {
-    WriteFile(hub->export_dir() + "/slow/f" + std::to_string(i) + ".bin",
-              Pattern(1 << 20, 500 + i));
+// A WAN link slower than what the agent asks of it: 8 MB/s for every connection together
+// (the proxy's --link-mbytes), 60 ms; the hub's bounds are 3 s a request, 1 s an RPC. Each
+// test mounts a directory of 1 MiB files (one block each) as a dataset volume.
+class FuseMountSlowLink : public ::testing::Test {
+ protected:
+  static constexpr int kFiles = 32;
+  void SetUp() override {
+    hub_ = testing::TestHub::Start();
+    ASSERT_NE(hub_, nullptr);
+    proxy_ = testing::WanProxy::Start(*hub_, 30, "", "127.0.0.1", 8.0);
+    ASSERT_NE(proxy_, nullptr);
+    for (int i = 0; i < kFiles; ++i) {
+      WriteFile(hub_->export_dir() + "/slow/f" + std::to_string(i) + ".bin", Content(i));
+    }
+    cache_dir_ = std::make_unique<testing::TempDir>("spoke-fuse-cache");
+    BlockCache::Config cc;
+    cc.dir = cache_dir_->path();
+    cc.capacity_bytes = 256ull << 20;
+    auto cache = OpenBlockCache(cc, MakeLruPolicy(), &registry_);
+    ASSERT_TRUE(cache) << cache.error().ToString();
+    cache_ = std::move(*cache);
+    FuseVolumeMounter::Config mc;
+    mc.hub.request_timeout_seconds = 3;
+    mc.link_initial_window = 1 << 20;  // the default 16 MiB would send the whole dataset at once
+    mounter_ = std::make_unique<FuseVolumeMounter>(mc, cache_.get(), &registry_);
   }
-  testing::TempDir cache_dir("spoke-fuse-cache"), mnt("spoke-mnt");
-  metrics::Registry registry;
-  BlockCache::Config cc;
-  cc.dir = cache_dir.path();
-  cc.capacity_bytes = 256ull << 20;
-  auto cache = OpenBlockCache(cc, MakeLruPolicy(), &registry);
-  ASSERT_TRUE(cache) << cache.error().ToString();
-  FuseVolumeMounter::Config mc;
-  mc.hub.request_timeout_seconds = 3;
-  mc.link_initial_window = 1 << 20;  // the default 16 MiB would send the whole dataset at once
-  FuseVolumeMounter mounter(mc, cache->get(), &registry);
-  VolumeContext ctx;
-  ctx.hub = proxy->address();
-  ctx.mode = VolumeMode::kDataset;
-  ctx.path = "slow";
-  ctx.cache.consistency = Consistency::kImmutable;
-  ctx.cache.prefetch = PrefetchMode::kAuto;
-  ctx.hub_timeout_seconds = 3;
-  auto vol = mounter.Mount("vol-slow-link", ctx, mnt.path(), false);
-  ASSERT_TRUE(vol) << vol.error().ToString();
+  static std::string Content(int i) { return Pattern(1 << 20, 500 + i); }
+
+  std::unique_ptr<MountedVolume> Mount(PrefetchMode prefetch) {
+    VolumeContext ctx;
+    ctx.hub = proxy_->address();
+    ctx.mode = VolumeMode::kDataset;
+    ctx.path = "slow";
+    ctx.cache.consistency = Consistency::kImmutable;
+    ctx.cache.prefetch = prefetch;
+    ctx.hub_timeout_seconds = 3;
+    auto vol = mounter_->Mount("vol-slow-link", ctx, mnt_.path(), false);
+    EXPECT_TRUE(vol) << vol.error().ToString();
+    return vol ? std::move(*vol) : nullptr;
+  }
+
+  std::unique_ptr<testing::TestHub> hub_;
+  std::unique_ptr<testing::WanProxy> proxy_;
+  metrics::Registry registry_;
+  std::unique_ptr<testing::TempDir> cache_dir_;
+  testing::TempDir mnt_{"spoke-mnt"};
+  std::unique_ptr<BlockCache> cache_;
+  std::unique_ptr<FuseVolumeMounter> mounter_;
+};
+
+// The walk hands the whole dataset (32 MiB, 4 s of the link) to the prefetcher at the mount.
+// Unpaced, the prefetches wait in the link's queue and a reader's block asked for behind them
+// waits past the hub's bounds: EIO (seen with link_queue_target 0). Paced, background reads
+// leave a fraction of a second of queue.
+TEST_F(FuseMountSlowLink, PrefetchesOnASlowLinkLeaveReadersWithinTheHubTimeout) {
+  auto vol = Mount(PrefetchMode::kAuto);
+  ASSERT_NE(vol, nullptr);
   // Last first: the back of the prefetches' queue.
   for (int i = kFiles - 1; i >= 0; --i) {
     std::string name = "f" + std::to_string(i) + ".bin";
-    auto got = ReadThrough(mnt.path() + "/" + name);
+    auto got = ReadThrough(mnt_.path() + "/" + name);
     ASSERT_TRUE(got) << got.error().ToString();
-    EXPECT_TRUE(*got == Pattern(1 << 20, 500 + i)) << name << ": content differs";
+    EXPECT_TRUE(*got == Content(i)) << name << ": content differs";
   }
   // The window followed the link: 8 MB/s x (a round trip with a 1 MiB reply + 0.2 s) is
   // about 3 MB; far under the 16 MiB an unpaced fetcher would keep there.
   std::string window;
-  std::istringstream in(registry.Render());
+  std::istringstream in(registry_.Render());
   for (std::string line; std::getline(in, line);) {
     if (line.starts_with("spoke_fetch_background_window_bytes")) window = line;
   }
-  ASSERT_FALSE(window.empty()) << registry.Render();
+  ASSERT_FALSE(window.empty()) << registry_.Render();
   EXPECT_LT(std::stod(window.substr(window.rfind(' ') + 1)), 8.0 * (1 << 20)) << window;
-  ASSERT_TRUE((*vol)->Unmount());
+  ASSERT_TRUE(vol->Unmount());
+}
+
+// 24 readers at once, no prefetch: 24 MiB asked for together, 3 s of the link. Sent at once,
+// the last replies queue in the link past the 1 s RPC bound, are sent again (their bytes cross
+// twice) and fail: EIO (seen with link_queue_target 0). Paced, what the window has no room for
+// waits in the agent, under each reader's 6 s deadline, and every read succeeds.
+TEST_F(FuseMountSlowLink, ABurstOfReadersWaitsInTheAgentNotInTheLink) {
+  auto vol = Mount(PrefetchMode::kOff);
+  ASSERT_NE(vol, nullptr);
+  constexpr int kReaders = 24;
+  std::vector<std::thread> readers;
+  std::atomic<int> bad{0};
+  for (int i = 0; i < kReaders; ++i) {
+    readers.emplace_back([&, i] {
+      auto got = ReadThrough(mnt_.path() + "/f" + std::to_string(i) + ".bin");
+      if (!got || *got != Content(i)) {
+        bad++;
+        ADD_FAILURE() << "f" << i << ": " << (got ? "content differs" : got.error().ToString());
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  ASSERT_TRUE(vol->Unmount());
 }
 
 }  // namespace
