@@ -20,6 +20,10 @@ Adds to the JSON:
                             own last batch (the last epoch: to the end of the trace)
   hub_bytes_per_epoch       the same from the agent's counter
   epoch_end_s               loader time of each epoch's end
+  fill_s                    loader time at which the agent had read 99 % of dataset_bytes
+                            (a --set) from the hub since the first trace sample (its counter;
+                            else the WAN's bytes from the hub): how long the cold cache took
+                            to fill (absent if it never did)
   warmup_sustained_batches  batches before the window rate reaches 95 % of steady for good
                             (the first batch from which every window rate is >= 95 %, windows
                             holding a later epoch's first batch excepted: worker restart)
@@ -73,6 +77,22 @@ def value_at(rows, col, t):
     return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
 
 
+def fill_time(rows, dataset_bytes, t0, share=0.99):
+    """Seconds after t0 at which the agent's hub bytes (else the WAN's bytes from the hub:
+    these count reads sent twice too) since the first sample reached share x dataset_bytes
+    (linear between samples), or None."""
+    col = 3 if any(r[3] is not None for r in rows) else 2
+    pts = [(r[0], r[col]) for r in rows if r[col] is not None]
+    if not pts:
+        return None
+    goal = pts[0][1] + share * dataset_bytes
+    for (ta, va), (tb, vb) in zip(pts, pts[1:]):
+        if vb >= goal:
+            t = tb if vb <= va else ta + (tb - ta) * (goal - va) / (vb - va)
+            return max(0.0, t - t0)
+    return None
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -118,6 +138,11 @@ def main(argv):
             summary["hub_bytes"] = sum(hub)
             summary["hub_bytes_per_epoch"] = hub
     summary["epoch_end_s"] = [epoch_end[e] for e in epochs]
+    dataset = next((float(kv.split("=", 1)[1]) for kv in args.set
+                    if kv.startswith("dataset_bytes=")), None)
+    fill = fill_time(rows, dataset, args.t0) if rows and dataset else None
+    if fill is not None:
+        summary["fill_s"] = fill
 
     # Sustained warm-up: batches before the window rate reaches 95 % of steady and stays there
     # to the end of the run (the loader's warm-up counts the batches before the *start* of the

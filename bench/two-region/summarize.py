@@ -185,7 +185,8 @@ def local_table(scenarios):
     ds = local.s.get("dataset_bytes")
     header = ["scenario", "epoch 1 (cold) s", "epoch 1 vs local-direct",
               "epoch 1 vs co-located", "steady epochs vs local-direct",
-              "warm-up batches (95 % of local)", "hub bytes per epoch (x dataset)"]
+              "warm-up batches (95 % of local)", "dataset over the WAN after (s)",
+              "hub bytes per epoch (x dataset)"]
     out = ["| " + " | ".join(header) + " |",
            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
     notes = []
@@ -216,11 +217,14 @@ def local_table(scenarios):
         out.append("| " + " | ".join([
             x.label, cell, fmt_ratio(ratio(local.cold_time(), cold)),
             fmt_ratio(ratio(colo.cold_time(), cold)) if colo else "n/a",
-            fmt_ratio(steady) if steady is not None else "n/a (1 epoch)", warm, hub]) + " |")
+            fmt_ratio(steady) if steady is not None else "n/a (1 epoch)", warm,
+            "n/a" if x.s.get("fill_s") is None else f"{x.s['fill_s']:.1f}", hub]) + " |")
     out.append("")
     out.append("Ratios are speeds: local-direct's time / the scenario's (1.00x = as fast as "
                "reading a local copy directly). local-direct: steady "
-               f"{local.steady:.1f} samples/s, epoch 1 {local.cold_time():.1f} s.")
+               f"{local.steady:.1f} samples/s, epoch 1 {local.cold_time():.1f} s. "
+               "Dataset over the WAN after: loader time by which the agent had read 99 % of the "
+               "dataset's bytes from the hub (the cold cache filled).")
     out += [""] + notes if notes else []
     return out
 
@@ -414,9 +418,10 @@ def main(argv):
     elif len(configs) > 1:
         out.append("")
         out.append("Warning: the summaries come from different loader configurations.")
-    # The footer's cache figures: the first scenario that had a cache (local-direct has none).
-    first = next((x.s for x in scenarios if x.s.get("cache_size_bytes") is not None),
-                 scenarios[0].s)
+    # The footer's cache figures: the first scenario that had a Spoke cache (local-direct has
+    # none; remote-no-spoke's and stage-in's are the agent's smallest, not the experiment's).
+    first = next((x.s for x in scenarios if x.s.get("cache_size_bytes") is not None
+                  and x.label not in ("remote-no-spoke", "stage-in")), scenarios[0].s)
     if first.get("dataset_bytes") is not None:
         ds, cache = first.get("dataset_bytes"), first.get("cache_size_bytes")
         line = f"Dataset {human_bytes(ds)}"

@@ -22,9 +22,14 @@ socket, metrics port):
   spoke-cache-0.5x through the WAN, empty cache half the dataset's size, evictionPolicy
                    nothrash: a dataset twice the cache
 
-Presets (--preset, default demo): short = a quick run (960 samples), demo = what
-scripts/demo.sh runs (4000 samples, ~6 minutes on 2 cores), full = the RESULTS.md run (20000
-samples, ~2.2 GB, about an hour). Each gives the dataset size and every scenario's epochs.
+Presets (--preset, default demo): demo = what scripts/demo.sh runs: 4000 samples (438 MB) of
+a loader needing 3.5 MB/s (1 s of compute per batch of 32) over a 60 ms link of 7.2 MB/s
+(about 2x the loader), so that filling the cold cache takes a minute, and three scenarios
+(local-direct, remote-no-spoke, spoke-cold over 3 epochs; ~10 minutes on 2 cores). tour =
+every scenario on the same 4000 samples with 250 ms per batch (14 MB/s) and no link cap (~7
+minutes); short = a quick run of every scenario (960 samples); full = the RESULTS.md run
+(20000 samples, ~2.2 GB, about an hour). Each gives the dataset size, the loader's compute per
+batch, the link's cap, the scenarios and every scenario's epochs; flags override each.
 
 Then plot.gp -> samples-per-s.png and summarize.py -> results.md (+ the targets).
 
@@ -80,15 +85,24 @@ WAN_PORTS = (30491, 30492, 30493, 30494)
 HALF_CACHE = "spoke-cache-0.5x"
 HALF_FRACTION = 0.5
 HALF_POLICY = "nothrash"
-# Per preset: report samples (other workloads: SAMPLES_OTHER), epochs per scenario, and the
+# Per preset: report samples (other workloads: SAMPLES_OTHER), epochs per scenario, the
 # batches remote-no-spoke runs of its epoch (a sample: ~12 samples/s would take 5 minutes per
-# 4000 files; 0 = the whole epoch). demo: 125 batches of 32 per epoch, ~32 s per epoch at
-# 250 ms per batch, 446 MB, ten epochs in all so that scripts/demo.sh stays near 10 minutes.
+# 4000 files; 0 = the whole epoch), and optionally the compute per batch (ms; default
+# REPORT_COMPUTE_MS), the WAN link's cap (MB/s both ways, all connections; default none) and
+# the scenarios run by default (default all).
+# demo: the link carries 2x what the loader reads, so a cold cache fills in about half an
+# epoch: 438 MB at 7.2 MB/s = 61 s of a 125 s epoch (125 batches of 1 s). Filling for a minute
+# at 2x the loader's rate takes a 2-minute epoch whatever the sample size, so the demo keeps
+# the scenarios that show it: five epochs and the remote sample are ~10 minutes.
 PRESETS = {
     "short": {"samples": 960, "nospoke_batches": 10, "epochs": {
         "local-direct": 2, "co-located": 3, "remote-no-spoke": 1, "spoke-cold": 3,
         "spoke-warm": 2, "stage-in": 3, "spoke-hints": 3, HALF_CACHE: 3}},
-    "demo": {"samples": 4000, "nospoke_batches": 8, "epochs": {
+    "demo": {"samples": 4000, "nospoke_batches": 4, "compute_ms": 1000, "wan_mbytes": 7.2,
+             "scenarios": ["local-direct", "remote-no-spoke", "spoke-cold"], "epochs": {
+        "local-direct": 1, "co-located": 1, "remote-no-spoke": 1, "spoke-cold": 3,
+        "spoke-warm": 1, "stage-in": 1, "spoke-hints": 1, HALF_CACHE: 2}},
+    "tour": {"samples": 4000, "nospoke_batches": 8, "epochs": {
         "local-direct": 1, "co-located": 1, "remote-no-spoke": 1, "spoke-cold": 3,
         "spoke-warm": 1, "stage-in": 1, "spoke-hints": 1, HALF_CACHE: 2}},
     "full": {"samples": 20000, "nospoke_batches": 20, "epochs": {
@@ -179,8 +193,12 @@ def parse_args(argv):
                     help="batches per epoch of remote-no-spoke, a sample (default: the "
                     "preset's; 0 = whole epochs)")
     ap.add_argument("--compute-ms", type=float,
-                    help=f"compute per batch (default {REPORT_COMPUTE_MS} for report, else "
-                    "the loader's preset)")
+                    help=f"compute per batch (default: the preset's, else {REPORT_COMPUTE_MS} "
+                    "for report, else the loader's preset)")
+    ap.add_argument("--wan-mbytes", type=float,
+                    help="the WAN link's bandwidth in MB/s each way, shared by every "
+                    "connection (spoke-wan-proxy --link-mbytes; default: the preset's, 0 = "
+                    "no cap)")
     ap.add_argument("--cache-fraction", type=float, default=2.0,
                     help="Spoke cache size = F x dataset size (default 2: the dataset fits; "
                     "e.g. 0.5 for a dataset twice the cache). Floor: 64 MiB (agent minimum)")
@@ -235,7 +253,8 @@ def parse_args(argv):
         a.node_link_mbit = NODE_LINK_MBIT
     valid = NODE_SCENARIOS if a.nodes > 1 else ALL_SCENARIOS
     if a.scenarios is None:
-        a.scenarios = ",".join(valid)
+        a.scenarios = ",".join(PRESETS[a.preset].get("scenarios", valid) if a.nodes == 1
+                               else valid)
     scenarios = [s for s in a.scenarios.split(",") if s]
     unknown = [s for s in scenarios if s not in valid]
     if unknown or not scenarios:
@@ -249,7 +268,11 @@ def parse_args(argv):
         a.samples = (preset["samples"] if a.workload == "report"
                      else SAMPLES_OTHER[(a.workload, a.preset)])
     if a.compute_ms is None and a.workload == "report":
-        a.compute_ms = REPORT_COMPUTE_MS
+        a.compute_ms = preset.get("compute_ms", REPORT_COMPUTE_MS)
+    if a.wan_mbytes is None:
+        a.wan_mbytes = preset.get("wan_mbytes", 0)
+    if a.wan_mbytes < 0:
+        ap.error(f"--wan-mbytes must be >= 0 (0 = no cap), got {a.wan_mbytes:g}")
     for flag, v in (("--epochs", a.epochs), ("--nospoke-epochs", a.nospoke_epochs)):
         if v is not None and v <= 0:
             ap.error(f"{flag} must be positive")
@@ -667,6 +690,7 @@ class Experiment:
         self.spawn([*hub_prefix, self.proxy_bin, "--delay-ms", str(self.a.delay_ms),
                     "--route", f"{wan_host}:{wan_nfs}=127.0.0.1:{hub_nfs}",
                     "--route", f"{wan_host}:{wan_mnt}=127.0.0.1:{hub_mnt}",
+                    "--link-mbytes", f"{self.a.wan_mbytes:g}",
                     "--stats-file", f"{self.work}/wan.stats"], f"{self.work}/wan-proxy.log")
 
         def probe():
@@ -686,8 +710,10 @@ class Experiment:
                                   f"{tail(f'{self.work}/wan-proxy.log', 5)}") from None
                 time.sleep(0.05)
         self.wan_url = f"nfs://{wan_host}{self.export}?nfsport={wan_nfs}&mountport={wan_mnt}"
+        cap = (f", link {self.a.wan_mbytes:g} MB/s each way" if self.a.wan_mbytes
+               else ", no bandwidth cap")
         log(f"WAN: spoke-wan-proxy {self.a.delay_ms} ms each way ({2 * self.a.delay_ms} ms "
-            f"RTT) on {wan_host}:{wan_nfs}/{wan_mnt}")
+            f"RTT{cap}) on {wan_host}:{wan_nfs}/{wan_mnt}")
 
         a = self.a
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
@@ -700,7 +726,8 @@ class Experiment:
                 f"--compute-ms {'preset' if a.compute_ms is None else f'{a.compute_ms:g}'} "
                 f"--cache-fraction {a.cache_fraction:g} --cache-basis {a.cache_basis} "
                 f"--eviction-policy {a.eviction_policy} --delay-ms {a.delay_ms} "
-                f"--stage-streams {a.stage_streams}"
+                f"--wan-mbytes {a.wan_mbytes:g} --stage-streams {a.stage_streams}"
+                + (f" --scenarios {','.join(a.scenarios)}" if a.nodes == 1 else "")
                 + (f" --nodes {a.nodes} --node-link-mbit {a.node_link_mbit:g} "
                    f"--scenarios {','.join(a.scenarios)}"
                    + (f" --peer-timeout-ms {a.peer_timeout_ms}" if a.peer_timeout_ms else "")
