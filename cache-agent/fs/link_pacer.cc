@@ -5,9 +5,11 @@
 namespace spoke::agent {
 
 namespace {
-// An interval spans a few round trips so that its rate is not one read's burst.
+// An interval spans two round trips (at least 100 ms), so that its rate is not one read's
+// burst; a window that is not full grows up to 4x an interval: a fast link is full a few
+// intervals after the first window (16 -> 256 MiB in two), as TCP's slow start fills its path.
 constexpr std::chrono::milliseconds kMinInterval{100};
-constexpr double kMaxGrowth = 2.0;
+constexpr double kMaxGrowth = 4.0;
 }  // namespace
 
 LinkPacer::LinkPacer(const Config& config, TimePoint now)
@@ -30,6 +32,9 @@ void LinkPacer::OnCompleted(uint64_t bytes, Duration latency, TimePoint now) {
     half_start_ = now;
   }
   min_now_ = std::min(min_now_, latency);
+  // An interval starts no earlier than its first read was sent: time the link sat idle
+  // before (the mount, a pause of the loader) is not a slow link.
+  if (interval_bytes_ == 0) interval_start_ = std::max(interval_start_, now - latency);
   interval_bytes_ += bytes;
   MaybeUpdate(now);
 }

@@ -14,7 +14,7 @@
 // where the delivered rate counts every hub read completed in the interval (readers' too)
 // and the lowest latency is the minimum over recent reads (its round trip with no queue).
 // - Link not full: reads see no queue, latency ~ the minimum, so the window grows by
-//   (minimum + target) / latency (at most 2x an interval) until the link is full.
+//   (minimum + target) / latency (at most 4x an interval) until the link is full.
 // - Link full: the rate is the link's; a window of rate x (minimum + target) leaves
 //   `target` of queue in the link, which is what a reader's block waits behind.
 // Intervals without held-back reads do not move it (the rate then measures demand, not the
