@@ -36,8 +36,8 @@ class FuseVolumeMounter final : public VolumeMounter {
     uint64_t kernel_read_ahead_bytes = 16ull << 20;  // AgentConfig::kernel_read_ahead_bytes
     // Prefetch bytes queued or in flight per volume (the rest of the pipe is for demand).
     uint64_t prefetch_bytes_max = 256ull << 20;
-    // Warm-up and prefetch paced to the WAN link (Volume::Config::link_queue_target; 0 =
-    // off) and their first window (Volume::Config::link_initial_window).
+    // Reads paced to the WAN link (Volume::Config::link_queue_target; 0 = off) and the
+    // first window (Volume::Config::link_initial_window).
     std::chrono::milliseconds link_queue_target{200};
     uint64_t link_initial_window = 16ull << 20;
     // Directories listed at once by the mount-time metadata walk.

@@ -61,7 +61,9 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
                                        "Fetched blocks the cache did not store", labels);
   window_gauge_ = &registry.GetGauge(
       "spoke_fetch_background_window_bytes",
-      "Warm-up and prefetch bytes the fetcher lets on the hub at once (paced to the link)", labels);
+      "Bytes the fetcher lets on the hub at once, readers' first, warm-up and prefetch in what "
+      "they leave (paced to the WAN link)",
+      labels);
   window_gauge_->Set(static_cast<int64_t>(pacer_.window()));
   miss_latency_ = &registry.GetHistogram("spoke_demand_miss_seconds",
                                          "Latency of reads that waited for the hub", labels);
@@ -137,16 +139,6 @@ bool BlockFetcher::Has(const BlockKey& key) const {
 
 uint64_t BlockFetcher::CacheFreeBytes() const {
   return cache_ == nullptr ? 0 : cache_->FreeBytes();
-}
-
-uint64_t BlockFetcher::background_window_bytes() const {
-  MutexLock lock(mu_);
-  return pacer_.window();
-}
-
-uint64_t BlockFetcher::background_bytes_on_hub() const {
-  MutexLock lock(mu_);
-  return background_on_hub_;
 }
 
 double BlockFetcher::demand_miss_latency_ms_avg() const {

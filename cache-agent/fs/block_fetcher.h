@@ -119,7 +119,7 @@ class BlockFetcher {
     std::chrono::milliseconds staging_ttl{std::chrono::minutes(2)};
     // Time for the staging buffer's ttl (optional: the system clock; must outlive the fetcher).
     const Clock* clock = nullptr;
-    // Background bytes on the hub held to the link's rate (default off: target_queue 0).
+    // Bytes on the hub held to the link's rate (default off: target_queue 0).
     LinkPacer::Config pacing;
     Status Validate() const;
   };
@@ -222,9 +222,6 @@ class BlockFetcher {
   uint64_t store_skips() const { return store_skips_.load(); }
   // The staging buffer's figures (all zero without staging).
   StagingBuffer::Stats staging_stats() const;
-  // Bytes the pacer lets on the hub now (pacing off: its max), and the background ones there.
-  uint64_t background_window_bytes() const;
-  uint64_t background_bytes_on_hub() const;
 
  private:
   using FetchPtr = std::shared_ptr<Fetch>;

@@ -9,7 +9,7 @@
 // the queue is in the network, not in the fetcher.
 //
 // How (delay-based, like TCP Vegas or LEDBAT for background transfers): every interval in
-// which background reads were held back by the window, the window becomes
+// which reads (readers' or background) were held back by the window, the window becomes
 //     delivered rate x (lowest latency seen + target queue delay)
 // where the delivered rate counts every hub read completed in the interval (readers' too)
 // and the lowest latency is the minimum over recent reads (its round trip with no queue).
@@ -17,9 +17,9 @@
 //   (minimum + target) / latency (at most 4x an interval) until the link is full.
 // - Link full: the rate is the link's; a window of rate x (minimum + target) leaves
 //   `target` of queue in the link, which is what a reader's block waits behind.
-// Intervals without held-back reads do not move it (the rate then measures demand, not the
-// link). Starts at `initial` bytes (a bound on the first burst's queue), within [min, max].
-// Not thread-safe: the fetcher calls it under its mutex.
+// Intervals without held-back reads do not move it (the rate then measures what was asked
+// for, not the link). Starts at `initial` bytes (a bound on the first burst's queue), within [min,
+// max]. Not thread-safe: the fetcher calls it under its mutex.
 #pragma once
 
 #if !__has_include("spoke_layer/fs.h")
@@ -51,14 +51,14 @@ class LinkPacer {
   explicit LinkPacer(const Config& config, TimePoint now);
 
   bool enabled() const { return config_.target_queue.count() > 0; }
-  // Background bytes allowed in flight.
+  // Bytes allowed on the hub, readers' and background together.
   uint64_t window() const { return window_; }
   // The lowest latency seen over the base window (zero before any read).
   Duration base_latency() const;
 
   // A hub read of `bytes` completed `latency` after it was sent (any class).
   void OnCompleted(uint64_t bytes, Duration latency, TimePoint now);
-  // A background read waited for the window (the window, not the link, bounded it).
+  // A read waited for the window (the window, not the link, bounded it).
   void OnHeldBack() { held_back_ = true; }
 
  private:

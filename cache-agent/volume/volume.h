@@ -44,12 +44,13 @@ class Volume {
     uint64_t prefetch_bytes_max = 256ull << 20;
     // Hub reads in flight (the hub pool's connections x inflight).
     int max_hub_inflight = 256;
-    // Warm-up and prefetch reads are paced to the WAN link's rate so that they leave about
-    // this much queue delay in it, which is what a reader's block waits behind (LinkPacer).
-    // 0 = no pacing: the in-flight bounds alone.
+    // Reads are paced to the WAN link's rate so that they leave about this much queue delay
+    // in it, which is what a reader's block waits behind (LinkPacer; readers first, warm-up
+    // and prefetch in what they leave). 0 = no pacing: the in-flight bounds alone.
     std::chrono::milliseconds link_queue_target{200};
-    // Background bytes let on the hub before the first measure of the link: what a slow
-    // link queues at the start (16 MiB: 2.3 s at 7.2 MB/s; a fast one doubles it per 2 RTT).
+    // Bytes let on the hub before the first measure of the link: what a slow link queues at
+    // the start (16 MiB: 2.3 s at 7.2 MB/s); a fast link's window grows up to 4x per two
+    // round trips from it.
     uint64_t link_initial_window = 16ull << 20;
     // A reader's request gives kTimeout after this, queue time included (BlockFetcher).
     std::chrono::milliseconds read_deadline{20000};
