@@ -113,7 +113,8 @@ SAMPLES_OTHER = {("resnet50", "short"): 2400, ("unet3d", "short"): 168,
                  ("shards", "short"): 3200, ("resnet50", "demo"): 4000,
                  ("unet3d", "demo"): 168, ("shards", "demo"): 6400,
                  ("resnet50", "full"): 20000, ("unet3d", "full"): 1008,
-                 ("shards", "full"): 20000}
+                 ("shards", "full"): 20000, ("resnet50", "tour"): 4000, ("unet3d", "tour"): 168,
+                 ("shards", "tour"): 6400}
 # The issue's loader: 250 ms of compute per batch of 32 (~14 MB/s of ~110 KB samples).
 REPORT_COMPUTE_MS = 250
 SEED = 1
@@ -267,10 +268,13 @@ def parse_args(argv):
     if a.samples is None:
         a.samples = (preset["samples"] if a.workload == "report"
                      else SAMPLES_OTHER[(a.workload, a.preset)])
+    # The preset's loader and link are the single-node scenarios'; --nodes runs keep the
+    # report's 250 ms and an uncapped WAN (their links are the nodes' own, --node-link-mbit).
+    single = a.nodes == 1
     if a.compute_ms is None and a.workload == "report":
-        a.compute_ms = preset.get("compute_ms", REPORT_COMPUTE_MS)
+        a.compute_ms = preset.get("compute_ms", REPORT_COMPUTE_MS) if single else REPORT_COMPUTE_MS
     if a.wan_mbytes is None:
-        a.wan_mbytes = preset.get("wan_mbytes", 0)
+        a.wan_mbytes = preset.get("wan_mbytes", 0) if single else 0
     if a.wan_mbytes < 0:
         ap.error(f"--wan-mbytes must be >= 0 (0 = no cap), got {a.wan_mbytes:g}")
     for flag, v in (("--epochs", a.epochs), ("--nospoke-epochs", a.nospoke_epochs)):
