@@ -138,11 +138,6 @@ def main(argv):
             summary["hub_bytes"] = sum(hub)
             summary["hub_bytes_per_epoch"] = hub
     summary["epoch_end_s"] = [epoch_end[e] for e in epochs]
-    dataset = next((float(kv.split("=", 1)[1]) for kv in args.set
-                    if kv.startswith("dataset_bytes=")), None)
-    fill = fill_time(rows, dataset, args.t0) if rows and dataset else None
-    if fill is not None:
-        summary["fill_s"] = fill
 
     # Sustained warm-up: batches before the window rate reaches 95 % of steady and stays there
     # to the end of the run (the loader's warm-up counts the batches before the *start* of the
@@ -178,6 +173,10 @@ def main(argv):
             summary[k] = float(v) if any(ch in v for ch in ".eE") else int(v)
         except ValueError:
             summary[k] = v
+    dataset = summary.get("dataset_bytes")
+    fill = fill_time(rows, float(dataset), args.t0) if rows and dataset else None
+    if fill is not None:
+        summary["fill_s"] = fill
 
     with open(args.json, "w") as f:
         json.dump(summary, f, indent=2)

@@ -327,12 +327,12 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   bool store = false;
   bool prefetched = false;   // its bytes stay in prefetch_bytes_ until stored
   bool over_budget = false;  // a reader's block the memory budget has no room to queue
+  const SteadyTime now = std::chrono::steady_clock::now();
   {
     MutexLock lock(mu_);
     hub_inflight_--;
     (f->paced ? background_on_hub_ : demand_on_hub_) -= f->length;
     if (r && from_hub) {
-      const auto now = std::chrono::steady_clock::now();
       pacer_.OnCompleted(r->size(), now - f->dispatched_at, now);
       window_gauge_->Set(static_cast<int64_t>(pacer_.window()));
     }

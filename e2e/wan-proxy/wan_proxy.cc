@@ -135,6 +135,18 @@ class Faults {
 
 Faults g_faults;
 
+// A transmitter of `rate` bytes/s: a chunk that may start at `from` has been sent once the
+// chunks before it have and its own bytes took their time.
+struct Transmitter {
+  Clock::time_point next_free{};
+  Clock::time_point Send(size_t bytes, double rate, Clock::time_point from) {
+    next_free = std::max(next_free, from) +
+                std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(static_cast<double>(bytes) / rate));
+    return next_free;
+  }
+};
+
 // A link's bandwidth in one direction, shared by all its connections: each chunk takes the
 // next free slot of the link's transmit time. Writers take slots chunk by chunk, so
 // connections with data waiting share the link about evenly, like TCP flows through one
@@ -145,17 +157,14 @@ class SharedLink {
   // When a chunk of `bytes` that may leave at `ready` has crossed the link (ready if uncapped).
   Clock::time_point Reserve(size_t bytes, Clock::time_point ready) {
     if (rate_ <= 0) return ready;
-    auto tx = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(static_cast<double>(bytes) / rate_));
     std::lock_guard<std::mutex> lock(mu_);
-    next_free_ = std::max(next_free_, ready) + tx;
-    return next_free_;
+    return tx_.Send(bytes, rate_, ready);
   }
 
  private:
   double rate_ = 0;  // set before any connection, read-only after
   std::mutex mu_;
-  Clock::time_point next_free_{};
+  Transmitter tx_;
 };
 
 SharedLink g_link_up, g_link_down;
@@ -263,7 +272,7 @@ class Pipe {
   }
 
   void WriteLoop() {
-    Clock::time_point next_free = Clock::now();  // rate cap: when the link is free again
+    Transmitter capped;  // this connection's own rate cap (--rate-mbytes, bandwidth fault)
     for (;;) {
       Chunk c;
       {
@@ -277,12 +286,7 @@ class Pipe {
       double rate = rate_;
       double fault_rate = g_faults.Now().rate_bytes_per_s;
       if (fault_rate > 0 && (rate <= 0 || fault_rate < rate)) rate = fault_rate;
-      if (rate > 0) {
-        auto tx = std::chrono::duration_cast<Clock::duration>(
-            std::chrono::duration<double>(static_cast<double>(c.data.size()) / rate));
-        next_free = std::max(next_free, Clock::now()) + tx;
-        due = std::max(due, next_free);
-      }
+      if (rate > 0) due = std::max(due, capped.Send(c.data.size(), rate, Clock::now()));
       // The shared link transmits the chunk once it is ready to leave; the delay was stamped
       // at arrival, so the link's queue adds to it only when the link is busy.
       due = link_->Reserve(c.data.size(), due);

@@ -83,6 +83,17 @@ Result<std::string> ReadThrough(const std::string& path) {
   return out;
 }
 
+// An LRU block cache of `capacity` bytes in `dir`, or a test failure.
+std::unique_ptr<BlockCache> OpenLruCache(const std::string& dir, uint64_t capacity,
+                                         metrics::Registry* registry) {
+  BlockCache::Config cc;
+  cc.dir = dir;
+  cc.capacity_bytes = capacity;
+  auto cache = OpenBlockCache(cc, MakeLruPolicy(), registry);
+  EXPECT_TRUE(cache) << cache.error().ToString();
+  return cache ? std::move(*cache) : nullptr;
+}
+
 bool Mounted(const std::string& target) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
@@ -126,13 +137,9 @@ class FuseMount : public ::testing::Test {
 
   void SetUp() override {
     cache_dir_ = std::make_unique<testing::TempDir>("spoke-fuse-cache");
-    BlockCache::Config cc;
-    cc.dir = cache_dir_->path();
     // Slots are whole blocks: 2000 small files + 3 x 64 blocks need ~2200 of them.
-    cc.capacity_bytes = 3ull << 30;
-    auto cache = OpenBlockCache(cc, MakeLruPolicy(), &registry_);
-    ASSERT_TRUE(cache) << cache.error().ToString();
-    cache_ = std::move(*cache);
+    cache_ = OpenLruCache(cache_dir_->path(), 3ull << 30, &registry_);
+    ASSERT_NE(cache_, nullptr);
     FuseVolumeMounter::Config mc;
     mc.hub.request_timeout_seconds = 3;
     mounter_ = std::make_unique<FuseVolumeMounter>(mc, cache_.get(), &registry_);
@@ -1013,12 +1020,8 @@ class FuseMountSlowLink : public ::testing::Test {
       WriteFile(hub_->export_dir() + "/slow/f" + std::to_string(i) + ".bin", Content(i));
     }
     cache_dir_ = std::make_unique<testing::TempDir>("spoke-fuse-cache");
-    BlockCache::Config cc;
-    cc.dir = cache_dir_->path();
-    cc.capacity_bytes = 256ull << 20;
-    auto cache = OpenBlockCache(cc, MakeLruPolicy(), &registry_);
-    ASSERT_TRUE(cache) << cache.error().ToString();
-    cache_ = std::move(*cache);
+    cache_ = OpenLruCache(cache_dir_->path(), 256ull << 20, &registry_);
+    ASSERT_NE(cache_, nullptr);
     FuseVolumeMounter::Config mc;
     mc.hub.request_timeout_seconds = 3;
     mc.link_initial_window = 1 << 20;  // the default 16 MiB would send the whole dataset at once
