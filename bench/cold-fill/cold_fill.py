@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -56,6 +57,23 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def timeline(samples, want, secs):
+    """When a warm-up's hub bytes first reached 0+, 50 % and 100 % of the dataset, from the
+    sampled (seconds, bytes) pairs: the start, the middle and the end of the transfer; the
+    rest of `secs` after the last is the store and collection tail."""
+    out = {}
+    for name, frac in (("first_byte_s", 1e-9), ("half_s", 0.5), ("all_s", 1.0)):
+        hit = next((s[0] for s in samples if s[1] >= frac * want), None)
+        out[name] = None if hit is None else round(hit, 3)
+    out["tail_s"] = None if out["all_s"] is None else round(secs - out["all_s"], 3)
+    # Hub requests in flight while the transfer ran (between the first byte and the last).
+    during = [s[2] for s in samples if out["first_byte_s"] is not None and
+              out["first_byte_s"] <= s[0] <= (out["all_s"] or secs)]
+    out["hub_inflight_mean"] = round(sum(during) / len(during), 1) if during else None
+    out["samples"] = [[round(a, 3), b, c, d] for a, b, c, d in samples]
+    return out
 
 
 def cpu_s(pid):
@@ -325,19 +343,39 @@ class Bench:
         perf_p = None
         if perf and shutil.which("perf"):
             perf_p = subprocess.Popen(
-                ["perf", "record", "-g", "-F", "499", "-p", str(self.agent.pid), "-o",
+                ["perf", "record", "-g", "-F", "999", "-p", str(self.agent.pid), "-o",
                  os.path.join(self.work, "perf.data")],
                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.work, "perf.log"), "w"))
             time.sleep(0.3)
+        want, b0 = self.dataset_bytes(ds), self.hub_bytes()
+        samples = []  # (seconds since the warmup call, hub bytes of this phase)
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                m = self.metrics()
+                samples.append((time.monotonic() - t,
+                                sum(v for k, v in m.items()
+                                    if k.startswith("spoke_hub_read_bytes_total")) - b0,
+                                sum(v for k, v in m.items()
+                                    if k.startswith("spoke_hub_requests_in_flight")),
+                                sum(v for k, v in m.items()
+                                    if k.startswith("spoke_fetch_background_window_bytes"))))
+                stop.wait(0.02)
+
         t = time.monotonic()
+        sampler = threading.Thread(target=sample)
+        sampler.start()
         self.ctl("warmup", target)
         secs = time.monotonic() - t
+        stop.set()
+        sampler.join()
         if perf_p is not None:
             perf_p.send_signal(signal.SIGINT)
             perf_p.wait(timeout=60)
         stats = self.ctl("stats", target)
         return {"bytes": self.dataset_bytes(ds), "files": self.count(ds), "seconds": secs,
-                "mount_s": mount_s, "stats": stats}
+                "mount_s": mount_s, "stats": stats, "timeline": timeline(samples, want, secs)}
 
     def readers(self, ds):
         """--readers threads read every file through the mount, right after the mount."""
@@ -427,6 +465,11 @@ class Bench:
             extra = ""
             if r["kind"] == "link":
                 extra = " (list %.2f s + read %.2f s)" % (r["list_s"], r["read_s"])
+            elif r.get("timeline", {}).get("all_s") is not None:
+                tl = r["timeline"]
+                extra = (" (hub: first byte %.2f s, half %.2f s, all %.2f s, %s in flight; "
+                         "tail %.2f s)" % (tl["first_byte_s"], tl["half_s"], tl["all_s"],
+                                           tl["hub_inflight_mean"], tl["tail_s"]))
             elif r.get("complete") is False:
                 extra = " (stopped at %.0f %% of the dataset)" % (
                     100 * r["bytes"] / self.dataset_bytes_of[r["dataset"]])
