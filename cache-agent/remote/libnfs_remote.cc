@@ -84,8 +84,9 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
   r->root_ = root.empty() ? "" : "/" + root;
   auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(config.request_timeout_seconds * 1000)));
-  // libnfs' per-RPC bound: whole seconds, at least 1, about half the request bound so one
-  // retry fits.
+  // How long a connection with calls out may stay silent before it is replaced: whole
+  // seconds, at least 1, about half the request bound so that a retry on a new connection
+  // fits.
   auto rpc =
       std::chrono::milliseconds(std::max<int64_t>(1000, (timeout.count() / 2) / 1000 * 1000));
   r->hub_ = h;

@@ -1101,5 +1101,40 @@ TEST_F(FuseMountSlowLink, ABurstOfReadersWaitsInTheAgentNotInTheLink) {
   ASSERT_TRUE(vol->Unmount());
 }
 
+// One block that takes longer to cross the link than the RPC bound: 1 MiB at 0.4 MB/s is
+// 2.6 s, the bound 2 s (half the 4 s request bound). The connection keeps receiving, so the
+// READ is not sent again: a second copy would queue behind the first reply and miss the
+// request bound (EIO before: the READ timed out at 2 s, its retry crossed after 5 s).
+TEST(FuseMountCrawlingLink, ABlockSlowerThanTheRpcBoundIsNotSentTwice) {
+  auto hub = testing::TestHub::Start();
+  ASSERT_NE(hub, nullptr);
+  auto proxy = testing::WanProxy::Start(*hub, 30, "", "127.0.0.1", 0.4);
+  ASSERT_NE(proxy, nullptr);
+  const std::string content = Pattern(1 << 20, 77);
+  WriteFile(hub->export_dir() + "/crawl/f.bin", content);
+  testing::TempDir cache_dir("spoke-fuse-cache");
+  metrics::Registry registry;
+  auto cache = OpenLruCache(cache_dir.path(), 64ull << 20, &registry);
+  ASSERT_NE(cache, nullptr);
+  FuseVolumeMounter::Config mc;
+  mc.hub.request_timeout_seconds = 4;
+  mc.link_initial_window = 1 << 20;
+  FuseVolumeMounter mounter(mc, cache.get(), &registry);
+  testing::TempDir mnt("spoke-mnt");
+  VolumeContext ctx;
+  ctx.hub = proxy->address();
+  ctx.mode = VolumeMode::kDataset;
+  ctx.path = "crawl";
+  ctx.cache.consistency = Consistency::kImmutable;
+  ctx.cache.prefetch = PrefetchMode::kOff;
+  ctx.hub_timeout_seconds = 4;
+  auto vol = mounter.Mount("vol-crawling-link", ctx, mnt.path(), false);
+  ASSERT_TRUE(vol) << vol.error().ToString();
+  auto got = ReadThrough(mnt.path() + "/f.bin");
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_TRUE(*got == content) << "content differs";
+  ASSERT_TRUE((*vol)->Unmount());
+}
+
 }  // namespace
 }  // namespace spoke::agent
