@@ -1,12 +1,14 @@
 #include "cache-agent/remote/nfs_connection.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <nfsc/libnfs-raw-nfs.h>
 #include <nfsc/libnfs.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 // libnfs-raw.h and libnfs-zdr.h need the definitions of libnfs.h first.
@@ -170,6 +172,19 @@ void NfsConnection::CheckLiveness() {
   // sent twice while its first reply may still be crossing the link.
   if (state_ != State::kUp || calls_out_ <= 0) return;
   const auto silent = SteadyClock::now() - quiet_since_;
+  if (silent < options_.rpc_timeout / 4) return;  // receiving: no need to look closer
+  // Sending counts too: a long WRITE crossing a slow link is acknowledged as it goes (the
+  // bytes sent and not acknowledged shrink) long before its reply comes back.
+  const int fd = ctx_ != nullptr ? nfs_get_fd(ctx_) : -1;
+  int unacked = 0;
+  if (fd >= 0 && ioctl(fd, SIOCOUTQ, &unacked) == 0) {
+    const bool acked = unacked < unacked_;
+    unacked_ = unacked;
+    if (acked) {
+      quiet_since_ = SteadyClock::now();
+      return;
+    }
+  }
   if (silent < options_.rpc_timeout) return;
   Teardown("the hub sent nothing for " + Seconds(options_.rpc_timeout) + " with " +
            std::to_string(calls_out_) + " requests outstanding");
@@ -494,6 +509,7 @@ void NfsConnection::Teardown(const std::string& why) {
     nfs_destroy_context(ctx);
     ctx_ = nullptr;
     calls_out_ = 0;  // every call was called back (cancelled) above
+    unacked_ = 0;
   }
   // Callbacks of cancelled opens ran above (or never will): forget pending opens.
   for (auto& [key, op] : opening_) {

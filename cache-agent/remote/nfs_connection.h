@@ -183,7 +183,9 @@ class NfsConnection {
   SteadyClock::time_point mount_deadline_{};
   std::chrono::milliseconds mount_backoff_{100};
   int calls_out_ = 0;  // libnfs calls started and not yet called back
-  SteadyClock::time_point quiet_since_{};  // last byte received, or the first call out
+  // Last byte received or acknowledged, or the first call out.
+  SteadyClock::time_point quiet_since_{};
+  int unacked_ = 0;  // bytes sent and not yet acknowledged, at the last look
   bool teardown_requested_ = false;
   std::string teardown_reason_;
   std::deque<std::shared_ptr<NfsJob>> waiting_;

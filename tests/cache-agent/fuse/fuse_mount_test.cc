@@ -993,6 +993,38 @@ TEST_F(FuseMount, UnmountWhileReadsWaitOnAFrozenHubEndsCleanly) {
   for (int fd : fds) ::close(fd);
 }
 
+// A hub that goes silent past the RPC bound (4 s of the 8 s request bound): the connection
+// is replaced, and a read that waited on it succeeds on the new one once the hub answers,
+// within its request bound.
+TEST_F(FuseMount, AReadOutlivesAConnectionSilentPastTheRpcBound) {
+  auto ctx = Context(VolumeMode::kDataset, "data");
+  ctx.cache.prefetch = PrefetchMode::kOff;
+  ctx.hub_timeout_seconds = 8;
+  testing::TempDir mnt("spoke-mnt");
+  auto vol = MountAt("vol-silent-hub", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  const std::string name = small_files_[20];
+  int fd = ::open((mnt.path() + "/" + name).c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  proxy_->Freeze(true);
+  struct ThawOnExit {
+    testing::WanProxy* proxy;
+    ~ThawOnExit() { proxy->Freeze(false); }
+  } thaw{proxy_};
+  std::string got(1 << 20, '\0');
+  std::atomic<ssize_t> n{-2};
+  std::thread reader([&] { n = ::pread(fd, got.data(), got.size(), 0); });
+  std::this_thread::sleep_for(5s);  // silent past the RPC bound: the connection is replaced
+  EXPECT_EQ(n.load(), -2) << "the read returned while the hub was silent";
+  proxy_->Freeze(false);
+  reader.join();
+  ASSERT_GT(n.load(), 0) << std::strerror(errno);
+  got.resize(static_cast<size_t>(n.load()));
+  EXPECT_TRUE(got == Slurp(hub_->export_dir() + "/data/" + name)) << "content differs";
+  ::close(fd);
+  ASSERT_TRUE(vol->Unmount());
+}
+
 TEST_F(FuseMount, BusyMountIsDetachedOnUnmount) {
   testing::TempDir mnt("spoke-mnt");
   auto vol = MountAt("vol-busy", Context(VolumeMode::kDataset, "data"), mnt.path());
