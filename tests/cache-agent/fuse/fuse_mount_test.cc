@@ -1110,9 +1110,11 @@ TEST_F(FuseMountSlowLink, PrefetchesOnASlowLinkLeaveReadersWithinTheHubTimeout) 
 }
 
 // 24 readers at once, no prefetch: 24 MiB asked for together, 3 s of the link. Sent at once,
-// the last replies queue in the link past the 1 s RPC bound, are sent again (their bytes cross
-// twice) and fail: EIO (seen with link_queue_target 0). Paced, what the window has no room for
-// waits in the agent, under each reader's 6 s deadline, and every read succeeds.
+// the last replies queue in the link past the 1 s RPC bound; while a call that outlived the
+// RPC bound was sent again, their bytes crossed twice and the reads failed: EIO (seen with
+// link_queue_target 0 before connections were judged by their silence; unpaced, this test
+// now passes too). Paced, what the window has no room for waits in the agent, under each
+// reader's 6 s deadline, and every read succeeds.
 TEST_F(FuseMountSlowLink, ABurstOfReadersWaitsInTheAgentNotInTheLink) {
   auto vol = Mount(PrefetchMode::kOff);
   ASSERT_NE(vol, nullptr);
