@@ -11,7 +11,8 @@
 // queue, so a reply sent behind a backlog arrives after it.
 //
 // --stats-file: every 200 ms the proxy rewrites PATH with "<bytes to target> <bytes from
-// target>" summed over all routes, so benchmarks can report bytes over the WAN.
+// target>" summed over all routes, counted as they leave the link (delivered), so
+// benchmarks can report bytes over the WAN.
 //
 // --control-socket: a unix socket taking one text command per line, each answered with one
 // line ("ok ..." or "error ..."), to inject faults for a bounded time (tests, fault soaks):
@@ -261,7 +262,6 @@ class Pipe {
       ssize_t n = ::read(from_, buf.data(), buf.size());
       if (n <= 0) break;
       buf.resize(static_cast<size_t>(n));
-      counter_->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(Chunk{Clock::now() + delay_ + g_faults.Now().extra_delay, std::move(buf)});
       cv_.notify_one();
@@ -304,6 +304,8 @@ class Pipe {
         }
         off += static_cast<size_t>(n);
       }
+      // Counted as it leaves the link: what waits in the link's queue has not crossed yet.
+      counter_->fetch_add(c.data.size(), std::memory_order_relaxed);
     }
     ::shutdown(to_, SHUT_WR);
   }
