@@ -1082,8 +1082,10 @@ class FuseMountSlowLink : public ::testing::Test {
 
 // The walk hands the whole dataset (32 MiB, 4 s of the link) to the prefetcher at the mount.
 // Unpaced, the prefetches wait in the link's queue and a reader's block asked for behind them
-// waits past the hub's bounds: EIO (seen with link_queue_target 0). Paced, background reads
-// leave a fraction of a second of queue.
+// waits there too; while a call that outlived the RPC bound was sent again, that gave EIO
+// (seen with link_queue_target 0). Paced, background reads leave a fraction of a second of
+// queue: the window stays near the link's rate x (a round trip + 0.2 s), which unpaced it
+// does not (the check below fails with link_queue_target 0).
 TEST_F(FuseMountSlowLink, PrefetchesOnASlowLinkLeaveReadersWithinTheHubTimeout) {
   auto vol = Mount(PrefetchMode::kAuto);
   ASSERT_NE(vol, nullptr);
