@@ -94,6 +94,18 @@ std::unique_ptr<BlockCache> OpenLruCache(const std::string& dir, uint64_t capaci
   return cache ? std::move(*cache) : nullptr;
 }
 
+// The proxy frozen (the hub stops answering, connections stay open) until the end of scope.
+class FrozenHub {
+ public:
+  explicit FrozenHub(testing::WanProxy* proxy) : proxy_(proxy) { proxy_->Freeze(true); }
+  ~FrozenHub() { proxy_->Freeze(false); }
+  FrozenHub(const FrozenHub&) = delete;
+  FrozenHub& operator=(const FrozenHub&) = delete;
+
+ private:
+  testing::WanProxy* proxy_;
+};
+
 bool Mounted(const std::string& target) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
@@ -857,11 +869,7 @@ TEST_F(FuseMount, ColdReadsWaitingOnTheHubDoNotStarveCachedReads) {
     ASSERT_EQ(::stat((mnt.path() + "/" + small_files_[static_cast<size_t>(i)]).c_str(), &st), 0);
   }
 
-  proxy_->Freeze(true);
-  struct ThawOnExit {
-    testing::WanProxy* proxy;
-    ~ThawOnExit() { proxy->Freeze(false); }
-  } thaw{proxy_};
+  FrozenHub frozen(proxy_);
   std::atomic<int> cold_done{0};
   std::vector<std::thread> readers;
   for (int i = 1; i <= kColdReaders; ++i) {
@@ -921,11 +929,7 @@ TEST_F(FuseMount, ASignalledReaderOrLookupOnAFrozenHubGetsEintrAtOnce) {
   int fd = ::open(cold.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0) << std::strerror(errno);
 
-  proxy_->Freeze(true);
-  struct ThawOnExit {
-    testing::WanProxy* proxy;
-    ~ThawOnExit() { proxy->Freeze(false); }
-  } thaw{proxy_};
+  FrozenHub frozen(proxy_);
   std::vector<char> buf(4096);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(ErrnoWhileSignalled([&] { return int(::pread(fd, buf.data(), buf.size(), 0)); }),
@@ -966,11 +970,7 @@ TEST_F(FuseMount, UnmountWhileReadsWaitOnAFrozenHubEndsCleanly) {
     ASSERT_GE(fd, 0) << std::strerror(errno);
     fds.push_back(fd);
   }
-  proxy_->Freeze(true);
-  struct ThawOnExit {
-    testing::WanProxy* proxy;
-    ~ThawOnExit() { proxy->Freeze(false); }
-  } thaw{proxy_};
+  FrozenHub frozen(proxy_);
   std::atomic<int> failed{0}, returned{0};
   std::vector<std::thread> readers;
   for (int fd : fds) {
@@ -1003,11 +1003,7 @@ TEST_F(FuseMount, AReadOutlivesAConnectionSilentPastTheRpcBound) {
   const std::string name = small_files_[20];
   int fd = ::open((mnt.path() + "/" + name).c_str(), O_RDONLY);
   ASSERT_GE(fd, 0) << std::strerror(errno);
-  proxy_->Freeze(true);
-  struct ThawOnExit {
-    testing::WanProxy* proxy;
-    ~ThawOnExit() { proxy->Freeze(false); }
-  } thaw{proxy_};
+  FrozenHub frozen(proxy_);
   std::string got(1 << 20, '\0');
   std::atomic<ssize_t> n{-2};
   std::thread reader([&] { n = ::pread(fd, got.data(), got.size(), 0); });
@@ -1043,7 +1039,7 @@ class FuseMountSlowLink : public ::testing::Test {
   void SetUp() override {
     hub_ = testing::TestHub::Start();
     ASSERT_NE(hub_, nullptr);
-    proxy_ = testing::WanProxy::Start(*hub_, 30, "", "127.0.0.1", 8.0);
+    proxy_ = testing::WanProxy::Start(*hub_, 30, "", "127.0.0.1", link_mbytes_);
     ASSERT_NE(proxy_, nullptr);
     for (int i = 0; i < kFiles; ++i) {
       WriteFile(hub_->export_dir() + "/slow/f" + std::to_string(i) + ".bin", Content(i));
@@ -1052,7 +1048,7 @@ class FuseMountSlowLink : public ::testing::Test {
     cache_ = OpenLruCache(cache_dir_->path(), 256ull << 20, &registry_);
     ASSERT_NE(cache_, nullptr);
     FuseVolumeMounter::Config mc;
-    mc.hub.request_timeout_seconds = 3;
+    mc.hub.request_timeout_seconds = hub_timeout_seconds_;
     mc.link_initial_window = 1 << 20;  // the default 16 MiB would send the whole dataset at once
     mounter_ = std::make_unique<FuseVolumeMounter>(mc, cache_.get(), &registry_);
   }
@@ -1065,12 +1061,14 @@ class FuseMountSlowLink : public ::testing::Test {
     ctx.path = "slow";
     ctx.cache.consistency = Consistency::kImmutable;
     ctx.cache.prefetch = prefetch;
-    ctx.hub_timeout_seconds = 3;
+    ctx.hub_timeout_seconds = hub_timeout_seconds_;
     auto vol = mounter_->Mount("vol-slow-link", ctx, mnt_.path(), false);
     EXPECT_TRUE(vol) << vol.error().ToString();
     return vol ? std::move(*vol) : nullptr;
   }
 
+  double link_mbytes_ = 8.0;     // the whole link, MB/s
+  int hub_timeout_seconds_ = 3;  // a request's bound (its RPC bound: half, in whole seconds)
   std::unique_ptr<testing::TestHub> hub_;
   std::unique_ptr<testing::WanProxy> proxy_;
   metrics::Registry registry_;
@@ -1138,35 +1136,21 @@ TEST_F(FuseMountSlowLink, ABurstOfReadersWaitsInTheAgentNotInTheLink) {
 // 2.6 s, the bound 2 s (half the 4 s request bound). The connection keeps receiving, so the
 // READ is not sent again: a second copy would queue behind the first reply and miss the
 // request bound (EIO before: the READ timed out at 2 s, its retry crossed after 5 s).
-TEST(FuseMountCrawlingLink, ABlockSlowerThanTheRpcBoundIsNotSentTwice) {
-  auto hub = testing::TestHub::Start();
-  ASSERT_NE(hub, nullptr);
-  auto proxy = testing::WanProxy::Start(*hub, 30, "", "127.0.0.1", 0.4);
-  ASSERT_NE(proxy, nullptr);
-  const std::string content = Pattern(1 << 20, 77);
-  WriteFile(hub->export_dir() + "/crawl/f.bin", content);
-  testing::TempDir cache_dir("spoke-fuse-cache");
-  metrics::Registry registry;
-  auto cache = OpenLruCache(cache_dir.path(), 64ull << 20, &registry);
-  ASSERT_NE(cache, nullptr);
-  FuseVolumeMounter::Config mc;
-  mc.hub.request_timeout_seconds = 4;
-  mc.link_initial_window = 1 << 20;
-  FuseVolumeMounter mounter(mc, cache.get(), &registry);
-  testing::TempDir mnt("spoke-mnt");
-  VolumeContext ctx;
-  ctx.hub = proxy->address();
-  ctx.mode = VolumeMode::kDataset;
-  ctx.path = "crawl";
-  ctx.cache.consistency = Consistency::kImmutable;
-  ctx.cache.prefetch = PrefetchMode::kOff;
-  ctx.hub_timeout_seconds = 4;
-  auto vol = mounter.Mount("vol-crawling-link", ctx, mnt.path(), false);
-  ASSERT_TRUE(vol) << vol.error().ToString();
-  auto got = ReadThrough(mnt.path() + "/f.bin");
+class FuseMountCrawlingLink : public FuseMountSlowLink {
+ protected:
+  FuseMountCrawlingLink() {
+    link_mbytes_ = 0.4;
+    hub_timeout_seconds_ = 4;
+  }
+};
+
+TEST_F(FuseMountCrawlingLink, ABlockSlowerThanTheRpcBoundIsNotSentTwice) {
+  auto vol = Mount(PrefetchMode::kOff);
+  ASSERT_NE(vol, nullptr);
+  auto got = ReadThrough(mnt_.path() + "/f7.bin");
   ASSERT_TRUE(got) << got.error().ToString();
-  EXPECT_TRUE(*got == content) << "content differs";
-  ASSERT_TRUE((*vol)->Unmount());
+  EXPECT_TRUE(*got == Content(7)) << "content differs";
+  ASSERT_TRUE(vol->Unmount());
 }
 
 }  // namespace
