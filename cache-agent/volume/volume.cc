@@ -188,7 +188,7 @@ Status Volume::Warmup(const std::string& path_prefix,
   // Files are started as the mount's walk lists their directories, not after the whole
   // walk: on a cold mount the first reads go out one listing after the call, and the rest
   // of the walk overlaps them. When the walk is over, the files the metadata cache holds
-  // that it did not list (a directory listed another way) follow. Each path is warmed once.
+  // that it did not list (a directory listed another way) follow. Each file is warmed once.
   const std::string under = prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/";
   std::vector<WalkedFile> files;
   std::unordered_set<uint64_t> known;  // file ids: a hard-linked file is warmed once
