@@ -59,9 +59,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def metric_sum(metrics, name):
+    """A metric summed over its labels (every volume's, every hub's)."""
+    return sum(v for k, v in metrics.items() if k.startswith(name))
+
+
 def timeline(samples, want, secs):
     """When a warm-up's hub bytes first reached 0+, 50 % and 100 % of the dataset, from the
-    sampled (seconds, bytes) pairs: the start, the middle and the end of the transfer; the
+    samples (seconds, bytes, ...): the start, the middle and the end of the transfer; the
     rest of `secs` after the last is the store and collection tail."""
     out = {}
     for name, frac in (("first_byte_s", 1e-9), ("half_s", 0.5), ("all_s", 1.0)):
@@ -312,8 +317,7 @@ class Bench:
         return target, time.monotonic() - t
 
     def hub_bytes(self):
-        return sum(v for k, v in self.metrics().items()
-                   if k.startswith("spoke_hub_read_bytes_total"))
+        return metric_sum(self.metrics(), "spoke_hub_read_bytes_total")
 
     dataset_bytes_of = {}
 
@@ -348,19 +352,16 @@ class Bench:
                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.work, "perf.log"), "w"))
             time.sleep(0.3)
         want, b0 = self.dataset_bytes(ds), self.hub_bytes()
-        samples = []  # (seconds since the warmup call, hub bytes of this phase)
+        samples = []  # (s since the warmup call, hub bytes of this phase, requests out, window)
         stop = threading.Event()
 
         def sample():
             while not stop.is_set():
                 m = self.metrics()
                 samples.append((time.monotonic() - t,
-                                sum(v for k, v in m.items()
-                                    if k.startswith("spoke_hub_read_bytes_total")) - b0,
-                                sum(v for k, v in m.items()
-                                    if k.startswith("spoke_hub_requests_in_flight")),
-                                sum(v for k, v in m.items()
-                                    if k.startswith("spoke_fetch_background_window_bytes"))))
+                                metric_sum(m, "spoke_hub_read_bytes_total") - b0,
+                                metric_sum(m, "spoke_hub_requests_in_flight"),
+                                metric_sum(m, "spoke_fetch_background_window_bytes")))
                 stop.wait(0.02)
 
         t = time.monotonic()

@@ -678,15 +678,12 @@ TEST_F(FuseMount, ScratchUnlinkedOpenFileStaysUsableUntilItsLastClose) {
 TEST_F(FuseMount, ScratchCheckpointRenamedOverOnOneNodeIsReadExactlyOnAnother) {
   testing::TempDir mnt_a("spoke-mnt-a"), mnt_b("spoke-mnt-b");
   testing::TempDir cache_b_dir("spoke-fuse-cache-b");
-  BlockCache::Config cc;
-  cc.dir = cache_b_dir.path();
-  cc.capacity_bytes = 256ull << 20;
   metrics::Registry registry_b;
-  auto cache_b = OpenBlockCache(cc, MakeLruPolicy(), &registry_b);
-  ASSERT_TRUE(cache_b) << cache_b.error().ToString();
+  auto cache_b = OpenLruCache(cache_b_dir.path(), 256ull << 20, &registry_b);
+  ASSERT_NE(cache_b, nullptr);
   FuseVolumeMounter::Config mc;
   mc.hub.request_timeout_seconds = 3;
-  FuseVolumeMounter node_b(mc, cache_b->get(), &registry_b);
+  FuseVolumeMounter node_b(mc, cache_b.get(), &registry_b);
 
   auto ctx = Context(VolumeMode::kScratch, "scratch");
   ctx.cache.consistency = Consistency::kStrict;
