@@ -182,7 +182,7 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
   Node& n = slot->second;
   // Until the walk has met every file, a number met may be one an earlier agent gave the
   // kernel (AdoptKernelReferences).
-  if (created && adopted_ && !walk_done_.load()) n.uncounted = true;
+  if (created && adopted_ && !walk_done_.load()) n.uncounted = n.kernel_copy_stale = true;
   // A file seen under a new name (renamed by another client, or a hard link) follows the
   // most recent name.
   SetParentLocked(ino, n, parent);

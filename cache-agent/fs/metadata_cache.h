@@ -187,6 +187,10 @@ class MetadataCache final : public HandleStore {
   // this process never saw. Every inode known now or met before the walk completes (the walk
   // meets every file the volume has, so every number the kernel can hold) is kept from FORGET.
   void AdoptKernelReferences();
+  // True once per inode the kernel may hold from an earlier agent (see
+  // AdoptKernelReferences): what it cached of the file, attributes and pages, is of the
+  // version that agent knew. The caller has the kernel drop it (Open).
+  bool TakeKernelCopyStale(uint64_t ino);
 
   // HandleStore: the NFS handles listings gave (DirEntry::fh) live in the inodes, so a
   // handle costs its bytes only (no second table by path). A path resolves through the
@@ -251,6 +255,9 @@ class MetadataCache final : public HandleStore {
     uint16_t opens = 0;    // open handles; saturated: kept for good
     bool attr_valid : 1 = false;
     bool uncounted : 1 = false;  // the kernel's count is unknown (see AdoptKernelReferences)
+    // An earlier agent may have given the kernel attributes and pages of this inode (a
+    // version this agent may not serve); until the first open here has them dropped.
+    bool kernel_copy_stale : 1 = false;
     // This agent removed its last name (unlink, rmdir, replaced by a rename): the hub file is
     // gone for good, and a hub file with its (fsid, fileid) is a new one that was given the
     // number again (ext4 and others reuse inode numbers at once). The kernel may still hold

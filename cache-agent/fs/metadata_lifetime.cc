@@ -129,7 +129,15 @@ void MetadataCache::Unpin(uint64_t ino) {
 void MetadataCache::AdoptKernelReferences() {
   MutexLock lock(mu_);
   adopted_ = true;
-  for (auto& [ino, n] : nodes_) n.uncounted = true;
+  for (auto& [ino, n] : nodes_) n.uncounted = n.kernel_copy_stale = true;
+}
+
+bool MetadataCache::TakeKernelCopyStale(uint64_t ino) {
+  MutexLock lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end() || !it->second.kernel_copy_stale) return false;
+  it->second.kernel_copy_stale = false;
+  return true;
 }
 
 }  // namespace spoke::agent

@@ -51,19 +51,34 @@ size_t VolumeFs::open_handles() const {
 }
 
 namespace {
+// A handle id: [counter: 40 bits][version tag: 22 bits][writable][hint file]. The counter
+// is the low bits of one that starts at the wall clock in microseconds, so a new agent does
+// not issue an id an earlier one gave the kernel (it would take an id the kernel still holds
+// for 12.7 days for one of its own). The tag is a hash of the content version the handle
+// was opened on: an agent reopening an earlier agent's handle learns which version the
+// kernel's pages of it are (see EnsureHandle).
 constexpr uint64_t kHandleWritable = 1;
 constexpr uint64_t kHandleHints = 2;
 constexpr int kHandleFlagBits = 2;
+constexpr int kHandleTagBits = 22;
+constexpr uint64_t kHandleTagMask = (1ull << kHandleTagBits) - 1;
+constexpr int kHandleCounterShift = kHandleFlagBits + kHandleTagBits;
+
+uint64_t VersionTag(uint64_t version) {
+  version *= 0x9e3779b97f4a7c15ull;  // every bit of the version moves the top ones
+  return version >> (64 - kHandleTagBits);
+}
 }  // namespace
 
 uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
   const uint64_t ino = h->hints ? 0 : h->ino;
+  const uint64_t tag = h->hints ? 0 : VersionTag(h->file.version);
   uint64_t id = 0;
   {
     MutexLock lock(mu_);
     do {
-      id = (next_handle_++ << kHandleFlagBits) | (h->writable ? kHandleWritable : 0) |
-           (h->hints ? kHandleHints : 0);
+      id = (next_handle_++ << kHandleCounterShift) | (tag << kHandleFlagBits) |
+           (h->writable ? kHandleWritable : 0) | (h->hints ? kHandleHints : 0);
     } while (handles_.contains(id));  // an adopted handle of an earlier agent
     handles_[id] = std::move(h);
   }
@@ -72,7 +87,14 @@ uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
 }
 
 Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
-  if (Get(handle) != nullptr) return Ok();
+  if (auto known = Get(handle); known != nullptr) {
+    // Ours, or an earlier agent's id that this agent also issued (a wrap of the counter):
+    // never another file's bytes under it.
+    if (known->hints || known->ino == ino) return Ok();
+    return std::unexpected(Error::FromErrno(
+        ESTALE, "file handle " + std::to_string(handle) + " of inode " + std::to_string(ino) +
+                    " is in use for another file: open the file again"));
+  }
   std::shared_ptr<Handle> h;
   if (handle & kHandleHints) {
     h = std::make_shared<Handle>();
@@ -83,6 +105,17 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
   } else {
     SPOKE_TRY_WRAP(h, MakeHandle(ino, (handle & kHandleWritable) != 0),
                    "reopening a handle of an earlier agent");
+    // The kernel holds pages this handle read under the version it was opened on. If the
+    // hub file changed since, its reads fail as the agent that opened it would have failed
+    // them (BlockFetcher: ESTALE), instead of putting the new version's bytes beside the old
+    // ones. Writable handles changed the version themselves; strict volumes cache no pages.
+    const uint64_t tag = (handle >> kHandleFlagBits) & kHandleTagMask;
+    if (!h->writable && config_.consistency != Consistency::kStrict &&
+        VersionTag(h->file.version) != tag) {
+      h->changed_before_reopen = true;
+      log::Warn("a file open across the agent restart changed on the hub: its reads fail",
+                {{"volume", config_.volume_id}, {"path", h->file.path}});
+    }
   }
   const uint64_t pinned = h->hints ? 0 : h->ino;
   bool added;
@@ -305,8 +338,12 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
   h->who = who;
   OpenFile out;
   out.handle = NewHandle(h);
-  // The kernel's pages of the old content must go: keep_cache=false makes it drop them.
-  out.keep_cache = config_.consistency == Consistency::kImmutable && !truncated;
+  // The kernel's pages of the old content must go: keep_cache=false makes it drop them. So
+  // must what an earlier agent gave the kernel (pages and attributes of the version that
+  // agent knew, which may not be the one this open reads).
+  out.kernel_attrs_stale = metadata_.TakeKernelCopyStale(ino);
+  out.keep_cache =
+      config_.consistency == Consistency::kImmutable && !truncated && !out.kernel_attrs_stale;
   out.direct_io = config_.consistency == Consistency::kStrict;
   if (prefetch_ != nullptr) {
     prefetch_->OnOpen(OpenEvent{out.handle, h->file.path, h->file.file_id, h->file.version,
@@ -331,6 +368,11 @@ Result<std::vector<VolumeFs::ReadPiece>> VolumeFs::ReadPieces(uint64_t handle, u
   if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
   std::vector<ReadPiece> pieces;
   if (h->hints) return pieces;  // write-only in effect: reads see an empty file
+  if (h->changed_before_reopen) {
+    return std::unexpected(Error::FromErrno(
+        ESTALE, "hub file " + h->file.path +
+                    " changed while it was open across an agent restart: open it again"));
+  }
   FileRef file;
   {
     MutexLock lock(mu_);

@@ -69,6 +69,9 @@ class VolumeFs {
     uint64_t handle = 0;
     bool keep_cache = false;  // the kernel may keep its page cache (immutable volumes)
     bool direct_io = false;   // bypass the kernel page cache (strict volumes)
+    // The kernel may hold attributes an earlier agent gave it for this inode (a connection
+    // taken over): the adapter invalidates them, so that its size is the one this open reads.
+    bool kernel_attrs_stale = false;
   };
 
   // `prefetch` may be null (prefetch off). All references must outlive the VolumeFs.
@@ -138,8 +141,10 @@ class VolumeFs {
   }
   Status Fsync(uint64_t handle);
   // Handles (fh) outlive the agent process in the kernel: each encodes what reopens it (bit 0:
-  // writable, bit 1: the hint file; ids start at the wall clock so no process reuses one).
-  // A handle unknown here is an earlier agent's: reopened for `ino` under the same id.
+  // writable, bit 1: the hint file, then a tag of the content version it was opened on; ids
+  // count from the wall clock so no process reuses one).
+  // A handle unknown here is an earlier agent's: reopened for `ino` under the same id. If the
+  // file's version is no longer the one the id was issued for, its reads fail with ESTALE.
   Status EnsureHandle(uint64_t handle, uint64_t ino);
   // symlink(target, parent/name): `target` is stored verbatim on the hub.
   Result<InodeAttr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
@@ -178,6 +183,9 @@ class VolumeFs {
     bool written = false;
     bool hints = false;   // the hint control file
     bool append = false;  // O_APPEND: writes go to the hub's current end of file
+    // An earlier agent's handle whose file changed on the hub since it was opened (its
+    // version tag): reads fail, never the new version's bytes beside the kernel's old pages.
+    bool changed_before_reopen = false;
     Credentials who;      // the opener: the handle's writes reach the hub as this caller
     Mutex mu;
     BlockData last_block GUARDED_BY(mu);

@@ -297,6 +297,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto open = [&] { return self->fs().Open(ino, fi->flags, who); };
   auto r = Modifies(fi->flags) ? open() : Interruptible(req, open);
   if (!r) return ReplyError(req, "open", r.error());
+  // An earlier agent's size of the file must not bound what this open reads.
+  if (r->kernel_attrs_stale) self->InvalidateKernelAttrs(ino);
   fi->fh = r->handle;
   fi->keep_cache = r->keep_cache;
   fi->direct_io = r->direct_io;

@@ -98,6 +98,9 @@ class FuseAdapter {
 
   VolumeFs& fs() { return fs_; }
   const Options& options() const { return options_; }
+  // Has the kernel drop its cached attributes of `ino` (FUSE_NOTIFY_INVAL_INODE without
+  // pages: it takes no page lock, so a request handler may call it); its next use asks again.
+  void InvalidateKernelAttrs(uint64_t ino);
   double entry_timeout() const { return entry_timeout_; }
   FuseOpErrors& op_errors() { return op_errors_; }
 

@@ -112,6 +112,15 @@ Status FuseAdapter::StartSession(std::unique_ptr<fuse::SessionIo> io) {
   return Ok();
 }
 
+void FuseAdapter::InvalidateKernelAttrs(uint64_t ino) {
+  // ENOENT: the kernel holds no such inode (nothing to drop).
+  const int rc = fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
+  if (rc != 0 && rc != -ENOENT) {
+    log::Warn("could not invalidate the kernel's attributes",
+              {{"target", options_.mountpoint}, {"ino", ino}, {"error", std::strerror(-rc)}});
+  }
+}
+
 Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Options& options,
                                                         UniqueFd fd, const std::string& init_json) {
   SPOKE_TRY(auto init, fuse::InitRecord::FromJson(init_json));

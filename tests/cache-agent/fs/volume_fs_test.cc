@@ -718,6 +718,79 @@ TEST(VolumeFs, StatFsServesTheLastFiguresWhileOneRefreshIsOut) {
   refresher.join();
 }
 
+// The agent after a takeover, over the same hub as `first` (what a restarted agent has).
+struct SecondAgent {
+  SecondAgent(Rig& first, Consistency c) {
+    MetadataCache::Config mc;
+    mc.consistency = c;
+    mc.unknown_inode_wait = 10s;
+    meta = std::make_unique<MetadataCache>(first.remote, mc, first.clock);
+    EXPECT_TRUE(meta->Init());
+    meta->AdoptKernelReferences();
+    meta->StartWalk();
+    BlockFetcher::Config fc;
+    fc.block_size = kBlock;
+    fetcher = std::make_unique<BlockFetcher>(first.remote, nullptr, VolumeKey("vol"), fc, registry,
+                                             metrics::Labels{{"volume", "vol"}});
+    VolumeFs::Config vc;
+    vc.volume_id = "vol";
+    vc.consistency = c;
+    fs = std::make_unique<VolumeFs>(vc, first.remote, *meta, *fetcher, nullptr, first.clock);
+  }
+  metrics::Registry registry;
+  std::unique_ptr<MetadataCache> meta;
+  std::unique_ptr<BlockFetcher> fetcher;
+  std::unique_ptr<VolumeFs> fs;
+};
+
+// The kernel holds pages an earlier agent's handle read of the version it was opened on. A
+// new agent reopening that handle after the hub file changed must not serve the new bytes
+// beside them: its reads fail (ESTALE), as the earlier agent's would have. Unchanged files
+// read on.
+TEST(VolumeFs, AReopenedHandleOfAFileChangedSinceItWasOpenedFailsInsteadOfMixingVersions) {
+  Rig first(Consistency::kImmutable);
+  const std::string v1 = Pattern(3 * kBlock, 4);
+  first.remote.PutFile("changed.bin", v1);
+  first.remote.PutFile("same.bin", Pattern(kBlock + 7, 5));
+  first.Init();
+  const uint64_t changed = first.Ino("changed.bin"), same = first.Ino("same.bin");
+  auto c = first.fs->Open(changed, O_RDONLY);
+  auto u = first.fs->Open(same, O_RDONLY);
+  ASSERT_TRUE(c && u);
+  first.remote.PutFile("changed.bin", v1.substr(0, kBlock + 100));  // truncated in place
+
+  SecondAgent second(first, Consistency::kImmutable);
+  ASSERT_TRUE(second.fs->EnsureHandle(c->handle, changed));
+  std::vector<char> buf(4 * kBlock);
+  auto r = second.fs->Read(c->handle, 2 * kBlock, kBlock, buf.data());
+  ASSERT_FALSE(r) << "served " << *r << " bytes of the new version through the old handle";
+  EXPECT_EQ(r.error().ToErrno(), ESTALE) << r.error().ToString();
+  r = second.fs->Read(c->handle, 0, 100, buf.data());
+  EXPECT_FALSE(r);  // also where both versions agree: the handle is of a version that is gone
+  ASSERT_TRUE(second.fs->EnsureHandle(u->handle, same));
+  r = second.fs->Read(u->handle, 0, buf.size(), buf.data());
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(std::string(buf.data(), *r), Pattern(kBlock + 7, 5));
+  // A new open reads the new version, and has the kernel drop what the earlier agent gave it
+  // of this file (pages and attributes), once.
+  auto fresh = second.fs->Open(changed, O_RDONLY);
+  ASSERT_TRUE(fresh);
+  EXPECT_FALSE(fresh->keep_cache);
+  EXPECT_TRUE(fresh->kernel_attrs_stale);
+  r = second.fs->Read(fresh->handle, 0, buf.size(), buf.data());
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(std::string(buf.data(), *r), v1.substr(0, kBlock + 100));
+  auto again = second.fs->Open(changed, O_RDONLY);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->keep_cache);
+  EXPECT_FALSE(again->kernel_attrs_stale);
+  // A handle id in use here for another file is never taken for the earlier agent's.
+  EXPECT_FALSE(second.fs->EnsureHandle(fresh->handle, same));
+  for (uint64_t h : {c->handle, u->handle, fresh->handle, again->handle}) {
+    EXPECT_TRUE(second.fs->Release(h));
+  }
+}
+
 // A new agent (a fresh MetadataCache and VolumeFs over the same hub) resolves the node ids and
 // file handles an earlier agent gave the kernel: ids derive from the hub's fileid, handles are
 // reopened from the node id and the flags they encode.

@@ -90,6 +90,9 @@ class AgentRestartTest : public ::testing::Test {
     if (::geteuid() != 0 || ::access("/dev/fuse", R_OK | W_OK) != 0) {
       GTEST_SKIP() << "needs root and /dev/fuse";
     }
+    // ganesha trusts its cached attributes for 60 s by default: a file changed in the
+    // export behind its back (AFileChangedOnTheHub...) would stay the old one for the agent.
+    ::setenv("SPOKE_HUB_ATTR_EXPIRATION", "1", 1);
     hub_ = spoke::testing::TestHub::Start();
     ASSERT_NE(hub_, nullptr);
     wan_ = spoke::testing::WanProxy::Start(*hub_, 10);
@@ -174,12 +177,25 @@ class AgentRestartTest : public ::testing::Test {
   }
 
   // The hub's export through the WAN proxy, as a scratch volume at mnt_.
-  void MountScratch() {
+  void MountScratch() { Mount("scratch"); }
+  // ... or as a dataset (read-only, immutable: the kernel keeps its pages across opens).
+  void MountDataset() { Mount("dataset"); }
+  void Mount(const std::string& mode) {
     HubAddress wan = wan_->address();
     std::string url = "'nfs://127.0.0.1" + wan.share + "?nfsport=" + std::to_string(wan.nfs_port) +
                       "&mountport=" + std::to_string(wan.mount_port) + "'";
-    auto [rc, out] = Spokectl("mount " + url + " " + mnt_ + " --mode scratch");
+    auto [rc, out] = Spokectl("mount " + url + " " + mnt_ + " --mode " + mode);
     ASSERT_EQ(rc, 0) << out << Diagnostics();
+  }
+
+  // Waits until the keeper holds the mount's connection (the agent's keeper sync ran).
+  void WaitKept() {
+    for (int i = 0;
+         i < 100 && ReadAll(work_->path() + "/keeper.log").find("kept") == std::string::npos;
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_NE(ReadAll(work_->path() + "/keeper.log").find("kept"), std::string::npos);
   }
 
   std::pair<int, std::string> Spokectl(const std::string& args) {
@@ -480,11 +496,7 @@ TEST_F(AgentRestartTest, WithNoAgentBackTheKeeperReleasesTheMountsSoReadsFailIns
   ASSERT_GE(fd, 0) << std::strerror(errno);
   char b[4096];
   ASSERT_GT(::pread(fd, b, sizeof(b), 0), 0);
-  // The keeper has the connection once the agent's keeper sync ran.
-  for (int i = 0;
-       i < 100 && ReadAll(work_->path() + "/keeper.log").find("kept") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  WaitKept();
 
   Stop(agent_pid_, SIGKILL);                      // and no successor
   std::string unseen = mnt_ + "/data/d2/f7.bin";  // never looked up: its LOOKUP needs the agent
@@ -514,6 +526,93 @@ TEST_F(AgentRestartTest, WithNoAgentBackTheKeeperReleasesTheMountsSoReadsFailIns
   EXPECT_NE(ReadAll(work_->path() + "/keeper.log").find("no agent took the kept FUSE connections"),
             std::string::npos)
       << ReadAll(work_->path() + "/keeper.log");
+}
+
+// What a read of `n` bytes at `off` may return of a file the hub changed from `v1` to `v2`:
+// the bytes of one version there, or right bytes of the old one up to where an error stops
+// the kernel (it returns what its pages gave before the failed request as a short read; the
+// read after it fails). Anything else mixes versions. "" when fine, else what is wrong.
+std::string CheckOneVersion(int fd, const std::string& v1, const std::string& v2, size_t off,
+                            size_t n) {
+  std::string buf(n, '\0');
+  ssize_t got = ::pread(fd, buf.data(), n, static_cast<off_t>(off));
+  if (got < 0) return "";  // an error is a fair answer to a broken immutable contract
+  buf.resize(static_cast<size_t>(got));
+  auto part = [&](const std::string& v) { return off < v.size() ? v.substr(off, n) : ""; };
+  if (buf == part(v1) || buf == part(v2)) return "";
+  const std::string old = part(v1);
+  if (!buf.empty() && buf.size() < old.size() && old.compare(0, buf.size(), buf) == 0) {
+    char c;
+    if (::pread(fd, &c, 1, static_cast<off_t>(off + buf.size())) < 0) return "";
+    return "a short read of old bytes at " + std::to_string(off) + " (" +
+           std::to_string(buf.size()) + " of " + std::to_string(n) +
+           ") followed by more, not by an error";
+  }
+  return "pread(" + std::to_string(n) + " at " + std::to_string(off) + ") returned " +
+         std::to_string(buf.size()) + " bytes that match neither version (sizes " +
+         std::to_string(v1.size()) + ", " + std::to_string(v2.size()) + ")";
+}
+
+// An immutable volume's file truncated on the hub while the kernel holds pages of it, then
+// the agent killed: the agent that takes the connection over knows the new version only, and
+// the kernel still has the old one's pages and size. Every read must give one version or an
+// error (the soak's seed 298297700 found a whole-file read of the old version's cached pages
+// ending in a false end of file where the new agent's data stopped).
+TEST_F(AgentRestartTest, AFileChangedOnTheHubIsNeverReadAsAMixOfVersionsAfterAKill) {
+  const std::string rel = "data/changed.bin";
+  std::mt19937_64 rng(11);
+  std::string v1(4 << 20, '\0');
+  for (auto& c : v1) c = static_cast<char>(rng());
+  std::ofstream(hub_->export_dir() + "/" + rel, std::ios::binary) << v1;
+  const std::string v2 = v1.substr(0, (1 << 20) + 12345);  // truncated in place
+
+  ASSERT_GT(StartAgent(), 0);
+  MountDataset();
+  if (HasFatalFailure()) return;
+  const std::string file = mnt_ + "/" + rel;
+  // One fd reads the first 3 MiB, without read-ahead: the kernel caches those pages only.
+  int held = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0) << std::strerror(errno);
+  ASSERT_EQ(::posix_fadvise(held, 0, 0, POSIX_FADV_RANDOM), 0);
+  std::string buf(256 << 10, '\0');
+  for (size_t off = 0; off < (3u << 20); off += buf.size()) {
+    ASSERT_EQ(::pread(held, buf.data(), buf.size(), static_cast<off_t>(off)),
+              static_cast<ssize_t>(buf.size()));
+    ASSERT_EQ(buf, v1.substr(off, buf.size())) << "at " << off;
+  }
+  WaitKept();
+  if (HasFatalFailure()) return;
+
+  ASSERT_EQ(::truncate((hub_->export_dir() + "/" + rel).c_str(), static_cast<off_t>(v2.size())),
+            0);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // past the hub's attribute cache
+  Stop(agent_pid_, SIGKILL);
+  ASSERT_GT(StartAgent(), 0);
+
+  // The fd open across the restart: from its cached old pages into what it never read.
+  EXPECT_EQ(CheckOneVersion(held, v1, v2, (5u << 20) / 2, 1 << 20), "");
+  // A new open reads the whole file: one version or an error.
+  int fresh = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fresh, 0) << std::strerror(errno);
+  std::string whole;
+  bool failed = false;
+  for (;;) {
+    ssize_t n = ::read(fresh, buf.data(), buf.size());
+    if (n < 0) failed = true;
+    if (n <= 0) break;
+    whole.append(buf.data(), static_cast<size_t>(n));
+  }
+  ::close(fresh);
+  if (!failed) {
+    EXPECT_TRUE(whole == v1 || whole == v2)
+        << "a whole read gave " << whole.size() << " bytes, versions are " << v1.size() << " and "
+        << v2.size() << " bytes" << (v1.compare(0, whole.size(), whole) == 0 ? " (old bytes)" : "");
+  }
+  // And the held fd again, anywhere.
+  for (size_t off : {size_t{0}, size_t{1} << 20, size_t{3} << 20}) {
+    EXPECT_EQ(CheckOneVersion(held, v1, v2, off, 1 << 20), "");
+  }
+  ::close(held);
 }
 
 }  // namespace
