@@ -102,10 +102,7 @@ class BlockFetcher {
     // one hub timeout plus time queued behind other demand.
     std::chrono::milliseconds read_deadline{20000};
     // Threads that store fetched blocks into the cache (disk I/O off the network loops).
-    // Each store is one synchronous cache write (0.2-0.5 ms, longer while the filesystem
-    // allocates): a cold fill of small files at 3-4k blocks/s needs several at once, or the
-    // store queue lags the hub and the fill waits for it at the end (bench/cold-fill).
-    int store_threads = 8;
+    int store_threads = 2;
     // Bytes of fetched blocks waiting for a store thread. Prefetched blocks count against
     // prefetch_bytes_max until stored (so a slow cache disk slows prefetching down); a
     // demand block that would exceed this bound is served but not cached.

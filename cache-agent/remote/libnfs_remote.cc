@@ -84,9 +84,8 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
   r->root_ = root.empty() ? "" : "/" + root;
   auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(config.request_timeout_seconds * 1000)));
-  // How long a connection with calls out may stay silent before it is replaced: whole
-  // seconds, at least 1, about half the request bound so that a retry on a new connection
-  // fits.
+  // libnfs' per-RPC bound: whole seconds, at least 1, about half the request bound so one
+  // retry fits.
   auto rpc =
       std::chrono::milliseconds(std::max<int64_t>(1000, (timeout.count() / 2) / 1000 * 1000));
   r->hub_ = h;
@@ -409,7 +408,7 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
           };
           auto st = std::make_shared<State>();
           st->buf.reserve(length);
-          auto part_done = [&c, j, h, key, file_id, offset, length, st, shared_done]() {
+          auto part_done = [&c, j, h, key, file_id, st, shared_done]() {
             if (--st->pending > 0) return;
             c.ReleaseHandle(h);
             if (st->err < 0) {
@@ -429,17 +428,6 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
                                                   ": the name now refers to another file (fileid " +
                                                   std::to_string(st->attr.file_id) + ", expected " +
                                                   std::to_string(file_id) + ")"));
-            }
-            // The GETATTR and the READs are not one operation: a file truncated between them
-            // gives fewer bytes than the attributes promise (its old size, its old version).
-            // Never those bytes under that version: read again.
-            const uint64_t promised =
-                st->attr.size > offset ? std::min<uint64_t>(length, st->attr.size - offset) : 0;
-            if (st->buf.size() < promised) {
-              return c.AttemptFailed(j, -EAGAIN,
-                                     "the file changed during the read (" +
-                                         std::to_string(st->buf.size()) + " of " +
-                                         std::to_string(promised) + " bytes)");
             }
             if (c.Finish(j)) (*shared_done)(CheckedRead{std::move(st->buf), st->attr});
           };

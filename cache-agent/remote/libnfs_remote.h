@@ -6,15 +6,13 @@
 // per-connection limit); reads go to the least loaded connection, writes and namespace
 // changes to connection 0 so they are applied in order.
 //
-// Every call is bounded by the pool's deadline per request (request_timeout_seconds,
-// retries included; a listing by handle gets it per READDIRPLUS page, so that a directory too
-// big to list within one timeout is still listed). Idempotent calls (reads, stats, readdir,
-// statfs) are retried with exponential backoff inside that bound.
-// A context whose socket failed, or that received nothing for the RPC bound (about half the
-// request bound) while calls were out, is destroyed and re-mounted by its loop with backoff,
-// so the pool recovers after the hub restarts or the path goes dark. A call is never sent
-// again on a connection that is still receiving: on a slow link its first reply may still
-// be crossing, and a second copy would only queue behind it.
+// Every call is bounded twice: libnfs' own RPC timeout (nfs_set_timeout) and the pool's
+// deadline per request (request_timeout_seconds, retries included; a listing by handle gets
+// it per READDIRPLUS page, so that a directory too big to list within one timeout is still
+// listed). Idempotent calls (reads, stats, readdir, statfs) are retried with exponential
+// backoff inside that bound.
+// A context whose socket failed is destroyed and re-mounted by its loop with backoff, so
+// the pool recovers after the hub restarts.
 //
 // File handles are opened lazily per connection (path -> nfsfh cache) and dropped on
 // ESTALE/ENOENT and on local renames/unlinks. They are not shared between connections:

@@ -82,9 +82,7 @@ class NfsConnection {
     int inflight_limit = 64;
     int retries = 3;
     std::chrono::milliseconds request_timeout{10000};
-    // How long a connection with calls out may receive nothing before it is torn down (its
-    // calls are retried on the new one); also the mount's bound.
-    std::chrono::milliseconds rpc_timeout{5000};
+    std::chrono::milliseconds rpc_timeout{5000};  // libnfs' own per-RPC bound
     size_t handle_cache_size = 8192;
     // AUTH_SYS identity of every RPC on this context; unset: libnfs' default (the
     // process' own uid/gid).
@@ -153,8 +151,6 @@ class NfsConnection {
   void Teardown(const std::string& why);
   void StartJobs();
   void ExpireJobs();
-  void CallStarting();
-  void CheckLiveness();
   void RunTimers();
   void RunAttempt(const std::shared_ptr<NfsJob>& job);
   void TrimHandles();
@@ -182,10 +178,6 @@ class NfsConnection {
   SteadyClock::time_point next_mount_{};
   SteadyClock::time_point mount_deadline_{};
   std::chrono::milliseconds mount_backoff_{100};
-  int calls_out_ = 0;  // libnfs calls started and not yet called back
-  // Last byte received or acknowledged, or the first call out.
-  SteadyClock::time_point quiet_since_{};
-  int unacked_ = 0;  // bytes sent and not yet acknowledged, at the last look
   bool teardown_requested_ = false;
   std::string teardown_reason_;
   std::deque<std::shared_ptr<NfsJob>> waiting_;

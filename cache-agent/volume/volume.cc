@@ -5,7 +5,6 @@
 #include <deque>
 #include <optional>
 #include <string>
-#include <unordered_set>
 
 namespace spoke::agent {
 
@@ -185,43 +184,16 @@ Status Volume::Warmup(const std::string& path_prefix,
                       const std::function<void(const WarmupFigures&)>& progress,
                       const std::atomic<bool>& cancelled) {
   SPOKE_TRY(auto prefix, NormalizeRelativePath(path_prefix, "path"));
-  // Files are started as the mount's walk lists their directories, not after the whole
-  // walk: on a cold mount the first reads go out one listing after the call, and the rest
-  // of the walk overlaps them. When the walk is over, the files the metadata cache holds
-  // that it did not list (a directory listed another way) follow. Each file is warmed once.
-  const std::string under = prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/";
-  std::vector<WalkedFile> files;
-  std::unordered_set<uint64_t> known;  // file ids: a hard-linked file is warmed once
-  std::vector<uint32_t> outstanding;   // unfinished tickets per file
-  std::vector<bool> failed;
+  while (!metadata_->WaitWalk(200ms)) {
+    if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
+  }
+  auto files = metadata_->Files(prefix);
+  if (files.empty() && !prefix.empty()) {
+    SPOKE_RETURN_IF_ERROR(metadata_->Resolve(prefix));
+  }
   WarmupFigures figures;
-  size_t walk_cursor = 0;
-  bool walk_over = false;
-  auto add = [&](std::vector<WalkedFile> more) {
-    for (auto& f : more) {
-      if (!prefix.empty() && f.path != prefix && !f.path.starts_with(under)) continue;
-      if (!known.insert(f.file_id).second) continue;
-      figures.files_total++;
-      figures.bytes_total += f.size;
-      files.push_back(std::move(f));
-      outstanding.push_back(0);
-      failed.push_back(false);
-    }
-  };
-  // Adds what the walk listed since the last call; once it is over, every file it holds.
-  auto follow_walk = [&]() -> Status {
-    if (walk_over) return Ok();
-    walk_over = metadata_->walk_done();
-    if (!walk_over) {
-      add(metadata_->WalkedSince(&walk_cursor));
-      return Ok();
-    }
-    add(metadata_->Files(prefix));
-    if (files.empty() && !prefix.empty()) {
-      SPOKE_RETURN_IF_ERROR(metadata_->Resolve(prefix));  // names what does not exist
-    }
-    return Ok();
-  };
+  figures.files_total = files.size();
+  for (const auto& f : files) figures.bytes_total += f.size;
   // One thread keeps a window of warm tickets in flight (each: up to 64 blocks of one file,
   // queued in the fetcher's warm-up class): it starts tickets while the window has room and
   // finishes the oldest, so the hub sees every block the window holds at once, not one file
@@ -240,6 +212,8 @@ Status Volume::Warmup(const std::string& path_prefix,
   };
   std::deque<Pending> window;
   uint64_t window_used_blocks = 0, window_used_bytes = 0;
+  std::vector<uint32_t> outstanding(files.size(), 0);  // unfinished tickets per file
+  std::vector<bool> failed(files.size(), false);
   uint64_t files_done = 0, bytes_done = 0, hub_bytes = 0;
   std::optional<Error> first_error;
   size_t cur = 0;      // file whose blocks are being started
@@ -274,7 +248,6 @@ Status Volume::Warmup(const std::string& path_prefix,
     if (--outstanding[p.file] == 0 && p.file != cur) files_done++;
   };
   while (!cancelled.load()) {
-    SPOKE_RETURN_IF_ERROR(follow_walk());
     // Start tickets while the window has room (or is empty).
     while (cur < files.size() && !cancelled.load()) {
       const auto& wf = files[cur];
@@ -300,19 +273,14 @@ Status Volume::Warmup(const std::string& path_prefix,
       block += n;
       maybe_report();
     }
-    if (window.empty()) {
-      if (walk_over) break;  // every file started and finished
-      // Everything listed so far is warm: wait for the walk's next directory.
-      metadata_->WaitWalkBeyond(walk_cursor, 200ms);
+    if (window.empty()) break;  // every file started and finished
+    // Collect the oldest ticket, waking now and then to report and to notice a cancel.
+    while (!cancelled.load() &&
+           !fetcher_->WaitWarm(window.front().ticket, std::chrono::steady_clock::now() + 200ms)) {
       maybe_report();
-      continue;
     }
-    // Collect the oldest ticket, waking now and then to report, to notice a cancel and,
-    // while the walk goes on, to start the files it lists meanwhile.
-    const auto step = walk_over ? 200ms : 20ms;
-    if (fetcher_->WaitWarm(window.front().ticket, std::chrono::steady_clock::now() + step)) {
-      finish_oldest();
-    }
+    if (cancelled.load()) break;
+    finish_oldest();
     maybe_report();
   }
   // Tickets left unfinished on a cancel: their fetches complete and are cached on their own.

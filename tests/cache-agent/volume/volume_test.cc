@@ -19,14 +19,12 @@ constexpr uint32_t kBlock = 4096;
 
 struct VolumeRig {
   // `small_files` more files of under one block each in s/ (distinct bytes each), and
-  // one file of `big_blocks` blocks, l/big. The hub holds listings of `slow_dir` until
-  // remote->HoldReadDir("").
+  // one file of `big_blocks` blocks, l/big.
   explicit VolumeRig(PrefetchMode mode = PrefetchMode::kOff, int small_files = 0,
-                     uint64_t big_blocks = 0, const std::string& slow_dir = "")
+                     uint64_t big_blocks = 0)
       : cache(kBlock) {
     auto r = std::make_unique<FakeRemoteFs>();
     remote = r.get();
-    remote->HoldReadDir(slow_dir);
     remote->PutFile("a/x", std::string(3 * kBlock, 'x'));
     remote->PutFile("a/y", std::string(2 * kBlock, 'y'));
     remote->PutFile("b/z", std::string(kBlock, 'z'));
@@ -45,7 +43,6 @@ struct VolumeRig {
   }
   ~VolumeRig() {
     remote->HoldReads(false);
-    remote->HoldReadDir("");
     volume.reset();
   }
   static std::string SmallPath(int i) {
@@ -183,33 +180,6 @@ TEST(Volume, WarmupKeepsManySmallFilesOnTheHubAtOnce) {
     EXPECT_EQ(rig.Contents(VolumeRig::SmallPath(i)), VolumeRig::SmallData(i)) << i;
   }
   EXPECT_EQ(rig.remote->reads.load(), reads);  // all from the cache
-}
-
-// A cold mount's walk is still listing when the warm-up starts: the directories listed
-// are warmed meanwhile, not after the whole walk.
-TEST(Volume, WarmupStartsOnTheDirectoriesTheWalkListedSoFar) {
-  VolumeRig rig(PrefetchMode::kOff, 0, 0, /*slow_dir=*/"b");
-  ASSERT_TRUE(rig.volume);
-  std::atomic<bool> cancelled{false};
-  Status st = Ok();
-  std::atomic<bool> returned{false};
-  std::thread warm([&] {
-    st = rig.volume->Warmup("", nullptr, cancelled);
-    returned = true;
-  });
-  // a/x (3 blocks) and a/y (2) are cached while b/ is still being listed.
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (rig.cache.blocks() < 5 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_EQ(rig.cache.blocks(), 5u);
-  EXPECT_FALSE(rig.volume->metadata().walk_done());
-  EXPECT_FALSE(returned.load());  // b/ is not known yet: the warm-up waits for it
-  rig.remote->HoldReadDir("");
-  warm.join();
-  ASSERT_TRUE(st) << st.error().ToString();
-  EXPECT_EQ(rig.cache.blocks(), 6u);  // and b/z
-  EXPECT_EQ(rig.Contents("b/z"), std::string(kBlock, 'z'));
 }
 
 // A large file's 64-block ranges are just more tickets: no drain between them.
