@@ -186,7 +186,7 @@ class VolumeFs {
     // An earlier agent's handle whose file changed on the hub since it was opened (its
     // version tag): reads fail, never the new version's bytes beside the kernel's old pages.
     bool changed_before_reopen = false;
-    Credentials who;      // the opener: the handle's writes reach the hub as this caller
+    Credentials who;  // the opener: the handle's writes reach the hub as this caller
     Mutex mu;
     BlockData last_block GUARDED_BY(mu);
     uint64_t last_index GUARDED_BY(mu) = UINT64_MAX;

@@ -191,8 +191,7 @@ class AgentRestartTest : public ::testing::Test {
   // Waits until the keeper holds the mount's connection (the agent's keeper sync ran).
   void WaitKept() {
     for (int i = 0;
-         i < 100 && ReadAll(work_->path() + "/keeper.log").find("kept") == std::string::npos;
-         ++i) {
+         i < 100 && ReadAll(work_->path() + "/keeper.log").find("kept") == std::string::npos; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     ASSERT_NE(ReadAll(work_->path() + "/keeper.log").find("kept"), std::string::npos);
@@ -583,8 +582,7 @@ TEST_F(AgentRestartTest, AFileChangedOnTheHubIsNeverReadAsAMixOfVersionsAfterAKi
   WaitKept();
   if (HasFatalFailure()) return;
 
-  ASSERT_EQ(::truncate((hub_->export_dir() + "/" + rel).c_str(), static_cast<off_t>(v2.size())),
-            0);
+  ASSERT_EQ(::truncate((hub_->export_dir() + "/" + rel).c_str(), static_cast<off_t>(v2.size())), 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // past the hub's attribute cache
   Stop(agent_pid_, SIGKILL);
   ASSERT_GT(StartAgent(), 0);
