@@ -336,6 +336,9 @@ class MetadataCache final : public HandleStore {
   // Fsids of inodes on the 65,536th and later hub file system met (StoredAttr::kFarFsid).
   std::unordered_map<uint64_t, uint64_t> far_fsids_ GUARDED_BY(mu_);
   bool adopted_ GUARDED_BY(mu_) = false;
+  // Set with adopted_: lets TakeKernelCopyStale skip mu_ on every open of a volume that was
+  // never taken over.
+  std::atomic<bool> kernel_copies_stale_{false};
   bool report_removals_ GUARDED_BY(mu_) = false;
   std::vector<std::string> removed_files_ GUARDED_BY(mu_);  // ReportRemovals
   ListingFlights flights_;  // taken before mu_, never while holding it

@@ -129,10 +129,12 @@ void MetadataCache::Unpin(uint64_t ino) {
 void MetadataCache::AdoptKernelReferences() {
   MutexLock lock(mu_);
   adopted_ = true;
+  kernel_copies_stale_.store(true);
   for (auto& [ino, n] : nodes_) n.uncounted = n.kernel_copy_stale = true;
 }
 
 bool MetadataCache::TakeKernelCopyStale(uint64_t ino) {
+  if (!kernel_copies_stale_.load()) return false;  // never taken over: nothing is stale
   MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end() || !it->second.kernel_copy_stale) return false;
