@@ -30,8 +30,8 @@ fi
 start=$SECONDS
 step() { printf '\n== %s (%ds)\n' "$*" $((SECONDS - start)); }
 
-step "dependencies (scripts/install-deps.sh)"
-scripts/install-deps.sh
+step "dependencies (scripts/install-deps.sh --demo)"
+scripts/install-deps.sh --demo
 
 BUILD=${SPOKE_DEMO_BUILD:-build/demo}
 step "configure + build ($BUILD, Release)"

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs every Debian package and pinned Go/Python tool Spoke builds, tests and benchmarks
 # with, on a fresh Debian bookworm machine. Idempotent: quick when everything is present.
+#   scripts/install-deps.sh          everything scripts/test.sh uses
+#   scripts/install-deps.sh --demo   only what scripts/demo.sh uses: the build, the hub and the
+#                                    plot (no sanitizer compilers, test tools or Kubernetes)
 set -euo pipefail
+
+demo_only=0
+if [ "${1:-}" = "--demo" ]; then demo_only=1; fi
 
 # Pinned tool versions (bump deliberately, together with the tests that use them).
 CSI_SPEC_VERSION=v1.12.0        # CSI spec whose csi.proto we compile
@@ -10,15 +16,19 @@ HELM_VERSION=v3.19.5
 KUBE_VALIDATE_VERSION=1.31.0    # kubernetes-validate ships the API schemas offline
 PJDFSTEST_VERSION=0.2.2         # POSIX conformance suite run on a scratch mount (tests/posix)
 
-APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git ca-certificates curl python3 python3-venv
+# The demo's set: build (the test libraries too: CMake finds them even when tests are off),
+# the hub, and the plot.
+DEMO_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl python3 python3-venv ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libnfs-dev libnfs-utils liburing-dev libfuse3-dev fuse3
   nlohmann-json3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libxxhash-dev libssl-dev zlib1g-dev libcli11-dev
   nfs-ganesha nfs-ganesha-vfs rpcbind
-  fio gnuplot-nox iproute2 procps psmisc util-linux kmod
-  clang-format clang-tidy
+  gnuplot-nox iproute2 procps psmisc util-linux kmod
+)
+TEST_PACKAGES=(
+  fio clang-format clang-tidy
   libacl1-dev  # pjdfstest (built with cargo below) links libacl
   # libFuzzer harnesses (fuzz/): clang 19 is the first whose concepts level lets libstdc++ 12
   # expose std::expected; libclang-rt holds libFuzzer and the sanitizer runtimes.
@@ -32,6 +42,8 @@ APT_PACKAGES=(
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
+APT_PACKAGES=("${DEMO_PACKAGES[@]}")
+[ $demo_only -eq 1 ] || APT_PACKAGES+=("${TEST_PACKAGES[@]}")
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,6 +56,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO chmod +x /usr/sbin/policy-rc.d
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
   $SUDO rm -f /usr/sbin/policy-rc.d
+fi
+
+# The CSI spec module (csi.proto is read from the module cache at build time).
+go mod download -json "github.com/container-storage-interface/spec@${CSI_SPEC_VERSION}" >/dev/null
+if [ $demo_only -eq 1 ]; then
+  echo "install-deps: the demo's set is present"
+  exit 0
 fi
 
 # Go tools, pinned. GOBIN is project-independent so that repeated runs are no-ops.
@@ -76,9 +95,6 @@ getent group tests >/dev/null || $SUDO groupadd --system tests
 getent passwd tests >/dev/null ||
   $SUDO useradd --system --gid tests --no-create-home --home-dir / \
     --shell /usr/sbin/nologin --comment "Dummy user for pjdfstest" tests
-
-# The CSI spec module (csi.proto is read from the module cache at build time).
-go mod download -json "github.com/container-storage-interface/spec@${CSI_SPEC_VERSION}" >/dev/null
 
 # Python tool for offline Kubernetes schema validation, in its own venv.
 VENV=/usr/local/share/spoke-tools/venv

@@ -15,7 +15,22 @@ cd "$(dirname "$0")/.."
 sanitize=1
 if [ "${1:-}" = "--no-sanitize" ]; then sanitize=0; shift; fi
 
+# Where the time goes: each stage's minutes, printed at the end (also on failure).
+stage_start=$SECONDS
+stages=()
+stage() { # name: closes the stage that ran since the last call
+  stages+=("$(printf '%-34s %5.1f min' "$1" "$(awk "BEGIN { print ($SECONDS - $stage_start) / 60 }")")")
+  stage_start=$SECONDS
+}
+report() {
+  echo "== test.sh stages"
+  printf '%s\n' "${stages[@]}"
+  printf '%-34s %5.1f min\n' "total" "$(awk "BEGIN { print $SECONDS / 60 }")"
+}
+trap report EXIT
+
 scripts/install-deps.sh
+stage "install-deps"
 export PATH=/usr/local/bin:$PATH
 jobs=$(nproc)
 
@@ -31,16 +46,20 @@ build() { # dir "ninja targets (empty: all)" extra-cmake-args...
 }
 
 build build/ci "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+stage "build (gcc, -Werror)"
 status=0
 (cd build/ci && ctest --output-on-failure -j2 --timeout 900 "$@") || status=$?
+stage "ctest: every label"
 
 if [ $sanitize -eq 1 ]; then
   # -O2: sanitizer checks stay, and the FUSE/WAN integration tests finish in time.
   build build/asan "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOKE_SANITIZE=ON
+  stage "build (ASan + UBSan)"
   # ASan cannot run under csi-sanity's timing or the chart tests' tools: unit + integration,
   # and the fault soak (its agent, keeper and FUSE mounts under ASan: issue 14 asks for it).
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
   (cd build/asan && ctest --output-on-failure -j2 --timeout 900 -L 'unit|integration|soak' "$@") || status=$?
+  stage "ctest under ASan"
 fi
 
 # ThreadSanitizer on the unit tests, in a clang tree that also checks -Wthread-safety with
@@ -51,8 +70,10 @@ fi
 # hides). llvm-symbolizer-19 (install-deps) names the frames the suppressions match.
 build build/tsan spoke_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-19 \
   -DCMAKE_CXX_COMPILER=clang++-19 -DSPOKE_TSAN=ON
+stage "build (clang TSan, unit tests)"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
 (cd build/tsan && ctest --output-on-failure -j2 --timeout 900 -L unit "$@") || status=$?
+stage "ctest under TSan (unit)"
 
 # Fuzzing: each libFuzzer harness for a bounded time from its corpus in fuzz/corpus/, under ASan
 # + UBSan. A tree of its own because ASan and TSan exclude each other, and the harnesses are
@@ -60,5 +81,7 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/s
 # and the libraries they reach are built (83 build steps of the 147 of a full tree).
 build build/fuzz spoke_fuzzers -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-19 \
   -DCMAKE_CXX_COMPILER=clang++-19 -DSPOKE_FUZZ=ON -DSPOKE_BUILD_TESTS=OFF
+stage "build (clang fuzzers)"
 (cd build/fuzz && ctest --output-on-failure -L fuzz) || status=$?
+stage "fuzzing"
 exit $status
