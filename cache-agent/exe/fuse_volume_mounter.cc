@@ -11,6 +11,15 @@
 namespace spoke::agent {
 namespace {
 
+// A file name for a mount's state: FNV-1a 64 of its target path (as the keeper's key).
+std::string MountStateKey(const std::string& target) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : target) h = (h ^ c) * 1099511628211ull;
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 // Where a session that would not end keeps its adapter and volume (reachable, so leak checkers
 // stay quiet about it), for the rest of the process.
 void KeepForever(std::unique_ptr<FuseAdapter> fuse, std::unique_ptr<Volume> volume,
@@ -173,6 +182,10 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   // other writers) keep none: they resolve names at the time of each call, as a kernel NFS
   // client would (a listing looks its directory up, then reads its pages by that handle).
   if (context.cache.consistency == Consistency::kStrict) hub.fh_table_size = 0;
+  // A connection taken over is served whether or not the hub answers now (a restart while the
+  // WAN is down): the pool mounts in the background, and calls meanwhile fail within their
+  // bound. Detaching it would end every pod's bind mount of it.
+  if (fuse_fd.valid()) hub.wait_for_mount = false;
   SPOKE_TRY(auto remote, LibnfsRemote::Connect(context.hub, path, hub, registry_, labels));
   std::string hub_name = remote->hub_name();
 
@@ -193,6 +206,10 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   vc.memory = config_.memory;
   vc.hints_max_lines = config_.hints_max_lines;
   vc.hints_max_bytes = config_.hints_max_bytes;
+  if (!config_.state_dir.empty()) {
+    vc.state_dir = config_.state_dir + "/mounts/" + MountStateKey(target_path);
+  }
+  vc.adopted = fuse_fd.valid();
   // Cache sharing: the cluster's peers are asked before the hub, and answered for this
   // volume, by hub identity (the hub export and the volume's path under it). Read-only
   // volumes only: a writable one holds blocks written here that no peer may be given.
@@ -249,6 +266,7 @@ Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& 
   c.memory = &memory;
   // One volume's hints may take at most a quarter of what prefetch and hints share, so a
   // flood on one mount leaves room for the others (the budget bounds them all together).
+  c.state_dir = config.state_dir;
   c.hints_max_bytes = std::clamp<uint64_t>(memory.background_limit() / 4,
                                            HintPredictor::HintBytes(kMaxHintPath), 64ull << 20);
   SPOKE_RETURN_IF_ERROR(c.Validate());

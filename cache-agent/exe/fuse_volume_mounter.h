@@ -51,6 +51,9 @@ class FuseVolumeMounter final : public VolumeMounter {
     // Each volume's hint queue bounds (lines, accounted bytes).
     size_t hints_max_lines = 1 << 20;
     uint64_t hints_max_bytes = 64ull << 20;
+    // The agent's state directory (AgentConfig::state_dir): each mount keeps the openers of
+    // its writable handles under open-files/ there. "" = not kept.
+    std::string state_dir;
     Status Validate() const;
   };
 

@@ -46,13 +46,23 @@ Status MetadataCache::Init() {
   stats_made_++;
   SPOKE_TRY(auto st, remote_.Stat(""));
   if (!st.is_dir()) return Fail(Code::kInvalidArgument, "volume root is not a directory");
+  InitFrom(st);
+  return Ok();
+}
+
+FileAttr MetadataCache::RootAttr() const {
+  MutexLock lock(mu_);
+  auto it = nodes_.find(kRootIno);
+  return it == nodes_.end() ? FileAttr{} : AttrLocked(kRootIno, it->second);
+}
+
+void MetadataCache::InitFrom(const FileAttr& st) {
   MutexLock lock(mu_);
   Node& root = nodes_[kRootIno];
   root_fsid_ = st.fsid;  // before any file is numbered (see HomeIno)
   StoreAttrLocked(kRootIno, root, st);
   root.attr_valid = true;
   root.attr_time = clock_.Now();
-  return Ok();
 }
 
 std::string MetadataCache::PathLocked(uint64_t ino) const {

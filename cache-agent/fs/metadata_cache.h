@@ -125,6 +125,11 @@ class MetadataCache final : public HandleStore {
 
   // Stats the root. kUnavailable/kTimeout when the hub does not answer.
   Status Init();
+  // Starts from the root's attributes an earlier agent saw (a mount taken over, whose hub
+  // may be unreachable): no hub round trip; the walk and lookups refresh them.
+  void InitFrom(const FileAttr& root);
+  // The root's attributes as known now (after Init or InitFrom).
+  FileAttr RootAttr() const;
   // Starts the background walk of the whole tree (idempotent).
   void StartWalk();
   // Waits for the walk; false at the deadline.
@@ -145,6 +150,9 @@ class MetadataCache final : public HandleStore {
   // `hold`: the answer hands the kernel the inode (one reference, counted with the answer so
   // that the inode cannot be dropped in between); see Hold.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, bool hold = false);
+  // The name as the hub has it now, whatever the consistency mode (one round trip); the
+  // cache takes the answer.
+  Result<InodeAttr> LookupOnHub(uint64_t parent, const std::string& name, bool hold);
   // The inode the cache has for `name` in `parent`, without asking the hub (nullopt when it has
   // none): for our own changes, which need the inode the kernel was handed by the lookup it
   // made right before them, not a fresh one (a strict Lookup costs a hub round trip).
@@ -319,7 +327,6 @@ class MetadataCache final : public HandleStore {
   uint64_t ResolveCachedLocked(std::string_view path) const REQUIRES(mu_);
   // `wait_unknown`: an unknown inode waits for the walk (KnowInode); else it is kNotFound.
   Status EnsureListed(uint64_t ino, bool force, bool wait_unknown = true);
-  Result<InodeAttr> LookupOnHub(uint64_t parent, const std::string& name, bool hold);
   void WalkWorker();
 
   RemoteFs& remote_;

@@ -1,4 +1,6 @@
 // MetadataCache: the mount-time walk of the tree and the walked files (metadata_cache.h).
+#include <algorithm>
+#include <chrono>
 #include <functional>
 
 #include "cache-agent/fs/metadata_cache.h"
@@ -38,6 +40,22 @@ void MetadataCache::WalkWorker() {
     // A directory removed on the hub since it was queued may have been dropped: never wait
     // for the walk (this very walk) to meet it.
     auto st = EnsureListed(ino, true, /*wait_unknown=*/false);
+    // An unreachable hub (an agent restarted while the WAN is down): the walk is how inodes
+    // the kernel still holds are found again, so it waits for the hub and lists again, with
+    // backoff, rather than leaving them unknown for good. The walk stays unfinished meanwhile.
+    for (auto backoff = std::chrono::milliseconds(500);
+         !st && (st.error().code() == Code::kUnavailable || st.error().code() == Code::kTimeout) &&
+         !stop_.load();
+         backoff = std::min<std::chrono::milliseconds>(2 * backoff, std::chrono::seconds(30))) {
+      log::Warn("metadata walk: listing failed; listing it again",
+                {{"error", st.error().ToString()}, {"retry_in_ms", backoff.count()}});
+      {
+        MutexLock lock(walk_mu_);
+        walk_cv_.wait_for(lock, backoff, [&] { return stop_.load(); });
+      }
+      if (stop_.load()) break;
+      st = EnsureListed(ino, true, /*wait_unknown=*/false);
+    }
     std::vector<uint64_t> subdirs;
     if (!st && st.error().code() == Code::kNotFound) {
       log::Debug("metadata walk: a directory went meanwhile", {{"error", st.error().ToString()}});

@@ -86,6 +86,22 @@ uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
   return id;
 }
 
+void VolumeFs::RecordOpener(uint64_t id, const Handle& h) {
+  if (config_.open_records == nullptr || !h.writable || h.hints) return;
+  if (auto st = config_.open_records->Put(id, OpenRecords::Record{h.who, h.append}); !st) {
+    log::Warn("cannot keep a writer's identity for a restart: after one its writes fail",
+              {{"volume", config_.volume_id}, {"error", st.error().ToString()}});
+  }
+}
+
+Status VolumeFs::CheckOpenerKnown(const Handle& h) {
+  if (!h.opener_unknown) return Ok();
+  return std::unexpected(Error::FromErrno(
+      EACCES, "file " + h.file.path +
+                  " was opened for writing before an agent restart by a caller this agent "
+                  "has no record of: open it again"));
+}
+
 Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
   if (auto known = Get(handle); known != nullptr) {
     // Ours, or an earlier agent's id that this agent also issued (a wrap of the counter):
@@ -105,6 +121,22 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
   } else {
     SPOKE_TRY_WRAP(h, MakeHandle(ino, (handle & kHandleWritable) != 0),
                    "reopening a handle of an earlier agent");
+    // The new handle acts as the old one did: for the caller that opened it, and O_APPEND
+    // writes land at the hub's end of file.
+    if (h->writable) {
+      auto opener =
+          config_.open_records != nullptr ? config_.open_records->Find(handle) : std::nullopt;
+      if (opener) {
+        h->who = opener->who;
+        h->append = opener->append;
+      } else if (config_.open_records != nullptr) {
+        h->opener_unknown = true;
+        log::Warn(
+            "a file open for writing across the agent restart has no opener record: "
+            "its writes fail",
+            {{"volume", config_.volume_id}, {"path", h->file.path}});
+      }
+    }
     // The kernel holds pages this handle read under the version it was opened on. If the
     // hub file changed since, its reads fail as the agent that opened it would have failed
     // them (BlockFetcher: ESTALE), instead of putting the new version's bytes beside the old
@@ -338,6 +370,7 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
   h->who = who;
   OpenFile out;
   out.handle = NewHandle(h);
+  RecordOpener(out.handle, *h);
   // The kernel's pages of the old content must go: keep_cache=false makes it drop them. So
   // must what an earlier agent gave the kernel (pages and attributes of the version that
   // agent knew, which may not be the one this open reads).
@@ -444,9 +477,18 @@ Status VolumeFs::Release(uint64_t handle) {
   {
     MutexLock lock(mu_);
     auto it = handles_.find(handle);
-    if (it == handles_.end()) return Fail(Code::kInvalidArgument, "unknown file handle");
+    if (it == handles_.end()) {
+      // An earlier agent's handle closed before any request reopened it here.
+      if (config_.open_records != nullptr && (handle & kHandleWritable)) {
+        config_.open_records->Forget(handle);
+      }
+      return Fail(Code::kInvalidArgument, "unknown file handle");
+    }
     h = std::move(it->second);
     handles_.erase(it);
+  }
+  if (config_.open_records != nullptr && h->writable && !h->hints) {
+    config_.open_records->Forget(handle);
   }
   if (h->hints) {
     if (prefetch_ != nullptr) prefetch_->FlushHints();

@@ -44,6 +44,7 @@
 #include "cache-agent/fs/block_fetcher.h"
 #include "cache-agent/fs/clock.h"
 #include "cache-agent/fs/metadata_cache.h"
+#include "cache-agent/fs/open_records.h"
 #include "cache-agent/fs/prefetch_driver.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
@@ -63,6 +64,10 @@ class VolumeFs {
     Consistency consistency = Consistency::kImmutable;
     // How long FSSTAT answers are reused (df in a loop must not hammer the WAN).
     std::chrono::milliseconds statfs_cache{5000};
+    // Where the opener of each writable handle is kept for an agent that takes the mount
+    // over (must outlive the VolumeFs). Null: writable handles of an earlier agent are
+    // reopened as the agent.
+    OpenRecords* open_records = nullptr;
   };
 
   struct OpenFile {
@@ -157,6 +162,20 @@ class VolumeFs {
   Result<InodeAttr> Mknod(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
                           const Credentials& who);
 
+  // Outcome checks for a request the kernel resent after a takeover (the earlier agent may
+  // have carried it out on the hub before it died) whose hub call failed as it fails once
+  // done: each asks the hub whether the change is there. Removed: unlink/rmdir that found
+  // no name. Renamed: a rename whose source is gone and whose target exists. Made: a mkdir,
+  // symlink, mknod or exclusive create that found the name taken, by an entry of that type
+  // owned by the caller (and, for a symlink, with its target), which is answered as made.
+  // Linked: a link whose new name is the file `ino`.
+  bool RemovedBefore(uint64_t parent, const std::string& name);
+  bool RenamedBefore(uint64_t parent, const std::string& name, uint64_t new_parent,
+                     const std::string& new_name);
+  Result<InodeAttr> MadeBefore(uint64_t parent, const std::string& name, uint32_t type,
+                               const Credentials& who, const std::string& symlink_target = "");
+  Result<InodeAttr> LinkedBefore(uint64_t ino, uint64_t new_parent, const std::string& new_name);
+
   // Kernel references (the FUSE lookup count, docs in metadata_cache.h): Lookup, Create, Mkdir,
   // Symlink, Link and Mknod hand the caller one reference on the inode they answer; Hold adds
   // one for an entry handed out otherwise (readdirplus) and is false when the inode is no
@@ -186,6 +205,9 @@ class VolumeFs {
     // An earlier agent's handle whose file changed on the hub since it was opened (its
     // version tag): reads fail, never the new version's bytes beside the kernel's old pages.
     bool changed_before_reopen = false;
+    // An earlier agent's writable handle whose opener is not known (no open record): its
+    // writes are refused rather than made as anyone else.
+    bool opener_unknown = false;
     Credentials who;  // the opener: the handle's writes reach the hub as this caller
     Mutex mu;
     BlockData last_block GUARDED_BY(mu);
@@ -199,6 +221,9 @@ class VolumeFs {
   Status CheckWritable() const;
   Result<std::string> ChildPath(uint64_t parent, const std::string& name) const;
   uint64_t NewHandle(std::shared_ptr<Handle> h);
+  // Keeps the opener of a writable handle for a successor agent (OpenRecords).
+  void RecordOpener(uint64_t id, const Handle& h);
+  static Status CheckOpenerKnown(const Handle& h);
   Result<std::shared_ptr<Handle>> MakeHandle(uint64_t ino, bool write);
   void DropBlocks(uint64_t file_id);
   void MarkChanged(uint64_t ino, std::optional<uint64_t> size);

@@ -40,6 +40,7 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
   h->who = who;
   OpenFile out;
   out.handle = NewHandle(h);
+  RecordOpener(out.handle, *h);
   out.direct_io = config_.consistency == Consistency::kStrict;
   return std::make_pair(ia, out);
 }
@@ -56,6 +57,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
   if (!h->writable) {
     return std::unexpected(Error::FromErrno(EBADF, "file handle not open for writing"));
   }
+  SPOKE_RETURN_IF_ERROR(CheckOpenerKnown(*h));
   std::string path;
   uint64_t file_id;
   {
@@ -191,12 +193,13 @@ Status VolumeFs::Fsync(uint64_t handle) {
   auto h = Get(handle);
   if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
   if (!h->writable || h->hints || config_.read_only) return Ok();  // nothing of ours to flush
+  SPOKE_RETURN_IF_ERROR(CheckOpenerKnown(*h));
   std::string path;
   {
     MutexLock lock(mu_);
     path = h->file.path;
   }
-  return remote_.Fsync(path);
+  return remote_.FsyncAs(h->who, path);
 }
 
 Result<InodeAttr> VolumeFs::Symlink(uint64_t parent, const std::string& name,
@@ -236,6 +239,42 @@ Result<InodeAttr> VolumeFs::Mknod(uint64_t parent, const std::string& name, uint
   SPOKE_TRY(auto attr, remote_.MknodAs(who, path, mode, rdev));
   metadata_.Invalidate(parent);
   return metadata_.Added(parent, name, attr, /*hold=*/true);
+}
+
+bool VolumeFs::RemovedBefore(uint64_t parent, const std::string& name) {
+  auto r = metadata_.LookupOnHub(parent, name, /*hold=*/false);
+  return !r && r.error().code() == Code::kNotFound;
+}
+
+bool VolumeFs::RenamedBefore(uint64_t parent, const std::string& name, uint64_t new_parent,
+                             const std::string& new_name) {
+  return RemovedBefore(parent, name) &&
+         metadata_.LookupOnHub(new_parent, new_name, /*hold=*/false).has_value();
+}
+
+Result<InodeAttr> VolumeFs::MadeBefore(uint64_t parent, const std::string& name, uint32_t type,
+                                       const Credentials& who, const std::string& symlink_target) {
+  SPOKE_TRY(auto e, metadata_.LookupOnHub(parent, name, /*hold=*/true));
+  bool same = (e.attr.mode & S_IFMT) == (type & S_IFMT) && e.attr.uid == who.uid;
+  if (same && S_ISLNK(type)) {
+    auto path = metadata_.PathOf(e.ino);
+    same = path && remote_.ReadLink(*path) == symlink_target;
+  }
+  if (!same) {
+    metadata_.Forget(e.ino, 1);
+    return Fail(Code::kAlreadyExists, name + " exists, and not as this request would have made it");
+  }
+  return e;
+}
+
+Result<InodeAttr> VolumeFs::LinkedBefore(uint64_t ino, uint64_t new_parent,
+                                         const std::string& new_name) {
+  SPOKE_TRY(auto e, metadata_.LookupOnHub(new_parent, new_name, /*hold=*/true));
+  if (e.ino != ino) {
+    metadata_.Forget(e.ino, 1);
+    return Fail(Code::kAlreadyExists, new_name + " exists, and is another file");
+  }
+  return e;
 }
 
 }  // namespace spoke::agent

@@ -477,11 +477,18 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
   ForPath(path).Submit(job);
 }
 
-Status LibnfsRemote::Fsync(const std::string& path) {
+Status LibnfsRemote::Fsync(const std::string& path) { return FsyncOn(Writer(), path); }
+
+Status LibnfsRemote::FsyncAs(const Credentials& who, const std::string& path) {
+  auto conn = ForIdentity(who);
+  return FsyncOn(*conn, path);
+}
+
+Status LibnfsRemote::FsyncOn(NfsConnection& conn, const std::string& path) {
   auto job = NewJob("COMMIT", path, false, config_.request_timeout_seconds);
   std::string key = path;
   auto r = RunBlocking<Unit>(
-      Writer(), in_flight_, job,
+      conn, in_flight_, job,
       [key](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
             const std::function<void(Unit)>& deliver) {
         c.GetHandle(key, true,

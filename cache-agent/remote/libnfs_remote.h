@@ -138,6 +138,7 @@ class LibnfsRemote final : public RemoteFs {
   Status UnlinkAs(const Credentials& who, const std::string& path) override;
   Status RmdirAs(const Credentials& who, const std::string& path) override;
   Status RenameAs(const Credentials& who, const std::string& from, const std::string& to) override;
+  Status FsyncAs(const Credentials& who, const std::string& path) override;
 
   // The identity a caller's request reaches the hub with under this config.
   Credentials EffectiveIdentity(const Credentials& who) const;
@@ -188,6 +189,7 @@ class LibnfsRemote final : public RemoteFs {
   Status UnlinkOn(NfsConnection& c, const std::string& path);
   Status RmdirOn(NfsConnection& c, const std::string& path);
   Status RenameOn(NfsConnection& c, const std::string& from, const std::string& to);
+  Status FsyncOn(NfsConnection& c, const std::string& path);
   Result<FileAttr> StatOn(NfsConnection& c, const std::string& path);
   void InvalidateEverywhere(const std::string& path);
   // Loop thread of `c`. Calls k with the directory's handle, or an empty one when it is

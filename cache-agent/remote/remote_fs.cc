@@ -73,6 +73,7 @@ Result<FileAttr> RemoteFs::SetAttrAs(const Credentials&, const std::string&,
                                      const SetAttrRequest&) {
   return std::unexpected(NotSupported("setattr"));
 }
+Status RemoteFs::FsyncAs(const Credentials&, const std::string& path) { return Fsync(path); }
 Status RemoteFs::UnlinkAs(const Credentials&, const std::string&) {
   return std::unexpected(NotSupported("unlink"));
 }

@@ -190,6 +190,9 @@ class RemoteFs {
   virtual Status RmdirAs(const Credentials& who, const std::string& path);
   // Atomic on the hub; replaces an existing file, or an empty directory when `from` is one.
   virtual Status RenameAs(const Credentials& who, const std::string& from, const std::string& to);
+  // fsync for the writer `who`: the open behind the COMMIT is checked against its identity,
+  // not the agent's. The default (a RemoteFs without identities) is Fsync(path).
+  virtual Status FsyncAs(const Credentials& who, const std::string& path);
 
   // From now on, handles are looked up in `store` (which records those of the listings it
   // applies); nullptr: back to the RemoteFs's own (if any). The store must outlive its use:

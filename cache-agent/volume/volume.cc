@@ -6,6 +6,9 @@
 #include <optional>
 #include <string>
 
+#include "cache-agent/fs/kept_root.h"
+#include "common/log.h"
+
 namespace spoke::agent {
 
 using namespace std::chrono_literals;
@@ -65,10 +68,28 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   mc.walk_concurrency = config.walk_concurrency;
   SPOKE_RETURN_IF_ERROR(mc.Validate());
   vol->metadata_ = std::make_unique<MetadataCache>(*vol->remote_, mc, clock);
-  if (auto st = vol->metadata_->Init(); !st) {
+  if (!config.state_dir.empty()) {
+    auto records = OpenRecords::Open(config.state_dir + "/open-files", /*clear=*/!config.adopted);
+    if (!records) {
+      // Without them a writer's handle would reach the hub as the agent after a restart.
+      return std::unexpected(records.error().Wrap("volume " + config.volume_id +
+                                                  ": the state directory's open records"));
+    }
+    vol->open_records_ = std::move(*records);
+  }
+  const std::string root_file = config.state_dir.empty() ? "" : config.state_dir + "/root";
+  auto kept_root = config.adopted && !root_file.empty() ? LoadRootAttr(root_file) : std::nullopt;
+  if (kept_root) {
+    vol->metadata_->InitFrom(*kept_root);
+  } else if (auto st = vol->metadata_->Init(); !st) {
     Error e = st.error();
     if (e.code() == Code::kTimeout) e = Error(Code::kUnavailable, e.message());
     return std::unexpected(e.Wrap("volume " + config.volume_id + ": root of the volume"));
+  } else if (!root_file.empty()) {
+    if (auto saved = SaveRootAttr(root_file, vol->metadata_->RootAttr()); !saved) {
+      log::Warn("cannot keep the volume root for a restart: one while the hub is down fails",
+                {{"volume", config.volume_id}, {"error", saved.error().ToString()}});
+    }
   }
   // Listed handles live in the metadata cache's inodes. Strict volumes read by path (their
   // remote ignores the store).
@@ -115,6 +136,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
     vol->listeners_->Add(vol->fetcher_->volume_key(), vol->driver_->listener());
 
   VolumeFs::Config vc;
+  vc.open_records = vol->open_records_.get();
   vc.volume_id = config.volume_id;
   vc.read_only = vol->read_only_;
   vc.consistency = context.cache.consistency;

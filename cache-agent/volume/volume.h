@@ -70,6 +70,13 @@ class Volume {
     // Asked before the hub for blocks to fetch (the cluster's peers); null = hub only. Must
     // outlive the volume.
     BlockSource* block_source = nullptr;
+    // The mount's own directory in the agent's state directory: the openers of writable
+    // handles (open-files/, OpenRecords) and the root's attributes (root, kept_root.h) outlive
+    // the agent there. "" = nothing kept. `adopted`: the mount is an earlier agent's
+    // connection taken over: its records are read, and it starts from the kept root without
+    // a hub round trip (the hub may be down); otherwise the directory starts empty.
+    std::string state_dir;
+    bool adopted = false;
     Status Validate() const;
   };
 
@@ -122,6 +129,7 @@ class Volume {
   std::unique_ptr<MetadataCache> metadata_;
   std::unique_ptr<BlockFetcher> fetcher_;
   std::unique_ptr<PrefetchDriver> driver_;
+  std::unique_ptr<OpenRecords> open_records_;  // outlives fs_
   std::unique_ptr<VolumeFs> fs_;
 };
 

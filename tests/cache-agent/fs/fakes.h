@@ -348,7 +348,15 @@ class FakeRemoteFs : public RemoteFs {
     MutexLock lock(mu_);
     return last_who_;
   }
+  void last_who_reset() {
+    MutexLock lock(mu_);
+    last_who_ = Credentials{};
+  }
   Status Fsync(const std::string&) override { return Ok(); }
+  Status FsyncAs(const Credentials& who, const std::string& path) override {
+    Remember(who);
+    return Fsync(path);
+  }
   Result<FsStat> StatFs() override {
     statfs_calls_.fetch_add(1);
     {

@@ -449,3 +449,39 @@ TEST(MetadataCache, ReportsFilesGoneFromTheHubWhileAsked) {
 
 }  // namespace
 }  // namespace spoke::agent
+
+namespace spoke::agent {
+namespace {
+
+// An agent that takes a mount over while the hub is unreachable: the walk, which is how the
+// inodes the kernel still holds are found again, waits for the hub and lists again instead of
+// ending with them unknown for good.
+TEST(MetadataCache, AWalkStartedWhileTheHubIsDownListsAgainWhenItIsBack) {
+  FakeRemoteFs remote;
+  remote.PutFile("d/sub/b", "B");
+  ManualClock clock;
+  uint64_t held;
+  {
+    MetadataCache earlier(remote, {}, clock);
+    ASSERT_TRUE(earlier.Init());
+    auto b = earlier.Resolve("d/sub/b");
+    ASSERT_TRUE(b);
+    held = b->ino;  // a number the kernel keeps across the restart
+  }
+  MetadataCache::Config mc;
+  mc.unknown_inode_wait = 20s;
+  MetadataCache meta(remote, mc, clock);
+  ASSERT_TRUE(meta.Init());
+  meta.AdoptKernelReferences();
+  remote.SetDown(true);
+  meta.StartWalk();
+  EXPECT_FALSE(meta.WaitWalk(1500ms)) << "the walk gave up while the hub was down";
+  remote.SetDown(false);
+  ASSERT_TRUE(meta.WaitWalk(20s));
+  auto attr = meta.GetAttr(held);
+  ASSERT_TRUE(attr) << attr.error().ToString();
+  EXPECT_EQ(attr->size, 1u);
+}
+
+}  // namespace
+}  // namespace spoke::agent

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "cache-agent/cache/block_key.h"
@@ -789,6 +790,60 @@ TEST(VolumeFs, AReopenedHandleOfAFileChangedSinceItWasOpenedFailsInsteadOfMixing
   for (uint64_t h : {c->handle, u->handle, fresh->handle, again->handle}) {
     EXPECT_TRUE(second.fs->Release(h));
   }
+}
+
+// A writer's handle reopened by the next agent acts as it was opened: its writes, appends
+// and fsyncs reach the hub as the caller that opened it (not as the agent), and O_APPEND
+// writes land at the hub's end of file, not at the kernel's idea of it. A writable handle
+// whose opener the next agent cannot know writes nothing.
+TEST(VolumeFs, AReopenedWritableHandleWritesAsItsOpenerAndAppendsAtTheHubsEnd) {
+  char tmpl[] = "/tmp/spoke-volume-fs-XXXXXX";
+  const std::string dir = std::string(::mkdtemp(tmpl)) + "/open-files";
+  auto first_records = OpenRecords::Open(dir, /*clear=*/true);
+  ASSERT_TRUE(first_records);
+  Rig first(Consistency::kStrict, /*read_only=*/false);
+  VolumeFs::Config vc = first.fs->config();
+  vc.open_records = first_records->get();
+  first.fs = std::make_unique<VolumeFs>(vc, first.remote, *first.meta, *first.fetcher, nullptr,
+                                        first.clock);
+  first.remote.PutFile("log.txt", "a\n");
+  first.remote.PutFile("other.txt", "x");
+  first.Init();
+  const Credentials writer{4242, 4243, {7}};
+  auto h = first.fs->Open(first.Ino("log.txt"), O_WRONLY | O_APPEND, writer);
+  ASSERT_TRUE(h) << h.error().ToString();
+  first.remote.PutFile("log.txt", "a\nb\n");  // another node appended meanwhile
+
+  auto second_records = OpenRecords::Open(dir, /*clear=*/false);
+  ASSERT_TRUE(second_records);
+  SecondAgent second(first, Consistency::kStrict);
+  vc.open_records = second_records->get();
+  second.fs = std::make_unique<VolumeFs>(vc, first.remote, *second.meta, *second.fetcher, nullptr,
+                                         first.clock);
+  const uint64_t ino = first.Ino("log.txt");
+  ASSERT_TRUE(second.fs->EnsureHandle(h->handle, ino));
+  auto n = second.fs->Write(h->handle, /*kernel's end of file=*/2, "c\n", 2);
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(first.remote.Data("log.txt"), "a\nb\nc\n");
+  EXPECT_EQ(first.remote.last_who(), writer);
+  first.remote.last_who_reset();
+  ASSERT_TRUE(second.fs->Fsync(h->handle));
+  EXPECT_EQ(first.remote.last_who(), writer) << "the COMMIT is the writer's too";
+  ASSERT_TRUE(second.fs->Release(h->handle));
+  EXPECT_FALSE((*second_records)->Find(h->handle)) << "the record goes with the handle";
+
+  // A writable handle id the first agent kept no record of: no write as anybody else.
+  auto unknown = first.fs->Open(first.Ino("other.txt"), O_WRONLY, writer);
+  ASSERT_TRUE(unknown);
+  (*first_records)->Forget(unknown->handle);
+  ASSERT_TRUE(second.fs->EnsureHandle(unknown->handle, first.Ino("other.txt")));
+  auto refused = second.fs->Write(unknown->handle, 0, "y", 1);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().ToErrno(), EACCES) << refused.error().ToString();
+  EXPECT_EQ(first.remote.Data("other.txt"), "x");
+  EXPECT_TRUE(second.fs->Release(unknown->handle));
+  EXPECT_TRUE(first.fs->Release(unknown->handle));
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
 }
 
 // A new agent (a fresh MetadataCache and VolumeFs over the same hub) resolves the node ids and

@@ -9,6 +9,7 @@
 // SPOKE_RESTART_TEST_SECONDS sets the SIGKILL period (default 30); SPOKE_RESTART_TEST_READERS
 // the number of readers (default 8).
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -525,6 +526,77 @@ TEST_F(AgentRestartTest, WithNoAgentBackTheKeeperReleasesTheMountsSoReadsFailIns
   EXPECT_NE(ReadAll(work_->path() + "/keeper.log").find("no agent took the kept FUSE connections"),
             std::string::npos)
       << ReadAll(work_->path() + "/keeper.log");
+}
+
+// A pod's writer runs as uid 1000, and the agent is killed while the hub is unreachable (a
+// network blip that also made it fall over). The restarted agent takes the connection over
+// without a hub round trip (the mount is never detached), and once the hub answers again the
+// writer's held fd writes and fsyncs as that writer: O_APPEND records land after each other.
+TEST_F(AgentRestartTest, ANonRootWriterKeepsWritingAfterAKillWhileTheHubIsDown) {
+  const std::string dir = hub_->export_dir() + "/u1000";
+  fs::create_directories(dir);
+  ASSERT_EQ(::chown(dir.c_str(), 1000, 1000), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(work_->path().c_str(), 0755), 0);  // uid 1000 walks to the mount
+  ASSERT_GT(StartAgent(), 0);
+  MountScratch();
+  if (HasFatalFailure()) return;
+  const std::string file = mnt_ + "/u1000/records.log";
+  const std::string one = MakeRecord(1), two = MakeRecord(2);
+  // The writer: a child as uid 1000 holding one O_APPEND fd; each byte on `go` writes and
+  // fsyncs the next record and answers 0 or the errno. Only syscalls after fork().
+  int go[2], done[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  pid_t writer = ::fork();
+  if (writer == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(1000) != 0 || ::setuid(1000) != 0) ::_exit(90);
+    int fd = ::open(file.c_str(), O_CREAT | O_WRONLY | O_APPEND | O_CLOEXEC, 0644);
+    for (const std::string* rec : {&one, &two}) {
+      char c;
+      if (::read(go[0], &c, 1) != 1) ::_exit(91);
+      unsigned char answer = 0;
+      if (fd < 0) {
+        answer = static_cast<unsigned char>(errno);
+      } else if (::write(fd, rec->data(), rec->size()) != static_cast<ssize_t>(rec->size())) {
+        answer = static_cast<unsigned char>(errno == 0 ? 255 : errno);
+      } else if (::fsync(fd) != 0) {
+        answer = static_cast<unsigned char>(100 + errno);
+      }
+      if (::write(done[1], &answer, 1) != 1) ::_exit(92);
+    }
+    ::_exit(0);
+  }
+  ASSERT_GT(writer, 0);
+  auto step = [&]() -> int {
+    char c = 'w';
+    if (::write(go[1], &c, 1) != 1) return -1;
+    unsigned char answer = 0;
+    return ::read(done[0], &answer, 1) == 1 ? answer : -2;
+  };
+  EXPECT_EQ(step(), 0) << "first record (errno; 100+: fsync)";
+  WaitKept();
+  if (HasFatalFailure()) return;
+
+  wan_->Freeze(true);  // the hub stops answering, then the agent dies and comes back
+  Stop(agent_pid_, SIGKILL);
+  ASSERT_GT(StartAgent(), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const std::string log = ReadAll(work_->path() + "/agent.log");
+  EXPECT_EQ(log.find("detaching it"), std::string::npos) << Diagnostics();
+  EXPECT_NE(log.find("mount taken over from the previous agent"), std::string::npos)
+      << Diagnostics();
+  wan_->Freeze(false);
+
+  EXPECT_EQ(step(), 0) << "second record after the restart (errno; 100+: fsync)" << Diagnostics();
+  int status = -1;
+  ::waitpid(writer, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
+  EXPECT_TRUE(ReadAll(dir + "/records.log") == one + two) << "the hub's file is not both records";
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/records.log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
 }
 
 // What a read of `n` bytes at `off` may return of a file the hub changed from `v1` to `v2`:
