@@ -354,10 +354,28 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_
   fuse_reply_write(req, *r);
 }
 
+// A request the kernel resent after a takeover that failed as it fails once done: the earlier
+// agent may have carried it out on the hub before it died (VolumeFs::*Before).
+bool ResentAndFailedAs(const Error& e, Code code) {
+  return e.code() == code && fuse::SessionIo::CurrentRequestIsResent();
+}
+
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   auto* self = Self(req);
   auto r = self->fs().Create(parent, name, mode, fi->flags, Caller(req));
+  if (!r && (fi->flags & O_EXCL) && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
+    // The earlier agent's exclusive create: open what it made (never truncated again).
+    if (auto made = self->fs().MadeBefore(parent, name, S_IFREG, Caller(req)); made) {
+      auto opened =
+          self->fs().Open(made->ino, fi->flags & ~(O_CREAT | O_EXCL | O_TRUNC), Caller(req));
+      if (opened) {
+        r = std::make_pair(*made, *opened);
+      } else {
+        self->fs().Forget(made->ino, 1);
+      }
+    }
+  }
   if (!r) return ReplyError(req, "create", r.error());
   auto e = Entry(self, r->first.ino, r->first.attr);
   fi->fh = r->second.handle;
@@ -373,29 +391,47 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   auto* self = Self(req);
   auto r = self->fs().Mkdir(parent, name, mode, Caller(req));
+  if (!r && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
+    if (auto made = self->fs().MadeBefore(parent, name, S_IFDIR, Caller(req))) r = made;
+  }
   if (!r) return ReplyError(req, "mkdir", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto r = Self(req)->fs().Unlink(parent, name, Caller(req));
+  if (!r && ResentAndFailedAs(r.error(), Code::kNotFound) &&
+      Self(req)->fs().RemovedBefore(parent, name)) {
+    r = Ok();
+  }
   ReplyStatus(req, "unlink", r);
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto r = Self(req)->fs().Rmdir(parent, name, Caller(req));
+  if (!r && ResentAndFailedAs(r.error(), Code::kNotFound) &&
+      Self(req)->fs().RemovedBefore(parent, name)) {
+    r = Ok();
+  }
   ReplyStatus(req, "rmdir", r);
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned flags) {
   auto r = Self(req)->fs().Rename(parent, name, newparent, newname, flags, Caller(req));
+  if (!r && ResentAndFailedAs(r.error(), Code::kNotFound) &&
+      Self(req)->fs().RenamedBefore(parent, name, newparent, newname)) {
+    r = Ok();
+  }
   ReplyStatus(req, "rename", r);
 }
 
 void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
   auto* self = Self(req);
   auto r = self->fs().Symlink(parent, name, target, Caller(req));
+  if (!r && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
+    if (auto made = self->fs().MadeBefore(parent, name, S_IFLNK, Caller(req), target)) r = made;
+  }
   if (!r) return ReplyError(req, "symlink", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
@@ -409,6 +445,9 @@ void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   auto* self = Self(req);
   auto r = self->fs().Link(ino, newparent, newname, Caller(req));
+  if (!r && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
+    if (auto made = self->fs().LinkedBefore(ino, newparent, newname)) r = made;
+  }
   if (!r) return ReplyError(req, "link", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
@@ -416,6 +455,9 @@ void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* ne
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   auto* self = Self(req);
   auto r = self->fs().Mknod(parent, name, mode, rdev, Caller(req));
+  if (!r && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
+    if (auto made = self->fs().MadeBefore(parent, name, mode, Caller(req))) r = made;
+  }
   if (!r) return ReplyError(req, "mknod", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,43 @@ namespace {
 
 // From Linux 6.9's uapi fuse.h; the build host's headers may predate it.
 constexpr int32_t kNotifyResend = 7;
+// From Linux 6.9's: a resent request's unique has this bit set.
+constexpr uint64_t kUniqueResend = 1ull << 63;
+thread_local bool t_request_resent = false;
+// From Linux 6.6's: INIT flag bit 36 (bit 4 of flags2), MAP_SHARED of FOPEN_DIRECT_IO files.
+constexpr uint32_t kInitFlags2DirectIoAllowMmap = 1u << (36 - 32);
+
+template <typename T>
+bool ReadAt(const std::string& bytes, size_t at, T* out) {
+  if (bytes.size() < at + sizeof(T)) return false;
+  std::memcpy(out, bytes.data() + at, sizeof(T));
+  return true;
+}
+
+// libfuse 3.14 does not know FUSE_DIRECT_IO_ALLOW_MMAP: the INIT answer gets it here when the
+// kernel offers it, so files opened with direct_io (strict volumes) can be mapped shared
+// (numpy.memmap, safetensors, LMDB). Without it such an mmap fails with ENODEV.
+void AllowSharedMmapOfDirectIo(const std::string& request, std::string& reply) {
+  constexpr size_t in_at = sizeof(fuse_in_header), out_at = sizeof(fuse_out_header);
+  uint32_t in_flags = 0, in_flags2 = 0;
+  if (!ReadAt(request, in_at + offsetof(fuse_init_in, flags), &in_flags) ||
+      !(in_flags & FUSE_INIT_EXT) ||
+      !ReadAt(request, in_at + offsetof(fuse_init_in, flags2), &in_flags2) ||
+      !(in_flags2 & kInitFlags2DirectIoAllowMmap)) {
+    return;  // a kernel before 6.6
+  }
+  fuse_out_header h;
+  uint32_t out_flags = 0, out_flags2 = 0;
+  if (!ReadAt(reply, 0, &h) || h.error != 0 ||
+      !ReadAt(reply, out_at + offsetof(fuse_init_out, flags), &out_flags) ||
+      !ReadAt(reply, out_at + offsetof(fuse_init_out, flags2), &out_flags2)) {
+    return;
+  }
+  out_flags |= FUSE_INIT_EXT;
+  out_flags2 |= kInitFlags2DirectIoAllowMmap;
+  std::memcpy(reply.data() + out_at + offsetof(fuse_init_out, flags), &out_flags, 4);
+  std::memcpy(reply.data() + out_at + offsetof(fuse_init_out, flags2), &out_flags2, 4);
+}
 
 // libfuse hands custom io its session userdata (the filesystem's), not ours: find the
 // SessionIo by the fd it serves.
@@ -328,6 +366,7 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
         init_unique_ = h.unique;
       }
       if (ExpectsReply(h.opcode)) in_flight_.insert(h.unique);
+      t_request_resent = (h.unique & kUniqueResend) != 0;
       --active_reads_;
       cv_.notify_all();
     } else {
@@ -336,6 +375,8 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
     return got;
   }
 }
+
+bool SessionIo::CurrentRequestIsResent() { return t_request_resent; }
 
 ssize_t SessionIo::Writev(struct iovec* iov, int count) {
   fuse_out_header h{};
@@ -349,8 +390,10 @@ ssize_t SessionIo::Writev(struct iovec* iov, int count) {
       reply.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
     }
     ssize_t rc = static_cast<ssize_t>(total);
+    AllowSharedMmapOfDirectIo(init_.request, reply);
     if (mode_ == Mode::kNewMount) {
-      rc = ::writev(io_fd_.get(), iov, count);
+      rc = ::write(io_fd_.get(), reply.data(), reply.size());
+      if (rc == static_cast<ssize_t>(reply.size())) rc = static_cast<ssize_t>(total);
       init_.reply = std::move(reply);
     } else {
       // The kernel finished this INIT long ago: swallow the answer, and compare it.

@@ -111,6 +111,11 @@ class SessionIo {
 
   // Requests read and not yet answered.
   size_t in_flight() const;
+  // Whether the request this thread read last is one the kernel resent after a takeover
+  // (FUSE_NOTIFY_RESEND marks its unique): an earlier agent may have carried it out on the
+  // hub before it died. libfuse serves a request on the thread that read it, so an operation
+  // handler asks this about its own request.
+  static bool CurrentRequestIsResent();
   // SessionIo's own duplicate of the connection (valid while it lives): what the keeper keeps.
   int fd() const { return io_fd_.get(); }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
@@ -515,6 +516,47 @@ TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
   if (fd >= 0) ::close(fd);
   ASSERT_EQ(::unlink(file.c_str()), 0);
   ASSERT_EQ(::unlink((mnt.path() + "/other-node.lock").c_str()), 0);
+  ASSERT_TRUE(vol->Unmount());
+}
+
+// What a non-root training pod does on a strict scratch volume (default hub identity: the
+// caller): fsync its own file (the COMMIT goes as the writer, not the agent), and map a file
+// shared (numpy.memmap, safetensors, LMDB) although strict opens bypass the page cache:
+// the agent negotiates FUSE_DIRECT_IO_ALLOW_MMAP, and msync puts the mapped writes on the hub.
+TEST_F(FuseMount, ANonRootOwnerFsyncsAndMapsSharedOnAStrictScratchVolume) {
+  testing::TempDir mnt("spoke-mnt");
+  auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.cache.consistency = Consistency::kStrict;
+  auto vol = MountAt("vol-mmap", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  const std::string file = mnt.path() + "/mapped.bin";
+  constexpr size_t kSize = 3 * 4096;
+  int rc = RunAs(1000, [&] {
+    int fd = ::open(file.c_str(), O_CREAT | O_RDWR, 0644);
+    if (fd < 0) return 1;
+    std::string zeros(kSize, 'a');
+    if (::write(fd, zeros.data(), kSize) != static_cast<ssize_t>(kSize)) return 2;
+    if (::fsync(fd) != 0) return 3;
+    void* m = ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return errno == ENODEV ? 4 : 5;
+    std::memcpy(static_cast<char*>(m) + 4096, "shared", 6);
+    if (::msync(m, kSize, MS_SYNC) != 0) return 6;
+    if (::munmap(m, kSize) != 0 || ::close(fd) != 0) return 7;
+    return 0;
+  });
+  ASSERT_EQ(rc, 0) << "step that failed in the uid-1000 child (3: fsync, 4: mmap ENODEV)";
+  std::string want(kSize, 'a');
+  want.replace(4096, 6, "shared");
+  EXPECT_EQ(Slurp(hub_->export_dir() + "/scratch/mapped.bin"), want) << "msync reached the hub";
+  // A shared read-only mapping reads the hub's bytes.
+  int fd = ::open(file.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* m = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED) << std::strerror(errno);
+  EXPECT_EQ(std::string(static_cast<const char*>(m), kSize), want);
+  ::munmap(m, kSize);
+  ::close(fd);
+  ASSERT_EQ(::unlink(file.c_str()), 0);
   ASSERT_TRUE(vol->Unmount());
 }
 

@@ -599,6 +599,50 @@ TEST_F(AgentRestartTest, ANonRootWriterKeepsWritingAfterAKillWhileTheHubIsDown) 
   EXPECT_EQ(st.st_uid, 1000u);
 }
 
+// A checkpoint's rename that the dead agent carried out on the hub but never answered: the
+// kernel resends it to the next agent (FUSE_NOTIFY_RESEND), whose RENAME finds no source. It
+// answers as the first one would have (done), not ENOENT for a rename that happened.
+TEST_F(AgentRestartTest, ACheckpointRenameTheDeadAgentDidIsAnsweredDoneWhenResent) {
+  // 150 ms each way: the rename's reply is still on the link when the hub has it.
+  wan_ = spoke::testing::WanProxy::Start(*hub_, 150);
+  ASSERT_NE(wan_, nullptr);
+  fs::create_directories(hub_->export_dir() + "/ckpt");
+  fs::permissions(hub_->export_dir() + "/ckpt", fs::perms::all);  // root reaches the hub as hubUid
+  std::ofstream(hub_->export_dir() + "/ckpt/step-100.tmp") << "weights";
+  ASSERT_GT(StartAgent(), 0);
+  MountScratch();
+  if (HasFatalFailure()) return;
+  const std::string from = mnt_ + "/ckpt/step-100.tmp", to = mnt_ + "/ckpt/step-100.pt";
+  struct stat st;
+  ASSERT_EQ(::stat(from.c_str(), &st), 0) << std::strerror(errno);  // the kernel knows both
+  ASSERT_NE(::stat(to.c_str(), &st), 0);
+  WaitKept();
+  if (HasFatalFailure()) return;
+  pid_t renamer = ::fork();
+  if (renamer == 0) ::_exit(::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno);
+  ASSERT_GT(renamer, 0);
+  // The moment the hub has renamed, the agent dies: its answer is 150 ms away.
+  const std::string hub_to = hub_->export_dir() + "/ckpt/step-100.pt";
+  bool done_on_hub = false;
+  int status = -1;
+  pid_t early = 0;
+  for (int i = 0; i < 6000 && !done_on_hub && early == 0; ++i) {
+    done_on_hub = fs::exists(hub_to);
+    if (!done_on_hub) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    early = ::waitpid(renamer, &status, WNOHANG);
+  }
+  Stop(agent_pid_, SIGKILL);
+  ASSERT_EQ(early, 0) << "answered before the agent died: status " << status << Diagnostics();
+  ASSERT_TRUE(done_on_hub) << "the rename never reached the hub" << Diagnostics();
+  ASSERT_GT(StartAgent(), 0);
+  ::waitpid(renamer, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "the resent rename answered " << std::strerror(WEXITSTATUS(status)) << Diagnostics();
+  EXPECT_EQ(ReadAll(mnt_ + "/ckpt/step-100.pt"), "weights");
+  EXPECT_NE(::stat(from.c_str(), &st), 0);
+}
+
 // What a read of `n` bytes at `off` may return of a file the hub changed from `v1` to `v2`:
 // the bytes of one version there, or right bytes of the old one up to where an error stops
 // the kernel (it returns what its pages gave before the failed request as a short read; the
