@@ -115,7 +115,12 @@ class VolumeFs {
                                                 uint32_t mode, int flags) {
     return Create(parent, name, mode, flags, Credentials{});
   }
-  Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size);
+  // `resent`: the kernel resent this write after a takeover, and the earlier agent may have
+  // made it already. An O_APPEND handle then writes it at `offset` (the kernel's end of file
+  // when it was first sent) instead of at the hub's end: made again in place, not appended
+  // twice.
+  Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size,
+                       bool resent = false);
   // Namespace and attribute changes, made on the hub as `who` (the overloads without it: as
   // the agent, see Open). Rmdir of a non-empty directory: kNotEmpty.
   Result<InodeAttr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode,

@@ -45,7 +45,8 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
   return std::make_pair(ia, out);
 }
 
-Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* data, size_t size) {
+Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* data, size_t size,
+                               bool resent) {
   auto h = Get(handle);
   if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
   if (h->hints) {
@@ -67,7 +68,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
   }
   size_t n = 0;
   uint64_t end = 0;
-  if (h->append) {
+  if (h->append && !resent) {
     // The kernel's offset is its own idea of the end; another node may have appended since.
     SPOKE_TRY(end, remote_.AppendAs(h->who, path, data, size));
     n = size;
@@ -81,7 +82,7 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
     MutexLock lock(mu_);
     first_write = !h->written;
     h->written = true;
-    new_size = h->append ? end : std::max<uint64_t>(h->file.size, end);
+    new_size = h->append && !resent ? end : std::max<uint64_t>(h->file.size, end);
   }
   if (first_write) DropBlocks(file_id);
   MarkChanged(h->ino, new_size);

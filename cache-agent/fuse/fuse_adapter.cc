@@ -349,7 +349,8 @@ void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info* fi) {
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
              fuse_file_info* fi) {
   if (!EnsureHandle(req, "write", ino, fi)) return;
-  auto r = Self(req)->fs().Write(fi->fh, static_cast<uint64_t>(off), data, size);
+  auto r = Self(req)->fs().Write(fi->fh, static_cast<uint64_t>(off), data, size,
+                                 fuse::SessionIo::CurrentRequestIsResent());
   if (!r) return ReplyError(req, "write", r.error());
   fuse_reply_write(req, *r);
 }

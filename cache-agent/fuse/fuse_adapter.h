@@ -56,6 +56,9 @@ class FuseAdapter {
     // Kernels without FUSE_NOTIFY_RESEND: how long requests an earlier agent read may stay
     // unanswered after a takeover before the connection is aborted (never an unbounded hang).
     std::chrono::milliseconds orphan_grace{10000};
+    // Then the connection is sampled this often until it was seen idle often enough to tell
+    // (OrphanCheck). A connection with orphans goes idle soon: their callers wait.
+    std::chrono::milliseconds orphan_sample_every{250};
     // Set as the mount's kernel read-ahead window once INIT is answered (INIT caps it at
     // max_readahead; /sys/class/bdi/<dev>/read_ahead_kb raises it). 0 = the kernel's default.
     uint64_t kernel_read_ahead_bytes = 0;

@@ -15,6 +15,7 @@
 
 #include "cache-agent/fuse/fuse_adapter.h"
 #include "cache-agent/fuse/fuse_ops.h"
+#include "cache-agent/fuse/orphan_check.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -154,10 +155,10 @@ Result<std::unique_ptr<FuseAdapter>> FuseAdapter::Adopt(VolumeFs& fs, const Opti
   return a;
 }
 
-// Requests the dead agent read are on the connection's processing list forever (no resend):
-// the kernel's count of waiting requests stays above what this agent has in flight. Sampled
-// after the grace period, three times a second apart, so that requests merely queued for our
-// readers do not count; then the connection is aborted (ECONNABORTED to those callers).
+// Requests the dead agent read are on the connection's processing list forever (no resend).
+// After the grace period the connection is sampled (OrphanCheck: only moments when this agent
+// is idle count) until it is known to hold orphans, then aborted (ECONNABORTED to their
+// callers), or known to hold none.
 void FuseAdapter::WatchOrphans() {
   MutexLock wl(watch_mu_);
   const auto stopped = [&]() REQUIRES(watch_mu_) { return watch_stop_; };
@@ -168,15 +169,21 @@ void FuseAdapter::WatchOrphans() {
               {{"target", options_.mountpoint}, {"error", dir.error().message()}});
     return;
   }
-  int above = 0;
-  for (int i = 0; i < 3; ++i) {
-    if (i > 0 && watch_cv_.wait_for(wl, std::chrono::seconds(1), stopped)) return;
-    uint64_t waiting = 0;
-    std::ifstream(*dir + "/waiting") >> waiting;
-    size_t ours = io_ ? io_->in_flight() : 0;
-    if (waiting > ours) ++above;
+  OrphanCheck check;
+  auto verdict = OrphanCheck::Verdict::kUndecided;
+  while (verdict == OrphanCheck::Verdict::kUndecided) {
+    if (watch_cv_.wait_for(wl, options_.orphan_sample_every, stopped)) return;
+    if (!io_) return;
+    // Idle on both sides of the read of `waiting`: nothing was read or queued meanwhile.
+    OrphanCheck::Sample s;
+    s.in_flight = io_->in_flight();
+    s.readable = io_->Readable();
+    std::ifstream(*dir + "/waiting") >> s.waiting;
+    s.in_flight += io_->in_flight();
+    s.readable = s.readable || io_->Readable();
+    verdict = check.Add(s);
   }
-  if (above < 3) {
+  if (verdict == OrphanCheck::Verdict::kNone) {
     log::Info("no orphaned FUSE requests after the takeover", {{"target", options_.mountpoint}});
     return;
   }

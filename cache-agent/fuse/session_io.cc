@@ -378,6 +378,11 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
 
 bool SessionIo::CurrentRequestIsResent() { return t_request_resent; }
 
+bool SessionIo::Readable() const {
+  pollfd p{io_fd_.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
 ssize_t SessionIo::Writev(struct iovec* iov, int count) {
   fuse_out_header h{};
   if (count > 0 && iov[0].iov_len >= sizeof(h)) std::memcpy(&h, iov[0].iov_base, sizeof(h));

@@ -111,6 +111,8 @@ class SessionIo {
 
   // Requests read and not yet answered.
   size_t in_flight() const;
+  // A request is queued for this process's readers now (poll, no wait).
+  bool Readable() const;
   // Whether the request this thread read last is one the kernel resent after a takeover
   // (FUSE_NOTIFY_RESEND marks its unique): an earlier agent may have carried it out on the
   // hub before it died. libfuse serves a request on the thread that read it, so an operation

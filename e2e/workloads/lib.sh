@@ -194,7 +194,8 @@ wl_start_reader() {
   done
 }
 
-# wl_reader_report: the reader's passes, summarised (ok / failed, and the first failures).
+# wl_reader_report: the reader's passes, summarised (ok / failed, and the first failures);
+# fails when a pass failed or none passed.
 wl_reader_report() {
   local lines ok failed
   lines=$(kubectl -n "$NS" logs spoke-reader)
@@ -207,12 +208,12 @@ wl_reader_report() {
     while read -r l; do log "  reader (last ok pass): $l"; done
   awk '/ FAIL:/ { last = $0 } END { if (last != "") print last }' <<<"$lines" |
     while read -r l; do log "  reader (last failed pass): $l"; done
-  return 0
+  [ "$failed" -eq 0 ] && [ "$ok" -gt 0 ]
 }
 
 # wl_delete_agent_under_reader: deletes the agent pod of the reader's node while the reader
-# reads, waits for the DaemonSet's replacement, and reports what the reader saw. (Reported,
-# not asserted: mounts do not survive an agent restart yet.)
+# reads, waits for the DaemonSet's replacement; every pass of the reader must succeed (the
+# node plugin keeps the connections, the new agent takes them over).
 wl_delete_agent_under_reader() {
   local node agent new
   wl_start_reader 40
@@ -230,8 +231,10 @@ wl_delete_agent_under_reader() {
   log "replacement agent $new Ready"
   kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded pod/spoke-reader \
     --timeout=120s >/dev/null 2>&1 || log "reader pod did not finish cleanly (phase $(kubectl -n "$NS" get pod spoke-reader -o jsonpath='{.status.phase}'))"
-  wl_reader_report
+  local clean=0
+  wl_reader_report || clean=$?
   kubectl -n "$NS" delete pod spoke-reader --wait --timeout="$TIMEOUT" >/dev/null
+  [ $clean -eq 0 ] || die "the reader saw failed passes while its agent pod was replaced"
 }
 
 # wl_restart_node_plugin: deletes the node plugin pod of every node, waits for the rollout,

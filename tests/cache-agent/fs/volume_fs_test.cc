@@ -826,6 +826,10 @@ TEST(VolumeFs, AReopenedWritableHandleWritesAsItsOpenerAndAppendsAtTheHubsEnd) {
   ASSERT_TRUE(n) << n.error().ToString();
   EXPECT_EQ(first.remote.Data("log.txt"), "a\nb\nc\n");
   EXPECT_EQ(first.remote.last_who(), writer);
+  // The same write resent by the kernel (this agent may die before answering it): made again
+  // where the kernel first put it, never appended a second time.
+  ASSERT_TRUE(second.fs->Write(h->handle, 4, "c\n", 2, /*resent=*/true));
+  EXPECT_EQ(first.remote.Data("log.txt"), "a\nb\nc\n");
   first.remote.last_who_reset();
   ASSERT_TRUE(second.fs->Fsync(h->handle));
   EXPECT_EQ(first.remote.last_who(), writer) << "the COMMIT is the writer's too";
