@@ -50,22 +50,33 @@ build() { # dir "ninja targets (empty: all)" extra-cmake-args...
   ninja -C "$dir" -j"$jobs" $targets
 }
 
+# The sanitizer and clang trees build in the background at the lowest CPU priority while the
+# tests of the tree before them run: those tests mostly wait (WAN delays, hub restarts,
+# Kubernetes start-up), and a nice 19 build takes only the CPU they leave.
+bg_build() { # log dir "targets" extra-cmake-args...: starts the build; its pid in $bg_pid
+  local log=$1; shift
+  (renice -n 19 -p $BASHPID >/dev/null; build "$@") >"$log" 2>&1 &
+  bg_pid=$!
+}
+wait_build() { # pid log name: waits for a background build; false (log shown) if it failed
+  local pid=$1 log=$2 name=$3
+  if wait "$pid"; then return 0; fi
+  echo "test.sh: the $name build failed:" >&2
+  tail -n 60 "$log" >&2
+  return 1
+}
+
 build build/ci "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 stage "build (gcc, -Werror)"
 status=0
-(cd build/ci && ctest --output-on-failure -j2 --timeout 900 "$@") || status=$?
-stage "ctest: every label"
-
+mkdir -p build
 if [ $sanitize -eq 1 ]; then
   # -O2: sanitizer checks stay, and the FUSE/WAN integration tests finish in time.
-  build build/asan "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOKE_SANITIZE=ON
-  stage "build (ASan + UBSan)"
-  # ASan cannot run under csi-sanity's timing or the chart tests' tools: unit + integration,
-  # and the fault soak (its agent, keeper and FUSE mounts under ASan: issue 14 asks for it).
-  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
-  (cd build/asan && ctest --output-on-failure -j2 --timeout 900 -L 'unit|integration|soak' "$@") || status=$?
-  stage "ctest under ASan"
+  bg_build build/asan-build.log build/asan "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOKE_SANITIZE=ON
+  asan_pid=$bg_pid
 fi
+(cd build/ci && ctest --output-on-failure -j2 --timeout 900 "$@") || status=$?
+stage "ctest: every label (+ ASan build behind)"
 
 # ThreadSanitizer on the unit tests, in a clang tree that also checks -Wthread-safety with
 # -Werror (a member read without its lock fails the build). spoke_unit_tests is every library
@@ -73,20 +84,49 @@ fi
 # servers, and their main()s carry no lock annotations). scripts/tsan.supp: reports inside
 # Debian's uninstrumented gRPC, which TSan cannot see order anything (the file says what that
 # hides). llvm-symbolizer-19 (install-deps) names the frames the suppressions match.
-build build/tsan spoke_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-19 \
-  -DCMAKE_CXX_COMPILER=clang++-19 -DSPOKE_TSAN=ON
-stage "build (clang TSan, unit tests)"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
-(cd build/tsan && ctest --output-on-failure -j2 --timeout 900 -L unit "$@") || status=$?
-stage "ctest under TSan (unit)"
+tsan_build() {
+  bg_build build/tsan-build.log build/tsan spoke_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 -DSPOKE_TSAN=ON
+  tsan_pid=$bg_pid
+}
+
+if [ $sanitize -eq 1 ]; then
+  asan_ok=1
+  wait_build "$asan_pid" build/asan-build.log "ASan + UBSan" || { status=1; asan_ok=0; }
+  stage "waiting for the ASan build"
+  tsan_build
+  if [ $asan_ok -eq 1 ]; then
+    # ASan cannot run under csi-sanity's timing or the chart tests' tools: unit + integration,
+    # and the fault soak (its agent, keeper and FUSE mounts under ASan).
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+    (cd build/asan && ctest --output-on-failure -j2 --timeout 900 -L 'unit|integration|soak' "$@") ||
+      status=$?
+  fi
+  stage "ctest under ASan (+ TSan build behind)"
+else
+  tsan_build
+fi
 
 # Fuzzing: each libFuzzer harness for a bounded time from its corpus in fuzz/corpus/, under ASan
 # + UBSan. A tree of its own because ASan and TSan exclude each other, and the harnesses are
 # single-threaded parsers: TSan finds nothing there, ASan finds their bugs. Only the harnesses
 # and the libraries they reach are built (83 build steps of the 147 of a full tree).
-build build/fuzz spoke_fuzzers -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-19 \
-  -DCMAKE_CXX_COMPILER=clang++-19 -DSPOKE_FUZZ=ON -DSPOKE_BUILD_TESTS=OFF
-stage "build (clang fuzzers)"
-(cd build/fuzz && ctest --output-on-failure -L fuzz) || status=$?
+tsan_ok=1
+wait_build "$tsan_pid" build/tsan-build.log "ThreadSanitizer" || { status=1; tsan_ok=0; }
+stage "waiting for the TSan build"
+bg_build build/fuzz-build.log build/fuzz spoke_fuzzers -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 -DSPOKE_FUZZ=ON -DSPOKE_BUILD_TESTS=OFF
+fuzz_pid=$bg_pid
+if [ $tsan_ok -eq 1 ]; then
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
+  (cd build/tsan && ctest --output-on-failure -j2 --timeout 900 -L unit "$@") || status=$?
+fi
+stage "ctest under TSan (unit; + fuzz build behind)"
+if wait_build "$fuzz_pid" build/fuzz-build.log "fuzzer"; then
+  stage "waiting for the fuzz build"
+  (cd build/fuzz && ctest --output-on-failure -L fuzz) || status=$?
+else
+  status=1
+fi
 stage "fuzzing"
 exit $status
