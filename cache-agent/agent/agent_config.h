@@ -56,6 +56,17 @@ const std::vector<std::string>& EvictionPolicyNames();
 // The smallest memoryBudgetBytes, in blocks.
 inline constexpr uint64_t kMinMemoryBudgetBlocks = 16;
 
+// readAheadMaxBytes when unset: 64 MiB, or half of the cache when that is less (the bound a
+// value set must keep), in whole blocks. Any cache the agent accepts (64 blocks or more)
+// starts with no other key set.
+inline constexpr uint64_t kDefaultReadAheadMaxBytes = 64ull << 20;
+uint64_t DefaultReadAheadMaxBytes(uint64_t cache_size_bytes, uint32_t block_size_bytes);
+// The bytes of prefetch a volume may have in flight (not a key): 256 MiB, or a quarter of the
+// cache (a volume's share of it for prefetches) when that is less, at least the read-ahead
+// window: prefetching more than the cache can keep only evicts it again.
+inline constexpr uint64_t kDefaultPrefetchBytesMax = 256ull << 20;
+uint64_t DefaultPrefetchBytesMax(uint64_t cache_size_bytes, uint64_t read_ahead_max_bytes);
+
 struct AgentConfig {
   std::string socket = "/run/spoke/agent.sock";    // agent API, root only (0600)
   std::string cache_dir = "/var/cache/spoke";      // NVMe hostPath in production
@@ -65,8 +76,9 @@ struct AgentConfig {
   std::string state_dir = "/var/lib/spoke";        // mounts.json survives agent restarts
   log::Level log_level = log::Level::kInfo;
   HubPoolConfig hub;
-  // Upper bound of the per-file sequential read-ahead window.
-  uint64_t read_ahead_max_bytes = 64ull << 20;
+  // Upper bound of the per-file sequential read-ahead window; unset = derived from the cache
+  // size (DefaultReadAheadMaxBytes).
+  uint64_t read_ahead_max_bytes = kDefaultReadAheadMaxBytes;
   // The kernel's read-ahead window on each FUSE mount (its bdi's read_ahead_kb). The kernel
   // starts FUSE mounts at 128 KiB: a sequential reader then has one or two 1 MiB requests out
   // at a time, each waiting for a cache-disk read; a wider window lets it send more at once,
