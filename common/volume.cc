@@ -249,6 +249,36 @@ Result<std::string> NormalizeRelativePath(std::string_view path, std::string_vie
   return std::string(trimmed);
 }
 
+Result<std::string> NormalizePathInVolume(std::string_view path, std::string_view what) {
+  if (path.size() > 1024) return std::unexpected(Invalid(what, "longer than 1024 characters"));
+  for (char c : path) {  // before any message quotes the path
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return std::unexpected(Invalid(what, "contains a control character"));
+    }
+  }
+  const bool absolute = !path.empty() && path.front() == '/';
+  std::string joined;
+  for (std::string_view part : Split(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      return std::unexpected(Invalid(
+          what, "'..' is not allowed (a path in the volume never goes above its root), got '" +
+                    std::string(path) + "'"));
+    }
+    if (absolute) {
+      return std::unexpected(
+          Invalid(what,
+                  "must be relative to the volume root (e.g. train or train/cats; \"/\" or \".\" "
+                  "is the whole volume), got absolute '" +
+                      std::string(path) + "'"));
+    }
+    if (!joined.empty()) joined.push_back('/');
+    joined.append(part);
+  }
+  // The same checks as every relative path ("..", characters, lengths), on the tidy form.
+  return NormalizeRelativePath(joined, what);
+}
+
 Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   static const std::vector<std::string_view> kKnown = {
       kParamServer,     kParamShare,       kParamNfsPort,     kParamMountPort,  kParamMode,

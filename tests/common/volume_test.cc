@@ -132,6 +132,59 @@ TEST(NormalizeRelativePathTest, Rules) {
   }
 }
 
+// Paths as people type them (warm-up and evict prefixes, hints): the root and the "./",
+// trailing and double slashes are forgiven; ".." and absolute paths are not.
+TEST(NormalizePathInVolumeTest, ForgivesTheUsualSpellings) {
+  const std::pair<std::string, std::string> ok[] = {
+      {"", ""},
+      {".", ""},
+      {"./", ""},
+      {"/", ""},
+      {"//", ""},
+      {"/.", ""},
+      {"./.", ""},
+      {"sub", "sub"},
+      {"sub/", "sub"},
+      {"./sub", "sub"},
+      {"./sub/", "sub"},
+      {"sub//x", "sub/x"},
+      {"sub/./x", "sub/x"},
+      {"a/b/c", "a/b/c"},
+      {"...", "..."},
+      {".hidden", ".hidden"},
+  };
+  for (const auto& [in, want] : ok) {
+    auto r = NormalizePathInVolume(in, "prefix");
+    ASSERT_TRUE(r) << "'" << in << "': " << r.error().message();
+    EXPECT_EQ(*r, want) << "'" << in << "'";
+    // What it returns is what the strict check accepts unchanged.
+    EXPECT_EQ(NormalizeRelativePath(*r, "p").value_or("<refused>"), *r) << in;
+  }
+  const std::string bad[] = {"..",
+                             "../x",
+                             "a/..",
+                             "a/../b",
+                             "./..",
+                             "/..",
+                             "/etc",
+                             "/a/b",
+                             "//a",
+                             "a\nb",
+                             "a|b",
+                             "a\\b",
+                             std::string(1025, 'a'),
+                             "a/" + std::string(256, 'b')};
+  for (const std::string& in : bad) {
+    auto r = NormalizePathInVolume(in, "prefix");
+    ASSERT_FALSE(r) << "'" << in << "' = '" << *r << "'";
+    EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.error().message().find("prefix"), std::string::npos) << r.error().message();
+  }
+  EXPECT_NE(NormalizePathInVolume("/etc", "p").error().message().find("whole volume"),
+            std::string::npos);
+  EXPECT_NE(NormalizePathInVolume("a/../b", "p").error().message().find("'..'"), std::string::npos);
+}
+
 TEST(VolumeIdTest, RoundTrip) {
   VolumeId id{HubAddress{"hub.example.com", 20491, 20492, "/srv/export"}, VolumeMode::kScratch,
               OnDelete::kArchive, "teams/ml/pvc-1"};
