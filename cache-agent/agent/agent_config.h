@@ -66,6 +66,8 @@ uint64_t DefaultReadAheadMaxBytes(uint64_t cache_size_bytes, uint32_t block_size
 // window: prefetching more than the cache can keep only evicts it again.
 inline constexpr uint64_t kDefaultPrefetchBytesMax = 256ull << 20;
 uint64_t DefaultPrefetchBytesMax(uint64_t cache_size_bytes, uint64_t read_ahead_max_bytes);
+// fuseKeeperSocket when unset.
+inline constexpr char kDefaultFuseKeeperSocket[] = "/run/spoke/fuse-keeper.sock";
 
 struct AgentConfig {
   std::string socket = "/run/spoke/agent.sock";    // agent API, root only (0600)
@@ -92,10 +94,12 @@ struct AgentConfig {
   // to mount elsewhere is refused, whoever sends it.
   std::vector<std::string> mount_roots = {"/var/lib/kubelet", "/mnt/spoke"};
   // The fd keeper that holds a duplicate of each mount's /dev/fuse fd, so that mounts outlive
-  // this process (docs/agent-restarts.md), e.g. /run/spoke/fuse-keeper.sock. "" (default) =
-  // none: SIGTERM ends the sessions, a restart re-creates the mounts and open files break.
-  // In Kubernetes: the node plugin's socket on a shared hostPath.
-  std::string fuse_keeper_socket;
+  // this process (docs/agent-restarts.md). Default /run/spoke/fuse-keeper.sock: with
+  // fuse_keeper_start, a `spokectl mount` outside Kubernetes survives an agent crash. "" (set
+  // explicitly: `fuseKeeperSocket: ""`) = none: SIGTERM ends the sessions, a restart
+  // re-creates the mounts and open files break. In Kubernetes: the node plugin's socket on a
+  // shared hostPath (the chart sets it, with fuseKeeperStart: false).
+  std::string fuse_keeper_socket = kDefaultFuseKeeperSocket;
   // Start a detached spoke-fuse-keeper at fuse_keeper_socket when none answers (spokectl use
   // outside Kubernetes). Off in the chart: the node plugin is the keeper there.
   bool fuse_keeper_start = true;

@@ -35,7 +35,8 @@ TEST(AgentConfigTest, DefaultsWhenEmpty) {
   EXPECT_EQ(c->read_ahead_max_bytes, 64ull << 20);
   EXPECT_FALSE(c->kernel_read_ahead_bytes.has_value());  // sized from the memory budget
   EXPECT_EQ(c->eviction_policy, "lru");
-  EXPECT_EQ(c->fuse_keeper_socket, "");  // no keeper unless configured
+  // Outside Kubernetes the agent starts a keeper there: spokectl mounts outlive a crash.
+  EXPECT_EQ(c->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
   EXPECT_TRUE(c->fuse_keeper_start);
   EXPECT_EQ(c->handover_timeout_seconds, 5);
   EXPECT_EQ(c->memory_budget_bytes, 0u);  // derived at start
@@ -263,6 +264,26 @@ TEST(AgentConfigTest, SmallCachesStartWithDefaults) {
   auto explicit_ok = Parse("cacheSizeBytes: 98M\nreadAheadMaxBytes: 48MB\n");
   ASSERT_TRUE(explicit_ok) << explicit_ok.error().message();
   EXPECT_EQ(explicit_ok->read_ahead_max_bytes, 48'000'000u);
+}
+
+TEST(AgentConfigTest, FuseKeeperSocketDefaultAndOff) {
+  auto d = Parse("cacheSizeBytes: 1GiB\n");
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->fuse_keeper_socket, std::string(kDefaultFuseKeeperSocket));
+  EXPECT_TRUE(d->fuse_keeper_start);
+  // An explicit empty value turns the keeper off; an empty key (YAML null) is the default.
+  for (const char* off : {"fuseKeeperSocket: \"\"\n", "fuseKeeperSocket: ''\n"}) {
+    auto c = Parse(off);
+    ASSERT_TRUE(c) << off << c.error().message();
+    EXPECT_EQ(c->fuse_keeper_socket, "") << off;
+  }
+  auto null_value = Parse("fuseKeeperSocket:\n");
+  ASSERT_TRUE(null_value) << null_value.error().message();
+  EXPECT_EQ(null_value->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
+  auto own = Parse("fuseKeeperSocket: /tmp/k.sock\nfuseKeeperStart: false\n");
+  ASSERT_TRUE(own) << own.error().message();
+  EXPECT_EQ(own->fuse_keeper_socket, "/tmp/k.sock");
+  EXPECT_FALSE(own->fuse_keeper_start);
 }
 
 TEST(AgentConfigTest, SyntaxErrorNamesTheFile) {
