@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 namespace spoke {
@@ -77,6 +78,37 @@ TEST(VolumeParamsTest, EachBadParameterNamesItself) {
   ExpectRejected(ds, "subDir");
   ds["subDir"] = "../../etc";
   ExpectRejected(ds, "subDir");
+}
+
+// A refusal says what was given and what would be accepted, not only which parameter.
+TEST(VolumeParamsTest, RefusalsSayTheValueAndWhatIsAccepted) {
+  auto error_of = [](std::string k, std::string v) {
+    StringMap m = {{"server", "hub"}, {"share", "/srv/export"}};
+    m[k] = v;
+    auto p = ParseVolumeParams(m);
+    EXPECT_FALSE(p) << k << "=" << v;
+    return p ? std::string() : p.error().message();
+  };
+  const std::tuple<std::string, std::string, std::vector<std::string>> cases[] = {
+      {"nfsPort", "20x", {"parameter nfsPort", "1..65535", "'20x'"}},
+      {"ttlSeconds", "30s", {"parameter ttlSeconds", "1..86400", "'30s'"}},
+      {"hubTimeoutSeconds", "601", {"parameter hubTimeoutSeconds", "1..600", "601"}},
+      {"hubUid", "-1", {"parameter hubUid", "0..4294967294", "-1"}},
+      {"mode", "rw", {"parameter mode", "dataset | scratch", "'rw'"}},
+      {"prefetch", "always", {"parameter prefetch", "off | readahead | auto", "'always'"}},
+      {"allowRoot", "yes", {"parameter allowRoot", "true | false", "'yes'"}},
+      {"server", std::string(254, 'h'), {"parameter server", "at most 253", "254"}},
+      {"subDir", "my dir", {"parameter subDir", "space", "'my dir'"}},
+      {"subDir", "a?b", {"parameter subDir", "'?'", "? & = # %"}},
+      {"share", "srv", {"parameter share", "absolute", "'srv'"}},
+      {"serverr", "x", {"unknown StorageClass parameter 'serverr'", "known: server"}},
+  };
+  for (const auto& [k, v, parts] : cases) {
+    std::string err = error_of(k, v);
+    for (const std::string& part : parts) {
+      EXPECT_NE(err.find(part), std::string::npos) << k << "=" << v << ": " << err;
+    }
+  }
 }
 
 TEST(VolumeParamsTest, ProvisionerMetadataIsNotAnUnknownParameter) {
