@@ -25,6 +25,7 @@ std::string Usage() {
          "  warmup DIR [PREFIX]         fetch everything (under PREFIX) into the cache\n"
          "  evict DIR [PREFIX]          drop cached blocks (under PREFIX)\n"
          "  hint DIR FILE|-             upcoming paths, one per line, in read order\n"
+         "      PREFIX: a path in the volume (train, ./train/, or DIR/train); . or / is all of it\n"
          "  version\n"
          "\n"
          "  --socket PATH   the agent's socket (default " +
