@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -13,7 +14,9 @@ Result<int64_t> ParseInt(std::string_view text, int64_t min, int64_t max) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) {
-    return Fail(Code::kInvalidArgument, "expected an integer, got '" + std::string(text) + "'");
+    return Fail(Code::kInvalidArgument, "expected an integer in " + std::to_string(min) + ".." +
+                                            std::to_string(max) + ", got '" + std::string(text) +
+                                            "'");
   }
   if (v < min || v > max) {
     return Fail(Code::kInvalidArgument, "must be in " + std::to_string(min) + ".." +
@@ -22,42 +25,106 @@ Result<int64_t> ParseInt(std::string_view text, int64_t min, int64_t max) {
   return v;
 }
 
+namespace {
+
+constexpr std::string_view kSizeHelp =
+    "bytes (1048576) or a number and a unit: KiB/Ki, MiB/Mi, GiB/Gi, TiB/Ti (1024^n); "
+    "KB/K/k, MB/M, GB/G, TB/T (1000^n); e.g. 64KiB, 1.5GiB, 98M, 200Gi";
+
+char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool IsSpace(char c) { return c == ' ' || c == '\t'; }
+
+// The multiplier of a size unit, matched without regard to case; 0 when unknown.
+uint64_t SizeUnit(std::string_view unit) {
+  std::string u;
+  for (char c : unit) u.push_back(Lower(c));
+  if (u.empty() || u == "b") return 1;
+  static constexpr std::string_view kLetters = "kmgtp";
+  if (u.size() > 3) return 0;
+  size_t power = kLetters.find(u[0]);
+  if (power == std::string_view::npos) return 0;
+  std::string_view rest = std::string_view(u).substr(1);
+  bool binary = rest == "i" || rest == "ib";
+  if (!binary && !rest.empty() && rest != "b") return 0;
+  uint64_t mult = 1;
+  for (size_t i = 0; i <= power; ++i) mult *= binary ? 1024 : 1000;
+  return mult;
+}
+
+}  // namespace
+
 Result<uint64_t> ParseSize(std::string_view text) {
+  const std::string quoted = "'" + std::string(text) + "'";
+  std::string_view t = text;
+  while (!t.empty() && IsSpace(t.front())) t.remove_prefix(1);
+  while (!t.empty() && IsSpace(t.back())) t.remove_suffix(1);
   size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  while (digits < t.size() && t[digits] >= '0' && t[digits] <= '9') ++digits;
   if (digits == 0) {
-    return Fail(Code::kInvalidArgument, "expected a size like 1048576, 64Ki, 1Mi or 200Gi, got '" +
-                                            std::string(text) + "'");
+    return Fail(Code::kInvalidArgument,
+                "expected a size: " + std::string(kSizeHelp) + "; got " + quoted);
+  }
+  std::string_view whole = t.substr(0, digits);
+  std::string_view fraction;
+  size_t end = digits;
+  if (end < t.size() && t[end] == '.') {
+    size_t f = end + 1;
+    while (f < t.size() && t[f] >= '0' && t[f] <= '9') ++f;
+    fraction = t.substr(end + 1, f - end - 1);
+    if (fraction.empty()) {
+      return Fail(Code::kInvalidArgument, "expected digits after the '.' in " + quoted);
+    }
+    end = f;
+  }
+  std::string_view unit = t.substr(end);
+  while (!unit.empty() && IsSpace(unit.front())) unit.remove_prefix(1);
+  const uint64_t mult = SizeUnit(unit);
+  if (mult == 0) {
+    return Fail(Code::kInvalidArgument, "unknown size unit '" + std::string(unit) + "' in " +
+                                            quoted + " (use " + std::string(kSizeHelp) + ")");
   }
   uint64_t n = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + digits, n);
-  if (ec != std::errc())
-    return Fail(Code::kInvalidArgument, "size out of range: " + std::string(text));
-  std::string_view unit = text.substr(digits);
-  struct Unit {
-    std::string_view name;
-    uint64_t mult;
-  };
-  static constexpr Unit kUnits[] = {{"", 1},
-                                    {"B", 1},
-                                    {"Ki", 1ull << 10},
-                                    {"Mi", 1ull << 20},
-                                    {"Gi", 1ull << 30},
-                                    {"Ti", 1ull << 40},
-                                    {"K", 1000},
-                                    {"k", 1000},
-                                    {"M", 1000000},
-                                    {"G", 1000000000},
-                                    {"T", 1000000000000ull}};
-  for (const Unit& u : kUnits) {
-    if (unit == u.name) {
-      if (n > UINT64_MAX / u.mult)
-        return Fail(Code::kInvalidArgument, "size out of range: " + std::string(text));
-      return n * u.mult;
-    }
+  auto [ptr, ec] = std::from_chars(whole.data(), whole.data() + whole.size(), n);
+  if (ec != std::errc() || n > UINT64_MAX / mult) {
+    return Fail(Code::kInvalidArgument, "size out of range (at most 16 EiB): " + quoted);
   }
-  return Fail(Code::kInvalidArgument, "unknown size unit '" + std::string(unit) + "' in '" +
-                                          std::string(text) + "' (use Ki, Mi, Gi, Ti, K, M, G, T)");
+  uint64_t bytes = n * mult;
+  if (!fraction.empty()) {
+    if (mult == 1) {
+      return Fail(Code::kInvalidArgument, "a size in bytes must be a whole number, got " + quoted +
+                                              " (a fraction needs a unit, e.g. 1.5GiB)");
+    }
+    // fraction * mult / 10^digits, rounded up to a whole byte (as Kubernetes does). 18
+    // digits are exact in 64 bits; any further non-zero digit only rounds up.
+    const bool more = fraction.size() > 18 &&
+                      fraction.substr(18).find_first_not_of('0') != std::string_view::npos;
+    if (fraction.size() > 18) fraction = fraction.substr(0, 18);
+    uint64_t f = 0;
+    std::from_chars(fraction.data(), fraction.data() + fraction.size(), f);
+    unsigned __int128 scale = 1;
+    for (size_t i = 0; i < fraction.size(); ++i) scale *= 10;
+    const unsigned __int128 num = static_cast<unsigned __int128>(f) * mult;
+    const unsigned __int128 part = num / scale + (num % scale != 0 || more ? 1 : 0);
+    if (part > UINT64_MAX - bytes) {
+      return Fail(Code::kInvalidArgument, "size out of range (at most 16 EiB): " + quoted);
+    }
+    bytes += static_cast<uint64_t>(part);
+  }
+  return bytes;
+}
+
+std::string FormatSize(uint64_t bytes) {
+  static constexpr std::string_view kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  std::string out = std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes");
+  int unit = -1;
+  uint64_t v = bytes;
+  while (v != 0 && v % 1024 == 0 && unit + 1 < 5) {
+    v /= 1024;
+    ++unit;
+  }
+  if (unit >= 0) out += " (" + std::to_string(v) + " " + std::string(kUnits[unit]) + ")";
+  return out;
 }
 
 Result<double> ParseDurationSeconds(std::string_view text) {
@@ -80,6 +147,53 @@ Result<double> ParseDurationSeconds(std::string_view text) {
   return Fail(Code::kInvalidArgument,
               "unknown duration unit '" + std::string(unit) + "' (use ms, s, m, h)");
 }
+
+namespace {
+
+// Levenshtein distance, case-insensitive: "did you mean" for a mistyped key.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diag + (Lower(a[i - 1]) == Lower(b[j - 1]) ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "unknown setting; did you mean cacheSizeBytes? (known here: a, b, c)".
+std::string UnknownKeyMessage(const std::string& key, const std::set<std::string>& known) {
+  std::string msg = "unknown setting";
+  const std::string* best = nullptr;
+  size_t best_distance = 0;
+  for (const std::string& k : known) {
+    size_t d = EditDistance(key, k);
+    // A prefix ("cacheSize" for "cacheSizeBytes") or a few typos away.
+    if (k.size() > key.size() && Lower(k[0]) == Lower(key[0]) &&
+        EditDistance(key, k.substr(0, key.size())) == 0) {
+      d = std::min<size_t>(d, 1);
+    }
+    if (d <= std::max<size_t>(2, key.size() / 4) && (best == nullptr || d < best_distance)) {
+      best = &k;
+      best_distance = d;
+    }
+  }
+  if (best != nullptr) msg += "; did you mean " + *best + "?";
+  if (!known.empty()) {
+    std::string list;
+    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    msg += " (known here: " + list + ")";
+  }
+  return msg;
+}
+
+}  // namespace
 
 struct ConfigReader::Shared {
   std::string source;
@@ -128,7 +242,8 @@ void ConfigReader::Reject(std::string_view key, std::string_view why) {
       Error(Code::kInvalidArgument, shared_->source + ": " + Path(key) + ": " + std::string(why)));
 }
 
-bool ConfigReader::Has(std::string_view key) const {
+bool ConfigReader::Has(std::string_view key) {
+  used_.insert(std::string(key));
   return (*node_)[std::string(key)].IsDefined() && !(*node_)[std::string(key)].IsNull();
 }
 
@@ -182,8 +297,10 @@ uint64_t ConfigReader::Size(std::string_view key, uint64_t default_value, uint64
     return default_value;
   }
   if (*r < min || *r > max) {
-    Reject(key, "must be between " + std::to_string(min) + " and " + std::to_string(max) +
-                    " bytes, got " + std::to_string(*r));
+    std::string range = max == UINT64_MAX
+                            ? "at least " + FormatSize(min)
+                            : "between " + FormatSize(min) + " and " + FormatSize(max);
+    Reject(key, "must be " + range + ", got '" + *v + "' = " + FormatSize(*r));
     return default_value;
   }
   return *r;
@@ -256,7 +373,7 @@ Status ConfigReader::Finish() {
       continue;
     }
     const std::string& k = it->first.Scalar();
-    if (!used_.contains(k)) Reject(k, "unknown setting");
+    if (!used_.contains(k)) Reject(k, UnknownKeyMessage(k, used_));
   }
   if (shared_->first_error) return std::unexpected(*shared_->first_error);
   return {};

@@ -20,8 +20,19 @@ class Node;
 
 namespace spoke {
 
-// "4096", "64Ki", "1Mi", "200Gi", "1G" (SI) -> bytes. Errors name the text.
+// A size in bytes as people write it -> bytes. Errors name the text and what is accepted.
+//   plain bytes:            "4096", "4096B"
+//   powers of two (1024^n): "64KiB", "64Ki", "1MiB", "1Mi", "200GiB", "200Gi", "1TiB", "1Ti"
+//   powers of ten (1000^n): "64KB", "64K", "64k", "98MB", "98M", "1GB", "1G", "2TB", "2T"
+//                           (the single letters have always been powers of ten, as
+//                           Kubernetes' k/M/G/T quantities)
+// Units are matched without regard to case ("1gib", "98mb": a size is always bytes, so "b"
+// and "B" both mean bytes, and "m" is mega, never milli), with optional blanks around them
+// ("1 GiB"). A decimal number takes a unit ("1.5GiB", "0.5T") and is rounded up to a whole
+// byte; plain bytes are whole. PB/P/PiB/Pi are accepted too. At most 2^64-1 bytes.
 Result<uint64_t> ParseSize(std::string_view text);
+// "67108864 bytes (64 MiB)": bytes, with the largest exact binary unit when there is one.
+std::string FormatSize(uint64_t bytes);
 // "30", "30s", "500ms", "2m", "1h" -> seconds (a bare number is seconds).
 Result<double> ParseDurationSeconds(std::string_view text);
 // Strict integer parse within [min, max].
@@ -48,7 +59,8 @@ class ConfigReader {
   bool Bool(std::string_view key, bool default_value);
   // A YAML list of scalars; absent -> default_value.
   std::vector<std::string> StringList(std::string_view key, std::vector<std::string> default_value);
-  bool Has(std::string_view key) const;
+  // Whether `key` is set (not null); the key counts as known to Finish() either way.
+  bool Has(std::string_view key);
   // A nested map; absent -> an empty map (all defaults).
   ConfigReader Child(std::string_view key);
 
@@ -70,7 +82,7 @@ class ConfigReader {
   std::shared_ptr<Shared> shared_;
   std::unique_ptr<YAML::Node> node_;
   std::string prefix_;
-  std::set<std::string> used_;
+  std::set<std::string> used_;  // keys read (or asked about): known to Finish()
   bool finished_children_ = false;
   std::vector<std::string> unknown_;
 };

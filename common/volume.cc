@@ -30,7 +30,9 @@ Status CheckServer(std::string_view server) {
   if (server.empty())
     return std::unexpected(Invalid(kParamServer, "is required (the hub's host name or IP)"));
   if (server.size() > 253)
-    return std::unexpected(Invalid(kParamServer, "longer than 253 characters"));
+    return std::unexpected(Invalid(
+        kParamServer,
+        "must be at most 253 characters (a DNS name), got " + std::to_string(server.size())));
   // An IPv6 literal is written [addr]: a bare ':' would read as a port in the libnfs URL.
   bool bracketed = server.size() > 2 && server.front() == '[' && server.back() == ']';
   std::string_view inner = bracketed ? server.substr(1, server.size() - 2) : server;
@@ -195,7 +197,10 @@ Status CheckUrlSafe(std::string_view value, std::string_view what) {
   for (char c : value) {
     auto u = static_cast<unsigned char>(c);
     if (u < 0x20 || u == 0x7f || c == ' ') {
-      return std::unexpected(Invalid(what, "contains whitespace or a control character"));
+      // A space is shown; control characters are not echoed (logs, terminals).
+      return std::unexpected(Invalid(
+          what, c == ' ' ? "contains a space, which is not allowed, in '" + std::string(value) + "'"
+                         : std::string("contains a control character, which is not allowed")));
     }
     if (c == '?' || c == '&' || c == '=' || c == '#' || c == '%') {
       return std::unexpected(Invalid(what, std::string("contains '") + c +
@@ -219,7 +224,10 @@ std::string HubAddress::NfsUrl() const {
 
 Result<std::string> NormalizeRelativePath(std::string_view path, std::string_view what) {
   if (path.empty()) return std::string();
-  if (path.size() > 1024) return std::unexpected(Invalid(what, "longer than 1024 characters"));
+  if (path.size() > 1024) {
+    return std::unexpected(
+        Invalid(what, "must be at most 1024 characters, got " + std::to_string(path.size())));
+  }
   if (path.front() == '/') {
     return std::unexpected(
         Invalid(what, "must be relative to the share, got absolute '" + std::string(path) + "'"));
@@ -244,9 +252,44 @@ Result<std::string> NormalizeRelativePath(std::string_view path, std::string_vie
           Invalid(what, "'..' would escape the share in '" + std::string(path) + "'"));
     }
     if (part.size() > 255)
-      return std::unexpected(Invalid(what, "a path component is longer than 255 characters"));
+      return std::unexpected(
+          Invalid(what, "each path component must be at most 255 characters, got " +
+                            std::to_string(part.size())));
   }
   return std::string(trimmed);
+}
+
+Result<std::string> NormalizePathInVolume(std::string_view path, std::string_view what) {
+  if (path.size() > 1024) {
+    return std::unexpected(
+        Invalid(what, "must be at most 1024 characters, got " + std::to_string(path.size())));
+  }
+  for (char c : path) {  // before any message quotes the path
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return std::unexpected(Invalid(what, "contains a control character"));
+    }
+  }
+  const bool absolute = !path.empty() && path.front() == '/';
+  std::string joined;
+  for (std::string_view part : Split(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      return std::unexpected(Invalid(
+          what, "'..' is not allowed (a path in the volume never goes above its root), got '" +
+                    std::string(path) + "'"));
+    }
+    if (absolute) {
+      return std::unexpected(
+          Invalid(what,
+                  "must be relative to the volume root (e.g. train or train/cats; \"/\" or \".\" "
+                  "is the whole volume), got absolute '" +
+                      std::string(path) + "'"));
+    }
+    if (!joined.empty()) joined.push_back('/');
+    joined.append(part);
+  }
+  // The same checks as every relative path ("..", characters, lengths), on the tidy form.
+  return NormalizeRelativePath(joined, what);
 }
 
 Result<VolumeParams> ParseVolumeParams(const StringMap& params) {

@@ -118,6 +118,14 @@ Result<std::string> ExpandSubDir(std::string_view tmpl, const StringMap& params,
 // field in the error.
 Result<std::string> NormalizeRelativePath(std::string_view path, std::string_view what);
 
+// A path inside a volume as a person types it (spokectl warmup/evict PREFIX, the agent API's
+// path_prefix, hint paths): "", ".", "./" and "/" are the volume root (""); "./sub", "sub/",
+// "sub//x" and "sub/./x" are forgiven and normalised ("sub", "sub/x"). Still refused, as by
+// NormalizeRelativePath: any ".." component, an absolute path other than "/" (the path is
+// relative to the volume, not to the host), control characters, backslashes and '|'. `what` names
+// the field in the error.
+Result<std::string> NormalizePathInVolume(std::string_view path, std::string_view what);
+
 // share, subDir and path end up in a libnfs URL, where '?', '&', '=', '#' and '%' would
 // start options (e.g. uid=0) or escapes: they are refused, with whitespace and control
 // characters. kInvalidArgument naming `what`.

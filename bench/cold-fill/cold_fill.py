@@ -197,6 +197,7 @@ class Bench:
             f.write("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: %dMi\nblockSizeBytes: 1Mi\n"
                     "stateDir: %s/state\nmountRoots: [%s]\nmetricsAddress: 127.0.0.1:%d\n"
                     "logLevel: info\nhub: {connections: %d, inflightPerConnection: %d}\n"
+                    "fuseKeeperSocket: \"\"\n"  # no keeper (the default is a shared one)
                     % (self.sock, self.work, cache_mib, self.work, self.work, self.metrics_port,
                        self.a.connections, self.a.inflight))
         self.agent = subprocess.Popen(

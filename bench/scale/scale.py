@@ -199,6 +199,7 @@ def main():
                     "mountRoots: [%s]\n"
                     "metricsAddress: 127.0.0.1:%d\nlogLevel: info\n"
                     "hub: {connections: 4, inflightPerConnection: 16, requestTimeoutSeconds: %d}\n"
+                    "fuseKeeperSocket: \"\"\n"  # no keeper (the default is a shared one)
                     % (sock, work, work, work, metrics, a.hub_timeout))
         agent = subprocess.Popen([agent_bin, "--config", os.path.join(work, "agent.yaml")],
                                  stdout=open(os.path.join(work, "agent.log"), "w"),

@@ -421,7 +421,9 @@ class Experiment:
                         "logLevel: info\nhub: {connections: 4, inflightPerConnection: 128, "
                         "requestTimeoutSeconds: 10}\n"
                         f"readAheadMaxBytes: {read_ahead}\n"
-                        f"evictionPolicy: {policy or self.a.eviction_policy}\n" + extra_cfg)
+                        f"evictionPolicy: {policy or self.a.eviction_policy}\n"
+                        "fuseKeeperSocket: \"\"\n"  # no keeper (the default is a shared one)
+                        + extra_cfg)
         prefix = nodes.nsenter(ns) if ns else []
         p = self.spawn([*prefix, self.agent_bin, "--config", cfg], f"{d}/agent.log")
         self.agents[name] = p

@@ -1,5 +1,6 @@
 #include "cache-agent/agent/agent_config.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -17,6 +18,8 @@ const std::vector<std::string>& EvictionPolicyNames() {
 namespace {
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+constexpr uint64_t kMinCacheBlocks = 64;
 
 std::vector<std::string> ParseMountRoots(ConfigReader& r) {
   std::vector<std::string> roots = r.StringList("mountRoots", AgentConfig().mount_roots);
@@ -57,7 +60,10 @@ void ParsePeerConfig(ConfigReader& r, PeerConfig* p) {
   p->keep_local_copy = r.Bool("peerKeepLocalCopy", p->keep_local_copy);
   if (p->enabled()) {
     if (p->peers.empty() && p->service.empty()) {
-      r.Reject("peerListenAddress", "peers are on but neither peers nor peerService names them");
+      r.Reject("peerListenAddress",
+               "is set ('" + p->listen_address +
+                   "'), so peers are on, but neither peers (a list of host:port) nor peerService "
+                   "(name.namespace.svc:port) names the other agents");
     }
     if (p->token_file.empty() || p->token_file.front() != '/') {
       r.Reject("peerTokenFile", "must be an absolute path when peerListenAddress is set, got '" +
@@ -65,7 +71,8 @@ void ParsePeerConfig(ConfigReader& r, PeerConfig* p) {
     }
   } else if (!p->peers.empty() || !p->service.empty()) {
     r.Reject(p->peers.empty() ? "peerService" : "peers",
-             "needs peerListenAddress (this agent must be a peer to use peers)");
+             "needs peerListenAddress (host:port this agent listens on as a peer, e.g. "
+             "${POD_IP}:7311) to use peers");
   }
 }
 
@@ -120,6 +127,16 @@ int AgentConfig::MetricsPort() const {
   return port;
 }
 
+uint64_t DefaultReadAheadMaxBytes(uint64_t cache_size_bytes, uint32_t block_size_bytes) {
+  const uint64_t block = std::max<uint64_t>(block_size_bytes, 1);
+  const uint64_t half = cache_size_bytes / 2 / block * block;
+  return std::max<uint64_t>(std::min(kDefaultReadAheadMaxBytes, half), block);
+}
+
+uint64_t DefaultPrefetchBytesMax(uint64_t cache_size_bytes, uint64_t read_ahead_max_bytes) {
+  return std::min(kDefaultPrefetchBytesMax, std::max(cache_size_bytes / 4, read_ahead_max_bytes));
+}
+
 Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& source) {
   SPOKE_TRY(ConfigReader r, ConfigReader::LoadString(yaml, source));
   AgentConfig c;
@@ -132,7 +149,10 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
     return v;
   };
   c.socket = absolute_path("socket", c.socket);
-  if (c.socket.size() >= 108) r.Reject("socket", "longer than a unix socket path may be (107)");
+  if (c.socket.size() >= 108) {
+    r.Reject("socket", "must be at most 107 characters (a unix socket path), got " +
+                           std::to_string(c.socket.size()) + ": '" + c.socket + "'");
+  }
   c.cache_dir = absolute_path("cacheDir", c.cache_dir);
   c.state_dir = absolute_path("stateDir", c.state_dir);
   // The cache's lower bound; the upper one is libnfs' largest NFSv3 read (one request/block).
@@ -140,14 +160,17 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
       r.Size("blockSizeBytes", c.block_size_bytes, BlockCache::Config::kMinBlockSize, 1u << 20));
   if (!IsPowerOfTwo(c.block_size_bytes)) {
     r.Reject("blockSizeBytes",
-             "must be a power of two (64Ki..1Mi), got " + std::to_string(c.block_size_bytes));
+             "must be a power of two between 64KiB and 1MiB (64KiB, 128KiB, 256KiB, 512KiB, "
+             "1MiB), got " +
+                 FormatSize(c.block_size_bytes));
   }
   c.cache_size_bytes = r.Size("cacheSizeBytes", c.cache_size_bytes, 1, UINT64_MAX);
   // Fewer than 64 blocks cannot hold the read-ahead of even one reader.
-  if (c.cache_size_bytes < 64ull * c.block_size_bytes) {
-    r.Reject("cacheSizeBytes", "must hold at least 64 blocks (" +
-                                   std::to_string(64ull * c.block_size_bytes) + " bytes), got " +
-                                   std::to_string(c.cache_size_bytes));
+  if (c.cache_size_bytes < kMinCacheBlocks * c.block_size_bytes) {
+    r.Reject("cacheSizeBytes", "must hold at least " + std::to_string(kMinCacheBlocks) +
+                                   " blocks of blockSizeBytes, " +
+                                   FormatSize(kMinCacheBlocks * c.block_size_bytes) + "; got " +
+                                   FormatSize(c.cache_size_bytes));
   }
   c.metrics_address = r.String("metricsAddress", c.metrics_address);
   if (auto expanded = ExpandMetricsAddress(
@@ -177,20 +200,31 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
       static_cast<int>(hub.Int("retries", c.hub.retries, 0, LibnfsRemote::Config::kMaxRetries));
   (void)hub.Finish();
 
-  c.read_ahead_max_bytes = r.Size("readAheadMaxBytes", c.read_ahead_max_bytes, 0, 16ull << 30);
+  // Unset, the window follows the cache (at most half of it), so that a small cache starts;
+  // a value set is checked against the same bound and refused when it breaks it.
+  c.read_ahead_max_bytes =
+      r.Size("readAheadMaxBytes", DefaultReadAheadMaxBytes(c.cache_size_bytes, c.block_size_bytes),
+             0, 16ull << 30);
   // Read-ahead is switched off per volume (StorageClass `prefetch: off`); here it is only
   // bounded, and the window needs room for one block.
+  const uint64_t read_ahead_cap = c.cache_size_bytes / 2;
   if (c.read_ahead_max_bytes < c.block_size_bytes) {
-    r.Reject("readAheadMaxBytes",
-             "must be at least one block (" + std::to_string(c.block_size_bytes) + " bytes)");
-  }
-  if (c.read_ahead_max_bytes > c.cache_size_bytes / 2) {
-    r.Reject("readAheadMaxBytes", "must be at most half of cacheSizeBytes");
+    r.Reject("readAheadMaxBytes", "must be at least one block of blockSizeBytes, " +
+                                      FormatSize(c.block_size_bytes) + "; got " +
+                                      FormatSize(c.read_ahead_max_bytes));
+  } else if (c.read_ahead_max_bytes > read_ahead_cap) {
+    r.Reject("readAheadMaxBytes", "must be at most half of cacheSizeBytes, " +
+                                      FormatSize(read_ahead_cap) + "; got " +
+                                      FormatSize(c.read_ahead_max_bytes) +
+                                      "; leave it unset to derive it from the cache size");
   }
   if (r.Has("kernelReadAheadBytes")) {
     c.kernel_read_ahead_bytes = r.Size("kernelReadAheadBytes", 0, 0, 1ull << 30);
     if (*c.kernel_read_ahead_bytes % 4096 != 0) {
-      r.Reject("kernelReadAheadBytes", "must be a multiple of 4096 (the kernel counts pages)");
+      r.Reject("kernelReadAheadBytes",
+               "must be a multiple of 4096 (the kernel counts pages), e.g. 4KiB, 128KiB, 16MiB; "
+               "got " +
+                   FormatSize(*c.kernel_read_ahead_bytes));
     }
   }
   c.eviction_policy = r.Enum("evictionPolicy", c.eviction_policy, EvictionPolicyNames());
@@ -201,7 +235,9 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
              "must be an absolute path or \"\" (no keeper), got '" + c.fuse_keeper_socket + "'");
   }
   if (c.fuse_keeper_socket.size() >= 108) {
-    r.Reject("fuseKeeperSocket", "longer than a unix socket path may be (107)");
+    r.Reject("fuseKeeperSocket", "must be at most 107 characters (a unix socket path), got " +
+                                     std::to_string(c.fuse_keeper_socket.size()) + ": '" +
+                                     c.fuse_keeper_socket + "'");
   }
   c.fuse_keeper_start = r.Bool("fuseKeeperStart", c.fuse_keeper_start);
   c.handover_timeout_seconds =
@@ -211,9 +247,10 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
   if (c.memory_budget_bytes != 0 &&
       c.memory_budget_bytes < kMinMemoryBudgetBlocks * c.block_size_bytes) {
     r.Reject("memoryBudgetBytes", "must be 0 (derive from the memory limit) or at least " +
-                                      std::to_string(kMinMemoryBudgetBlocks) + " blocks (" +
-                                      std::to_string(kMinMemoryBudgetBlocks * c.block_size_bytes) +
-                                      " bytes), got " + std::to_string(c.memory_budget_bytes));
+                                      std::to_string(kMinMemoryBudgetBlocks) +
+                                      " blocks of blockSizeBytes, " +
+                                      FormatSize(kMinMemoryBudgetBlocks * c.block_size_bytes) +
+                                      "; got " + FormatSize(c.memory_budget_bytes));
   }
 
   ParsePeerConfig(r, &c.peer);

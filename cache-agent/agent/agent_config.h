@@ -56,6 +56,19 @@ const std::vector<std::string>& EvictionPolicyNames();
 // The smallest memoryBudgetBytes, in blocks.
 inline constexpr uint64_t kMinMemoryBudgetBlocks = 16;
 
+// readAheadMaxBytes when unset: 64 MiB, or half of the cache when that is less (the bound a
+// value set must keep), in whole blocks. Any cache the agent accepts (64 blocks or more)
+// starts with no other key set.
+inline constexpr uint64_t kDefaultReadAheadMaxBytes = 64ull << 20;
+uint64_t DefaultReadAheadMaxBytes(uint64_t cache_size_bytes, uint32_t block_size_bytes);
+// The bytes of prefetch a volume may have in flight (not a key): 256 MiB, or a quarter of the
+// cache (a volume's share of it for prefetches) when that is less, at least the read-ahead
+// window: prefetching more than the cache can keep only evicts it again.
+inline constexpr uint64_t kDefaultPrefetchBytesMax = 256ull << 20;
+uint64_t DefaultPrefetchBytesMax(uint64_t cache_size_bytes, uint64_t read_ahead_max_bytes);
+// fuseKeeperSocket when unset.
+inline constexpr char kDefaultFuseKeeperSocket[] = "/run/spoke/fuse-keeper.sock";
+
 struct AgentConfig {
   std::string socket = "/run/spoke/agent.sock";    // agent API, root only (0600)
   std::string cache_dir = "/var/cache/spoke";      // NVMe hostPath in production
@@ -65,8 +78,9 @@ struct AgentConfig {
   std::string state_dir = "/var/lib/spoke";        // mounts.json survives agent restarts
   log::Level log_level = log::Level::kInfo;
   HubPoolConfig hub;
-  // Upper bound of the per-file sequential read-ahead window.
-  uint64_t read_ahead_max_bytes = 64ull << 20;
+  // Upper bound of the per-file sequential read-ahead window; unset = derived from the cache
+  // size (DefaultReadAheadMaxBytes).
+  uint64_t read_ahead_max_bytes = kDefaultReadAheadMaxBytes;
   // The kernel's read-ahead window on each FUSE mount (its bdi's read_ahead_kb). The kernel
   // starts FUSE mounts at 128 KiB: a sequential reader then has one or two 1 MiB requests out
   // at a time, each waiting for a cache-disk read; a wider window lets it send more at once,
@@ -80,10 +94,12 @@ struct AgentConfig {
   // to mount elsewhere is refused, whoever sends it.
   std::vector<std::string> mount_roots = {"/var/lib/kubelet", "/mnt/spoke"};
   // The fd keeper that holds a duplicate of each mount's /dev/fuse fd, so that mounts outlive
-  // this process (docs/agent-restarts.md), e.g. /run/spoke/fuse-keeper.sock. "" (default) =
-  // none: SIGTERM ends the sessions, a restart re-creates the mounts and open files break.
-  // In Kubernetes: the node plugin's socket on a shared hostPath.
-  std::string fuse_keeper_socket;
+  // this process (docs/agent-restarts.md). Default /run/spoke/fuse-keeper.sock: with
+  // fuse_keeper_start, a `spokectl mount` outside Kubernetes survives an agent crash. "" (set
+  // explicitly: `fuseKeeperSocket: ""`) = none: SIGTERM ends the sessions, a restart
+  // re-creates the mounts and open files break. In Kubernetes: the node plugin's socket on a
+  // shared hostPath (the chart sets it, with fuseKeeperStart: false).
+  std::string fuse_keeper_socket = kDefaultFuseKeeperSocket;
   // Start a detached spoke-fuse-keeper at fuse_keeper_socket when none answers (spokectl use
   // outside Kubernetes). Off in the chart: the node plugin is the keeper there.
   bool fuse_keeper_start = true;

@@ -13,11 +13,10 @@ grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
-// A relative path inside the volume ("" = the root). `field` names it in errors.
+// A relative path inside the volume ("" = the root; ".", "/", "./sub", "sub/" forgiven).
+// `field` names it in errors.
 Result<std::string> CheckPrefix(const std::string& prefix, std::string_view field) {
-  std::string p = prefix;
-  while (!p.empty() && p.back() == '/') p.pop_back();
-  return NormalizeRelativePath(p, field);
+  return NormalizePathInVolume(prefix, field);
 }
 
 }  // namespace
@@ -288,7 +287,7 @@ grpc::Status AgentService::Hint(grpc::ServerContext*, const v1::HintRequest* req
   good.reserve(req->paths_size());
   uint32_t rejected = 0;
   for (const std::string& p : req->paths()) {
-    auto n = NormalizeRelativePath(p, "paths");
+    auto n = NormalizePathInVolume(p, "paths");  // "./a/b" (find's output) is forgiven
     if (!n || n->empty()) {
       ++rejected;
     } else {

@@ -1,6 +1,7 @@
 #include "cache-agent/cli/spokectl_args.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <iterator>
 
@@ -24,6 +25,7 @@ std::string Usage() {
          "  warmup DIR [PREFIX]         fetch everything (under PREFIX) into the cache\n"
          "  evict DIR [PREFIX]          drop cached blocks (under PREFIX)\n"
          "  hint DIR FILE|-             upcoming paths, one per line, in read order\n"
+         "      PREFIX: a path in the volume (train, ./train/, or DIR/train); . or / is all of it\n"
          "  version\n"
          "\n"
          "  --socket PATH   the agent's socket (default " +
@@ -170,10 +172,16 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
       }
       break;
     case Verb::kUnmount:
+      cmd.dir = positional[0];
+      break;
     case Verb::kWarmup:
     case Verb::kEvict:
       cmd.dir = positional[0];
-      if (positional.size() > 1) cmd.prefix = positional[1];
+      if (positional.size() > 1) {
+        auto prefix = PrefixInVolume(cmd.dir, positional[1]);
+        if (!prefix) return std::unexpected(Usage(name + ": " + prefix.error().message()));
+        cmd.prefix = *prefix;
+      }
       break;
     case Verb::kStatus:
     case Verb::kVersion:
@@ -219,6 +227,25 @@ Result<MountPlan> PlanMount(const Command& cmd) {
   plan.volume_context = parsed->ToMap();
   plan.read_only = cmd.read_only || parsed->read_only();
   return plan;
+}
+
+Result<std::string> PrefixInVolume(const std::string& dir, const std::string& prefix) {
+  // Leading slashes go before the checks: "/" and "//" are the volume root too.
+  const size_t first = std::min(prefix.find_first_not_of('/'), prefix.size());
+  SPOKE_TRY(std::string path,
+            NormalizePathInVolume(std::string_view(prefix).substr(first), "PREFIX"));
+  if (prefix.empty() || prefix.front() != '/' || path.empty()) return path;
+  // An absolute PREFIX is a path on this host: it must be DIR or under it.
+  const std::string root = AbsoluteDir(dir);
+  const std::string abs = "/" + path;
+  if (abs == root) return std::string();
+  if (root == "/") return path;
+  if (abs.starts_with(root + "/")) return abs.substr(root.size() + 1);
+  return Fail(
+      Code::kInvalidArgument,
+      "PREFIX: '" + prefix + "' is not under DIR " + root +
+          "; give a path in the volume (e.g. train/, or . or / for all of it) or one under " +
+          root);
 }
 
 std::string AbsoluteDir(const std::string& dir) {

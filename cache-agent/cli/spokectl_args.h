@@ -43,6 +43,12 @@ struct MountPlan {
 };
 Result<MountPlan> PlanMount(const Command& cmd);
 
+// warmup/evict PREFIX as sent to the agent: a path in the volume mounted at `dir`, "" for all
+// of it. ".", "/", "./sub", "sub/" are forgiven (NormalizePathInVolume), and an absolute
+// path under DIR ("/mnt/d/train" for DIR /mnt/d, what a shell completes) is taken relative
+// to DIR. kInvalidArgument naming PREFIX for "..", or an absolute path outside DIR.
+Result<std::string> PrefixInVolume(const std::string& dir, const std::string& prefix);
+
 // An absolute, lexically normal path for DIR (relative to the working directory).
 std::string AbsoluteDir(const std::string& dir);
 

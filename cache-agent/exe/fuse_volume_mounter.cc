@@ -260,6 +260,8 @@ Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& 
   c.hub.request_timeout_seconds = config.hub.request_timeout_seconds;
   c.hub.retries = config.hub.retries;
   c.read_ahead_max_bytes = config.read_ahead_max_bytes;
+  // A small cache gets less prefetch in flight than the 256 MiB a large one does.
+  c.prefetch_bytes_max = DefaultPrefetchBytesMax(config.cache_size_bytes, c.read_ahead_max_bytes);
   c.kernel_read_ahead_bytes = config.kernel_read_ahead_bytes.value_or(
       std::clamp<uint64_t>(memory.total() / 64 / 4096 * 4096, 128u << 10, 16u << 20));
   c.block_size = cache.block_size();

@@ -20,13 +20,11 @@ Result<std::string> NormalizeHintPath(std::string_view line) {
     size_t end = line.find('/', start);
     if (end == std::string_view::npos) end = line.size();
     const std::string_view part = line.substr(start, end - start);
-    if (part == "." || part == "..") {
-      return Fail(Code::kInvalidArgument, "hint: '.' or '..' component");
-    }
+    if (part == "..") return Fail(Code::kInvalidArgument, "hint: '..' component");
     if (part.size() > kMaxHintComponent) {
       return Fail(Code::kInvalidArgument, "hint: path component too long");
     }
-    if (!part.empty()) {
+    if (!part.empty() && part != ".") {  // "./a/b" (find's output) is "a/b"
       if (!out.empty()) out.push_back('/');
       out.append(part);
     }

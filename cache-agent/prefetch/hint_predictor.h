@@ -6,10 +6,11 @@
 // keeps the unterminated tail until the next write or FlushHints).
 //
 // A hint path is relative to the volume root. Rejected (counted, skipped, never resolved):
-// empty lines, absolute paths, any "." or ".." component, NUL bytes, a path longer than
-// kMaxHintPath or a component longer than kMaxHintComponent. "a//b" is normalised to "a/b",
-// a trailing "\r" is dropped. An accepted path that names no file known to the volume when
-// it comes up for prefetching is dropped (counted as unresolved).
+// empty lines, absolute paths, any ".." component, NUL bytes, a path longer than
+// kMaxHintPath or a component longer than kMaxHintComponent. "a//b" and "./a/./b" are
+// normalised to "a/b" (so `find . -type f` output is accepted as it is), a trailing "\r" is
+// dropped; a path of only "." parts is empty. An accepted path that names no file known to the
+// volume when it comes up for prefetching is dropped (counted as unresolved).
 //
 // Memory: the queued hints of a volume hold at most `max_pending` lines and
 // `max_pending_bytes` bytes (HintBytes: the path twice, in the queue and in the lookup

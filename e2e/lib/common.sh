@@ -9,7 +9,9 @@ spoke_free_port() {
 
 # spoke_agent_config WORK CACHE_SIZE [YAML_LINE...]: prints an agent config whose socket,
 # cacheDir and stateDir live under WORK and whose metrics listen on a free port; every extra
-# argument is one more YAML line (e.g. "hub: {connections: 2}").
+# argument is one more YAML line (e.g. "hub: {connections: 2}"). No fd keeper unless a line
+# sets fuseKeeperSocket (the agent's default would start one shared by every run, at
+# /run/spoke/fuse-keeper.sock).
 spoke_agent_config() {
   local work=$1 cache=$2
   shift 2
@@ -23,8 +25,12 @@ stateDir: $work/agent-state
 mountRoots: [$work]
 logLevel: info
 CONF
-  local line
-  for line in "$@"; do printf '%s\n' "$line"; done
+  local line keeper='fuseKeeperSocket: ""'
+  for line in "$@"; do
+    case $line in fuseKeeperSocket:*) keeper= ;; esac
+    printf '%s\n' "$line"
+  done
+  if [ -n "$keeper" ]; then printf '%s\n' "$keeper"; fi
 }
 
 # spoke_wait_socket SOCKET [PID] [SECONDS=10]: waits until the unix socket exists. Fails

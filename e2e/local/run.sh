@@ -115,10 +115,10 @@ unshare --mount --propagation unchanged sleep 3600 &
 watcher_pid=$!
 
 step "agent, controller, node plugin"
-spoke_agent_config "$work" 1Gi \
-  "hub: {connections: 4, inflightPerConnection: 16, requestTimeoutSeconds: 10}" >"$work/agent.yaml"
 # The node plugin holds the agent's FUSE connections (as in the chart): mounts outlive the agent.
-printf 'fuseKeeperSocket: %s\nfuseKeeperStart: false\n' "$work/keeper.sock" >>"$work/agent.yaml"
+spoke_agent_config "$work" 1Gi \
+  "hub: {connections: 4, inflightPerConnection: 16, requestTimeoutSeconds: 10}" \
+  "fuseKeeperSocket: $work/keeper.sock" "fuseKeeperStart: false" >"$work/agent.yaml"
 # The node plugin starts after the agent listens (it works either way: calls fail with
 # UNAVAILABLE until the agent answers, as on a node where the agent restarts).
 spoke_start_agent "$agent_bin" "$work/agent.yaml" "$work/agent.log" 20 ||

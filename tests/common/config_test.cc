@@ -12,11 +12,97 @@ TEST(ParseSizeTest, UnitsAndErrors) {
   EXPECT_EQ(*ParseSize("1Mi"), 1u << 20);
   EXPECT_EQ(*ParseSize("200Gi"), 200ull << 30);
   EXPECT_EQ(*ParseSize("1G"), 1000000000u);
-  for (std::string bad : {"", "Gi", "1.5Gi", "10XB", "-1", "99999999999999999999", "20000000Ti"}) {
+  for (std::string bad : {"", "Gi", "10XB", "-1", "99999999999999999999", "20000000Ti"}) {
     auto r = ParseSize(bad);
     EXPECT_FALSE(r) << bad;
   }
   EXPECT_NE(ParseSize("10XB").error().message().find("10XB"), std::string::npos);
+}
+
+// The single letters keep their meaning (powers of ten, as Kubernetes' k/M/G/T); the
+// ...iB/...i forms are powers of two, the ...B forms powers of ten.
+TEST(ParseSizeTest, EveryUnitPeopleWrite) {
+  struct Case {
+    const char* text;
+    uint64_t bytes;
+  };
+  const Case cases[] = {
+      {"0", 0},
+      {"4096B", 4096},
+      {"1k", 1000},
+      {"1K", 1000},
+      {"1KB", 1000},
+      {"1Ki", 1024},
+      {"1KiB", 1024},
+      {"98M", 98'000'000},
+      {"98MB", 98'000'000},
+      {"98Mi", 98ull << 20},
+      {"98MiB", 98ull << 20},
+      {"1G", 1'000'000'000},
+      {"1GB", 1'000'000'000},
+      {"1Gi", 1ull << 30},
+      {"1GiB", 1ull << 30},
+      {"2T", 2'000'000'000'000},
+      {"2TB", 2'000'000'000'000},
+      {"2Ti", 2ull << 40},
+      {"2TiB", 2ull << 40},
+      {"1P", 1'000'000'000'000'000},
+      {"1PiB", 1ull << 50},
+      // Case does not matter: a size is always bytes.
+      {"98mb", 98'000'000},
+      {"98m", 98'000'000},
+      {"1gib", 1ull << 30},
+      {"1GIB", 1ull << 30},
+      {"64kib", 64ull << 10},
+      {"1gb", 1'000'000'000},
+      {"10b", 10},
+      // Blanks around the number and between number and unit.
+      {"1 GiB", 1ull << 30},
+      {" 64 Mi ", 64ull << 20},
+      {"1\tGB", 1'000'000'000},
+      // Decimals, rounded up to a whole byte.
+      {"1.5GiB", 3ull << 29},
+      {"1.5Gi", 3ull << 29},
+      {"0.5T", 500'000'000'000},
+      {"1.25MB", 1'250'000},
+      {"0.1KiB", 103},  // 102.4
+      {"1.000000000000000000001KiB", 1025},
+      {"16383.5Pi", 18446181123756130304ull},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseSize(c.text);
+    ASSERT_TRUE(r) << c.text << ": " << r.error().message();
+    EXPECT_EQ(*r, c.bytes) << c.text;
+  }
+  EXPECT_EQ(*ParseSize("18446744073709551615"), UINT64_MAX);
+}
+
+TEST(ParseSizeTest, RefusalsSayWhatIsAccepted) {
+  for (const char* bad :
+       {"1.5",           "1.5B",    "1.",  ".5G", "1..5G",   "1e9",   "1 G B",
+        "1GiBs",         "1Gb/s",   "1Bi", "1iB", "1.5.GiB", "16EiB", "18446744073709551616",
+        "17179869184Gi", "16384Pi", "GiB", "-1G", "+1G",     "1,5G",  "lots"}) {
+    auto r = ParseSize(bad);
+    EXPECT_FALSE(r) << bad << " = " << *r;
+    if (r) continue;
+    EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(r.error().message().find(std::string("'") + bad + "'"), std::string::npos)
+        << bad << ": " << r.error().message();
+  }
+  const std::string unit = ParseSize("10XB").error().message();
+  for (const char* accepted :
+       {"KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB", "1000^n", "1024^n"}) {
+    EXPECT_NE(unit.find(accepted), std::string::npos) << unit;
+  }
+  EXPECT_NE(ParseSize("1.5").error().message().find("needs a unit"), std::string::npos);
+}
+
+TEST(FormatSizeTest, BytesAndTheExactBinaryUnit) {
+  EXPECT_EQ(FormatSize(1), "1 byte");
+  EXPECT_EQ(FormatSize(1000), "1000 bytes");
+  EXPECT_EQ(FormatSize(64ull << 20), "67108864 bytes (64 MiB)");
+  EXPECT_EQ(FormatSize(1536), "1536 bytes");
+  EXPECT_EQ(FormatSize(3ull << 29), "1610612736 bytes (1536 MiB)");
 }
 
 TEST(ParseDurationTest, Units) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 namespace spoke {
@@ -79,6 +80,37 @@ TEST(VolumeParamsTest, EachBadParameterNamesItself) {
   ExpectRejected(ds, "subDir");
 }
 
+// A refusal says what was given and what would be accepted, not only which parameter.
+TEST(VolumeParamsTest, RefusalsSayTheValueAndWhatIsAccepted) {
+  auto error_of = [](std::string k, std::string v) {
+    StringMap m = {{"server", "hub"}, {"share", "/srv/export"}};
+    m[k] = v;
+    auto p = ParseVolumeParams(m);
+    EXPECT_FALSE(p) << k << "=" << v;
+    return p ? std::string() : p.error().message();
+  };
+  const std::tuple<std::string, std::string, std::vector<std::string>> cases[] = {
+      {"nfsPort", "20x", {"parameter nfsPort", "1..65535", "'20x'"}},
+      {"ttlSeconds", "30s", {"parameter ttlSeconds", "1..86400", "'30s'"}},
+      {"hubTimeoutSeconds", "601", {"parameter hubTimeoutSeconds", "1..600", "601"}},
+      {"hubUid", "-1", {"parameter hubUid", "0..4294967294", "-1"}},
+      {"mode", "rw", {"parameter mode", "dataset | scratch", "'rw'"}},
+      {"prefetch", "always", {"parameter prefetch", "off | readahead | auto", "'always'"}},
+      {"allowRoot", "yes", {"parameter allowRoot", "true | false", "'yes'"}},
+      {"server", std::string(254, 'h'), {"parameter server", "at most 253", "254"}},
+      {"subDir", "my dir", {"parameter subDir", "space", "'my dir'"}},
+      {"subDir", "a?b", {"parameter subDir", "'?'", "? & = # %"}},
+      {"share", "srv", {"parameter share", "absolute", "'srv'"}},
+      {"serverr", "x", {"unknown StorageClass parameter 'serverr'", "known: server"}},
+  };
+  for (const auto& [k, v, parts] : cases) {
+    std::string err = error_of(k, v);
+    for (const std::string& part : parts) {
+      EXPECT_NE(err.find(part), std::string::npos) << k << "=" << v << ": " << err;
+    }
+  }
+}
+
 TEST(VolumeParamsTest, ProvisionerMetadataIsNotAnUnknownParameter) {
   StringMap m = Base();
   m["csi.storage.k8s.io/pvc/name"] = "data";
@@ -130,6 +162,59 @@ TEST(NormalizeRelativePathTest, Rules) {
     ASSERT_FALSE(r) << bad;
     EXPECT_NE(r.error().message().find("thing"), std::string::npos);
   }
+}
+
+// Paths as people type them (warm-up and evict prefixes, hints): the root and the "./",
+// trailing and double slashes are forgiven; ".." and absolute paths are not.
+TEST(NormalizePathInVolumeTest, ForgivesTheUsualSpellings) {
+  const std::pair<std::string, std::string> ok[] = {
+      {"", ""},
+      {".", ""},
+      {"./", ""},
+      {"/", ""},
+      {"//", ""},
+      {"/.", ""},
+      {"./.", ""},
+      {"sub", "sub"},
+      {"sub/", "sub"},
+      {"./sub", "sub"},
+      {"./sub/", "sub"},
+      {"sub//x", "sub/x"},
+      {"sub/./x", "sub/x"},
+      {"a/b/c", "a/b/c"},
+      {"...", "..."},
+      {".hidden", ".hidden"},
+  };
+  for (const auto& [in, want] : ok) {
+    auto r = NormalizePathInVolume(in, "prefix");
+    ASSERT_TRUE(r) << "'" << in << "': " << r.error().message();
+    EXPECT_EQ(*r, want) << "'" << in << "'";
+    // What it returns is what the strict check accepts unchanged.
+    EXPECT_EQ(NormalizeRelativePath(*r, "p").value_or("<refused>"), *r) << in;
+  }
+  const std::string bad[] = {"..",
+                             "../x",
+                             "a/..",
+                             "a/../b",
+                             "./..",
+                             "/..",
+                             "/etc",
+                             "/a/b",
+                             "//a",
+                             "a\nb",
+                             "a|b",
+                             "a\\b",
+                             std::string(1025, 'a'),
+                             "a/" + std::string(256, 'b')};
+  for (const std::string& in : bad) {
+    auto r = NormalizePathInVolume(in, "prefix");
+    ASSERT_FALSE(r) << "'" << in << "' = '" << *r << "'";
+    EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.error().message().find("prefix"), std::string::npos) << r.error().message();
+  }
+  EXPECT_NE(NormalizePathInVolume("/etc", "p").error().message().find("whole volume"),
+            std::string::npos);
+  EXPECT_NE(NormalizePathInVolume("a/../b", "p").error().message().find("'..'"), std::string::npos);
 }
 
 TEST(VolumeIdTest, RoundTrip) {

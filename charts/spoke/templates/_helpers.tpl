@@ -66,16 +66,17 @@ would print in exponent form) or a size string such as 200Gi, unchanged.
 {{- end -}}
 
 {{/*
-A size (bytes, or a Kubernetes quantity with a binary or decimal suffix: 2Gi, 1500M) as a
-number of bytes. Fails naming the value when it is neither.
+A size as a number of bytes, in the units the agent accepts (docs/agent-config.md): bytes,
+KiB/Ki, MiB/Mi, GiB/Gi, TiB/Ti (powers of two), KB/K/k, MB/M, GB/G, TB/T (powers of ten, as
+Kubernetes quantities: 2Gi, 1500M), any case. Fails naming the value when it is none of them.
 */}}
 {{- define "spoke.bytes" -}}
-{{- $s := include "spoke.size" .value -}}
-{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- $s := include "spoke.size" .value | trim -}}
+{{- $units := dict "" 1 "b" 1 "k" 1000 "kb" 1000 "ki" 1024 "kib" 1024 "m" 1000000 "mb" 1000000 "mi" 1048576 "mib" 1048576 "g" 1000000000 "gb" 1000000000 "gi" 1073741824 "gib" 1073741824 "t" 1000000000000 "tb" 1000000000000 "ti" 1099511627776 "tib" 1099511627776 -}}
 {{- $num := regexFind "^[0-9]+" $s -}}
-{{- $unit := trimPrefix $num $s -}}
+{{- $unit := trimPrefix $num $s | trim | lower -}}
 {{- if or (not $num) (not (hasKey $units $unit)) -}}
-{{- fail (printf "%s %q: want bytes or a size like 2Gi" .name $s) -}}
+{{- fail (printf "%s %q: want bytes or a whole number with a unit: KiB/Ki, MiB/Mi, GiB/Gi, TiB/Ti (1024^n), KB/K, MB/M, GB/G, TB/T (1000^n), e.g. 2Gi or 1536MiB" .name $s) -}}
 {{- end -}}
 {{- mul (int64 $num) (int64 (get $units $unit)) -}}
 {{- end -}}

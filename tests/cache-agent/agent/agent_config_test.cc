@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace spoke::agent {
 namespace {
 
@@ -33,7 +35,8 @@ TEST(AgentConfigTest, DefaultsWhenEmpty) {
   EXPECT_EQ(c->read_ahead_max_bytes, 64ull << 20);
   EXPECT_FALSE(c->kernel_read_ahead_bytes.has_value());  // sized from the memory budget
   EXPECT_EQ(c->eviction_policy, "lru");
-  EXPECT_EQ(c->fuse_keeper_socket, "");  // no keeper unless configured
+  // Outside Kubernetes the agent starts a keeper there: spokectl mounts outlive a crash.
+  EXPECT_EQ(c->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
   EXPECT_TRUE(c->fuse_keeper_start);
   EXPECT_EQ(c->handover_timeout_seconds, 5);
   EXPECT_EQ(c->memory_budget_bytes, 0u);  // derived at start
@@ -135,7 +138,7 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
       {"kernelReadAheadBytes: 2Gi", "kernelReadAheadBytes:"},
       {"cacheSize: 10Gi", "cacheSize: unknown setting"},
       {"fuseKeeperSocket: keeper.sock", "fuseKeeperSocket: must be an absolute path"},
-      {"fuseKeeperSocket: /" + std::string(120, 'k'), "fuseKeeperSocket: longer than"},
+      {"fuseKeeperSocket: /" + std::string(120, 'k'), "fuseKeeperSocket: must be at most 107"},
       {"fuseKeeperStart: maybe", "fuseKeeperStart:"},
       {"handoverTimeoutSeconds: 1000", "handoverTimeoutSeconds:"},
       {"memoryBudgetBytes: lots", "memoryBudgetBytes:"},
@@ -144,7 +147,7 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
        "at least 16 blocks"},
       {"memoryBudgetBytes: [1]", "memoryBudgetBytes:"},
       {"peerListenAddress: 7311", "peerListenAddress: expected host:port"},
-      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t", "peerListenAddress: peers are on"},
+      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t", "peerListenAddress: is set"},
       {"peerListenAddress: 0.0.0.0:7311\npeers: [a:1]", "peerTokenFile: must be an absolute"},
       {"peerListenAddress: 0.0.0.0:7311\npeers: [a:1]\npeerTokenFile: t",
        "peerTokenFile: must be an absolute"},
@@ -162,6 +165,125 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
     EXPECT_NE(err.find("agent.yaml: " + c.field), std::string::npos)
         << "yaml: " << c.yaml << "\nerror: " << err;
   }
+}
+
+// Every refusal says which key, which value and what would be accepted instead.
+TEST(AgentConfigTest, RefusalsNameKeyValueAndWhatIsAccepted) {
+  struct Case {
+    std::string yaml;
+    std::vector<std::string> parts;  // each must be in the error
+  };
+  const Case cases[] = {
+      {"cacheSizeBytes: lots", {"cacheSizeBytes:", "'lots'", "GiB", "MB"}},
+      {"cacheSizeBytes: 10XB", {"cacheSizeBytes:", "'XB'", "'10XB'", "KiB"}},
+      {"cacheSizeBytes: 1MiB",
+       {"cacheSizeBytes:", "64 blocks", "67108864 bytes (64 MiB)", "got 1048576"}},
+      {"cacheSizeBytes: 0", {"cacheSizeBytes:", "at least 1 byte", "got '0'"}},
+      {"blockSizeBytes: 4Ki",
+       {"blockSizeBytes:", "65536 bytes (64 KiB)", "1048576 bytes (1 MiB)", "'4Ki'"}},
+      {"blockSizeBytes: 100000", {"blockSizeBytes:", "128KiB", "100000"}},
+      {"readAheadMaxBytes: 1Ki",
+       {"readAheadMaxBytes:", "one block", "1048576", "got 1024 bytes (1 KiB)"}},
+      {"cacheSizeBytes: 100Mi\nreadAheadMaxBytes: 64Mi",
+       {"readAheadMaxBytes:", "52428800 bytes (50 MiB)", "got 67108864", "leave it unset"}},
+      {"kernelReadAheadBytes: 1000",
+       {"kernelReadAheadBytes:", "multiple of 4096", "got 1000 bytes"}},
+      {"memoryBudgetBytes: 8Mi",
+       {"memoryBudgetBytes:", "16777216 bytes (16 MiB)", "8388608 bytes (8 MiB)"}},
+      {"hub: {connections: 0}", {"hub.connections:", "1..64", "0"}},
+      {"hub: {connections: many}", {"hub.connections:", "1..64", "'many'"}},
+      {"socket: /" + std::string(120, 's'), {"socket:", "107", std::string(120, 's')}},
+      {"cacheSize: 10Gi", {"cacheSize: unknown setting", "did you mean cacheSizeBytes?"}},
+      {"readAheadMaxByte: 1Mi", {"readAheadMaxByte:", "did you mean readAheadMaxBytes?"}},
+      {"kernelReadAhead: 1Mi", {"did you mean kernelReadAheadBytes?"}},
+      {"hub: {conections: 4}", {"hub.conections:", "did you mean connections?", "retries"}},
+      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t",
+       {"peerListenAddress:", "0.0.0.0:7311", "peers (a list of host:port)", "peerService"}},
+      {"peers: [10.0.0.1:7311]", {"peers:", "needs peerListenAddress", "host:port"}},
+  };
+  for (const auto& c : cases) {
+    std::string err = ErrorOf(c.yaml);
+    for (const std::string& part : c.parts) {
+      EXPECT_NE(err.find(part), std::string::npos)
+          << "yaml: " << c.yaml << "\nmissing: " << part << "\nerror: " << err;
+    }
+  }
+}
+
+// Sizes in the units people write (common/config.h ParseSize), in every size key.
+TEST(AgentConfigTest, SizesInEveryUnit) {
+  auto c = Parse(
+      "cacheSizeBytes: 98 MB\nblockSizeBytes: 512KiB\nreadAheadMaxBytes: 1.5MiB\n"
+      "kernelReadAheadBytes: 4096k\nmemoryBudgetBytes: 1.5gib\n");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->cache_size_bytes, 98'000'000u);
+  EXPECT_EQ(c->block_size_bytes, 512u << 10);
+  EXPECT_EQ(c->read_ahead_max_bytes, 3u << 19);
+  EXPECT_EQ(c->kernel_read_ahead_bytes, std::optional<uint64_t>(4'096'000));
+  EXPECT_EQ(c->memory_budget_bytes, 3ull << 29);
+}
+
+// Any cache the agent accepts starts with no other key set: the defaults bounded by the
+// cache size follow it. A value set that breaks the bound is still refused.
+TEST(AgentConfigTest, SmallCachesStartWithDefaults) {
+  struct Case {
+    std::string size;
+    uint64_t bytes;
+  };
+  for (const Case& k :
+       {Case{"64MiB", 64ull << 20}, Case{"64Mi", 64ull << 20}, Case{"98MB", 98'000'000},
+        Case{"98M", 98'000'000}, Case{"1GiB", 1ull << 30}, Case{"10Gi", 10ull << 30}}) {
+    auto c = Parse("cacheSizeBytes: " + k.size + "\n");
+    ASSERT_TRUE(c) << k.size << ": " << c.error().message();
+    EXPECT_EQ(c->cache_size_bytes, k.bytes) << k.size;
+    EXPECT_LE(c->read_ahead_max_bytes, k.bytes / 2) << k.size;
+    EXPECT_GE(c->read_ahead_max_bytes, c->block_size_bytes) << k.size;
+    EXPECT_EQ(c->read_ahead_max_bytes % c->block_size_bytes, 0u) << k.size;
+    EXPECT_EQ(c->read_ahead_max_bytes, std::min<uint64_t>(64ull << 20, k.bytes / 2 >> 20 << 20))
+        << k.size;
+    const uint64_t prefetch = DefaultPrefetchBytesMax(k.bytes, c->read_ahead_max_bytes);
+    EXPECT_LE(prefetch, std::max(k.bytes / 4, c->read_ahead_max_bytes)) << k.size;
+    EXPECT_GE(prefetch, c->read_ahead_max_bytes) << k.size;
+  }
+  // 98M = 98,000,000 bytes: half is 49,000,000, so the window is 46 MiB (whole blocks).
+  EXPECT_EQ(Parse("cacheSizeBytes: 98M\n")->read_ahead_max_bytes, 46ull << 20);
+  EXPECT_EQ(Parse("cacheSizeBytes: 64MiB\n")->read_ahead_max_bytes, 32ull << 20);
+  EXPECT_EQ(Parse("cacheSizeBytes: 1GiB\n")->read_ahead_max_bytes, 64ull << 20);
+  // Small blocks: 64 blocks of 64 KiB is the smallest cache; the window is half of it.
+  auto tiny = Parse("cacheSizeBytes: 4MiB\nblockSizeBytes: 64KiB\n");
+  ASSERT_TRUE(tiny) << tiny.error().message();
+  EXPECT_EQ(tiny->read_ahead_max_bytes, 2ull << 20);
+  // The prefetch in flight: 256 MiB from a 1 GiB cache up, a quarter of a smaller one.
+  EXPECT_EQ(DefaultPrefetchBytesMax(10ull << 30, 64ull << 20), 256ull << 20);
+  EXPECT_EQ(DefaultPrefetchBytesMax(1ull << 30, 64ull << 20), 256ull << 20);
+  EXPECT_EQ(DefaultPrefetchBytesMax(64ull << 20, 32ull << 20), 32ull << 20);
+  // Explicit values keep being checked against the same bound.
+  EXPECT_NE(ErrorOf("cacheSizeBytes: 98M\nreadAheadMaxBytes: 64MiB\n")
+                .find("readAheadMaxBytes: must be at most half of cacheSizeBytes"),
+            std::string::npos);
+  auto explicit_ok = Parse("cacheSizeBytes: 98M\nreadAheadMaxBytes: 48MB\n");
+  ASSERT_TRUE(explicit_ok) << explicit_ok.error().message();
+  EXPECT_EQ(explicit_ok->read_ahead_max_bytes, 48'000'000u);
+}
+
+TEST(AgentConfigTest, FuseKeeperSocketDefaultAndOff) {
+  auto d = Parse("cacheSizeBytes: 1GiB\n");
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->fuse_keeper_socket, std::string(kDefaultFuseKeeperSocket));
+  EXPECT_TRUE(d->fuse_keeper_start);
+  // An explicit empty value turns the keeper off; an empty key (YAML null) is the default.
+  for (const char* off : {"fuseKeeperSocket: \"\"\n", "fuseKeeperSocket: ''\n"}) {
+    auto c = Parse(off);
+    ASSERT_TRUE(c) << off << c.error().message();
+    EXPECT_EQ(c->fuse_keeper_socket, "") << off;
+  }
+  auto null_value = Parse("fuseKeeperSocket:\n");
+  ASSERT_TRUE(null_value) << null_value.error().message();
+  EXPECT_EQ(null_value->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
+  auto own = Parse("fuseKeeperSocket: /tmp/k.sock\nfuseKeeperStart: false\n");
+  ASSERT_TRUE(own) << own.error().message();
+  EXPECT_EQ(own->fuse_keeper_socket, "/tmp/k.sock");
+  EXPECT_FALSE(own->fuse_keeper_start);
 }
 
 TEST(AgentConfigTest, SyntaxErrorNamesTheFile) {

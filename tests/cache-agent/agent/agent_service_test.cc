@@ -363,17 +363,58 @@ TEST_F(AgentServiceTest, EvictCountsBlocksAndBytes) {
   }
 }
 
+// path_prefix as people type it: "." and "/" are the whole volume, "./sub" and "sub/" are
+// "sub"; ".." and other absolute paths stay refused.
+TEST_F(AgentServiceTest, PrefixesAreForgivenButNeverEscape) {
+  ASSERT_TRUE(Mount(DatasetId(), DatasetContext(), Target("a")).ok());
+  const std::pair<std::string, std::string> ok[] = {
+      {".", ""}, {"/", ""}, {"./", ""}, {"./dir/sub", "dir/sub"}, {"dir//sub/", "dir/sub"}};
+  for (const auto& [in, want] : ok) {
+    v1::EvictRequest req;
+    req.set_volume_id(DatasetId());
+    req.set_path_prefix(in);
+    v1::EvictResponse resp;
+    grpc::Status s = stub_->Evict(Ctx().get(), req, &resp);
+    ASSERT_TRUE(s.ok()) << in << ": " << s.error_message();
+    {
+      std::lock_guard<std::mutex> l(world_->mu);
+      EXPECT_EQ(world_->last_evict_prefix, want) << in;
+    }
+    v1::WarmupRequest wreq;
+    wreq.set_volume_id(DatasetId());
+    wreq.set_path_prefix(in);
+    auto ctx = Ctx();
+    auto reader = stub_->Warmup(ctx.get(), wreq);
+    v1::WarmupProgress p;
+    while (reader->Read(&p)) {
+    }
+    s = reader->Finish();
+    ASSERT_TRUE(s.ok()) << in << ": " << s.error_message();
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->last_warmup_prefix, want) << in;
+  }
+  for (const char* bad : {"..", "./..", "dir/../..", "/etc", "/dir/sub"}) {
+    v1::EvictRequest req;
+    req.set_volume_id(DatasetId());
+    req.set_path_prefix(bad);
+    v1::EvictResponse resp;
+    ExpectInvalid(stub_->Evict(Ctx().get(), req, &resp), "path_prefix");
+  }
+}
+
 TEST_F(AgentServiceTest, HintRejectsEscapingAndUnknownPaths) {
   ASSERT_TRUE(Mount(DatasetId(), DatasetContext(), Target("a")).ok());
   v1::HintRequest req;
   req.set_volume_id(DatasetId());
-  for (const char* p : {"a.jpg", "dir/b.jpg", "../etc/passwd", "", "/abs", "unknown.jpg"}) {
+  // "./dir/b.jpg" is what `find .` writes: forgiven. "/" and "." name no file.
+  for (const char* p :
+       {"a.jpg", "./dir/b.jpg", "../etc/passwd", "", "/abs", "unknown.jpg", "/", "."}) {
     req.add_paths(p);
   }
   v1::HintResponse resp;
   ASSERT_TRUE(stub_->Hint(Ctx().get(), req, &resp).ok());
   EXPECT_EQ(resp.accepted(), 2u);
-  EXPECT_EQ(resp.rejected(), 4u);
+  EXPECT_EQ(resp.rejected(), 6u);
   {
     std::lock_guard<std::mutex> l(world_->mu);
     EXPECT_EQ(world_->hinted, (std::vector<std::string>{"a.jpg", "dir/b.jpg", "unknown.jpg"}));

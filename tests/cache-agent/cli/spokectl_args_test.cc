@@ -67,6 +67,46 @@ TEST(SpokectlArgsTest, OtherCommands) {
   EXPECT_EQ(c->verb, Verb::kHelp);
 }
 
+// warmup/evict PREFIX: "." and "/" are the whole volume, "./sub" and "sub/" are "sub", a
+// path under DIR is taken relative to it; ".." and paths outside DIR are refused.
+TEST(SpokectlArgsTest, PrefixAsPeopleTypeIt) {
+  const std::pair<std::string, std::string> ok[] = {
+      {".", ""},
+      {"/", ""},
+      {"./", ""},
+      {"sub", "sub"},
+      {"./sub", "sub"},
+      {"sub/", "sub"},
+      {"./sub/x/", "sub/x"},
+      {"sub//x", "sub/x"},
+      {"/mnt/d", ""},
+      {"/mnt/d/", ""},
+      {"/mnt/d/train", "train"},
+      {"/mnt/d/train/", "train"},
+      {"/mnt/d//train/./cats", "train/cats"},
+  };
+  for (const char* verb : {"warmup", "evict"}) {
+    for (const auto& [in, want] : ok) {
+      auto c = P({verb, "/mnt/d", in});
+      ASSERT_TRUE(c) << verb << " '" << in << "': " << c.error().message();
+      EXPECT_EQ(c->prefix, want) << verb << " '" << in << "'";
+      EXPECT_EQ(c->dir, "/mnt/d");
+    }
+    // DIR given with a trailing slash: the same.
+    auto c = P({verb, "/mnt/d/", "/mnt/d/train"});
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_EQ(c->prefix, "train");
+    for (const std::string bad : {"..", "../other", "sub/../..", "a/../b", "/etc", "/mnt/data",
+                                  "/mnt", "/mnt/d/../e", "/mnt/d/.."}) {
+      std::string err = ErrorOf({verb, "/mnt/d", bad});
+      EXPECT_NE(err.find(std::string(verb) + ": "), std::string::npos) << bad << ": " << err;
+      EXPECT_NE(err.find("PREFIX"), std::string::npos) << bad << ": " << err;
+    }
+    EXPECT_NE(ErrorOf({verb, "/mnt/d", "/etc"}).find("not under DIR /mnt/d"), std::string::npos);
+  }
+  EXPECT_EQ(PrefixInVolume("/", "/etc").value_or("<refused>"), "etc");
+}
+
 TEST(SpokectlArgsTest, UsageErrors) {
   EXPECT_NE(ErrorOf({}).find("no command"), std::string::npos);
   EXPECT_NE(ErrorOf({"frobnicate"}).find("unknown command 'frobnicate'"), std::string::npos);

@@ -113,6 +113,19 @@ TEST_F(SpokectlTest, WarmupEvictHint) {
     std::lock_guard<std::mutex> l(world_->mu);
     EXPECT_EQ(world_->last_warmup_prefix, "train");
   }
+  // The whole volume as people write it, and a sub-directory with ./ or a trailing slash or
+  // as a path under the mount.
+  for (const auto& [prefix, sent] : {std::pair<std::string, std::string>{".", ""},
+                                     {"/", ""},
+                                     {Mnt(), ""},
+                                     {"./train/", "train"},
+                                     {Mnt() + "/train", "train"}}) {
+    ASSERT_EQ(Run({"warmup", Mnt(), prefix}), 0) << prefix << ": " << err_.str();
+    std::lock_guard<std::mutex> l(world_->mu);
+    EXPECT_EQ(world_->last_warmup_prefix, sent) << prefix;
+  }
+  EXPECT_EQ(Run({"warmup", Mnt(), "../other"}), 2);
+  EXPECT_NE(err_.str().find("'..' is not allowed"), std::string::npos) << err_.str();
 
   {
     std::lock_guard<std::mutex> l(world_->mu);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cache-agent/cache/nothrash_policy.h"
+#include "tests/support/hub.h"  // TempDir
 
 namespace spoke::agent {
 namespace {
@@ -54,6 +55,26 @@ TEST(Wiring, MemoryBudgetFromTheConfigIsExported) {
   ASSERT_TRUE(derived);
   EXPECT_EQ((*derived)->total(),
             DeriveMemoryBudgetBytes(CgroupMemoryLimit(), config.block_size_bytes));
+}
+
+// A config with only cacheSizeBytes (and a private cacheDir) goes through everything the
+// agent builds before it serves: the block cache, the memory budget and the FUSE mounter's
+// per-volume settings (Volume::Config). Any cache of 64 MiB or more starts.
+TEST(Wiring, SmallCachesStartWithNoOtherKeySet) {
+  for (const char* size : {"64MiB", "98MB", "98M", "1GiB"}) {
+    spoke::testing::TempDir dir("spoke-wiring");
+    auto config = ParseAgentConfig(
+        std::string("cacheSizeBytes: ") + size + "\ncacheDir: " + dir.path() + "/cache\n",
+        "agent.yaml");
+    ASSERT_TRUE(config) << size << ": " << config.error().message();
+    metrics::Registry registry;
+    auto cache = OpenAgentCache(*config, registry);
+    ASSERT_TRUE(cache) << size << ": " << cache.error().message();
+    auto memory = MakeMemoryBudget(*config, registry);
+    ASSERT_TRUE(memory) << size << ": " << memory.error().message();
+    auto mounter = MakeAgentMounter(*config, **cache, registry, **memory);
+    ASSERT_TRUE(mounter) << size << ": " << mounter.error().message();
+  }
 }
 
 }  // namespace

@@ -66,7 +66,9 @@ class AgentIntegrationTest : public ::testing::Test {
         << "mountRoots: [" << work_->path() << "]\n"
         << "metricsAddress: 127.0.0.1:" << metrics_port_ << "\n"
         << "logLevel: info\n"
-        << "hub: {connections: 4, inflightPerConnection: 64, requestTimeoutSeconds: 5}\n";
+        << "hub: {connections: 4, inflightPerConnection: 64, requestTimeoutSeconds: 5}\n"
+        // No fd keeper (the default starts a shared one at /run/spoke): SIGTERM ends the mounts.
+        << "fuseKeeperSocket: \"\"\n";
     MakeTree();
   }
 

@@ -82,7 +82,9 @@ class MemoryBoundTest : public ::testing::Test {
         << "mountRoots: [" << work_->path() << "]\n"
         << "metricsAddress: 127.0.0.1:" << metrics_port_ << "\n"
         << "logLevel: info\n"
-        << "hub: {connections: 4, inflightPerConnection: 64, requestTimeoutSeconds: 10}\n";
+        << "hub: {connections: 4, inflightPerConnection: 64, requestTimeoutSeconds: 10}\n"
+        // No fd keeper (the default starts a shared one at /run/spoke): SIGTERM ends the mounts.
+        << "fuseKeeperSocket: \"\"\n";
     MakeDataset();
   }
 

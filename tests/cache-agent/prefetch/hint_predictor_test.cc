@@ -16,13 +16,18 @@ TEST(HintParser, AcceptsAndNormalises) {
   EXPECT_EQ(*NormalizeHintPath("train/a.jpg"), "train/a.jpg");
   EXPECT_EQ(*NormalizeHintPath("train//a.jpg\r"), "train/a.jpg");
   EXPECT_EQ(*NormalizeHintPath("a/b/"), "a/b");
+  // `find . -type f` writes "./a/b": the "." parts are dropped, as a shell would.
+  EXPECT_EQ(*NormalizeHintPath("./a"), "a");
+  EXPECT_EQ(*NormalizeHintPath("./train/./a.jpg\r"), "train/a.jpg");
 }
 
 TEST(HintParser, RejectsEscapesAndJunk) {
   EXPECT_FALSE(NormalizeHintPath("../etc/passwd"));
   EXPECT_FALSE(NormalizeHintPath("a/../../b"));
   EXPECT_FALSE(NormalizeHintPath("a/.."));
-  EXPECT_FALSE(NormalizeHintPath("./a"));
+  EXPECT_FALSE(NormalizeHintPath("./../a"));
+  EXPECT_FALSE(NormalizeHintPath("."));
+  EXPECT_FALSE(NormalizeHintPath("./"));
   EXPECT_FALSE(NormalizeHintPath("/etc/passwd"));
   EXPECT_FALSE(NormalizeHintPath(""));
   EXPECT_FALSE(NormalizeHintPath("\r"));
