@@ -22,11 +22,9 @@ namespace spoke::agent {
 struct HubPoolConfig {
   // TCP connections per volume: each has its own libnfs context and event-loop thread.
   int connections = 4;
-  // Reads in flight per connection. 64 x 1 MiB over 60 ms is ~1 GB/s per connection; small
-  // files (a 110 KB image is one short READ after a few LOOKUPs) need more requests in
-  // flight for the same bytes: 4 x 128 fills a cold 446 MB image dataset at ~140 MB/s over
-  // 60 ms against ~90 MB/s with 4 x 64 (bench/RESULTS.md). Prefetch bytes stay bounded by
-  // the fetcher's prefetch_bytes_max, not by this.
+  // Reads in flight per connection. Large files need few (each is a 1 MiB READ); small files
+  // (one short READ after a few LOOKUPs each) need many in flight to fill the link. Prefetch
+  // bytes stay bounded by the fetcher's prefetch_bytes_max, not by this.
   int inflight_per_connection = 128;
   // Bound on every hub call; a dead hub gives an error after this, never a hang.
   double request_timeout_seconds = 10;

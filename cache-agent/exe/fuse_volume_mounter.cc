@@ -5,20 +5,12 @@
 #include <tuple>
 #include <utility>
 
+#include "cache-agent/agent/mount_manager.h"
 #include "cache-agent/fuse/fuse_adapter.h"
 #include "common/log.h"
 
 namespace spoke::agent {
 namespace {
-
-// A file name for a mount's state: FNV-1a 64 of its target path (as the keeper's key).
-std::string MountStateKey(const std::string& target) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : target) h = (h ^ c) * 1099511628211ull;
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 // Where a session that would not end keeps its adapter and volume (reachable, so leak checkers
 // stay quiet about it), for the rest of the process.
@@ -207,7 +199,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   vc.hints_max_lines = config_.hints_max_lines;
   vc.hints_max_bytes = config_.hints_max_bytes;
   if (!config_.state_dir.empty()) {
-    vc.state_dir = config_.state_dir + "/mounts/" + MountStateKey(target_path);
+    vc.state_dir = config_.state_dir + "/mounts/" + MountManager::KeeperKey(target_path);
   }
   vc.adopted = fuse_fd.valid();
   // Cache sharing: the cluster's peers are asked before the hub, and answered for this
@@ -266,9 +258,9 @@ Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& 
       std::clamp<uint64_t>(memory.total() / 64 / 4096 * 4096, 128u << 10, 16u << 20));
   c.block_size = cache.block_size();
   c.memory = &memory;
+  c.state_dir = config.state_dir;
   // One volume's hints may take at most a quarter of what prefetch and hints share, so a
   // flood on one mount leaves room for the others (the budget bounds them all together).
-  c.state_dir = config.state_dir;
   c.hints_max_bytes = std::clamp<uint64_t>(memory.background_limit() / 4,
                                            HintPredictor::HintBytes(kMaxHintPath), 64ull << 20);
   SPOKE_RETURN_IF_ERROR(c.Validate());
