@@ -38,8 +38,9 @@ bool IsTransportError(int rc, std::string_view text) {
 
 class LibnfsSession : public ExportSession {
  public:
-  LibnfsSession(nfs_context* ctx, HubAddress hub, std::chrono::seconds timeout)
-      : ctx_(ctx), hub_(std::move(hub)), timeout_(timeout) {}
+  LibnfsSession(nfs_context* ctx, HubAddress hub, std::chrono::seconds timeout,
+                HubIdentityParams identity)
+      : ctx_(ctx), hub_(std::move(hub)), timeout_(timeout), identity_(identity) {}
   ~LibnfsSession() override { nfs_destroy_context(ctx_); }
 
   // Turns a negative libnfs return into an Error naming the hub, the operation and path.
@@ -144,15 +145,38 @@ class LibnfsSession : public ExportSession {
     return Ok();
   }
 
+  // A scratch volume's files belong to whoever the pods ran as (uid 1000, not the
+  // provisioning identity): each directory is listed, and each of its entries removed, as
+  // the directory's owner, the only one (root aside) the hub lets do it under any mode. A
+  // directory whose owner cannot write it (chmod 0555) is made writable first. Root-owned
+  // directories are left to root: without allowRoot they stay, and the error says so.
   Status RemoveTree(const std::string& path) override {
     if (path.empty()) return Fail(Code::kInternal, "refusing to remove the share root");
     auto st = Stat(path);
     if (!st) return st.error().code() == Code::kNotFound ? Ok() : std::unexpected(st.error());
-    return RemoveTreeAt(path, st->is_dir, 0);
+    Status removed = RemoveTreeAt(path, st->is_dir, 0, Owner{identity_.uid, identity_.gid});
+    ActAs(Owner{identity_.uid, identity_.gid});
+    return removed;
   }
 
-  Status RemoveTreeAt(const std::string& path, bool is_dir, int depth) {
+  struct Owner {
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+  };
+
+  // The AUTH_SYS identity of the next calls: `who`, unless that is root and root is not
+  // allowed (then the provisioning identity), or root is allowed (root does it all).
+  void ActAs(const Owner& who) {
+    if (identity_.allow_root) return;
+    Owner as = who.uid == 0 ? Owner{identity_.uid, identity_.gid} : who;
+    nfs_set_uid(ctx_, static_cast<int>(as.uid));
+    nfs_set_gid(ctx_, static_cast<int>(as.gid));
+  }
+
+  // Removes `path` as `parent` (the owner of the directory holding it).
+  Status RemoveTreeAt(const std::string& path, bool is_dir, int depth, const Owner& parent) {
     if (!is_dir) {
+      ActAs(parent);
       int rc = nfs_unlink(ctx_, Abs(path).c_str());
       if (rc < 0 && rc != -ENOENT) return std::unexpected(HubError(rc, "unlink", path));
       return Ok();
@@ -161,6 +185,16 @@ class LibnfsSession : public ExportSession {
       return Fail(Code::kIo, "refusing to remove " + Abs(path) + ": deeper than " +
                                  std::to_string(kMaxTreeDepth) + " levels");
     }
+    struct nfs_stat_64 st {};
+    int rc = nfs_lstat64(ctx_, Abs(path).c_str(), &st);
+    if (rc == -ENOENT) return Ok();
+    if (rc < 0) return std::unexpected(HubError(rc, "stat", path));
+    const Owner self{static_cast<uint32_t>(st.nfs_uid), static_cast<uint32_t>(st.nfs_gid)};
+    ActAs(self);
+    if ((st.nfs_mode & 0700) != 0700) {
+      rc = nfs_chmod(ctx_, Abs(path).c_str(), static_cast<int>((st.nfs_mode & 07777) | 0700));
+      if (rc < 0) return std::unexpected(HubError(rc, "chmod u+rwx", path));
+    }
     auto entries = ListTyped(path);
     if (!entries) {
       return entries.error().code() == Code::kNotFound ? Ok() : std::unexpected(entries.error());
@@ -168,9 +202,10 @@ class LibnfsSession : public ExportSession {
     for (const DirEntry& e : *entries) {
       // Only entries the server reports as directories are descended into; a symlink is
       // unlinked, never followed.
-      SPOKE_RETURN_IF_ERROR(RemoveTreeAt(path + "/" + e.name, e.is_dir, depth + 1));
+      SPOKE_RETURN_IF_ERROR(RemoveTreeAt(path + "/" + e.name, e.is_dir, depth + 1, self));
     }
-    int rc = nfs_rmdir(ctx_, Abs(path).c_str());
+    ActAs(parent);
+    rc = nfs_rmdir(ctx_, Abs(path).c_str());
     if (rc < 0 && rc != -ENOENT) return std::unexpected(HubError(rc, "rmdir", path));
     return Ok();
   }
@@ -241,6 +276,7 @@ class LibnfsSession : public ExportSession {
   nfs_context* ctx_;
   HubAddress hub_;
   std::chrono::seconds timeout_;
+  HubIdentityParams identity_;
 };
 
 }  // namespace
@@ -262,7 +298,7 @@ Result<std::unique_ptr<ExportSession>> LibnfsExportAdmin::Open(const HubAddress&
     nfs_set_uid(ctx, static_cast<int>(identity.uid));
     nfs_set_gid(ctx, static_cast<int>(identity.gid));
   }
-  auto session = std::make_unique<LibnfsSession>(ctx, hub, timeout);
+  auto session = std::make_unique<LibnfsSession>(ctx, hub, timeout, identity);
   // The URL carries version=3 and the explicit ports (no portmapper when given).
   std::string url_text = hub.NfsUrl();
   nfs_url* url = nfs_parse_url_dir(ctx, url_text.c_str());

@@ -132,6 +132,35 @@ TEST_F(ControllerIntegrationTest, ScratchDeleteRemovesNestedTree) {
   EXPECT_TRUE(Delete(resp.volume().volume_id()).ok());  // idempotent
 }
 
+// A pod running as uid 1000 filled the volume (its files and directories are its own, 0755
+// and 0555): deleting the volume removes all of it, without root (the controller
+// removes each entry as the owner of its directory). Before, DeleteVolume failed with EACCES
+// for good and the PV stayed Released.
+TEST_F(ControllerIntegrationTest, ScratchDeleteRemovesWhatANonRootPodWrote) {
+  csi::v1::CreateVolumeResponse resp;
+  ASSERT_TRUE(Create(Req(hub_->address(), "pv-uid1000", "scratch", "delete"), &resp).ok());
+  {
+    LibnfsExportAdmin admin;
+    HubIdentityParams pod;
+    pod.uid = 1000;
+    pod.gid = 1000;
+    auto session = admin.Open(hub_->address(), std::chrono::seconds(5), pod);
+    ASSERT_TRUE(session) << session.error().message();
+    ASSERT_TRUE((*session)->MakeDirs("pv-uid1000/out/ckpt", 0755));
+    ASSERT_TRUE((*session)->WriteFile("pv-uid1000/out/f1", "one"));
+    ASSERT_TRUE((*session)->WriteFile("pv-uid1000/out/ckpt/step.pt", "weights"));
+    ASSERT_TRUE((*session)->MakeDirs("pv-uid1000/frozen", 0755));
+    ASSERT_TRUE((*session)->WriteFile("pv-uid1000/frozen/kept", "x"));
+    ASSERT_TRUE((*session)->MakeDir("pv-uid1000/frozen/ro", 0555));
+  }
+  struct stat st;
+  ASSERT_EQ(::stat((Export() + "/pv-uid1000/out/ckpt/step.pt").c_str(), &st), 0);
+  ASSERT_EQ(st.st_uid, 1000u);
+  auto s = Delete(resp.volume().volume_id());
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(fs::exists(Export() + "/pv-uid1000"));
+}
+
 // rm -r unlinks symlinks and never follows them out of the volume.
 TEST_F(ControllerIntegrationTest, ScratchDeleteDoesNotFollowSymlinks) {
   {
