@@ -1,8 +1,9 @@
 #include "cache-agent/fs/kept_root.h"
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include "common/file_io.h"
 
 namespace spoke::agent {
 
@@ -12,18 +13,7 @@ Status SaveRootAttr(const std::string& file, const FileAttr& a) {
       << a.gid << ' ' << a.size << ' ' << a.used << ' ' << a.rdev;
   for (const timespec& t : {a.atime, a.mtime, a.ctime}) out << ' ' << t.tv_sec << ' ' << t.tv_nsec;
   out << " end\n";
-  const std::string tmp = file + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << out.str();
-    f.flush();
-    if (!f) return Fail(Code::kIo, "cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Fail(Code::kIo, "cannot rename " + tmp + " to " + file);
-  }
-  return Ok();
+  return ReplaceFile(file, out.str());
 }
 
 std::optional<FileAttr> LoadRootAttr(const std::string& file) {

@@ -1,15 +1,15 @@
 #include "cache-agent/fs/open_records.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
-#include <cstring>
+#include <filesystem>
 #include <sstream>
+
+#include "common/file_io.h"
 
 namespace spoke::agent {
 namespace {
@@ -40,37 +40,23 @@ std::optional<OpenRecords::Record> Decode(const std::string& text) {
   return r;
 }
 
-Error IoError(const std::string& what, const std::string& path) {
-  return Error::FromErrno(errno, what + " " + path);
-}
-
 }  // namespace
 
 Result<std::unique_ptr<OpenRecords>> OpenRecords::Open(const std::string& dir, bool clear) {
+  namespace fs = std::filesystem;
   if (dir.empty()) return Fail(Code::kInvalidArgument, "open records: no directory");
-  // Each component: the state directory may be new.
-  for (size_t at = 1; at <= dir.size(); ++at) {
-    if (at != dir.size() && dir[at] != '/') continue;
-    std::string part = dir.substr(0, at);
-    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
-      return std::unexpected(IoError("cannot create", part));
-    }
-  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!ec) fs::permissions(dir, fs::perms::owner_all, ec);
+  if (ec) return Fail(Code::kIo, "cannot create " + dir + ": " + ec.message());
   std::unique_ptr<OpenRecords> r(new OpenRecords(dir));
   if (!clear) return r;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return std::unexpected(IoError("cannot list", dir));
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::string p = dir + "/" + e->d_name;
-    if (::unlink(p.c_str()) != 0 && errno != ENOENT) {
-      int err = errno;
-      ::closedir(d);
-      errno = err;
-      return std::unexpected(IoError("cannot remove", p));
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!fs::remove(e.path(), ec) && ec) {
+      return Fail(Code::kIo, "cannot remove " + e.path().string() + ": " + ec.message());
     }
   }
-  ::closedir(d);
+  if (ec) return Fail(Code::kIo, "cannot list " + dir + ": " + ec.message());
   return r;
 }
 
@@ -81,26 +67,7 @@ std::string OpenRecords::PathOf(uint64_t handle) const {
 }
 
 Status OpenRecords::Put(uint64_t handle, const Record& record) {
-  std::string path = PathOf(handle);
-  std::string tmp = path + ".tmp";
-  std::string text = Encode(record);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return std::unexpected(IoError("cannot create", tmp));
-  ssize_t n = ::write(fd, text.data(), text.size());
-  int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    ::unlink(tmp.c_str());
-    errno = n < 0 ? err : ENOSPC;
-    return std::unexpected(IoError("cannot write", tmp));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    errno = err;
-    return std::unexpected(IoError("cannot rename into place", path));
-  }
-  return Ok();
+  return ReplaceFile(PathOf(handle), Encode(record));
 }
 
 void OpenRecords::Forget(uint64_t handle) { (void)::unlink(PathOf(handle).c_str()); }

@@ -36,7 +36,7 @@ class OpenRecords {
   // kIo when the directory cannot be made or read.
   static Result<std::unique_ptr<OpenRecords>> Open(const std::string& dir, bool clear);
 
-  // kIo (the record was not kept) when the file cannot be written.
+  // An error naming the file (the record was not kept) when it cannot be written.
   Status Put(uint64_t handle, const Record& record);
   void Forget(uint64_t handle);
   // nullopt when no complete record exists for `handle`.

@@ -477,19 +477,17 @@ Status VolumeFs::Release(uint64_t handle) {
   {
     MutexLock lock(mu_);
     auto it = handles_.find(handle);
-    if (it == handles_.end()) {
-      // An earlier agent's handle closed before any request reopened it here.
-      if (config_.open_records != nullptr && (handle & kHandleWritable)) {
-        config_.open_records->Forget(handle);
-      }
-      return Fail(Code::kInvalidArgument, "unknown file handle");
+    if (it != handles_.end()) {
+      h = std::move(it->second);
+      handles_.erase(it);
     }
-    h = std::move(it->second);
-    handles_.erase(it);
   }
-  if (config_.open_records != nullptr && h->writable && !h->hints) {
+  // The id says whether a record was kept: also for an earlier agent's handle closed before
+  // any request reopened it here.
+  if (config_.open_records != nullptr && (handle & kHandleWritable) && !(handle & kHandleHints)) {
     config_.open_records->Forget(handle);
   }
+  if (h == nullptr) return Fail(Code::kInvalidArgument, "unknown file handle");
   if (h->hints) {
     if (prefetch_ != nullptr) prefetch_->FlushHints();
     return Ok();

@@ -161,6 +161,13 @@ class FuseMount : public ::testing::Test {
     return c;
   }
 
+  // The scratch directory as a strict volume (the scratch default).
+  VolumeContext StrictScratch() {
+    VolumeContext c = Context(VolumeMode::kScratch, "scratch");
+    c.cache.consistency = Consistency::kStrict;
+    return c;
+  }
+
   std::unique_ptr<MountedVolume> MountAt(const std::string& id, const VolumeContext& ctx,
                                          const std::string& target) {
     auto v = mounter_->Mount(id, ctx, target, false);
@@ -484,8 +491,7 @@ int RunAs(uint32_t id, const std::function<int()>& body) {
 
 TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
   testing::TempDir mnt("spoke-mnt");
-  auto ctx = Context(VolumeMode::kScratch, "scratch");
-  ctx.cache.consistency = Consistency::kStrict;
+  auto ctx = StrictScratch();
   auto vol = MountAt("vol-owner", ctx, mnt.path());
   ASSERT_NE(vol, nullptr);
   std::string hub_dir = hub_->export_dir() + "/scratch";
@@ -525,8 +531,7 @@ TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
 // the agent negotiates FUSE_DIRECT_IO_ALLOW_MMAP, and msync puts the mapped writes on the hub.
 TEST_F(FuseMount, ANonRootOwnerFsyncsAndMapsSharedOnAStrictScratchVolume) {
   testing::TempDir mnt("spoke-mnt");
-  auto ctx = Context(VolumeMode::kScratch, "scratch");
-  ctx.cache.consistency = Consistency::kStrict;
+  auto ctx = StrictScratch();
   auto vol = MountAt("vol-mmap", ctx, mnt.path());
   ASSERT_NE(vol, nullptr);
   const std::string file = mnt.path() + "/mapped.bin";
@@ -562,8 +567,7 @@ TEST_F(FuseMount, ANonRootOwnerFsyncsAndMapsSharedOnAStrictScratchVolume) {
 
 TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
   testing::TempDir mnt("spoke-mnt");
-  auto ctx = Context(VolumeMode::kScratch, "scratch");
-  ctx.cache.consistency = Consistency::kStrict;
+  auto ctx = StrictScratch();
   ctx.identity.allow_root = true;  // chown to another owner needs root on the hub
   auto vol = MountAt("vol-posix", ctx, mnt.path());
   ASSERT_NE(vol, nullptr);
@@ -623,8 +627,7 @@ TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
 // dead one and refuses every create in it with ENOENT.
 TEST_F(FuseMount, ADirectoryMadeWithARemovedOnesHubNumberTakesCreates) {
   testing::TempDir mnt("spoke-mnt");
-  auto ctx = Context(VolumeMode::kScratch, "scratch");
-  ctx.cache.consistency = Consistency::kStrict;
+  auto ctx = StrictScratch();
   auto vol = MountAt("vol-reuse", ctx, mnt.path());
   ASSERT_NE(vol, nullptr);
   const std::string m = mnt.path(), h = hub_->export_dir() + "/scratch";
@@ -656,8 +659,7 @@ TEST_F(FuseMount, ADirectoryMadeWithARemovedOnesHubNumberTakesCreates) {
 
 TEST_F(FuseMount, ScratchUnlinkedOpenFileStaysUsableUntilItsLastClose) {
   testing::TempDir mnt("spoke-mnt");
-  auto ctx = Context(VolumeMode::kScratch, "scratch");
-  ctx.cache.consistency = Consistency::kStrict;
+  auto ctx = StrictScratch();
   auto vol = MountAt("vol-unlinked", ctx, mnt.path());
   ASSERT_NE(vol, nullptr);
   std::string m = mnt.path() + "/ul", h = hub_->export_dir() + "/scratch/ul";
@@ -727,8 +729,7 @@ TEST_F(FuseMount, ScratchCheckpointRenamedOverOnOneNodeIsReadExactlyOnAnother) {
   mc.hub.request_timeout_seconds = 3;
   FuseVolumeMounter node_b(mc, cache_b.get(), &registry_b);
 
-  auto ctx = Context(VolumeMode::kScratch, "scratch");
-  ctx.cache.consistency = Consistency::kStrict;
+  auto ctx = StrictScratch();
   auto vol_a = MountAt("vol-ckpt", ctx, mnt_a.path());
   ASSERT_NE(vol_a, nullptr);
   auto vol_b = node_b.Mount("vol-ckpt", ctx, mnt_b.path(), false);
