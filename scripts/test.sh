@@ -3,7 +3,8 @@
 # warnings as errors:
 #  - plain gcc: every binary and non-unit test; runs integration (nfs-ganesha + FUSE + io_uring),
 #    e2e, csi-sanity, chart, soak and Kubernetes tests;
-#  - gcc ASan + UBSan: everything; runs the unit and integration tests and the fault soak;
+#  - gcc ASan + UBSan: every test and the binaries they start; runs the unit and integration
+#    tests and the fault soak;
 #  - clang 19 ThreadSanitizer with -Wthread-safety (the lock annotations are checked): the
 #    libraries and unit tests; runs the unit tests;
 #  - clang 19 ASan + UBSan + libFuzzer: the fuzz harnesses only, each run for a bounded time.
@@ -80,7 +81,8 @@ status=0
 mkdir -p build
 if [ $sanitize -eq 1 ]; then
   # -O2: sanitizer checks stay, and the FUSE/WAN integration tests finish in time.
-  bg_build build/asan-build.log build/asan "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOKE_SANITIZE=ON
+  bg_build build/asan-build.log build/asan spoke_sanitized_suite -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSPOKE_SANITIZE=ON
   asan_pid=$bg_pid
 fi
 (cd build/ci && ctest --output-on-failure -j2 --timeout 900 -LE '^unit$' -E '_NOT_BUILT' "$@") ||
