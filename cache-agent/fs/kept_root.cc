@@ -7,11 +7,26 @@
 
 namespace spoke::agent {
 
-Status SaveRootAttr(const std::string& file, const FileAttr& a) {
-  std::ostringstream out;
+void WriteAttrText(std::ostream& out, const FileAttr& a) {
   out << a.fsid << ' ' << a.file_id << ' ' << a.mode << ' ' << a.nlink << ' ' << a.uid << ' '
       << a.gid << ' ' << a.size << ' ' << a.used << ' ' << a.rdev;
   for (const timespec& t : {a.atime, a.mtime, a.ctime}) out << ' ' << t.tv_sec << ' ' << t.tv_nsec;
+}
+
+bool ReadAttrText(std::istream& in, FileAttr* a) {
+  if (!(in >> a->fsid >> a->file_id >> a->mode >> a->nlink >> a->uid >> a->gid >> a->size >>
+        a->used >> a->rdev)) {
+    return false;
+  }
+  for (timespec* t : {&a->atime, &a->mtime, &a->ctime}) {
+    if (!(in >> t->tv_sec >> t->tv_nsec)) return false;
+  }
+  return true;
+}
+
+Status SaveRootAttr(const std::string& file, const FileAttr& a) {
+  std::ostringstream out;
+  WriteAttrText(out, a);
   out << " end\n";
   return ReplaceFile(file, out.str());
 }
@@ -20,14 +35,7 @@ std::optional<FileAttr> LoadRootAttr(const std::string& file) {
   std::ifstream f(file);
   FileAttr a;
   std::string end;
-  if (!(f >> a.fsid >> a.file_id >> a.mode >> a.nlink >> a.uid >> a.gid >> a.size >> a.used >>
-        a.rdev)) {
-    return std::nullopt;
-  }
-  for (timespec* t : {&a.atime, &a.mtime, &a.ctime}) {
-    if (!(f >> t->tv_sec >> t->tv_nsec)) return std::nullopt;
-  }
-  if (!(f >> end) || end != "end" || !a.is_dir()) return std::nullopt;
+  if (!ReadAttrText(f, &a) || !(f >> end) || end != "end" || !a.is_dir()) return std::nullopt;
   return a;
 }
 

@@ -8,6 +8,7 @@
 #error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
 #endif
 
+#include <iosfwd>
 #include <optional>
 #include <string>
 
@@ -20,5 +21,9 @@ namespace spoke::agent {
 Status SaveRootAttr(const std::string& file, const FileAttr& attr);
 // nullopt when the file is missing or not a complete record of a directory.
 std::optional<FileAttr> LoadRootAttr(const std::string& file);
+
+// The text form of FileAttr in the state directory's files: numbers separated by spaces.
+void WriteAttrText(std::ostream& out, const FileAttr& attr);
+bool ReadAttrText(std::istream& in, FileAttr* attr);
 
 }  // namespace spoke::agent

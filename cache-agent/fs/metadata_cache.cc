@@ -195,8 +195,10 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
   if (created && adopted_ && !walk_done_.load()) n.uncounted = n.kernel_copy_stale = true;
   // A file seen under a new name (renamed by another client, or a hard link) follows the
   // most recent name.
+  const bool moved = n.parent != parent || !(n.name == name);
   SetParentLocked(ino, n, parent);
   if (!(n.name == name)) n.name = name;
+  if (moved) LogMovedLocked(ino, n);
   if (n.attr_valid && AttrLocked(ino, n).ContentVersion() != attr.ContentVersion()) {
     if (n.dir_data) n.dir_data->listed = n.dir_data->listed && attr.is_dir();
   }
@@ -319,7 +321,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   TouchLocked(parent);
   if (replaced != 0 && replaced != ino) MaybeDropLocked(replaced);
   Node& n = nodes_[ino];
-  if (hold) HoldLocked(n);
+  if (hold) HoldLocked(ino, n);
   return InodeAttr{ino, AttrLocked(ino, n)};
 }
 
@@ -335,13 +337,13 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
       if (d.listed && Fresh(d.list_time)) {
         if (child == 0) return Fail(Code::kNotFound, "no entry " + name);
         if (c != nodes_.end()) {
-          if (hold) HoldLocked(c->second);
+          if (hold) HoldLocked(child, c->second);
           return InodeAttr{child, AttrLocked(child, c->second)};
         }
       }
       // A name met before (an earlier lookup) while its attributes are fresh.
       if (c != nodes_.end() && c->second.attr_valid && Fresh(c->second.attr_time)) {
-        if (hold) HoldLocked(c->second);
+        if (hold) HoldLocked(child, c->second);
         return InodeAttr{child, AttrLocked(child, c->second)};
       }
     }
@@ -463,7 +465,7 @@ InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const F
   const uint64_t old = nodes_[parent].dir().children.Set(name, ino);
   TouchLocked(parent);
   if (old != 0 && old != ino) MaybeDropLocked(old);
-  if (hold) HoldLocked(nodes_[ino]);
+  if (hold) HoldLocked(ino, nodes_[ino]);
   return InodeAttr{ino, attr};
 }
 
@@ -501,6 +503,7 @@ void MetadataCache::Renamed(uint64_t parent, const std::string& name, uint64_t n
   Node& n = nodes_[ino];
   SetParentLocked(ino, n, new_parent);
   n.name = new_name;
+  LogMovedLocked(ino, n);
   n.attr_valid = false;  // ctime changed
   p.attr_valid = false;
   np.attr_valid = false;
@@ -519,6 +522,7 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
   Node& n = nodes_[ino];
   SetParentLocked(ino, n, parent);
   n.name = hidden_name;
+  LogMovedLocked(ino, n);
   n.attr_valid = false;  // ctime changed
 }
 

@@ -49,6 +49,7 @@
 #include "cache-agent/fs/clock.h"
 #include "cache-agent/fs/dir_entries.h"
 #include "cache-agent/fs/inode_table.h"
+#include "cache-agent/fs/kernel_inode_log.h"
 #include "cache-agent/fs/listing_flights.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
@@ -195,6 +196,13 @@ class MetadataCache final : public HandleStore {
   // this process never saw. Every inode known now or met before the walk completes (the walk
   // meets every file the volume has, so every number the kernel can hold) is kept from FORGET.
   void AdoptKernelReferences();
+  // After a takeover, before AdoptKernelReferences: the inodes an earlier agent handed the
+  // kernel (KernelInodeLog::Load), known at once without the hub. Their attributes are
+  // trusted on immutable volumes and asked again elsewhere; entries whose parents are not
+  // among them are left for the walk. Returns how many were taken.
+  size_t AdoptLoggedInodes(const std::vector<KernelInodeLog::Entry>& entries);
+  // From now on every inode handed to the kernel goes to `log`, with its renames and drops.
+  void LogKernelInodes(std::unique_ptr<KernelInodeLog> log);
   // True once per inode the kernel may hold from an earlier agent (see
   // AdoptKernelReferences): what it cached of the file, attributes and pages, is of the
   // version that agent knew. The caller has the kernel drop it (Open).
@@ -272,6 +280,7 @@ class MetadataCache final : public HandleStore {
     // this node (a deleted directory it keeps as dead): the new file gets a number of its
     // own, or the kernel would take it for the dead one (ENOENT for every create in it).
     bool removed : 1 = false;
+    bool logged : 1 = false;  // in log_ (LogKernelInodes)
     std::chrono::steady_clock::time_point attr_time{};
     std::unique_ptr<Dir> dir_data;
     CompactHandle fh;  // from the listing that named it, if any
@@ -304,7 +313,13 @@ class MetadataCache final : public HandleStore {
   void MaybeDropLocked(uint64_t ino, uint64_t dropping = 0) REQUIRES(mu_);
   // Moves `n` under `parent`, keeping the directories' child_nodes right. Caller holds mu_.
   void SetParentLocked(uint64_t ino, Node& n, uint64_t parent) REQUIRES(mu_);
-  void HoldLocked(Node& n) REQUIRES(mu_);
+  void HoldLocked(uint64_t ino, Node& n) REQUIRES(mu_);
+  // log_ lines for a logged node: its (new) place, and its end. LogKeptLocked also logs a node
+  // not logged yet, and rewrites the log when it has grown far past the logged nodes.
+  KernelInodeLog::Entry LogEntryLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);
+  void LogKeptLocked(uint64_t ino, Node& n) REQUIRES(mu_);
+  void LogMovedLocked(uint64_t ino, const Node& n) REQUIRES(mu_);
+  void LogDroppedLocked(uint64_t ino, Node& n) REQUIRES(mu_);
   bool Fresh(std::chrono::steady_clock::time_point t) const;
   std::string PathLocked(uint64_t ino) const REQUIRES(mu_);
   // The path of directory `ino`: kNotFound for an unknown inode, kInvalidArgument for a file.
@@ -346,6 +361,8 @@ class MetadataCache final : public HandleStore {
   // Set with adopted_: lets TakeKernelCopyStale skip mu_ on every open of a volume that was
   // never taken over.
   std::atomic<bool> kernel_copies_stale_{false};
+  std::unique_ptr<KernelInodeLog> log_ GUARDED_BY(mu_);
+  size_t logged_ GUARDED_BY(mu_) = 0;  // nodes with Node::logged
   bool report_removals_ GUARDED_BY(mu_) = false;
   std::vector<std::string> removed_files_ GUARDED_BY(mu_);  // ReportRemovals
   ListingFlights flights_;  // taken before mu_, never while holding it

@@ -17,6 +17,7 @@ void MetadataCache::ForgetRemovedLocked(uint64_t parent, const std::string& name
   node.attr_valid = false;
   if (!only_name || !gone) return;
   node.removed = true;
+  LogDroppedLocked(ino, node);  // gone from the hub: after a restart, unknown is right
   MaybeDropLocked(ino);  // unless the kernel or a handle still holds it
 }
 
@@ -71,13 +72,15 @@ void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
   }
   if (!rdevs_.empty()) rdevs_.erase(ino);
   if (!far_fsids_.empty()) far_fsids_.erase(ino);
+  LogDroppedLocked(ino, n);
   nodes_.erase(it);
   // A directory kept only for this child's path may go now (unless it is the one dropping
   // its entries: it decides for itself once they are done).
   if (parent != ino) MaybeDropLocked(parent, dropping);
 }
 
-void MetadataCache::HoldLocked(Node& n) {
+void MetadataCache::HoldLocked(uint64_t ino, Node& n) {
+  if (!n.logged) LogKeptLocked(ino, n);
   if (n.lookups == UINT32_MAX) {
     n.uncounted = true;  // a count we can no longer keep: never dropped by FORGET
     return;
@@ -89,7 +92,7 @@ bool MetadataCache::Hold(uint64_t ino) {
   MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return false;
-  HoldLocked(it->second);
+  HoldLocked(ino, it->second);
   return true;
 }
 
@@ -140,6 +143,119 @@ bool MetadataCache::TakeKernelCopyStale(uint64_t ino) {
   if (it == nodes_.end() || !it->second.kernel_copy_stale) return false;
   it->second.kernel_copy_stale = false;
   return true;
+}
+
+KernelInodeLog::Entry MetadataCache::LogEntryLocked(uint64_t ino, const Node& n) const {
+  return KernelInodeLog::Entry{ino, n.parent, std::string(n.name.view()), AttrLocked(ino, n),
+                               std::string(n.fh.view())};
+}
+
+void MetadataCache::LogKeptLocked(uint64_t ino, Node& n) {
+  if (log_ == nullptr || ino == kRootIno || n.removed) return;
+  if (!n.logged) {
+    n.logged = true;
+    ++logged_;
+  }
+  log_->Kept(LogEntryLocked(ino, n));
+  // Entries of inodes dropped since and older places of moved ones: rewritten whole once
+  // they are most of the file.
+  if (log_->lines() > 2 * logged_ + 4096) {
+    std::vector<KernelInodeLog::Entry> live;
+    live.reserve(logged_);
+    for (const auto& [i, node] : nodes_) {
+      if (node.logged) live.push_back(LogEntryLocked(i, node));
+    }
+    log_->Rewrite(std::move(live));
+  }
+}
+
+void MetadataCache::LogMovedLocked(uint64_t ino, const Node& n) {
+  if (n.logged && log_ != nullptr) log_->Kept(LogEntryLocked(ino, n));
+}
+
+void MetadataCache::LogDroppedLocked(uint64_t ino, Node& n) {
+  if (!n.logged) return;
+  n.logged = false;
+  --logged_;
+  if (log_ != nullptr) log_->Dropped(ino);
+}
+
+void MetadataCache::LogKernelInodes(std::unique_ptr<KernelInodeLog> log) {
+  MutexLock lock(mu_);
+  log_ = std::move(log);
+  // Adopted entries are in the file already; anything else the kernel holds now is not.
+  for (auto& [ino, n] : nodes_) {
+    if (!n.logged && ino != kRootIno && (n.lookups > 0 || n.uncounted)) LogKeptLocked(ino, n);
+  }
+}
+
+size_t MetadataCache::AdoptLoggedInodes(const std::vector<KernelInodeLog::Entry>& entries) {
+  MutexLock lock(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> added;  // (ino, parent)
+  for (const KernelInodeLog::Entry& e : entries) {
+    if (e.ino == kRootIno || e.ino >= kStableInoLimit || e.parent == 0 || nodes_.contains(e.ino)) {
+      continue;
+    }
+    Node& n = nodes_[e.ino];
+    StoreAttrLocked(e.ino, n, e.attr);
+    n.name = e.name;
+    n.fh.Assign(e.fh);
+    // An immutable volume's files do not change; elsewhere the next use asks the hub.
+    n.attr_valid = config_.consistency == Consistency::kImmutable;
+    n.attr_time = clock_.Now();
+    if (e.ino != HomeIno(e.attr.fsid, e.attr.file_id)) {
+      displaced_[{e.attr.fsid, e.attr.file_id}] = e.ino;
+    }
+    added.emplace_back(e.ino, e.parent);
+  }
+  // Linked once all are in (a directory may come after its entries), and named in the
+  // parent's entries as a lookup's answer is: the path resolves, the listing is not "listed".
+  for (auto [ino, parent] : added) {
+    Node& n = nodes_[ino];
+    SetParentLocked(ino, n, parent);
+    if (auto p = nodes_.find(parent); p != nodes_.end() && p->second.attr.is_dir()) {
+      p->second.dir().children.Set(n.name.view(), ino);
+    }
+  }
+  // One whose chain of parents does not reach the root has no path: left for the walk.
+  auto reaches_root = [&](uint64_t ino) REQUIRES(mu_) {
+    for (size_t depth = 0; depth <= added.size(); ++depth) {
+      if (ino == kRootIno) return true;
+      auto it = nodes_.find(ino);
+      if (it == nodes_.end() || it->second.parent == ino) return false;
+      if (auto p = nodes_.find(it->second.parent); p == nodes_.end() || !p->second.attr.is_dir()) {
+        return false;
+      }
+      ino = it->second.parent;
+    }
+    return false;  // a cycle
+  };
+  std::vector<uint64_t> cut;
+  for (auto [ino, parent] : added) {
+    if (!reaches_root(ino)) cut.push_back(ino);
+  }
+  for (uint64_t ino : cut) {
+    Node& n = nodes_[ino];
+    if (auto p = nodes_.find(n.parent); p != nodes_.end() && p->second.dir_data &&
+                                        p->second.dir_data->children.Find(n.name.view()) == ino) {
+      p->second.dir_data->children.Erase(n.name.view());
+    }
+    if (auto d = displaced_.find({FsidLocked(ino, n), n.attr.file_id});
+        d != displaced_.end() && d->second == ino) {
+      displaced_.erase(d);
+    }
+    SetParentLocked(ino, n, 0);
+    rdevs_.erase(ino);
+    far_fsids_.erase(ino);
+  }
+  for (uint64_t ino : cut) nodes_.erase(nodes_.find(ino));
+  for (auto [ino, parent] : added) {
+    if (auto it = nodes_.find(ino); it != nodes_.end()) {
+      it->second.logged = true;
+      ++logged_;
+    }
+  }
+  return added.size() - cut.size();
 }
 
 }  // namespace spoke::agent

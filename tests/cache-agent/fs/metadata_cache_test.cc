@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <thread>
@@ -481,6 +483,64 @@ TEST(MetadataCache, AWalkStartedWhileTheHubIsDownListsAgainWhenItIsBack) {
   auto attr = meta.GetAttr(held);
   ASSERT_TRUE(attr) << attr.error().ToString();
   EXPECT_EQ(attr->size, 1u);
+}
+
+// An agent that takes a mount over while the hub is down knows at once every inode the earlier
+// agent handed the kernel (its kernel inode log): attributes, path and handle, without the hub
+// and without the walk; a file renamed since is at its new path, a removed one is unknown.
+TEST(MetadataCache, AnAgentTakingOverKnowsTheKernelsInodesFromTheLogWithoutTheHub) {
+  std::string dir = (std::filesystem::temp_directory_path() / "meta-log-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string file = dir + "/inodes";
+  FakeRemoteFs remote;
+  remote.GiveHandles(true);
+  remote.PutFile("d/sub/b", "BB");
+  remote.PutFile("d/c", "C");
+  remote.PutFile("d/gone", "G");
+  ManualClock clock;
+  FileAttr root;
+  uint64_t b = 0, c = 0, gone = 0;
+  {
+    MetadataCache earlier(remote, {}, clock);
+    ASSERT_TRUE(earlier.Init());
+    root = earlier.RootAttr();
+    auto log = KernelInodeLog::Open(file, /*fresh=*/true);
+    ASSERT_TRUE(log);
+    earlier.LogKernelInodes(std::move(*log));
+    earlier.StartWalk();  // its listings give the handles
+    ASSERT_TRUE(earlier.WaitWalk(10s));
+    auto d = earlier.Lookup(kRootIno, "d", /*hold=*/true);
+    ASSERT_TRUE(d);
+    auto sub = earlier.Lookup(d->ino, "sub", true);
+    ASSERT_TRUE(sub);
+    auto lb = earlier.Lookup(sub->ino, "b", true);
+    auto lc = earlier.Lookup(d->ino, "c", true);
+    auto lg = earlier.Lookup(d->ino, "gone", true);
+    ASSERT_TRUE(lb && lc && lg);
+    b = lb->ino, c = lc->ino, gone = lg->ino;
+    ASSERT_TRUE(remote.Rename("d/c", "d/c2"));
+    earlier.Renamed(d->ino, "c", d->ino, "c2");
+    earlier.Removed(d->ino, "gone");
+  }  // the log is written when it goes (a killed agent's thread wrote it within 200 ms)
+  remote.SetDown(true);
+  MetadataCache::Config mc;
+  mc.unknown_inode_wait = 300ms;
+  MetadataCache next(remote, mc, clock);
+  next.InitFrom(root);
+  EXPECT_EQ(next.AdoptLoggedInodes(KernelInodeLog::Load(file)), 4u);  // d, sub, b, c
+  next.AdoptKernelReferences();
+  next.StartWalk();  // cannot list: the hub is down
+  auto attr = next.GetAttr(b);
+  ASSERT_TRUE(attr) << attr.error().ToString();
+  EXPECT_EQ(attr->size, 2u);
+  EXPECT_EQ(next.PathOf(b).value_or(""), "d/sub/b");
+  EXPECT_EQ(next.PathOf(c).value_or(""), "d/c2");
+  auto handle = next.FindHandle("d/sub/b");
+  ASSERT_TRUE(handle);
+  EXPECT_EQ(handle->file_id, attr->file_id);
+  EXPECT_FALSE(next.GetAttr(gone)) << "a file removed before the restart is unknown";
+  remote.SetDown(false);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
