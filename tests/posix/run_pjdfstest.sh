@@ -2,7 +2,12 @@
 # pjdfstest (the POSIX file system conformance suite) on a scratch volume served by the real
 # agent binary: nfs-ganesha hub -> spoke-cache-agent (FUSE) mounted with `spokectl mount`.
 #
-#   tests/posix/run_pjdfstest.sh BUILD_DIR [TEST_PATTERN...]
+#   tests/posix/run_pjdfstest.sh BUILD_DIR [--caller UID] [TEST_PATTERN...]
+#
+# Root by default: pjdfstest runs every case, switching to its dummy users, on a mount with
+# --allow-root. --caller UID runs it as UID:UID without groups, as a pod with runAsUser does:
+# the mount without --allow-root, the volume's directory on the hub owned by UID; pjdfstest
+# then skips the cases that need root (chown to others, user switching).
 #
 # Configuration: tests/posix/pjdfstest.toml (its expected_failures each say why). Fails on any
 # unexpected failure or unexpected pass; prints pjdfstest's summary line. Exit 77 (ctest:
@@ -15,11 +20,18 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 . "$root/e2e/lib/common.sh"
-build=$(cd "${1:?usage: run_pjdfstest.sh BUILD_DIR [TEST_PATTERN...]}" && pwd)
+build=$(cd "${1:?usage: run_pjdfstest.sh BUILD_DIR [--caller UID] [TEST_PATTERN...]}" && pwd)
 shift
+caller=0
+name=posix_pjdfstest
+if [ "${1:-}" = --caller ]; then
+  caller=${2:?--caller needs a uid}
+  name=posix_pjdfstest_nonroot
+  shift 2
+fi
 limit=${SPOKE_PJDFSTEST_TIMEOUT:-170}
 
-skip() { echo "posix_pjdfstest: SKIP: $*" >&2; exit 77; }
+skip() { echo "$name: SKIP: $*" >&2; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (FUSE, pjdfstest's user switching)"
 pjdfstest=/usr/local/bin/pjdfstest
 [ -x "$pjdfstest" ] || pjdfstest=$(command -v pjdfstest || true)
@@ -42,7 +54,7 @@ cleanup() {
     tail -20 "$work/agent.log" >&2
   fi
   [ -n "$agent_pid" ] && "$ctl_bin" --socket "$work/agent.sock" unmount "$work/mnt" >/dev/null 2>&1
-  spoke_stop_pid "$agent_pid" "posix_pjdfstest: agent"
+  spoke_stop_pid "$agent_pid" "$name: agent"
   # A dead agent leaves its FUSE mount behind: detach it before removing the work dir.
   for m in $(spoke_mounts_under "$work"); do umount -l "$m" 2>/dev/null; done
   "$root/scripts/spoke-hub" stop "$work/hub" >/dev/null 2>&1
@@ -54,7 +66,14 @@ trap 'exit 130' INT TERM
 
 eval "$("$root/scripts/spoke-hub" start "$work/hub")"  # NFS_PORT MOUNT_PORT EXPORT PID
 mkdir -p "$EXPORT/scratch"
-chmod 0777 "$EXPORT/scratch"
+if [ "$caller" = 0 ]; then
+  chmod 0777 "$EXPORT/scratch"
+else
+  # The caller's own directory, as a pod's scratch space: 0755, not 0700, because the agent's
+  # listings, lookups and block reads go to the hub as hubUid (65534), not as the caller.
+  chown "$caller:$caller" "$EXPORT/scratch"
+  chmod 0755 "$EXPORT/scratch"
+fi
 
 spoke_agent_config "$work" 256Mi "hub: {connections: 2, requestTimeoutSeconds: 10}" \
   >"$work/agent.yaml"
@@ -65,18 +84,25 @@ spoke_start_agent "$agent_bin" "$work/agent.yaml" "$work/agent.log" 20 || {
 agent_pid=$SPOKE_PID
 
 # Strict consistency: every stat pjdfstest makes right after a change must see it. Root
-# callers are root on the hub (the export does not squash root), so chown and friends are
-# the hub's to allow or refuse.
+# callers are root on the hub with --allow-root (the export does not squash root), so chown
+# and friends are the hub's to allow or refuse. A non-root caller goes to the hub as itself
+# (the default hub identity, the caller), without --allow-root.
 # A second file system for the EXDEV cases: the work dir's own (not the mount).
 mkdir -p "$work/mnt" "$work/other-fs"
 chmod 0777 "$work/other-fs"
+allow_root=(--allow-root)
+as_caller=()
+if [ "$caller" != 0 ]; then
+  allow_root=()
+  as_caller=(setpriv --reuid="$caller" --regid="$caller" --clear-groups --)
+fi
 "$ctl_bin" --socket "$work/agent.sock" mount \
   "nfs://127.0.0.1$EXPORT/scratch?nfsport=$NFS_PORT&mountport=$MOUNT_PORT" "$work/mnt" \
-  --mode scratch --consistency strict --allow-root
+  --mode scratch --consistency strict "${allow_root[@]}"
 
 # pjdfstest's tests call umask(0) and switch to its dummy users; its temp dirs live under -p.
 set +e
-NO_COLOR=1 CLICOLOR=0 timeout --kill-after=10 "$limit" \
+NO_COLOR=1 CLICOLOR=0 timeout --kill-after=10 "$limit" "${as_caller[@]}" \
   "$pjdfstest" -c "${SPOKE_PJDFSTEST_CONFIG:-$here/pjdfstest.toml}" -p "$work/mnt" -s "$work/other-fs" "$@" >"$work/pjdfstest.log" 2>&1
 rc=$?
 set -e
@@ -84,20 +110,20 @@ grep -E "FAILED|PASSED UNEXPECTEDLY" "$work/pjdfstest.log" | sed 's/^/  /' || tr
 summary=$(grep -E "^Summary:" "$work/pjdfstest.log" || true)
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
   tail -5 "$work/pjdfstest.log" >&2
-  echo "posix_pjdfstest: FAIL: pjdfstest did not finish within ${limit} s" >&2
+  echo "$name: FAIL: pjdfstest did not finish within ${limit} s" >&2
   exit 1
 fi
 if [ -z "$summary" ]; then
   tail -20 "$work/pjdfstest.log" >&2
-  echo "posix_pjdfstest: FAIL: pjdfstest ended (rc=$rc) without a summary" >&2
+  echo "$name: FAIL: pjdfstest ended (rc=$rc) without a summary" >&2
   exit 1
 fi
-echo "posix_pjdfstest: $summary"
+echo "$name: $summary"
 if [ $rc -ne 0 ]; then
   # The failures with their messages, and what the agent warned of, for whoever reads the log.
   grep -A3 -E "FAILED$" "$work/pjdfstest.log" | head -100 >&2 || true
   grep "level=warn\|level=error" "$work/agent.log" | head -40 >&2 || true
-  echo "posix_pjdfstest: FAIL: unexpected failures or passes (see above)" >&2
+  echo "$name: FAIL: unexpected failures or passes (see above)" >&2
   exit 1
 fi
-echo "posix_pjdfstest: PASS"
+echo "$name: PASS"
