@@ -12,40 +12,20 @@
 
 #include "cache-agent/fs/kept_root.h"
 #include "common/file_io.h"
+#include "common/hex.h"
 #include "common/log.h"
 
 namespace spoke::agent {
 namespace {
 
-// Names and handles are hex: any byte, never a space or a newline in the line.
-std::string Hex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  if (bytes.empty()) return "-";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
+// Names and handles are hex ("-" when empty): any byte, never a space or a newline.
+std::string Hex(std::string_view bytes) { return bytes.empty() ? "-" : ToHex(bytes); }
 
 std::optional<std::string> Unhex(const std::string& text) {
   if (text == "-") return std::string();
-  if (text.size() % 2 != 0) return std::nullopt;
-  auto digit = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(text.size() / 2);
-  for (size_t i = 0; i < text.size(); i += 2) {
-    int hi = digit(text[i]), lo = digit(text[i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out.push_back(static_cast<char>(hi << 4 | lo));
-  }
-  return out;
+  auto bytes = FromHex(text, "entry");
+  if (!bytes) return std::nullopt;
+  return std::move(*bytes);
 }
 
 // "K ino parent <attr> fh name end" or "D ino end".

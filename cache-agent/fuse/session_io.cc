@@ -19,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
 #include "common/log.h"
 
 namespace spoke::fuse {
@@ -75,34 +76,6 @@ SessionIo* Lookup(int fd) {
   std::lock_guard lock(g_registry_mu);
   auto it = Registry().find(fd);
   return it == Registry().end() ? nullptr : it->second;
-}
-
-std::string ToHex(const std::string& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
-
-Result<std::string> FromHex(const std::string& hex, const char* field) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  if (hex.size() % 2 != 0) return Fail(Code::kInvalidArgument, std::string(field) + " is not hex");
-  std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return Fail(Code::kInvalidArgument, std::string(field) + " is not hex");
-    out[i] = static_cast<char>(hi << 4 | lo);
-  }
-  return out;
 }
 
 Status CheckInitRequest(const std::string& request) {
