@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cache-agent/fs/block_fetcher_fetch.h"
 #include "common/interrupt.h"
 #include "common/log.h"
 
@@ -40,11 +39,17 @@ Status BlockFetcher::Config::Validate() const {
 BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_key,
                            const Config& config, metrics::Registry& registry,
                            const metrics::Labels& labels)
-    : remote_(remote),
-      cache_(cache),
+    : cache_(cache),
       volume_(volume_key),
       config_(config),
-      pacer_(config.pacing, std::chrono::steady_clock::now()) {
+      reader_(remote, config.source, registry, labels,
+              [this](const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
+                OnFetched(f, std::move(r), from_hub);
+              }),
+      dispatcher_({.max_inflight = config.max_hub_inflight,
+                   .demand_reserved = config.demand_reserved,
+                   .pacing = config.pacing},
+                  std::chrono::steady_clock::now()) {
   hits_ =
       &registry.GetCounter("spoke_cache_hits_total",
                            "Block reads served from the cache or its staged prefetches", labels);
@@ -54,9 +59,6 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
       &registry.GetCounter("spoke_hub_read_bytes_total", "Bytes read from the hub", labels);
   cache_bytes_ = &registry.GetCounter("spoke_cache_read_bytes_total",
                                       "Bytes served from the block cache", labels);
-  changed_files_ = &registry.GetCounter(
-      "spoke_hub_file_changed_total",
-      "Hub reads refused because the file changed (or was replaced) since it was opened", labels);
   put_failures_ = &registry.GetCounter("spoke_cache_put_failures_total",
                                        "Fetched blocks the cache did not store", labels);
   window_gauge_ = &registry.GetGauge(
@@ -64,7 +66,7 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
       "Bytes the fetcher lets on the hub at once, readers' first, warm-up and prefetch in what "
       "they leave (paced to the WAN link)",
       labels);
-  window_gauge_->Set(static_cast<int64_t>(pacer_.window()));
+  window_gauge_->Set(static_cast<int64_t>(dispatcher_.window()));
   miss_latency_ = &registry.GetHistogram("spoke_demand_miss_seconds",
                                          "Latency of reads that waited for the hub", labels);
   base_hits_ = hits_->Value();
@@ -80,36 +82,23 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
     staging_ = std::make_unique<StagingBuffer>(
         sc, config_.clock != nullptr ? *config_.clock : SystemClock::Get(), registry, labels);
   }
-  for (int i = 0; i < config_.store_threads; ++i) storers_.emplace_back([this] { StoreLoop(); });
+  store_queue_ = std::make_unique<StoreQueue>(config_.store_threads, config_.store_queue_bytes_max,
+                                              [this](const FetchPtr& f) { Store(f); });
 }
 
 BlockFetcher::~BlockFetcher() {
   {
     MutexLock lock(mu_);
     stopping_ = true;
-    for (auto& q_ref : queues_) {
-      auto* q = &q_ref;
-      for (auto& f : *q) {
-        if (f->dispatched || f->done) continue;
-        f->done = true;
-        f->settled = true;
-        f->result = std::unexpected(Error(Code::kCancelled, "volume is shutting down"));
-        if (f->counted_prefetch) prefetch_bytes_ -= f->length;
-        ReleaseMemoryLocked(*f);
-        inflight_.erase(f->key);
-      }
-      q->clear();
+    for (auto& f : table_.CancelQueued(Error(Code::kCancelled, "volume is shutting down"))) {
+      UncountPrefetchLocked(*f);
+      ReleaseMemoryLocked(*f);
     }
     done_cv_.notify_all();
-    // Hub callbacks reference this fetcher; the remote bounds every call.
+    // Source and hub callbacks reference this fetcher; the remote bounds every call.
     done_cv_.wait(lock, [&]() REQUIRES(mu_) { return callbacks_pending_ == 0; });
   }
-  {
-    MutexLock lock(store_mu_);
-    store_stop_ = true;
-  }
-  store_cv_.notify_all();
-  for (auto& t : storers_) t.join();
+  store_queue_->Stop();
 }
 
 BlockKey BlockFetcher::Key(const FileRef& f, uint64_t index) const {
@@ -134,7 +123,7 @@ bool BlockFetcher::Has(const BlockKey& key) const {
   if (cache_ != nullptr && cache_->Contains(key)) return true;
   if (staging_ != nullptr && staging_->Contains(key)) return true;
   MutexLock lock(mu_);
-  return inflight_.contains(key);
+  return table_.Contains(key);
 }
 
 uint64_t BlockFetcher::CacheFreeBytes() const {
@@ -146,60 +135,38 @@ double BlockFetcher::demand_miss_latency_ms_avg() const {
   return n == 0 ? 0 : demand_miss_micros_.load() / 1000.0 / static_cast<double>(n);
 }
 
-BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index, Class cls,
-                                          ExpertId expert, double predicted_use,
-                                          SteadyTime deadline, bool* created, bool room_taken) {
-  BlockKey key = Key(file, index);
-  *created = false;
-  auto it = inflight_.find(key);
-  if (it != inflight_.end()) {
-    FetchPtr f = it->second;
-    if (cls == kDemandClass) f->deadline = std::max(f->deadline, deadline);
-    if (cls == kWarmClass) f->warm_waiter = true;
-    if (cls < f->cls) {
-      f->cls = cls;  // promoted: goes ahead of the less urgent classes
-      f->stored_as_demand = true;
-      if (f->counted_prefetch) {
-        prefetch_bytes_ -= f->length;
-        f->counted_prefetch = false;
-      }
-      if (f->memory_held > 0 && f->memory_use == MemoryBudget::Use::kPrefetch) {
-        config_.memory->Move(MemoryBudget::Use::kPrefetch, MemoryBudget::Use::kDemand,
-                             f->memory_held);
-        f->memory_use = MemoryBudget::Use::kDemand;
-      }
-      if (!f->dispatched) queues_[cls].push_back(f);
+BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index,
+                                          const FetchTable::Ask& ask, bool* created,
+                                          bool room_taken) {
+  const FetchTable::Block block{.path = file.path,
+                                .offset = index * config_.block_size,
+                                .length = BlockLength(file, index),
+                                .written_here = file.written_here};
+  FetchTable::Joined joined = table_.Join(Key(file, index), block, ask);
+  BlockFetch& f = *joined.fetch;
+  *created = joined.created;
+  if (joined.promoted) {
+    // Out of prefetch (if it was): its bytes leave the prefetch cap, its room is a reader's.
+    UncountPrefetchLocked(f);
+    if (f.memory_held > 0 && f.memory_use == MemoryBudget::Use::kPrefetch) {
+      config_.memory->Move(MemoryBudget::Use::kPrefetch, MemoryBudget::Use::kDemand, f.memory_held);
+      f.memory_use = MemoryBudget::Use::kDemand;
     }
-    return f;
   }
-  auto f = std::make_shared<Fetch>();
-  f->key = key;
-  f->written_here = file.written_here;
-  f->path = file.path;
-  f->offset = index * config_.block_size;
-  f->length = BlockLength(file, index);
-  f->cls = cls;
-  f->stored_as_demand = cls != kPrefetchClass;
-  f->deadline = deadline;
-  f->warm_waiter = cls == kWarmClass;
-  f->expert = expert;
-  f->predicted_use = predicted_use;
-  inflight_[key] = f;
-  if (cls == kPrefetchClass) {
-    f->counted_prefetch = true;
-    prefetch_bytes_ += f->length;
+  if (!joined.created) return joined.fetch;
+  if (ask.cls == kPrefetchClass) {
+    f.counted_prefetch = true;
+    prefetch_bytes_ += f.length;
     prefetch_blocks_++;
   }
   if (config_.memory != nullptr) {
     // Prefetch and warm-up took their room; a reader's block is charged (never refused).
-    if (!room_taken) config_.memory->Charge(MemoryBudget::Use::kDemand, f->length);
-    f->memory_held = f->length;
-    f->memory_use =
-        cls == kPrefetchClass ? MemoryBudget::Use::kPrefetch : MemoryBudget::Use::kDemand;
+    if (!room_taken) config_.memory->Charge(MemoryBudget::Use::kDemand, f.length);
+    f.memory_held = f.length;
+    f.memory_use =
+        ask.cls == kPrefetchClass ? MemoryBudget::Use::kPrefetch : MemoryBudget::Use::kDemand;
   }
-  queues_[cls].push_back(f);
-  *created = true;
-  return f;
+  return joined.fetch;
 }
 
 void BlockFetcher::Dispatch() {
@@ -207,115 +174,53 @@ void BlockFetcher::Dispatch() {
   {
     MutexLock lock(mu_);
     if (stopping_) return;
-    const int background_slots =
-        std::max(1, config_.max_hub_inflight -
-                        std::min(config_.demand_reserved, config_.max_hub_inflight - 1));
     const SteadyTime now = std::chrono::steady_clock::now();
-    while (hub_inflight_ < config_.max_hub_inflight) {
-      FetchPtr f;
-      for (int cls = kDemandClass; cls < kClasses && !f; ++cls) {
-        if (cls != kDemandClass && hub_inflight_ >= background_slots) break;
-        auto& q = queues_[cls];
-        if (WindowFullLocked(cls)) {
-          bool waiting = false;
-          for (int c = cls; c < kClasses; ++c) waiting = waiting || !queues_[c].empty();
-          if (waiting) pacer_.OnHeldBack();
-          if (cls == kDemandClass) continue;  // background may still send its one block
-          break;
-        }
-        while (!q.empty() && !f) {
-          f = q.front();
-          q.pop_front();
-          // Stale entries: dispatched, done, or promoted (queued again in a higher class).
-          if (f->dispatched || f->done || f->cls != cls) f = nullptr;
-          if (f && cls == kDemandClass && DropExpiredLocked(f, now)) f = nullptr;
-        }
-      }
-      if (!f) break;
-      f->dispatched = true;
-      f->dispatched_at = now;
-      f->paced = f->cls != kDemandClass;
-      (f->paced ? background_on_hub_ : demand_on_hub_) += f->length;
-      hub_inflight_++;
+    while (FetchPtr f = NextToSendLocked(now)) {
+      dispatcher_.OnSent(*f, now);
       callbacks_pending_++;
       start.push_back(std::move(f));
     }
   }
-  for (auto& f : start) {
-    // The source first (a peer's copy, checked by the owner against the same file id and
-    // version); on any failure of it or a block of the wrong length, the hub.
-    BlockSource* src = config_.source;
-    if (src != nullptr && src->FetchAsync({f->key, f->path, f->offset, f->length},
-                                          [this, f](Result<std::vector<char>> r) {
-                                            if (r && r->size() == f->length) {
-                                              return OnFetched(f, std::move(r), false);
-                                            }
-                                            ReadFromHub(f);
-                                          })) {
-      continue;
+  for (auto& f : start) reader_.Read(f);
+}
+
+BlockFetcher::FetchPtr BlockFetcher::NextToSendLocked(SteadyTime now) {
+  if (!dispatcher_.HasSlot()) return nullptr;
+  FetchPtr next;
+  std::vector<FetchPtr> expired;
+  for (int cls = kDemandClass; cls < kFetchClasses && !next; ++cls) {
+    const FetchDispatcher::Gate gate = dispatcher_.GateFor(cls);
+    if (gate == FetchDispatcher::Gate::kNoSlot) break;
+    if (gate == FetchDispatcher::Gate::kWindowFull) {
+      if (table_.QueuedFrom(cls)) dispatcher_.OnHeldBack();
+      if (cls == kDemandClass) continue;  // background may still send its one block
+      break;
     }
-    ReadFromHub(f);
+    next = table_.PopQueued(cls, now, &expired);
   }
-}
-
-void BlockFetcher::ReadFromHub(const FetchPtr& f) {
-  // Bytes only from the file and version the block belongs to (the name may have been
-  // replaced on the hub since), and only whole blocks: never cache what would mix versions.
-  remote_.ReadCheckedAsync(
-      f->path, f->key.file_id, f->offset, f->length,
-      [this, f](Result<RemoteFs::CheckedRead> r) { OnFetched(f, CheckFetched(*f, std::move(r))); });
-}
-
-Result<std::vector<char>> BlockFetcher::CheckFetched(const Fetch& f,
-                                                     Result<RemoteFs::CheckedRead> r) {
-  if (!r) {
-    if (r.error().ToErrno() == ESTALE) changed_files_->Inc();
-    return std::unexpected(r.error());
-  }
-  if (f.written_here) return std::move(r->data);  // the writer's own bytes: no version to check
-  if (r->attr.ContentVersion() != f.key.version) {
-    changed_files_->Inc();
-    return std::unexpected(Error::FromErrno(
-        ESTALE, "hub file " + f.path + " changed since it was opened (size " +
-                    std::to_string(r->attr.size) + "): block " + std::to_string(f.key.index) +
-                    " not served, the file must be opened again"));
-  }
-  if (r->data.size() != f.length) {
-    return std::unexpected(
-        Error::FromErrno(EIO, "hub READ of " + f.path + " at " + std::to_string(f.offset) +
-                                  " returned " + std::to_string(r->data.size()) + " of " +
-                                  std::to_string(f.length) + " bytes of an unchanged file"));
-  }
-  return std::move(r->data);
-}
-
-bool BlockFetcher::WindowFullLocked(int cls) const {
-  if (!pacer_.enabled()) return false;
-  // One block of each kind may always go: readers never wait for background, and background
-  // never stops.
-  const uint64_t mine = cls == kDemandClass ? demand_on_hub_ : background_on_hub_;
-  return mine > 0 && background_on_hub_ + demand_on_hub_ >= pacer_.window();
-}
-
-bool BlockFetcher::DropExpiredLocked(const FetchPtr& f, SteadyTime now) {
-  // Every reader of it has given up (the latest deadline passed) and no warm-up waits.
-  if (f->cls == kDemandClass && !f->warm_waiter && f->deadline < now) {
-    f->done = true;
-    f->settled = true;
-    f->result = std::unexpected(
-        Error(Code::kTimeout, "hub read of " + f->path + " still queued at its read deadline"));
-    inflight_.erase(f->key);
+  for (auto& f : expired) {
     ReleaseMemoryLocked(*f);
     expired_drops_++;
-    return true;
   }
-  return false;
+  return next;
 }
 
-void BlockFetcher::ReleaseMemoryLocked(Fetch& f) {
+void BlockFetcher::ReleaseMemoryLocked(BlockFetch& f) {
   if (f.memory_held == 0) return;
   config_.memory->Release(f.memory_use, f.memory_held);
   f.memory_held = 0;
+}
+
+void BlockFetcher::UncountPrefetchLocked(BlockFetch& f) {
+  if (!f.counted_prefetch) return;
+  prefetch_bytes_ -= f.length;
+  f.counted_prefetch = false;
+}
+
+void BlockFetcher::SettleLocked(const FetchPtr& f) {
+  f->settled = true;
+  ReleaseMemoryLocked(*f);
+  table_.Erase(*f);
 }
 
 void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
@@ -330,11 +235,11 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   const SteadyTime now = std::chrono::steady_clock::now();
   {
     MutexLock lock(mu_);
-    hub_inflight_--;
-    (f->paced ? background_on_hub_ : demand_on_hub_) -= f->length;
-    if (r && from_hub) {
-      pacer_.OnCompleted(r->size(), now - f->dispatched_at, now);
-      window_gauge_->Set(static_cast<int64_t>(pacer_.window()));
+    // Only a hub reply times the link the pacer bounds.
+    const std::optional<uint64_t> hub_reply =
+        r && from_hub ? std::optional<uint64_t>(r->size()) : std::nullopt;
+    if (dispatcher_.OnAnswered(*f, hub_reply, now)) {
+      window_gauge_->Set(static_cast<int64_t>(dispatcher_.window()));
     }
     if (r) {
       if (from_hub) hub_bytes_->Inc(r->size());
@@ -346,7 +251,7 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
     }
     f->done = true;
     if (store && cache_full && f->cls == kPrefetchClass && !f->stored_as_demand) {
-      // Staged under mu_, before the fetch leaves inflight_, so that no reader sees the block
+      // Staged under mu_, before the fetch leaves the table, so that no reader sees the block
       // in neither place (GetBlocks looks again when stored_gen_ moved).
       ReleaseMemoryLocked(*f);  // the buffer takes its own room (Use::kStaged)
       staging_->Put(f->key, *f->result, /*held=*/f->within_epoch);
@@ -367,93 +272,53 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
         over_budget = true;
       }
     }
-    if (!store) ReleaseMemoryLocked(*f);
-    // A prefetched block's bytes stay counted until it is stored (StoreLoop): its buffer
-    // is held until then.
-    if (f->counted_prefetch && !store) {
-      prefetch_bytes_ -= f->length;
-      f->counted_prefetch = false;
+    // A prefetched block's bytes stay counted until it is stored (Store): its buffer is held
+    // until then. Until it is stored, later askers join this finished fetch instead of
+    // re-reading.
+    if (!store) {
+      UncountPrefetchLocked(*f);
+      SettleLocked(f);
     }
     prefetched = f->counted_prefetch;
-    // Until it is stored, later askers join this finished fetch instead of re-reading.
-    if (!store) {
-      f->settled = true;
-      auto it = inflight_.find(f->key);
-      if (it != inflight_.end() && it->second == f) inflight_.erase(it);
-    }
   }
   done_cv_.notify_all();
   if (over_budget) {
     store_skips_++;
     put_failures_->Inc();
   }
-  if (store) {
-    bool queued = false;
+  // Prefetches are bounded by prefetch_bytes_max already; demand blocks by the queue's bound.
+  if (store && !store_queue_->Push(f, (*f->result)->size(), /*bounded=*/!prefetched)) {
+    store_skips_++;
+    put_failures_->Inc();
     {
-      MutexLock lock(store_mu_);
-      const uint64_t size = (*f->result)->size();
-      // Prefetches are bounded by prefetch_bytes_max already; demand blocks by this bound.
-      if (prefetched || store_q_bytes_ + size <= config_.store_queue_bytes_max) {
-        store_q_.emplace_back(f, Result<std::vector<char>>{});
-        store_q_bytes_ += size;
-        queued = true;
-      }
+      MutexLock lock(mu_);
+      SettleLocked(f);
     }
-    if (queued) {
-      store_cv_.notify_one();
-    } else {
-      store_skips_++;
-      put_failures_->Inc();
-      {
-        MutexLock lock(mu_);
-        f->settled = true;
-        ReleaseMemoryLocked(*f);
-        auto it = inflight_.find(f->key);
-        if (it != inflight_.end() && it->second == f) inflight_.erase(it);
-      }
-      done_cv_.notify_all();
-    }
+    done_cv_.notify_all();
   }
   Dispatch();
   MutexLock lock(mu_);
   if (--callbacks_pending_ == 0 && stopping_) done_cv_.notify_all();
 }
 
-void BlockFetcher::StoreLoop() {
-  while (true) {
-    FetchPtr f;
-    {
-      MutexLock lock(store_mu_);
-      store_cv_.wait(lock, [&]() REQUIRES(store_mu_) { return store_stop_ || !store_q_.empty(); });
-      if (store_q_.empty()) return;
-      f = std::move(store_q_.front().first);
-      store_q_.pop_front();
-      store_q_bytes_ -= (*f->result)->size();
+void BlockFetcher::Store(const FetchPtr& f) {
+  const auto& data = **f->result;
+  AdmissionHint hint{f->stored_as_demand ? kDemand : f->expert, f->predicted_use};
+  auto st = cache_->Put(f->key, data.data(), data.size(), hint);
+  if (!st) {
+    // Served anyway: a full or failed cache costs a re-fetch later, never a read.
+    put_failures_->Inc();
+    if (log::Enabled(log::Level::kDebug)) {
+      log::Debug("block not cached", {{"path", f->path}, {"error", st.error().ToString()}});
     }
-    const auto& data = **f->result;
-    AdmissionHint hint{f->stored_as_demand ? kDemand : f->expert, f->predicted_use};
-    auto st = cache_->Put(f->key, data.data(), data.size(), hint);
-    if (!st) {
-      // Served anyway: a full or failed cache costs a re-fetch later, never a read.
-      put_failures_->Inc();
-      if (log::Enabled(log::Level::kDebug)) {
-        log::Debug("block not cached", {{"path", f->path}, {"error", st.error().ToString()}});
-      }
-    }
-    {
-      MutexLock lock(mu_);
-      f->settled = true;
-      if (f->counted_prefetch) {
-        prefetch_bytes_ -= f->length;
-        f->counted_prefetch = false;
-      }
-      ReleaseMemoryLocked(*f);
-      auto it = inflight_.find(f->key);
-      if (it != inflight_.end() && it->second == f) inflight_.erase(it);
-      stored_gen_++;
-    }
-    done_cv_.notify_all();
   }
+  {
+    MutexLock lock(mu_);
+    UncountPrefetchLocked(*f);
+    SettleLocked(f);
+    stored_gen_++;
+  }
+  done_cv_.notify_all();
 }
 
 Result<BlockData> BlockFetcher::Wait(const FetchPtr& f, SteadyTime deadline) {
@@ -525,13 +390,14 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
     // A fetch of this block that finished between the cache miss above and this lock was
     // stored and has left inflight_: Join would start a second hub read of it. Look in the
     // cache again whenever a stored fetch settled since stored_gen was read.
-    if (cache_ != nullptr && stored_gen_ != stored_gen && !inflight_.contains(Key(file, index))) {
+    if (cache_ != nullptr && stored_gen_ != stored_gen && !table_.Contains(Key(file, index))) {
       stored_gen = stored_gen_;
       lock.unlock();
       --i;  // this block again (unsigned wrap-around is well defined: ++i brings it back)
       continue;
     }
-    waits.emplace_back(i, Join(file, index, kDemandClass, kDemand, 0, until, &created, false));
+    waits.emplace_back(i, Join(file, index, {.cls = kDemandClass, .deadline = until}, &created,
+                               /*room_taken=*/false));
   }
   hits_->Inc(nhits);
   misses_->Inc(waits.size());
@@ -561,7 +427,7 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
     if (staging_ != nullptr && staging_->Contains(key)) continue;
     MutexLock lock(mu_);
     if (stopping_) return false;
-    if (inflight_.contains(key)) continue;
+    if (table_.Contains(key)) continue;
     if (prefetch_bytes_.load() + BlockLength(file, index) > config_.prefetch_bytes_max) {
       refused = true;
       break;
@@ -573,9 +439,11 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
       break;
     }
     bool created;
-    FetchPtr f = Join(file, index, kPrefetchClass, req.expert,
-                      req.predicted_use + static_cast<double>(index - req.first_block),
-                      SteadyTime{}, &created, /*room_taken=*/config_.memory != nullptr);
+    const FetchTable::Ask ask{
+        .cls = kPrefetchClass,
+        .expert = req.expert,
+        .predicted_use = req.predicted_use + static_cast<double>(index - req.first_block)};
+    FetchPtr f = Join(file, index, ask, &created, /*room_taken=*/config_.memory != nullptr);
     if (created) f->within_epoch = req.within_epoch;
     queued = true;
   }

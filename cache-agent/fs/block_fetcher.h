@@ -36,6 +36,13 @@
 //   Evict drops staged blocks with the cached ones; the destructor drops them all. Warm
 //   moves a staged block into the cache instead of reading it again.
 //
+// Parts (one mutex, mu_, over the first two and every BlockFetch): FetchTable (fetch_table.h:
+// one fetch per block, its waiters, the three class queues), FetchDispatcher
+// (fetch_dispatcher.h: hub slots and pacing for every source), FetchReader (fetch_reader.h:
+// the source, then the hub, checked), StoreQueue (store_queue.h: blocks waiting for the store
+// threads, its own leaf lock), StagingBuffer (staging_buffer.h). This class joins them: the
+// cache lookups, memory accounting, the prefetch cap, and waiting for fetches.
+//
 // Counts per volume: spoke_cache_hits_total (reads that did not wait for the hub: from the
 // cache or from staging), spoke_cache_misses_total, spoke_hub_read_bytes_total,
 // spoke_cache_read_bytes_total (from the cache only); staging's own: staging_buffer.h.
@@ -48,22 +55,23 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/fs/block_bytes.h"
+#include "cache-agent/fs/block_fetch.h"
 #include "cache-agent/fs/block_source.h"
 #include "cache-agent/fs/clock.h"
+#include "cache-agent/fs/fetch_dispatcher.h"
+#include "cache-agent/fs/fetch_reader.h"
+#include "cache-agent/fs/fetch_table.h"
 #include "cache-agent/fs/link_pacer.h"
 #include "cache-agent/fs/staging_buffer.h"
+#include "cache-agent/fs/store_queue.h"
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/memory_budget.h"
@@ -85,8 +93,6 @@ struct FileRef {
 };
 
 class BlockFetcher {
-  struct Fetch;  // one block's fetch (block_fetcher_fetch.h)
-
  public:
   struct Config {
     uint32_t block_size = 1 << 20;  // = BlockCache block size = hub rsize
@@ -170,7 +176,7 @@ class BlockFetcher {
 
    private:
     friend class BlockFetcher;
-    std::vector<std::pair<std::shared_ptr<Fetch>, bool>> waits_;  // fetch, created by it
+    std::vector<std::pair<BlockFetchPtr, bool>> waits_;  // fetch, created by it
     uint64_t bytes_ = 0;
     std::optional<Error> error_;  // the start failed (shutting down)
   };
@@ -224,65 +230,52 @@ class BlockFetcher {
   StagingBuffer::Stats staging_stats() const;
 
  private:
-  using FetchPtr = std::shared_ptr<Fetch>;
+  using FetchPtr = BlockFetchPtr;
   using SteadyTime = std::chrono::steady_clock::time_point;
-  // Priority classes, most urgent first (index into queues_).
-  enum Class : int { kDemandClass = 0, kWarmClass = 1, kPrefetchClass = 2, kClasses = 3 };
   BlockKey Key(const FileRef& f, uint64_t index) const;
   uint32_t BlockLength(const FileRef& f, uint64_t index) const;
   // `room_taken`: the caller took the block's room in the memory budget (prefetch, warm-up);
-  // otherwise a new fetch is charged (a reader's). A joined fetch keeps its own room.
-  // Returns the fetch for the block, creating it (queued in class `cls`) or promoting an
-  // existing one to `cls` when that is more urgent. `deadline`: a reader's (demand only).
-  FetchPtr Join(const FileRef& file, uint64_t index, Class cls, ExpertId expert,
-                double predicted_use, SteadyTime deadline, bool* created, bool room_taken)
-      REQUIRES(mu_);
-  void Dispatch();  // starts queued fetches while there is room; mu_ held by caller
-  // The pacer's window holds class `cls` back: readers' and background bytes on the hub
-  // fill it (readers first: background takes what they leave; one block of each may go).
-  bool WindowFullLocked(int cls) const REQUIRES(mu_);
+  // otherwise a new fetch is charged (a reader's). A joined fetch keeps its own room; one
+  // promoted out of prefetch leaves the prefetch bytes and moves its room to demand.
+  FetchPtr Join(const FileRef& file, uint64_t index, const FetchTable::Ask& ask, bool* created,
+                bool room_taken) REQUIRES(mu_);
+  void Dispatch() EXCLUDES(mu_);  // starts queued fetches while there is room
+  // The next queued fetch the dispatcher lets go, most urgent class first; null when none.
+  FetchPtr NextToSendLocked(SteadyTime now) REQUIRES(mu_);
   // `from_hub`: false for a block the BlockSource gave (not counted as hub bytes).
-  void OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub = true);
-  void ReadFromHub(const FetchPtr& f);
-  // The bytes of a checked read, or an error when the hub's file is not the version `f`
-  // belongs to (ESTALE, counted) or the reply is not the whole block (EIO).
-  Result<std::vector<char>> CheckFetched(const Fetch& f, Result<RemoteFs::CheckedRead> r);
-  void StoreLoop();
+  void OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub);
+  // On a store thread: puts the fetched block into the cache, then settles it.
+  void Store(const FetchPtr& f);
+  // Done with `f`: settled, its memory room given back, out of the table. mu_ held.
+  void SettleLocked(const FetchPtr& f) REQUIRES(mu_);
   // kTimeout when `f` is not done by `deadline`.
   Result<BlockData> Wait(const FetchPtr& f, SteadyTime deadline);
-  // A demand fetch still queued after every reader's deadline: fails it instead of sending
-  // it. mu_ held.
-  bool DropExpiredLocked(const FetchPtr& f, SteadyTime now) REQUIRES(mu_);
   // Warm-up is no reader: it waits (bounded by read_deadline) for background room in the
   // memory budget, letting queued fetches go meanwhile; past the deadline it is charged.
   void TakeWarmRoom(uint32_t length);
   // Gives the fetch's bytes back to the memory budget (if it holds any). mu_ held.
-  void ReleaseMemoryLocked(Fetch& f) REQUIRES(mu_);
+  void ReleaseMemoryLocked(BlockFetch& f) REQUIRES(mu_);
+  // Takes the fetch's bytes out of prefetch_bytes_ (if they are in). mu_ held.
+  void UncountPrefetchLocked(BlockFetch& f) REQUIRES(mu_);
   // A staged block a reader took: queued for the cache as a demand block (a reader fetched
   // it), unless it is being fetched already or there is no room to queue it. Returns the
   // queued fetch (settled once stored), or null.
   FetchPtr AdmitTaken(const BlockKey& key, const BlockData& data);
 
-  RemoteFs& remote_;
   BlockCache* cache_;
   uint64_t volume_;
   Config config_;
+  FetchReader reader_;
 
   mutable Mutex mu_;
   CondVar done_cv_;
-  std::unordered_map<BlockKey, FetchPtr, BlockKeyHash> inflight_ GUARDED_BY(mu_);
-  std::deque<FetchPtr> queues_[kClasses] GUARDED_BY(mu_);
-  int hub_inflight_ GUARDED_BY(mu_) = 0;
-  // Warm-up and prefetch bytes, and readers' bytes, sent to the hub (or a peer) and not
-  // answered yet; the pacer's window bounds both together.
-  uint64_t background_on_hub_ GUARDED_BY(mu_) = 0;
-  uint64_t demand_on_hub_ GUARDED_BY(mu_) = 0;
-  LinkPacer pacer_ GUARDED_BY(mu_);
-  int callbacks_pending_ GUARDED_BY(mu_) = 0;  // hub reads whose callback has not returned
+  FetchTable table_ GUARDED_BY(mu_);
+  FetchDispatcher dispatcher_ GUARDED_BY(mu_);
+  int callbacks_pending_ GUARDED_BY(mu_) = 0;  // sent fetches whose callback has not returned
   bool stopping_ GUARDED_BY(mu_) = false;
-  // Fetches stored in the cache and then taken out of inflight_ (StoreLoop). GetBlocks looks
-  // in the cache before it takes mu_ to join a fetch: when this moved in between, the block
-  // may have been stored in that window and it looks again rather than read the hub twice.
+  // Fetches stored in the cache and then taken out of table_ (Store). GetBlocks looks in the
+  // cache before it takes mu_ to join a fetch: when this moved in between, the block may have
+  // been stored in that window and it looks again rather than read the hub twice.
   uint64_t stored_gen_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> prefetch_bytes_{0};
   std::atomic<uint64_t> prefetch_blocks_{0};
@@ -291,23 +284,18 @@ class BlockFetcher {
   std::atomic<uint64_t> demand_miss_count_{0};
   std::atomic<uint64_t> demand_miss_micros_{0};
 
-  Mutex store_mu_;
-  CondVar store_cv_;
-  std::deque<std::pair<FetchPtr, Result<std::vector<char>>>> store_q_ GUARDED_BY(store_mu_);
-  uint64_t store_q_bytes_ GUARDED_BY(store_mu_) = 0;
-  bool store_stop_ GUARDED_BY(store_mu_) = false;
-  std::vector<std::thread> storers_;
   std::unique_ptr<StagingBuffer> staging_;  // null without staging
 
   metrics::Counter* hits_;
   metrics::Counter* misses_;
   metrics::Counter* hub_bytes_;
-  metrics::Counter* changed_files_;
   metrics::Counter* cache_bytes_;
   metrics::Counter* put_failures_;
   metrics::Gauge* window_gauge_;
   metrics::Histogram* miss_latency_;
   uint64_t base_hits_, base_misses_, base_hub_bytes_, base_cache_bytes_;
+  // Made last, stopped first: its threads call Store.
+  std::unique_ptr<StoreQueue> store_queue_;
 };
 
 }  // namespace spoke::agent

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "cache-agent/fs/block_fetcher.h"
-#include "cache-agent/fs/block_fetcher_fetch.h"
 
 namespace spoke::agent {
 
@@ -41,35 +40,30 @@ BlockFetcher::FetchPtr BlockFetcher::AdmitTaken(const BlockKey& key, const Block
   bool queue_full = false;
   {
     MutexLock lock(mu_);
-    if (!stopping_ && !inflight_.contains(key)) {
-      MutexLock store_lock(store_mu_);
-      if (store_q_bytes_ + size > config_.store_queue_bytes_max) {
-        queue_full = true;
-      } else {
-        // Joinable until stored, as a fetched block waiting for a store thread.
-        auto f = std::make_shared<Fetch>();
-        f->key = key;
-        f->length = static_cast<uint32_t>(size);
-        f->cls = kDemandClass;
-        f->stored_as_demand = true;
-        f->dispatched = true;
-        f->done = true;
-        f->result = data;
-        if (config_.memory != nullptr) {
-          f->memory_held = size;
-          f->memory_use = MemoryBudget::Use::kStoreQueue;
-        }
-        inflight_[key] = f;
-        store_q_.emplace_back(f, Result<std::vector<char>>{});
-        store_q_bytes_ += size;
+    if (!stopping_ && !table_.Contains(key)) {
+      // Joinable until stored, as a fetched block waiting for a store thread.
+      auto f = std::make_shared<BlockFetch>();
+      f->key = key;
+      f->length = static_cast<uint32_t>(size);
+      f->cls = kDemandClass;
+      f->stored_as_demand = true;
+      f->dispatched = true;
+      f->done = true;
+      f->result = data;
+      if (config_.memory != nullptr) {
+        f->memory_held = size;
+        f->memory_use = MemoryBudget::Use::kStoreQueue;
+      }
+      // Queued and in the table under mu_: its store thread settles it only after.
+      if (store_queue_->Push(f, size, /*bounded=*/true)) {
+        table_.AddDone(f);
         queued = std::move(f);
+      } else {
+        queue_full = true;
       }
     }
   }
-  if (queued) {
-    store_cv_.notify_one();
-    return queued;
-  }
+  if (queued) return queued;
   if (config_.memory != nullptr) config_.memory->Release(MemoryBudget::Use::kStoreQueue, size);
   if (queue_full) store_skips_++;
   return nullptr;

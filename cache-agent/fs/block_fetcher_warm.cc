@@ -3,7 +3,6 @@
 #include <chrono>
 
 #include "cache-agent/fs/block_fetcher.h"
-#include "cache-agent/fs/block_fetcher_fetch.h"
 
 namespace spoke::agent {
 
@@ -48,7 +47,7 @@ BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t f
       t.error_ = Error(Code::kCancelled, "volume is shutting down");
       return t;
     }
-    auto f = Join(file, index, kWarmClass, kDemand, 0, SteadyTime{}, &created, room);
+    auto f = Join(file, index, {.cls = kWarmClass}, &created, room);
     if (room && !created) config_.memory->Release(MemoryBudget::Use::kDemand, length);
     t.bytes_ += length;
     t.waits_.emplace_back(std::move(f), created);

@@ -1,5 +1,6 @@
-// BlockFetcher::Fetch: one block being fetched, shared by the fetcher's translation units
-// (block_fetcher.cc, block_fetcher_staging.cc). Internal to BlockFetcher.
+// BlockFetch: one block being fetched, the record the BlockFetcher's parts share (FetchTable,
+// FetchDispatcher, StoreQueue). Fields set when it is made (key, path, offset, length,
+// written_here) never change; the others are guarded by the fetcher's mutex.
 #pragma once
 
 #if !__has_include("spoke_layer/fs.h")
@@ -7,18 +8,26 @@
 #endif
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
 
-#include "cache-agent/fs/block_fetcher.h"
+#include "cache-agent/cache/block_key.h"
+#include "cache-agent/fs/block_bytes.h"
+#include "common/memory_budget.h"
+#include "common/status.h"
 
 namespace spoke::agent {
 
-struct BlockFetcher::Fetch {
+// Priority classes, most urgent first: readers, warm-up (and hints), prefetch.
+enum FetchClass : int { kDemandClass = 0, kWarmClass = 1, kPrefetchClass = 2, kFetchClasses = 3 };
+
+struct BlockFetch {
   BlockKey key;
   std::string path;
   uint64_t offset = 0;
   uint32_t length = 0;
-  int cls = 0;                    // BlockFetcher::Class
+  int cls = kDemandClass;         // FetchClass: the most urgent one asked for
   bool stored_as_demand = false;  // asked for by a reader or warm-up: no expert to credit
   bool written_here = false;      // FileRef::written_here: no hub version to check
   std::chrono::steady_clock::time_point deadline{};  // latest reader deadline (demand)
@@ -30,14 +39,16 @@ struct BlockFetcher::Fetch {
   bool within_epoch = false;
   bool dispatched = false;
   std::chrono::steady_clock::time_point dispatched_at{};
-  bool paced = false;  // sent as warm-up or prefetch: in background_on_hub_, not demand_on_hub_
+  bool paced = false;  // sent as warm-up or prefetch: counted as background bytes on the link
   bool done = false;
   bool settled = false;           // done and (when it was to be cached) stored
-  bool counted_prefetch = false;  // its bytes are in prefetch_bytes_
-  // Bytes (length) held in the memory budget, and under which use; guarded by mu_.
+  bool counted_prefetch = false;  // its bytes are in the fetcher's prefetch bytes
+  // Bytes (length) held in the memory budget, and under which use.
   uint64_t memory_held = 0;
   MemoryBudget::Use memory_use = MemoryBudget::Use::kDemand;
   Result<BlockData> result = std::unexpected(Error(Code::kInternal, "not fetched"));
 };
+
+using BlockFetchPtr = std::shared_ptr<BlockFetch>;
 
 }  // namespace spoke::agent
