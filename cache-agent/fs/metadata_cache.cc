@@ -319,7 +319,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   TouchLocked(parent);
   if (replaced != 0 && replaced != ino) MaybeDropLocked(replaced);
   Node& n = nodes_[ino];
-  if (hold) HoldLocked(n);
+  if (hold) AddKernelRefLocked(n);
   return InodeAttr{ino, AttrLocked(ino, n)};
 }
 
@@ -335,13 +335,13 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
       if (d.listed && Fresh(d.list_time)) {
         if (child == 0) return Fail(Code::kNotFound, "no entry " + name);
         if (c != nodes_.end()) {
-          if (hold) HoldLocked(c->second);
+          if (hold) AddKernelRefLocked(c->second);
           return InodeAttr{child, AttrLocked(child, c->second)};
         }
       }
       // A name met before (an earlier lookup) while its attributes are fresh.
       if (c != nodes_.end() && c->second.attr_valid && Fresh(c->second.attr_time)) {
-        if (hold) HoldLocked(c->second);
+        if (hold) AddKernelRefLocked(c->second);
         return InodeAttr{child, AttrLocked(child, c->second)};
       }
     }
@@ -463,7 +463,7 @@ InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const F
   const uint64_t old = nodes_[parent].dir().children.Set(name, ino);
   TouchLocked(parent);
   if (old != 0 && old != ino) MaybeDropLocked(old);
-  if (hold) HoldLocked(nodes_[ino]);
+  if (hold) AddKernelRefLocked(nodes_[ino]);
   return InodeAttr{ino, attr};
 }
 

@@ -15,7 +15,7 @@
 //
 // Which inodes are kept: an inode stays while its directory's cached listing names it (the
 // namespace cache: bounded by the hub's tree, accounted in the agent's memory budget), while
-// the kernel holds it (FUSE lookup count: Hold/Forget) and while a handle has it open
+// the kernel holds it (FUSE lookup count: AddKernelRef/Forget) and while a handle has it open
 // (Pin/Unpin). The root always stays. An inode none of these keeps is dropped: a name removed,
 // replaced or renamed away on the hub (seen by a relisting or a lookup that answers ENOENT) or
 // by us, once the kernel has forgotten it and its last handle is closed. A directory's listing
@@ -148,7 +148,7 @@ class MetadataCache final : public HandleStore {
   // directory's listing is cached); other modes answer from the listing while it is fresh,
   // and ask the hub for the one name (LOOKUP) while the directory is not listed.
   // `hold`: the answer hands the kernel the inode (one reference, counted with the answer so
-  // that the inode cannot be dropped in between); see Hold.
+  // that the inode cannot be dropped in between); see AddKernelRef.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, bool hold = false);
   // The name as the hub has it now, whatever the consistency mode (one round trip); the
   // cache takes the answer.
@@ -183,10 +183,10 @@ class MetadataCache final : public HandleStore {
   // Forgets the inode's attributes: the next GetAttr asks the hub.
   void Invalidate(uint64_t ino);
 
-  // Kernel references (the FUSE lookup count). Hold: one more (an entry handed to the kernel);
-  // false when the inode is not known (any more): no node id may be handed out for it.
+  // Kernel references (the FUSE lookup count). AddKernelRef: one more (an entry handed to the
+  // kernel); false when the inode is not known (any more): no node id may be handed out for it.
   // Forget: the kernel returns `count` of them (FORGET); the inode goes when nothing keeps it.
-  bool Hold(uint64_t ino);
+  bool AddKernelRef(uint64_t ino);
   void Forget(uint64_t ino, uint64_t count);
   // An open handle keeps the inode (the kernel may FORGET it before RELEASE reaches us).
   void Pin(uint64_t ino);
@@ -304,7 +304,7 @@ class MetadataCache final : public HandleStore {
   void MaybeDropLocked(uint64_t ino, uint64_t dropping = 0) REQUIRES(mu_);
   // Moves `n` under `parent`, keeping the directories' child_nodes right. Caller holds mu_.
   void SetParentLocked(uint64_t ino, Node& n, uint64_t parent) REQUIRES(mu_);
-  void HoldLocked(Node& n) REQUIRES(mu_);
+  void AddKernelRefLocked(Node& n) REQUIRES(mu_);
   bool Fresh(std::chrono::steady_clock::time_point t) const;
   std::string PathLocked(uint64_t ino) const REQUIRES(mu_);
   // The path of directory `ino`: kNotFound for an unknown inode, kInvalidArgument for a file.

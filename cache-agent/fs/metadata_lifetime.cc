@@ -77,7 +77,7 @@ void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
   if (parent != ino) MaybeDropLocked(parent, dropping);
 }
 
-void MetadataCache::HoldLocked(Node& n) {
+void MetadataCache::AddKernelRefLocked(Node& n) {
   if (n.lookups == UINT32_MAX) {
     n.uncounted = true;  // a count we can no longer keep: never dropped by FORGET
     return;
@@ -85,11 +85,11 @@ void MetadataCache::HoldLocked(Node& n) {
   n.lookups++;
 }
 
-bool MetadataCache::Hold(uint64_t ino) {
+bool MetadataCache::AddKernelRef(uint64_t ino) {
   MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return false;
-  HoldLocked(it->second);
+  AddKernelRefLocked(it->second);
   return true;
 }
 

@@ -107,9 +107,9 @@ TEST(FdKeeperOrphanTest, ReleasesKeptDescriptorsOnlyWhenNoAgentHoldsTheLeaseForT
   FdKeeperClient c(config.socket_path, 2000ms);
   signal(SIGPIPE, SIG_IGN);
 
-  auto hold = c.Hold();
+  auto hold = c.TakeLease();
   ASSERT_TRUE(hold) << hold.error().ToString();
-  EXPECT_TRUE(FdKeeperClient::HoldAlive(hold->get()));
+  EXPECT_TRUE(FdKeeperClient::LeaseAlive(hold->get()));
   Pipe p;
   ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
   p.r.Reset();  // the keeper's copy is the pipe's only read end
@@ -120,7 +120,7 @@ TEST(FdKeeperOrphanTest, ReleasesKeptDescriptorsOnlyWhenNoAgentHoldsTheLeaseForT
 
   // A new agent's lease taken while the old one is still open, then the old one ends: still
   // held.
-  auto second = c.Hold();
+  auto second = c.TakeLease();
   ASSERT_TRUE(second);
   hold->Reset();
   std::this_thread::sleep_for(900ms);
@@ -144,17 +144,17 @@ TEST(FdKeeperOrphanTest, WithoutATimeoutNothingIsEverReleasedAndTheLeaseEndsWith
   FdKeeperClient c(config.socket_path, 2000ms);
   Pipe p;
   ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
-  auto hold = c.Hold();
+  auto hold = c.TakeLease();
   ASSERT_TRUE(hold);
   hold->Reset();
   std::this_thread::sleep_for(500ms);
   EXPECT_EQ(server->size(), 1u);
 
-  auto again = c.Hold();
+  auto again = c.TakeLease();
   ASSERT_TRUE(again);
   server.reset();  // the keeper went away: the agent sees its lease end and takes a new one
-  EXPECT_TRUE(Eventually([&] { return !FdKeeperClient::HoldAlive(again->get()); }));
-  EXPECT_FALSE(FdKeeperClient::HoldAlive(-1));
+  EXPECT_TRUE(Eventually([&] { return !FdKeeperClient::LeaseAlive(again->get()); }));
+  EXPECT_FALSE(FdKeeperClient::LeaseAlive(-1));
 }
 
 TEST_F(FdKeeperTest, ListsManyEntriesInKeyOrder) {
