@@ -347,8 +347,8 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
     }
   }
   // Not listed yet (or no longer fresh): one LOOKUP, not a listing of the whole directory,
-  // which takes a round trip per page (a 20k-entry directory: ~25 s at 60 ms; one larger
-  // than the hub timeout allows could never be listed). The walk and readdir list it.
+  // which is a round trip per READDIRPLUS page (the hub timeout bounds each page, so any
+  // directory can be listed, but a big one takes many trips). The walk and readdir list it.
   return LookupOnHub(parent, name, hold);
 }
 
