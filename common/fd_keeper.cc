@@ -81,7 +81,7 @@ Status FdKeeperServer::Start() {
   wake_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd_.valid()) return Fail(Code::kIo, std::string("eventfd: ") + std::strerror(errno));
   stopping_ = false;
-  thread_ = std::thread([this] { Serve(); });
+  thread_ = std::thread([this] { PollLoop(); });
   log::Info("fd keeper serving", {{"socket", config_.socket_path}});
   return Ok();
 }
@@ -97,7 +97,7 @@ void FdKeeperServer::Stop() {
   listen_fd_.Reset();
 }
 
-void FdKeeperServer::Serve() {
+void FdKeeperServer::PollLoop() {
   using Clock = std::chrono::steady_clock;
   std::vector<UniqueFd> clients;
   std::set<int> denied;   // accepted, but from a uid that may not use the keeper
@@ -331,7 +331,7 @@ Result<bool> FdKeeperClient::Del(const std::string& key) const {
   return j.value("found", false);
 }
 
-Result<UniqueFd> FdKeeperClient::Hold() const {
+Result<UniqueFd> FdKeeperClient::TakeLease() const {
   SPOKE_TRY(auto sock, Connect());
   SPOKE_RETURN_IF_ERROR(SendFdMessage(sock.get(), json{{"op", "hold"}}.dump(), {}, timeout_));
   SPOKE_TRY_WRAP(auto reply, RecvFdMessage(sock.get(), timeout_), "fd keeper hold");
@@ -340,9 +340,9 @@ Result<UniqueFd> FdKeeperClient::Hold() const {
   return sock;
 }
 
-bool FdKeeperClient::HoldAlive(int hold) {
-  if (hold < 0) return false;
-  pollfd p{hold, POLLIN, 0};
+bool FdKeeperClient::LeaseAlive(int lease) {
+  if (lease < 0) return false;
+  pollfd p{lease, POLLIN, 0};
   // The keeper never writes on a lease: anything readable is its end (EOF) or an error.
   return ::poll(&p, 1, 0) == 0;
 }

@@ -72,7 +72,8 @@ class FdKeeperServer {
   size_t size() const;
 
  private:
-  void Serve();
+  // The serving thread: accepts clients and answers their requests until Stop().
+  void PollLoop();
   // Releases every kept descriptor (the orphan timeout passed).
   void ReleaseOrphans(std::chrono::milliseconds idle);
   // Handles one request on `client`; false when the client should be dropped. Sets `*hold`
@@ -105,9 +106,9 @@ class FdKeeperClient {
   Result<bool> Del(const std::string& key) const;
   // Takes the agent's lease: the returned connection tells the keeper an agent serves the kept
   // descriptors for as long as it stays open (it closes with the process, however it ends).
-  Result<UniqueFd> Hold() const;
-  // Whether the keeper still has the lease `hold` (false once the keeper went away).
-  static bool HoldAlive(int hold);
+  Result<UniqueFd> TakeLease() const;
+  // Whether the keeper still has the lease `lease` (false once the keeper went away).
+  static bool LeaseAlive(int lease);
 
  private:
   Result<UniqueFd> Connect() const;

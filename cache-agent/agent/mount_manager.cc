@@ -167,7 +167,7 @@ Status MountManager::Start() {
   // Connections the keeper held through the restart: served again before anything else, so
   // their users see only a pause.
   std::vector<std::string> adopted = AdoptKept(*records);
-  HoldKeeper();
+  RenewKeeperLease();
   // Stale mounts next, synchronously: they are local and fast, and a pod reading through
   // one gets ENOTCONN until it is gone.
   for (const auto& r : *records) {

@@ -185,8 +185,8 @@ class MountManager {
   std::chrono::milliseconds keeper_backoff_{0};  // the background thread's only
   // This agent's lease on the keeper (start-up, then the bg thread only): while it is open the
   // keeper does not release the connections it holds; it closes with the process.
-  UniqueFd keeper_hold_;
-  void HoldKeeper();
+  UniqueFd keeper_lease_;
+  void RenewKeeperLease();
 };
 
 }  // namespace spoke::agent

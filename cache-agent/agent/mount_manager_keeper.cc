@@ -105,19 +105,19 @@ std::vector<std::string> MountManager::AdoptKept(const std::vector<MountRecord>&
   return adopted;
 }
 
-void MountManager::HoldKeeper() {
-  if (options_.keeper_socket.empty() || FdKeeperClient::HoldAlive(keeper_hold_.get())) return;
+void MountManager::RenewKeeperLease() {
+  if (options_.keeper_socket.empty() || FdKeeperClient::LeaseAlive(keeper_lease_.get())) return;
   FdKeeperClient keeper(options_.keeper_socket, options_.keeper_timeout);
-  auto hold = keeper.Hold();
-  if (!hold) {
-    keeper_hold_.Reset();
+  auto lease = keeper.TakeLease();
+  if (!lease) {
+    keeper_lease_.Reset();
     return;  // unreachable keeper: SyncKeeper reports it and retries
   }
-  keeper_hold_ = std::move(*hold);
+  keeper_lease_ = std::move(*lease);
 }
 
 std::chrono::steady_clock::time_point MountManager::SyncKeeper() {
-  HoldKeeper();
+  RenewKeeperLease();
   auto now = std::chrono::steady_clock::now();
   std::vector<std::pair<MountRecord, std::shared_ptr<MountedVolume>>> mounted;
   std::vector<std::string> lost;

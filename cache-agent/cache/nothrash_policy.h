@@ -1,36 +1,9 @@
-// NoThrashPolicy: an EvictionPolicy for working sets larger than the cache.
-//
-// LRU cycles such a working set: with a dataset of twice the cache read in a fresh random
-// order every epoch, a block is evicted before its next read about 7 times in 8, and with a
-// fixed order every time. NoThrashPolicy keeps a stable subset instead (the LIP idea:
-// newcomers enter at the eviction end), so the hit rate approaches cache/dataset, and it
-// lets prefetches use a small transient area without ever evicting a block predicted to be
-// needed sooner than the one they bring (Belady's rule on the predictions we have).
-//
-// Two segments:
-//  - stable: every block admitted while the cache is filling (before the first
-//    PickVictim), LRU-ordered. After that it only loses blocks that went stale (not read
-//    for `stale_factor` x capacity block accesses — the working set moved on, e.g. a new
-//    job) and, once, the blocks needed to give the transient segment its share.
-//  - transient (`transient_fraction` of the cache to start with): blocks admitted once the
-//    cache is full. A demand block or a prefetched block that was read has no further predicted use
-//    and goes first (oldest first). A prefetched block not yet read is due at
-//    clock + predicted_use; it goes when its due point passed by more than
-//    predicted_use + `grace_blocks` (a wrong prediction), or when an incoming block is due
-//    sooner.
-// The policy clock counts block accesses (OnInsert, and OnAccess of a block other than the
-// previous one — a 1 MiB block read in 128 KiB FUSE reads counts once), so predicted_use is
-// taken as a rank in block reads, as PrefetchScheduler produces it.
-//
-// Admission: a demand block always gets a victim while anything is cached. A prefetch is
-// refused (nullopt) when the only candidates are stable blocks, or transient blocks due
-// no later than it — except that a *timely* prefetch (predicted_use below one cache-full of
-// block reads: hints, epoch replay, read-ahead) that would be refused grows the transient
-// share by one block (up to `max_transient_fraction`), taking the stable LRU block: exact
-// predictions turn a transient slot over many times per epoch, a stable block gives one
-// hit per epoch. Each transient block that expires unread (a wrong prediction) gives one
-// block back to the stable share (down to `transient_fraction`). A random-order working-set
-// prediction (rank ~ half an epoch) is never timely, so it cannot erode the stable set.
+// NoThrashPolicy: an EvictionPolicy for working sets larger than the cache. LRU cycles such
+// a working set; this policy keeps a stable LRU segment (newcomers enter at the eviction end,
+// as in LIP) and gives prefetches a small transient segment in which a prefetch never evicts
+// a block predicted to be needed sooner. predicted_use is a rank in block reads, as
+// PrefetchScheduler produces it. The segments and the admission rule: docs/design.md,
+// "NoThrash".
 #pragma once
 
 #if !__has_include("spoke_layer/cache.h")

@@ -1,48 +1,14 @@
 // SlotFileBlockCache: BlockCache over slot files: an in-memory index (BlockKey -> slot) +
 // SlotSpace (free list, pins, hole punching) + EvictionPolicy + BlockStore + stats, persisted
-// through IndexFile at Close and rebuilt by the crash scan (crash_scan.h) otherwise.
-//
-// Quota: each block is charged the disk space it occupies, a 4 KiB header + its length rounded
-// up to 4 KiB (a 110 KB image: 112 KiB, not a 1 MiB slot), and Put evicts (EvictionPolicy)
-// until charged bytes + the incoming block fit disk_quota = capacity_bytes / block_size slots
-// of kHeaderBytes + block_size, i.e. the disk the one-slot-per-block geometry used, so a cache
-// of full blocks holds exactly as many as before.
-//
-// Slots: the store holds slot_count slots of kHeaderBytes + block_size bytes in sparse files; a
-// slot holds one block, its header in the first 4 KiB (block_header.h), and occupies disk only
-// up to the end of that block's data. slot_count = disk_quota / (64 KiB + kHeaderBytes): blocks
-// of 64 KiB or more fill the quota by bytes before slots run out; smaller ones (rare among
-// training samples) are bounded by slots. Capped at kMaxSlots (~20 B of RAM and a header read
-// at scan per slot), never below one slot per block_size of capacity. When a slot is freed (an
-// evicted, dropped or Evict()ed block), or rewritten with a shorter block, its unused part is
-// punched (fallocate PUNCH_HOLE), so the data files' allocated size follows the charged bytes.
-// A store that cannot punch holes (BlockStore::CanPunchHoles, probed by the store at open) gets
-// the old geometry: capacity / block_size slots, each block charged a whole slot (the store is
-// opened at the many-slot geometry, then reopened at this one; its files are sparse, so that
-// costs a resize). EOPNOTSUPP later (not seen in practice: same filesystem) is logged once and
-// switches to whole-slot charges until restart; the space already spread over the many slots
-// is then not given back until the next open.
+// through IndexFile at Close and rebuilt by the crash scan (crash_scan.h) otherwise. Blocks are
+// charged the disk they occupy; the slot geometry, recovery and the degraded mode are in
+// docs/design.md, "Slot geometry, recovery and disk errors".
 //
 // Concurrency: one mutex (mu_) guards the index, the SlotSpace, policy and stats; device I/O
-// runs outside it; the BufferPool has its own leaf mutex (never held while taking mu_). A Get pins
-// its slot while reading, so an eviction never overwrites a slot under a reader (the evicting Put
-// waits for the pin to drop; an Evict() or a dropped block frees its slot when the last reader
-// leaves). A Put reserves its slot in `writing_` before the write and publishes it in the index
-// after, so readers never see a half-written block.
-//
-// Persistence: Close() writes <dir>/index (header, entries coldest-first, XXH3 trailer) via
-// index.tmp + fsync + rename, then <dir>/clean. Open() deletes `clean` before serving; if it
-// was there and the index is valid, the index is loaded; otherwise every slot header is read
-// and verified (rescan), the newest generation winning when two slots hold the same key (older
-// copies are cleared), and when the data files hold clearly more than the blocks found (an
-// older version's preallocated files; many operations cut by crashes), every slot's unused part
-// is punched. Recovery then evicts down to the quota if the geometry shrank. Data checksums are
-// always verified lazily, on Get.
-//
-// Disk errors: each failed device I/O is logged, counted (disk_errors) and drops the block it
-// touched; after Options::degrade_after_consecutive_errors failures in a row, or
-// degrade_after_total_errors in all, the cache is degraded until restart: Get misses, Put
-// returns kIo, so readers go to the hub.
+// runs outside it; the BufferPool has its own leaf mutex (never held while taking mu_). A Get
+// pins its slot while reading, so an eviction never overwrites a slot under a reader; a Put
+// reserves its slot in `writing_` and publishes it in the index after the write, so readers
+// never see a half-written block.
 #pragma once
 
 #if !__has_include("spoke_layer/cache.h")

@@ -30,7 +30,8 @@ class FuseMountedVolume final : public MountedVolume {
   FuseMountedVolume(std::unique_ptr<Volume> volume, std::string target)
       : volume_(std::move(volume)), target_(std::move(target)) {}
   ~FuseMountedVolume() override {
-    if (peer_ != nullptr) peer_->Serve(nullptr);  // no peer is answered from a closing volume
+    if (peer_ != nullptr)
+      peer_->ServeBlocksFrom(nullptr);  // no peer is answered from a closing volume
     (void)Unmount();
     if (fuse_ != nullptr && !fuse_->session_ended()) {
       // A worker is still inside the volume (a request the hub has not answered): freeing the
@@ -74,7 +75,8 @@ class FuseMountedVolume final : public MountedVolume {
   bool connection_lost() const override { return fuse_ != nullptr && fuse_->connection_lost(); }
 
   Volume& volume() { return *volume_; }
-  void Serve(std::unique_ptr<FuseAdapter> fuse) { fuse_ = std::move(fuse); }
+  // The FUSE session that serves the volume from now on.
+  void AttachSession(std::unique_ptr<FuseAdapter> fuse) { fuse_ = std::move(fuse); }
   // The volume's peer side (its fetcher's block source); peers are answered from now on.
   void ServePeers(std::unique_ptr<PeerVolume> peer) {
     peer_ = std::move(peer);
@@ -82,14 +84,14 @@ class FuseMountedVolume final : public MountedVolume {
     // A peer's block is read only for the file this volume sees at that path, so that a
     // stale or wrong request never stores bytes under another file's key.
     Volume* v = volume_.get();
-    peer_->Serve(&v->fetcher(),
-                 [v](const std::string& path, uint64_t file_id, uint64_t version) -> Status {
-                   SPOKE_TRY(auto a, v->metadata().Resolve(path));
-                   if (a.attr.file_id != file_id || a.attr.ContentVersion() != version) {
-                     return Fail(Code::kNotFound, "another version of " + path + " is here");
-                   }
-                   return Ok();
-                 });
+    peer_->ServeBlocksFrom(
+        &v->fetcher(), [v](const std::string& path, uint64_t file_id, uint64_t version) -> Status {
+          SPOKE_TRY(auto a, v->metadata().Resolve(path));
+          if (a.attr.file_id != file_id || a.attr.ContentVersion() != version) {
+            return Fail(Code::kNotFound, "another version of " + path + " is here");
+          }
+          return Ok();
+        });
   }
 
  private:
@@ -132,7 +134,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Mount(const std::strin
                                                                 const VolumeContext& context,
                                                                 const std::string& target_path,
                                                                 bool read_only) {
-  return Serve(volume_id, context, target_path, read_only, UniqueFd(), "");
+  return MountOrAdopt(volume_id, context, target_path, read_only, UniqueFd(), "");
 }
 
 Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Adopt(const std::string& volume_id,
@@ -141,14 +143,13 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Adopt(const std::strin
                                                                 bool read_only, UniqueFd fuse_fd,
                                                                 const std::string& takeover_json) {
   if (!fuse_fd.valid()) return Fail(Code::kInvalidArgument, "fuse_fd: not a descriptor");
-  return Serve(volume_id, context, target_path, read_only, std::move(fuse_fd), takeover_json);
+  return MountOrAdopt(volume_id, context, target_path, read_only, std::move(fuse_fd),
+                      takeover_json);
 }
 
-Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::string& volume_id,
-                                                                const VolumeContext& context,
-                                                                const std::string& target_path,
-                                                                bool read_only, UniqueFd fuse_fd,
-                                                                const std::string& takeover_json) {
+Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
+    const std::string& volume_id, const VolumeContext& context, const std::string& target_path,
+    bool read_only, UniqueFd fuse_fd, const std::string& takeover_json) {
   SPOKE_RETURN_IF_ERROR(config_.Validate());
   if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
   if (context.hub.server.empty())
@@ -207,8 +208,9 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   // volumes only: a writable one holds blocks written here that no peer may be given.
   std::unique_ptr<PeerVolume> peer;
   if (peers_ != nullptr && (read_only || context.read_only())) {
-    peer = peers_->Join(PeerHubName(context.hub.server, context.hub.nfs_port, context.hub.share),
-                        path, cache_ != nullptr ? cache_->block_size() : config_.block_size);
+    peer = peers_->AttachVolume(
+        PeerHubName(context.hub.server, context.hub.nfs_port, context.hub.share), path,
+        cache_ != nullptr ? cache_->block_size() : config_.block_size);
     vc.block_source = peer.get();
   }
   SPOKE_TRY(auto volume,
@@ -232,7 +234,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Serve(const std::strin
   SPOKE_TRY(auto fuse, fuse_fd.valid() ? FuseAdapter::Adopt(vol->volume().fs(), fo,
                                                             std::move(fuse_fd), takeover_json)
                                        : FuseAdapter::Mount(vol->volume().fs(), fo));
-  vol->Serve(std::move(fuse));
+  vol->AttachSession(std::move(fuse));
   log::Info("volume ready", {{"volume", volume_id},
                              {"target", target_path},
                              {"hub", hub_name},

@@ -81,10 +81,11 @@ class FuseVolumeMounter final : public VolumeMounter {
 
  private:
   // Opens the volume's stack and serves it: a new mount, or a takeover when `fuse_fd` is valid.
-  Result<std::unique_ptr<MountedVolume>> Serve(const std::string& volume_id,
-                                               const VolumeContext& context,
-                                               const std::string& target_path, bool read_only,
-                                               UniqueFd fuse_fd, const std::string& takeover_json);
+  Result<std::unique_ptr<MountedVolume>> MountOrAdopt(const std::string& volume_id,
+                                                      const VolumeContext& context,
+                                                      const std::string& target_path,
+                                                      bool read_only, UniqueFd fuse_fd,
+                                                      const std::string& takeover_json);
 
   Config config_;
   BlockCache* cache_;

@@ -199,10 +199,8 @@ int main(int argc, char** argv) {
   // RSS then follows the memory it holds (which its budget bounds), not its past peaks.
   mallopt(M_MMAP_THRESHOLD, 256 << 10);
   // Two heaps for every thread instead of glibc's eight per core: each heap keeps the memory
-  // freed into it, and with dozens of FUSE workers and hub loops the agent's RSS grew by the
-  // budget plus up to a third again under a hint flood and a prefetch storm
-  // (MemoryBoundTest: +51 to +70 MiB over idle with a 64 MiB budget; two heaps: +32 to +44).
-  // MALLOC_ARENA_MAX in the environment still decides.
+  // freed into it, so with dozens of FUSE workers and hub loops more heaps meant an RSS well
+  // over the budget (bench/RESULTS.md, "Agent memory"). MALLOC_ARENA_MAX still decides.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
   return Run(argc, argv);
 }

@@ -321,7 +321,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   TouchLocked(parent);
   if (replaced != 0 && replaced != ino) MaybeDropLocked(replaced);
   Node& n = nodes_[ino];
-  if (hold) HoldLocked(ino, n);
+  if (hold) AddKernelRefLocked(ino, n);
   return InodeAttr{ino, AttrLocked(ino, n)};
 }
 
@@ -337,20 +337,20 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
       if (d.listed && Fresh(d.list_time)) {
         if (child == 0) return Fail(Code::kNotFound, "no entry " + name);
         if (c != nodes_.end()) {
-          if (hold) HoldLocked(child, c->second);
+          if (hold) AddKernelRefLocked(child, c->second);
           return InodeAttr{child, AttrLocked(child, c->second)};
         }
       }
       // A name met before (an earlier lookup) while its attributes are fresh.
       if (c != nodes_.end() && c->second.attr_valid && Fresh(c->second.attr_time)) {
-        if (hold) HoldLocked(child, c->second);
+        if (hold) AddKernelRefLocked(child, c->second);
         return InodeAttr{child, AttrLocked(child, c->second)};
       }
     }
   }
   // Not listed yet (or no longer fresh): one LOOKUP, not a listing of the whole directory,
-  // which takes a round trip per page (a 20k-entry directory: ~25 s at 60 ms; one larger
-  // than the hub timeout allows could never be listed). The walk and readdir list it.
+  // which is a round trip per READDIRPLUS page (the hub timeout bounds each page, so any
+  // directory can be listed, but a big one takes many trips). The walk and readdir list it.
   return LookupOnHub(parent, name, hold);
 }
 
@@ -465,7 +465,7 @@ InodeAttr MetadataCache::Added(uint64_t parent, const std::string& name, const F
   const uint64_t old = nodes_[parent].dir().children.Set(name, ino);
   TouchLocked(parent);
   if (old != 0 && old != ino) MaybeDropLocked(old);
-  if (hold) HoldLocked(ino, nodes_[ino]);
+  if (hold) AddKernelRefLocked(ino, nodes_[ino]);
   return InodeAttr{ino, attr};
 }
 

@@ -5,28 +5,15 @@
 // otherwise (our own writes, Invalidate); kTtl re-asks the hub after ttl_seconds; kStrict
 // re-asks after a short time and always on open (close-to-open: Revalidate).
 //
-// Inode numbers (root = 1) are a hash of the hub file's (fsid, fileid), so an agent that takes over
-// a live FUSE connection gives each file the number the kernel already holds; a number not met yet
-// waits (bounded) for the tree walk. Each inode keeps its parent and name, so its path (for
-// RemoteFs calls) follows renames of its ancestors.
+// Inode numbers (root = 1) are a hash of the hub file's (fsid, fileid), so an agent that takes
+// over a live FUSE connection gives each file the number the kernel already holds; a number
+// not met yet waits (bounded) for the tree walk. Each inode keeps its parent and name, so its
+// path (for RemoteFs calls) follows renames of its ancestors. At mount StartWalk() lists the
+// whole tree in the background; Files() exposes the walked files in directory order.
 //
-// At mount StartWalk() lists the whole tree in the background (READDIRPLUS, several
-// directories at a time); Files() exposes the walked files in directory order.
-//
-// Which inodes are kept: an inode stays while its directory's cached listing names it (the
-// namespace cache: bounded by the hub's tree, accounted in the agent's memory budget), while
-// the kernel holds it (FUSE lookup count: Hold/Forget) and while a handle has it open
-// (Pin/Unpin). The root always stays. An inode none of these keeps is dropped: a name removed,
-// replaced or renamed away on the hub (seen by a relisting or a lookup that answers ENOENT) or
-// by us, once the kernel has forgotten it and its last handle is closed. A directory's listing
-// is only as good as the directory's own name: an unnamed directory is dropped together with
-// its listing, whose entries go first where nothing else keeps them; a child still kept keeps
-// the directory (its path needs it) until it goes. A dropped file met again (a later lookup)
-// gets the same number: numbers derive from the hub fileid.
-//
-// After a takeover (AdoptKernelReferences) the kernel holds numbers an earlier agent gave it,
-// with counts this process never saw: such an inode is never dropped by a FORGET, and so is
-// any inode whose count a FORGET would take below zero.
+// An inode stays while a cached listing names it, the kernel holds it (AddKernelRef/Forget)
+// or a handle has it open (Pin/Unpin); the rules, and those after a takeover:
+// docs/design.md, "Which inodes the metadata cache keeps".
 #pragma once
 
 #if !__has_include("spoke_layer/fs.h")
@@ -149,7 +136,7 @@ class MetadataCache final : public HandleStore {
   // directory's listing is cached); other modes answer from the listing while it is fresh,
   // and ask the hub for the one name (LOOKUP) while the directory is not listed.
   // `hold`: the answer hands the kernel the inode (one reference, counted with the answer so
-  // that the inode cannot be dropped in between); see Hold.
+  // that the inode cannot be dropped in between); see AddKernelRef.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, bool hold = false);
   // The name as the hub has it now, whatever the consistency mode (one round trip); the
   // cache takes the answer.
@@ -184,10 +171,10 @@ class MetadataCache final : public HandleStore {
   // Forgets the inode's attributes: the next GetAttr asks the hub.
   void Invalidate(uint64_t ino);
 
-  // Kernel references (the FUSE lookup count). Hold: one more (an entry handed to the kernel);
-  // false when the inode is not known (any more): no node id may be handed out for it.
+  // Kernel references (the FUSE lookup count). AddKernelRef: one more (an entry handed to the
+  // kernel); false when the inode is not known (any more): no node id may be handed out for it.
   // Forget: the kernel returns `count` of them (FORGET); the inode goes when nothing keeps it.
-  bool Hold(uint64_t ino);
+  bool AddKernelRef(uint64_t ino);
   void Forget(uint64_t ino, uint64_t count);
   // An open handle keeps the inode (the kernel may FORGET it before RELEASE reaches us).
   void Pin(uint64_t ino);
@@ -307,13 +294,13 @@ class MetadataCache final : public HandleStore {
   void NoteRemovedLocked(uint64_t parent, const std::vector<NamedIno>& names) REQUIRES(mu_);
   // True when `n`'s directory's cached listing names it (or it may be: a hard-linked file).
   bool NamedLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);
-  // Drops `ino` when nothing keeps it (see the header note), then its parent if that was
-  // kept only for it. `dropping`: a directory dropping its entries (not re-entered). Caller
-  // holds mu_.
+  // Drops `ino` when nothing keeps it (docs/design.md, "Which inodes the metadata cache
+  // keeps"), then its parent if that was kept only for it. `dropping`: a directory dropping its
+  // entries (not re-entered). Caller holds mu_.
   void MaybeDropLocked(uint64_t ino, uint64_t dropping = 0) REQUIRES(mu_);
   // Moves `n` under `parent`, keeping the directories' child_nodes right. Caller holds mu_.
   void SetParentLocked(uint64_t ino, Node& n, uint64_t parent) REQUIRES(mu_);
-  void HoldLocked(uint64_t ino, Node& n) REQUIRES(mu_);
+  void AddKernelRefLocked(uint64_t ino, Node& n) REQUIRES(mu_);
   // log_ lines for a logged node: its (new) place, and its end. LogKeptLocked also logs a node
   // not logged yet, and rewrites the log when it has grown far past the logged nodes.
   KernelInodeLog::Entry LogEntryLocked(uint64_t ino, const Node& n) const REQUIRES(mu_);

@@ -79,7 +79,7 @@ void MetadataCache::MaybeDropLocked(uint64_t ino, uint64_t dropping) {
   if (parent != ino) MaybeDropLocked(parent, dropping);
 }
 
-void MetadataCache::HoldLocked(uint64_t ino, Node& n) {
+void MetadataCache::AddKernelRefLocked(uint64_t ino, Node& n) {
   if (!n.logged) LogKeptLocked(ino, n);
   if (n.lookups == UINT32_MAX) {
     n.uncounted = true;  // a count we can no longer keep: never dropped by FORGET
@@ -88,11 +88,11 @@ void MetadataCache::HoldLocked(uint64_t ino, Node& n) {
   n.lookups++;
 }
 
-bool MetadataCache::Hold(uint64_t ino) {
+bool MetadataCache::AddKernelRef(uint64_t ino) {
   MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return false;
-  HoldLocked(ino, it->second);
+  AddKernelRefLocked(ino, it->second);
   return true;
 }
 

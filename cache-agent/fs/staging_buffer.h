@@ -1,33 +1,10 @@
 // StagingBuffer: prefetched blocks held in memory until a reader takes them, for a cache that
-// is full.
-//
-// Why: with a working set larger than the cache, a prefetched block can only enter a full
-// cache by evicting a cached block, which a later read then misses (with a dataset twice the
-// cache under nothrash, 2.7x the uncached half crossed the WAN per epoch instead of 1x). The
-// BlockFetcher puts such a block here instead: it is served from memory on its first read
-// and then offered to the cache as if the reader had fetched it, so the cache holds exactly
-// what it would hold without prefetching, while the reader does not wait for the hub.
-//
-// - Entries are keyed by BlockKey, which carries the file's id and version: a block of a
-//   file that changed on the hub (a new version) is never served for the new version, as in
-//   the cache. Bytes enter only after the fetcher's hub checks (whole block, same version).
-// - Taken once (Take removes the entry); dropped by DropFile (the file's or the volume's
-//   blocks were evicted), by Clear (unmount), when older than `ttl` (the prediction did not
-//   come true), or, oldest first, to make room for a newer block.
-// - A block put with `held` (a set prediction: read some time this epoch, order unknown) has
-//   no ttl: a shuffled loader reads it at a uniformly random time in the rest of the epoch,
-//   so age says nothing about whether it will be read, and an epoch longer than the ttl
-//   dropped the blocks staged early, which the loader then read from the hub a second time
-//   (1.13x the uncached part per epoch at 20000 samples, 157 s epochs). Such a block leaves
-//   when taken, by DropFile/Clear, by Drop (the prefetcher gave the prediction up: its epoch
-//   ended unread or the volume went idle), after `held_ttl` (a backstop), or to make room
-//   after every unheld block.
-// - Bounded by `max_bytes` and by the agent's MemoryBudget (Use::kStaged, background level:
-//   a refusal drops the block, it never makes a reader wait).
-//
-// Metrics per volume: spoke_staging_blocks_total (blocks staged), spoke_staging_hits_total
-// (blocks served from it), spoke_staging_drops_total{reason=full|expired|evicted|memory},
-// spoke_staging_bytes (held now).
+// is full. A prefetched block could only enter a full cache by evicting a block a later read
+// then misses; served from here on its first read and then offered to the cache as if the
+// reader had fetched it, it leaves the cache as it would be without prefetching. Entries are
+// keyed by BlockKey (file id and version), taken once, bounded by `max_bytes` and the agent's
+// MemoryBudget (a refusal drops the block, never makes a reader wait). Why `held` blocks have
+// no ttl, and the metrics: docs/design.md, "Staging".
 //
 // Thread-safe; a leaf lock: no method calls out while holding it (the budget's lock is a
 // leaf too and is taken after it).

@@ -301,7 +301,7 @@ Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
   return metadata_.Lookup(parent, name, /*hold=*/true);
 }
 
-bool VolumeFs::Hold(uint64_t ino) { return ino == kHintIno || metadata_.Hold(ino); }
+bool VolumeFs::AddKernelRef(uint64_t ino) { return ino == kHintIno || metadata_.AddKernelRef(ino); }
 
 void VolumeFs::Forget(uint64_t ino, uint64_t count) {
   if (ino != kHintIno) metadata_.Forget(ino, count);

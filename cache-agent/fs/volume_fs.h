@@ -182,12 +182,12 @@ class VolumeFs {
   Result<InodeAttr> LinkedBefore(uint64_t ino, uint64_t new_parent, const std::string& new_name);
 
   // Kernel references (the FUSE lookup count, docs in metadata_cache.h): Lookup, Create, Mkdir,
-  // Symlink, Link and Mknod hand the caller one reference on the inode they answer; Hold adds
-  // one for an entry handed out otherwise (readdirplus) and is false when the inode is no
+  // Symlink, Link and Mknod hand the caller one reference on the inode they answer; AddKernelRef
+  // adds one for an entry handed out otherwise (readdirplus) and is false when the inode is no
   // longer known (hand out no node id for it then); Forget returns `count` of them (FORGET, or
   // a reply the kernel did not take). An inode no reference, open handle or cached listing
   // keeps is forgotten.
-  bool Hold(uint64_t ino);
+  bool AddKernelRef(uint64_t ino);
   void Forget(uint64_t ino, uint64_t count);
 
   const Config& config() const { return config_; }

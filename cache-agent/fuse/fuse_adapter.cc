@@ -261,7 +261,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
       st = e.attr;
       // The listing is a snapshot: an inode forgotten since is sent without a node id (a
       // plain entry), never as a number this agent no longer knows.
-      if (plus && !(hold = self->fs().Hold(ent.ino))) e.ino = 0;
+      if (plus && !(hold = self->fs().AddKernelRef(ent.ino))) e.ino = 0;
     }
     size_t n = plus ? fuse_add_direntry_plus(req, buf.data() + pos, size - pos, name, &e,
                                              static_cast<off_t>(i + 1))

@@ -136,10 +136,9 @@ class SessionIo {
   const int key_fd_;  // the session's fd number: the registry key, never read or written
   UniqueFd io_fd_;    // our duplicate of the connection: every poll, read and write
   UniqueFd wake_fd_;  // eventfd, readable once draining or stopped: wakes readers in poll
-  // One reader at a time waits in poll() and reads; the others queue on this lock. Every
-  // poller of /dev/fuse wakes for every request (poll wake-ups are not exclusive), so with
-  // dozens of idle workers each request woke them all to race for it: on 2 cores that herd
-  // cost more than serving the request. Guards no data: it orders the readers.
+  // One reader at a time waits in poll() and reads; the others queue on this lock, because
+  // every poller of /dev/fuse wakes for every request (poll wake-ups are not exclusive) and a
+  // herd of idle workers racing for each request costs more than serving it. Guards no data.
   std::mutex poll_mu_;
 
   mutable Mutex mu_;

@@ -142,8 +142,9 @@ peer::v1::Peer::Stub* PeerNode::StubFor(const std::string& member) {
   return stub.get();
 }
 
-std::unique_ptr<PeerVolume> PeerNode::Join(const std::string& hub, const std::string& volume_path,
-                                           uint32_t block_size) {
+std::unique_ptr<PeerVolume> PeerNode::AttachVolume(const std::string& hub,
+                                                   const std::string& volume_path,
+                                                   uint32_t block_size) {
   std::unique_ptr<PeerVolume> v(new PeerVolume(*this, hub, volume_path, block_size));
   Register(v.get());
   return v;
@@ -201,7 +202,7 @@ PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path,
 
 PeerVolume::~PeerVolume() { node_.Unregister(this); }
 
-void PeerVolume::Serve(BlockFetcher* fetcher, FileCheck check) {
+void PeerVolume::ServeBlocksFrom(BlockFetcher* fetcher, FileCheck check) {
   MutexLock lock(node_.vols_mu_);
   fetcher_ = fetcher;
   if (fetcher == nullptr) {

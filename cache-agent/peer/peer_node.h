@@ -73,8 +73,8 @@ class PeerNode {
   // The peer side of one mounted volume. `hub` is "server:nfsport/share", `volume_path`
   // the volume's directory under the share. The PeerVolume must be destroyed before this
   // node, and must outlive the fetcher it is the source of.
-  std::unique_ptr<PeerVolume> Join(const std::string& hub, const std::string& volume_path,
-                                   uint32_t block_size);
+  std::unique_ptr<PeerVolume> AttachVolume(const std::string& hub, const std::string& volume_path,
+                                           uint32_t block_size);
 
   int port() const { return port_; }
   PeerSet& members() { return *members_; }
@@ -117,17 +117,17 @@ class PeerNode {
   // Also the lock of each PeerVolume's fetcher_, check_ and uses_, which name it
   // node_.vols_mu_. A PeerNode function holding vols_mu_ tells the analysis that
   // v->node_.vols_mu_ is the same lock (AssertHeld): every PeerVolume is made by this node's
-  // Join.
+  // AttachVolume.
   Mutex vols_mu_;
   CondVar vols_cv_;
   std::multimap<std::string, PeerVolume*> volumes_ GUARDED_BY(vols_mu_);  // by identity
 };
 
-// One mounted volume's peer side: the BlockSource of its fetcher, and (after Serve) the
+// One mounted volume's peer side: the BlockSource of its fetcher, and (after ServeBlocksFrom) the
 // volume peers are answered from.
 class PeerVolume final : public BlockSource {
  public:
-  ~PeerVolume() override;  // Serve(nullptr), then leaves the node
+  ~PeerVolume() override;  // ServeBlocksFrom(nullptr), then leaves the node
 
   bool FetchAsync(const Block& block, Done done) override;
   bool keep_local_copy() const override { return node_.config_.keep_local_copy; }
@@ -139,7 +139,7 @@ class PeerVolume final : public BlockSource {
   // Answers peers from `fetcher` from now on, checking each request with `check` (may be
   // empty: no check); nullptr stops and waits for the calls in progress (each bounded by its
   // deadline). `fetcher` and what `check` uses must stay valid until then.
-  void Serve(BlockFetcher* fetcher, FileCheck check = {}) EXCLUDES(node_.vols_mu_);
+  void ServeBlocksFrom(BlockFetcher* fetcher, FileCheck check = {}) EXCLUDES(node_.vols_mu_);
 
   const std::string& identity() const { return key_; }
 

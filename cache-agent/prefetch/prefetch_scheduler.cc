@@ -398,10 +398,10 @@ void PrefetchScheduler::ScheduleLocked() {
   if (!declined_.empty() && (now >= declined_until_ || tracker_.epoch() != declined_epoch_)) {
     declined_.clear();  // the cache moved on: ask again
   }
-  // Asks the cache before the block crosses the WAN; remembers a refusal (see header).
-  // Disclosed orders (hints) are exact: their blocks are fetched and the policy decides at
-  // store time, because a rank compared now against ranks given earlier would refuse blocks
-  // that are due soon (spoke-sim, twice-cache with hints under LRU: 4x the demand misses).
+  // Asks the cache before the block crosses the WAN; remembers a refusal (docs/design.md,
+  // "Admission before fetch"). Disclosed orders (hints) are exact: their blocks are fetched and
+  // the policy decides at store time, because a rank compared now against ranks given earlier
+  // would refuse blocks that are due soon.
   const auto admitted = [&](const PrefetchRequest& p, uint64_t block,
                             const Expert& by) REQUIRES(mu_) {
     if (by.predictor->disclosed()) return true;

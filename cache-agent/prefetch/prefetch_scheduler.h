@@ -1,70 +1,13 @@
-// PrefetchScheduler: runs the experts of one volume and decides what is fetched.
+// PrefetchScheduler: runs the experts of one volume and decides what is fetched. Volume
+// events (OnOpen/OnRead/OnClose) and the cache's verdicts (OnPrefetchUsed/Wasted) score each
+// expert's precision; the space and bandwidth budgets follow that precision; every block is
+// submitted once, by the most precise expert that proposed it. The rules and why they hold a
+// wrong expert to a few blocks: docs/design.md, "How the scheduler scores and budgets".
 //
-//   VolumeFs --OnOpen/OnRead/OnClose--> PrefetchScheduler --Submit--> PrefetchSink (fetcher)
-//                                          ^  |  (tracker, experts)           |
-//   BlockCache --OnPrefetchUsed/Wasted-----+  +--Predict(budget)              v
-//                                                                   BlockCache (hint)
-//
-// Scoring. Every block the scheduler submits is "outstanding" for the expert that proposed
-// it until a verdict: used (the volume read it: seen in OnRead, or the cache's
-// OnPrefetchUsed), wasted (the cache evicted it unread: OnPrefetchWasted) or expired. An
-// ordered prediction expires when it is not read within min_horizon + 2 x its predicted
-// rank block reads (a prediction that comes true much later than predicted was not timely
-// either; also what happens to a block the cache refused to admit). A set prediction
-// (PrefetchRequest::within_epoch: this epoch, order unknown) expires when the epoch it was
-// made in has ended and min_horizon more blocks were read. Each verdict moves the expert's
-// precision p (an exponentially decayed average, weight `precision_decay` per verdict,
-// starting at `prior_precision`). A volume that goes idle (`idle_release`) releases its
-// outstanding blocks without a verdict: the job stopping proves no expert wrong. Coverage
-// is the decayed share of the volume's non-cached block reads (demand misses + prefetched
-// blocks read) that the expert served.
-//
-// Budgets. Space: the bytes outstanding over all experts stay <= the space limit, which is
-// space_budget_bytes (the cache space prefetching may hold before it is proven useful) plus
-// the cache's free room (PrefetchSink::FreeCacheBytes) not already claimed by prefetches in
-// flight: filling free room evicts nothing, so a working set that fits the cache is fetched
-// whole instead of space_budget at a time (with a shuffled loader, a quarter of the dataset
-// outstanding meant that most reads of the first epoch missed); once the cache is full the
-// limit falls back to space_budget_bytes. Budget follows demonstrated precision: an expert
-// with at least one verdict and p >= `cutoff` may hold space_limit x (p / p_best)^2 (p_best
-// over such experts); one below `cutoff` keeps
-// `exploration_blocks`; one without any verdict yet holds only an exploration allowance,
-// space_budget x `unproven_share` (at least `exploration_blocks`), enough for its first
-// verdicts to arrive quickly even for a set prediction read in random order — except an
-// expert whose predictions the job disclosed (hints: Predictor::disclosed), which starts at
-// its prior like a proven one.
-// Bandwidth: the fetcher's prefetch bytes in flight (PrefetchSink::InFlightBytes) stay
-// <= max_inflight_bytes; proven experts are asked first, in order of precision, then the
-// unproven ones, so the best ones get the bandwidth first; demand reads never wait for
-// prefetches (the fetcher queues them first).
-// A wrong expert cannot lose much: it has at most its allowance outstanding, and from
-// p = 1 it falls below `cutoff` after ceil(log(cutoff) / log(1 - decay)) wasted verdicts
-// (15 with the defaults), after which it keeps only `exploration_blocks`. So after it turns
-// wrong it issues at most its allowance (bytes) + 15 blocks before its budget is gone.
-//
-// De-duplication: a block that is outstanding, cached or being fetched is never submitted
-// again; the first (most precise) expert to propose a block owns it.
-//
-// Admission before fetch: a block the sink could not keep until read (PrefetchSink::WouldAdmit:
-// the cache is full and refuses it, and the fetcher has no staging room) is not submitted; it
-// counts as declined (no verdict: the expert may be right, the cache has no room for it) and is
-// treated as present until min_horizon_blocks more blocks were read or the epoch changes, so that
-// experts move on instead of proposing it again at every event.
-//
-// A set prediction given up without a read (its epoch ended, or the volume went idle) is
-// reported to the sink (PrefetchSink::Abandon), which holds a staged block of one until then
-// rather than for a fixed time: a shuffled loader may read it at any time in the epoch.
-//
-// Eviction: each request carries predicted_use = the proposing expert's rank (blocks the
-// volume is expected to read before this one), which the fetcher passes in AdmissionHint so
-// that the eviction policy (NoThrashPolicy) never lets a prefetch evict a block needed
-// sooner.
-//
-// Threading: every method is thread-safe. Events and Tick take the scheduler's lock and
-// call the experts and the sink under it; the sink may take the fetcher's and the cache's
-// locks. The CacheListener methods only queue the verdict under a leaf lock (they run under
-// the cache's lock), so there is no lock-order cycle. Callers must not hold the fetcher's
-// or the cache's locks when calling OnOpen/OnRead/OnClose/Tick.
+// Threading: every method is thread-safe. Events and Tick call the experts and the sink under
+// the scheduler's lock (the sink takes the fetcher's and the cache's); the CacheListener
+// methods only queue a verdict under a leaf lock. Callers must not hold the fetcher's or the
+// cache's locks when calling OnOpen/OnRead/OnClose/Tick.
 #pragma once
 
 #if !__has_include("spoke_layer/prefetch.h")

@@ -22,25 +22,12 @@
 #include "bench/loader/plan.h"
 #include "bench/loader/stats.h"
 #include "bench/loader/storage.h"
+#include "tests/support/temp_dir.h"
 
 namespace spoke::bench {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/spoke-loader-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using spoke::testing::TempDir;
 
 // Counts opens per path, delegating to a real directory.
 class CountingStorage : public Storage {

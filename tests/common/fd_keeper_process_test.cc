@@ -11,37 +11,16 @@
 #include <thread>
 
 #include "common/fd_keeper.h"
+#include "tests/support/files.h"
 #include "tests/support/hub.h"
+#include "tests/support/process.h"
 
 namespace spoke {
 namespace {
 
 using namespace std::chrono_literals;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "spoke-keeper-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string ReadAll(int fd, size_t n) {
-  std::string out(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    ssize_t k = ::read(fd, out.data() + got, n - got);
-    if (k <= 0) break;
-    got += static_cast<size_t>(k);
-  }
-  out.resize(got);
-  return out;
-}
+using spoke::testing::ReadUpTo;
+using spoke::testing::TempDir;
 
 // The real binary, clients in other processes: a client puts a pipe and is SIGKILLed; a new
 // client lists it and reads through it.
@@ -49,12 +28,13 @@ TEST(FdKeeperProcessTest, DescriptorOutlivesAKilledClient) {
   TempDir dir;
   std::string sock = dir.path() + "/keeper.sock";
   std::string bin = spoke::testing::BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper";
-  pid_t keeper = ::fork();
-  ASSERT_GE(keeper, 0);
-  if (keeper == 0) {
-    ::execl(bin.c_str(), bin.c_str(), "--socket", sock.c_str(), "--log-level", "warn", nullptr);
-    _exit(127);
-  }
+  pid_t keeper = spoke::testing::SpawnLogged({bin, "--socket", sock, "--log-level", "warn"},
+                                             dir.path() + "/keeper.log");
+  ASSERT_GT(keeper, 0);
+  struct StopAtExit {
+    pid_t& pid;
+    ~StopAtExit() { spoke::testing::StopProcess(pid, SIGKILL); }
+  } stop_keeper{keeper};
   FdKeeperClient client(sock, 2000ms);
   for (int i = 0; i < 200 && !client.List(); ++i) std::this_thread::sleep_for(20ms);
   ASSERT_TRUE(client.List()) << "spoke-fuse-keeper did not come up at " << sock;
@@ -88,11 +68,9 @@ TEST(FdKeeperProcessTest, DescriptorOutlivesAKilledClient) {
   ASSERT_TRUE(list) << list.error().ToString();
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].metadata_json, R"({"gen":7})");
-  EXPECT_EQ(ReadAll((*list)[0].fd.get(), 8), "survived");
+  EXPECT_EQ(ReadUpTo((*list)[0].fd.get(), 8), "survived");
 
-  ::kill(keeper, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(::waitpid(keeper, &status, 0), keeper);
+  int status = spoke::testing::StopProcess(keeper, SIGTERM);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_NE(::access(sock.c_str(), F_OK), 0) << "socket file left behind";
 }

@@ -12,23 +12,17 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/files.h"
+#include "tests/support/run_as.h"
+#include "tests/support/temp_dir.h"
+
 namespace spoke {
 namespace {
 
 using namespace std::chrono_literals;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "spoke-keeper-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using spoke::testing::BecomeUser;
+using spoke::testing::ReadUpTo;
+using spoke::testing::TempDir;
 
 struct Pipe {
   Pipe() {
@@ -39,18 +33,6 @@ struct Pipe {
   }
   UniqueFd r, w;
 };
-
-std::string ReadAll(int fd, size_t n) {
-  std::string out(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    ssize_t k = ::read(fd, out.data() + got, n - got);
-    if (k <= 0) break;
-    got += static_cast<size_t>(k);
-  }
-  out.resize(got);
-  return out;
-}
 
 class FdKeeperTest : public ::testing::Test {
  protected:
@@ -79,7 +61,7 @@ TEST_F(FdKeeperTest, PutListDel) {
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].key, "vol-a");
   EXPECT_EQ((*list)[0].metadata_json, R"({"mountpoint":"/mnt/a","n":1})");
-  EXPECT_EQ(ReadAll((*list)[0].fd.get(), 4), "data");
+  EXPECT_EQ(ReadUpTo((*list)[0].fd.get(), 4), "data");
 
   auto found = c.Del("vol-a");
   ASSERT_TRUE(found);
@@ -125,9 +107,9 @@ TEST(FdKeeperOrphanTest, ReleasesKeptDescriptorsOnlyWhenNoAgentHoldsTheLeaseForT
   FdKeeperClient c(config.socket_path, 2000ms);
   signal(SIGPIPE, SIG_IGN);
 
-  auto hold = c.Hold();
+  auto hold = c.TakeLease();
   ASSERT_TRUE(hold) << hold.error().ToString();
-  EXPECT_TRUE(FdKeeperClient::HoldAlive(hold->get()));
+  EXPECT_TRUE(FdKeeperClient::LeaseAlive(hold->get()));
   Pipe p;
   ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
   p.r.Reset();  // the keeper's copy is the pipe's only read end
@@ -138,7 +120,7 @@ TEST(FdKeeperOrphanTest, ReleasesKeptDescriptorsOnlyWhenNoAgentHoldsTheLeaseForT
 
   // A new agent's lease taken while the old one is still open, then the old one ends: still
   // held.
-  auto second = c.Hold();
+  auto second = c.TakeLease();
   ASSERT_TRUE(second);
   hold->Reset();
   std::this_thread::sleep_for(900ms);
@@ -162,17 +144,17 @@ TEST(FdKeeperOrphanTest, WithoutATimeoutNothingIsEverReleasedAndTheLeaseEndsWith
   FdKeeperClient c(config.socket_path, 2000ms);
   Pipe p;
   ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
-  auto hold = c.Hold();
+  auto hold = c.TakeLease();
   ASSERT_TRUE(hold);
   hold->Reset();
   std::this_thread::sleep_for(500ms);
   EXPECT_EQ(server->size(), 1u);
 
-  auto again = c.Hold();
+  auto again = c.TakeLease();
   ASSERT_TRUE(again);
   server.reset();  // the keeper went away: the agent sees its lease end and takes a new one
-  EXPECT_TRUE(Eventually([&] { return !FdKeeperClient::HoldAlive(again->get()); }));
-  EXPECT_FALSE(FdKeeperClient::HoldAlive(-1));
+  EXPECT_TRUE(Eventually([&] { return !FdKeeperClient::LeaseAlive(again->get()); }));
+  EXPECT_FALSE(FdKeeperClient::LeaseAlive(-1));
 }
 
 TEST_F(FdKeeperTest, ListsManyEntriesInKeyOrder) {
@@ -188,7 +170,7 @@ TEST_F(FdKeeperTest, ListsManyEntriesInKeyOrder) {
   ASSERT_EQ(list->size(), pipes.size());
   for (size_t i = 0; i < pipes.size(); ++i) {
     ASSERT_EQ(::write(pipes[i].w.get(), "z", 1), 1);
-    EXPECT_EQ(ReadAll((*list)[i].fd.get(), 1), "z") << (*list)[i].key;
+    EXPECT_EQ(ReadUpTo((*list)[i].fd.get(), 1), "z") << (*list)[i].key;
   }
 }
 
@@ -224,7 +206,7 @@ TEST_F(FdKeeperTest, RefusesOtherUids) {
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    if (::setresuid(65534, 65534, 65534) != 0) _exit(10);
+    if (!BecomeUser(65534)) _exit(10);
     // The socket is 0600 root: another uid cannot even connect.
     auto s = FdKeeperClient(dir_.path() + "/keeper.sock", 1000ms).Put("k", "{}", p.r.get());
     _exit(s ? 0

@@ -10,23 +10,13 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/support/temp_dir.h"
+
 namespace spoke {
 namespace {
 
 using namespace std::chrono_literals;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "spoke-fdpass-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using spoke::testing::TempDir;
 
 std::pair<UniqueFd, UniqueFd> SeqpacketPair() {
   int sv[2];

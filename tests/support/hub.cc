@@ -19,21 +19,6 @@
 
 namespace spoke::testing {
 
-TempDir::TempDir(const std::string& prefix) {
-  std::string tmpl = std::filesystem::temp_directory_path().string() + "/" + prefix + "-XXXXXX";
-  char* p = ::mkdtemp(tmpl.data());
-  if (p == nullptr) {
-    ADD_FAILURE() << "mkdtemp " << tmpl << " failed";
-    return;
-  }
-  path_ = p;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-}
-
 std::string SourceDir() {
   const char* e = ::getenv("SPOKE_SOURCE_DIR");
   return e ? e : SPOKE_SOURCE_DIR_DEFAULT;

@@ -14,21 +14,9 @@
 #include <vector>
 
 #include "common/volume.h"
+#include "tests/support/temp_dir.h"
 
 namespace spoke::testing {
-
-// A temporary directory removed (recursively) on destruction.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "spoke-test");
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Runs a shell command; returns (exit code, stdout+stderr).
 std::pair<int, std::string> Capture(const std::string& cmd);

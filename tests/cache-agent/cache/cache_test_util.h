@@ -17,32 +17,15 @@
 #include "cache-agent/cache/block_header.h"
 #include "cache-agent/cache/block_store.h"
 #include "cache-agent/cache/uring_block_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace spoke::agent::testing {
 
-// A fresh directory under `base`, removed (recursively) at scope exit.
-class TempDir {
+// A fresh directory under `base` (a disk or a tmpfs), removed (recursively) at scope exit.
+class TempDir : public spoke::testing::TempDir {
  public:
-  explicit TempDir(const std::string& base = "/tmp") {
-    std::string tmpl = base + "/spoke-cache-test-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    char* p = mkdtemp(buf.data());
-    if (p == nullptr) {
-      ADD_FAILURE() << "mkdtemp under " << base << ": " << std::strerror(errno);
-    } else {
-      path_ = p;
-    }
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  explicit TempDir(const std::string& base = "/tmp")
+      : spoke::testing::TempDir("spoke-cache-test", base) {}
 };
 
 // Bases to run the cache on: real disk (O_DIRECT) and tmpfs (buffered fallback) when present.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/cache-agent/cache/cache_test_util.h"
+#include "tests/support/files.h"
 
 namespace spoke::agent {
 namespace {
@@ -28,18 +29,6 @@ IndexContents Sample() {
       {BlockKey{9, 8, 7, 6}, 0, 99, 1, 2, false},
   };
   return c;
-}
-
-std::string Bytes(const std::string& path) {
-  std::string out;
-  FILE* f = fopen(path.c_str(), "rb");
-  EXPECT_NE(f, nullptr);
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  fclose(f);
-  return out;
 }
 
 void Overwrite(const std::string& path, const std::string& bytes) {
@@ -97,7 +86,9 @@ TEST(IndexFileTest, TornOrFlippedFileIsRejected) {
   TempDir dir;
   ASSERT_TRUE(WriteIndexFile(dir.path(), Sample()));
   const std::string path = dir.sub("index");
-  const std::string good = Bytes(path);
+  bool read = false;
+  const std::string good = spoke::testing::ReadWholeFile(path, &read);
+  ASSERT_TRUE(read) << path;
   ASSERT_EQ(good.size(), 48u + 3 * 56u + 8u);
   // Every truncation point is caught (torn write of the tmp file that got renamed anyway).
   for (size_t len : {size_t{0}, size_t{20}, size_t{55}, size_t{56}, size_t{100}, good.size() - 1}) {

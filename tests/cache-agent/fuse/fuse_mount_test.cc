@@ -2,7 +2,6 @@
 // BlockCache (the real one, in a temp dir) -> VolumeFs -> a real FUSE mount read with
 // plain POSIX calls.
 #include <fcntl.h>
-#include <grp.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
@@ -28,13 +27,17 @@
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/cache/eviction_policy.h"
 #include "cache-agent/exe/fuse_volume_mounter.h"
+#include "tests/support/files.h"
 #include "tests/support/hub.h"
+#include "tests/support/run_as.h"
 
 namespace spoke::agent {
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using spoke::testing::ReadWholeFile;
+using spoke::testing::RunAsUser;
 
 constexpr int kDirs = 20;
 constexpr int kFilesPerDir = 100;  // 2000 small files
@@ -57,11 +60,6 @@ void WriteFile(const std::string& path, const std::string& data) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary)
       .write(data.data(), static_cast<std::streamsize>(data.size()));
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Reads a whole file with read(2) in 1 MiB calls; errno on failure.
@@ -186,7 +184,7 @@ class FuseMount : public ::testing::Test {
       readers.emplace_back([&] {
         for (size_t i = next++; i < all.size(); i = next++) {
           auto got = ReadThrough(mnt + "/" + all[i]);
-          std::string want = Slurp(hub_->export_dir() + "/data/" + all[i]);
+          std::string want = ReadWholeFile(hub_->export_dir() + "/data/" + all[i]);
           if (!got || *got != want) {
             if (bad++ < 5) {
               ADD_FAILURE() << all[i] << ": " << (got ? "content differs" : got.error().ToString());
@@ -233,7 +231,7 @@ TEST_F(FuseMount, TheKernelReadAheadWindowIsWidenedToTheConfiguredSize) {
   ASSERT_EQ(::stat(mnt.path().c_str(), &st), 0);
   std::string bdi = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
                     std::to_string(minor(st.st_dev)) + "/read_ahead_kb";
-  EXPECT_EQ(Slurp(bdi),
+  EXPECT_EQ(ReadWholeFile(bdi),
             std::to_string(FuseVolumeMounter::Config().kernel_read_ahead_bytes >> 10) + "\n");
   ASSERT_TRUE(vol->Unmount());
 }
@@ -253,7 +251,7 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
     std::atomic<int> bad{0};
     std::vector<std::string> sources;
     for (const auto& rel : large_files_)
-      sources.push_back(Slurp(hub_->export_dir() + "/data/" + rel));
+      sources.push_back(ReadWholeFile(hub_->export_dir() + "/data/" + rel));
     std::vector<std::thread> readers;
     for (int t = 0; t < 16; ++t) {
       readers.emplace_back([&, t] {
@@ -320,7 +318,7 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   {
     auto cached = ReadThrough(mnt2.path() + "/" + small_files_[7]);
     ASSERT_TRUE(cached) << cached.error().ToString();
-    EXPECT_EQ(*cached, Slurp(hub_->export_dir() + "/data/" + small_files_[7]));
+    EXPECT_EQ(*cached, ReadWholeFile(hub_->export_dir() + "/data/" + small_files_[7]));
     auto start = std::chrono::steady_clock::now();
     int fd = ::open((mnt2.path() + "/cold/uncached.bin").c_str(), O_RDONLY);
     ASSERT_GE(fd, 0) << "open must not need the hub (metadata was walked)";
@@ -344,7 +342,7 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
     std::this_thread::sleep_for(500ms);
   }
   ASSERT_TRUE(back) << back.error().ToString();
-  EXPECT_EQ(*back, Slurp(hub_->export_dir() + "/data/cold/uncached.bin"));
+  EXPECT_EQ(*back, ReadWholeFile(hub_->export_dir() + "/data/cold/uncached.bin"));
 
   // Warm-up and evict through the MountedVolume API.
   std::atomic<bool> cancelled{false};
@@ -435,12 +433,12 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   int fd = ::open((mnt.path() + "/out/ckpt.bin").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
   ASSERT_GE(fd, 0) << strerror(errno);
   ASSERT_EQ(::write(fd, data.data(), 1 << 20), 1 << 20);
-  EXPECT_EQ(Slurp(hub_dir + "/out/ckpt.bin"), data.substr(0, 1 << 20)) << "after write()";
+  EXPECT_EQ(ReadWholeFile(hub_dir + "/out/ckpt.bin"), data.substr(0, 1 << 20)) << "after write()";
   ASSERT_EQ(::write(fd, data.data() + (1 << 20), data.size() - (1 << 20)),
             static_cast<ssize_t>(data.size() - (1 << 20)));
   ASSERT_EQ(::fsync(fd), 0);
   ASSERT_EQ(::close(fd), 0);
-  EXPECT_TRUE(Slurp(hub_dir + "/out/ckpt.bin") == data);
+  EXPECT_TRUE(ReadWholeFile(hub_dir + "/out/ckpt.bin") == data);
   auto back = ReadThrough(mnt.path() + "/out/ckpt.bin");
   ASSERT_TRUE(back);
   EXPECT_TRUE(*back == data);
@@ -454,7 +452,7 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   ASSERT_EQ(::close(fd), 0);
   // Sizes first, then bytes: a failure must not print megabytes of old content.
   EXPECT_EQ(fs::file_size(hub_dir + "/out/ckpt.bin"), 4u);
-  EXPECT_TRUE(Slurp(hub_dir + "/out/ckpt.bin") == "abc\n");
+  EXPECT_TRUE(ReadWholeFile(hub_dir + "/out/ckpt.bin") == "abc\n");
   back = ReadThrough(mnt.path() + "/out/ckpt.bin");
   ASSERT_TRUE(back);
   EXPECT_EQ(back->size(), 4u);
@@ -477,18 +475,6 @@ TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   EXPECT_FALSE(Mounted(mnt.path()));
 }
 
-// Runs `body` in a child process as uid/gid `id` (no supplementary groups); its exit code.
-int RunAs(uint32_t id, const std::function<int()>& body) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) ::_exit(90);
-    ::_exit(body());
-  }
-  int status = 0;
-  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
-
 TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
   testing::TempDir mnt("spoke-mnt");
   auto ctx = StrictScratch();
@@ -496,7 +482,7 @@ TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
   ASSERT_NE(vol, nullptr);
   std::string hub_dir = hub_->export_dir() + "/scratch";
   std::string file = mnt.path() + "/owned.lock";
-  int rc = RunAs(1000, [&] {
+  int rc = RunAsUser(1000, [&] {
     int fd = ::open(file.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
     if (fd < 0) return 1;
     if (::write(fd, "pid\n", 4) != 4 || ::close(fd) != 0) return 2;
@@ -513,7 +499,7 @@ TEST_F(FuseMount, ScratchFilesBelongToTheirCreatorAndExclusiveCreateLocks) {
   ASSERT_EQ(::stat((hub_dir + "/owned.lock").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 1000u) << "created on the hub as the caller";
   EXPECT_EQ(st.st_gid, 1000u);
-  EXPECT_EQ(Slurp(hub_dir + "/owned.lock"), "pid\nmore\n");
+  EXPECT_EQ(ReadWholeFile(hub_dir + "/owned.lock"), "pid\nmore\n");
   // A name created on the hub behind the mount's back (another node): O_EXCL still fails.
   WriteFile(hub_dir + "/other-node.lock", "x");
   int fd = ::open((mnt.path() + "/other-node.lock").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
@@ -536,7 +522,7 @@ TEST_F(FuseMount, ANonRootOwnerFsyncsAndMapsSharedOnAStrictScratchVolume) {
   ASSERT_NE(vol, nullptr);
   const std::string file = mnt.path() + "/mapped.bin";
   constexpr size_t kSize = 3 * 4096;
-  int rc = RunAs(1000, [&] {
+  int rc = RunAsUser(1000, [&] {
     int fd = ::open(file.c_str(), O_CREAT | O_RDWR, 0644);
     if (fd < 0) return 1;
     std::string zeros(kSize, 'a');
@@ -552,7 +538,8 @@ TEST_F(FuseMount, ANonRootOwnerFsyncsAndMapsSharedOnAStrictScratchVolume) {
   ASSERT_EQ(rc, 0) << "step that failed in the uid-1000 child (3: fsync, 4: mmap ENODEV)";
   std::string want(kSize, 'a');
   want.replace(4096, 6, "shared");
-  EXPECT_EQ(Slurp(hub_->export_dir() + "/scratch/mapped.bin"), want) << "msync reached the hub";
+  EXPECT_EQ(ReadWholeFile(hub_->export_dir() + "/scratch/mapped.bin"), want)
+      << "msync reached the hub";
   // A shared read-only mapping reads the hub's bytes.
   int fd = ::open(file.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
@@ -579,7 +566,7 @@ TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
   ASSERT_EQ(::readlink((m + "/s").c_str(), buf, sizeof buf), 1);
   EXPECT_EQ(std::string(buf), "f");
   EXPECT_TRUE(fs::is_symlink(h + "/s"));
-  EXPECT_EQ(Slurp(m + "/s"), "file");  // followed through the mount
+  EXPECT_EQ(ReadWholeFile(m + "/s"), "file");  // followed through the mount
   ASSERT_EQ(::link((m + "/f").c_str(), (m + "/hard").c_str()), 0) << strerror(errno);
   struct stat a, b;
   ASSERT_EQ(::stat((h + "/f").c_str(), &a), 0);
@@ -606,8 +593,8 @@ TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
   // Rename over an existing file; rmdir of a non-empty directory.
   WriteFile(m + "/new", "new");
   ASSERT_EQ(::rename((m + "/new").c_str(), (m + "/hard").c_str()), 0) << strerror(errno);
-  EXPECT_EQ(Slurp(h + "/hard"), "new");
-  EXPECT_EQ(Slurp(m + "/hard"), "new");
+  EXPECT_EQ(ReadWholeFile(h + "/hard"), "new");
+  EXPECT_EQ(ReadWholeFile(m + "/hard"), "new");
   EXPECT_EQ(::rmdir(m.c_str()), -1);
   EXPECT_EQ(errno, ENOTEMPTY);
   struct statvfs sv;
@@ -694,7 +681,7 @@ TEST_F(FuseMount, ScratchUnlinkedOpenFileStaysUsableUntilItsLastClose) {
   EXPECT_EQ(st.st_size, 3);
   // A new file may take the name meanwhile.
   WriteFile(m + "/held", "new");
-  EXPECT_EQ(Slurp(m + "/held"), "new");
+  EXPECT_EQ(ReadWholeFile(m + "/held"), "new");
 
   ASSERT_EQ(::close(fd), 0);
   EXPECT_EQ(std::distance(fs::directory_iterator(h), fs::directory_iterator{}), 2)
@@ -769,7 +756,7 @@ TEST_F(FuseMount, ScratchCheckpointRenamedOverOnOneNodeIsReadExactlyOnAnother) {
   EXPECT_EQ(std::distance(fs::directory_iterator(b), fs::directory_iterator{}), 1);
   WriteFile(a + "/late", "here");
   EXPECT_EQ(::stat((b + "/late").c_str(), &st), 0) << strerror(errno);
-  EXPECT_EQ(Slurp(b + "/late"), "here");
+  EXPECT_EQ(ReadWholeFile(b + "/late"), "here");
   ASSERT_EQ(::unlink((a + "/late").c_str()), 0);
   ASSERT_EQ(::unlink((a + "/ckpt.pt").c_str()), 0);
   ASSERT_EQ(::rmdir(a.c_str()), 0) << strerror(errno);

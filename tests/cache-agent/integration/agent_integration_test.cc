@@ -22,22 +22,15 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/files.h"
 #include "tests/support/hub.h"
+#include "tests/support/process.h"
 
 namespace spoke {
 namespace {
 
 namespace fs = std::filesystem;
-using spoke::testing::BinaryDir;
-using spoke::testing::Capture;
-
-std::string ReadFile(const std::string& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using spoke::testing::ReadWholeFile;
 
 void DropPageCache() {
   ::sync();
@@ -111,72 +104,30 @@ class AgentIntegrationTest : public ::testing::Test {
   }
 
   std::pair<int, std::string> Spokectl(const std::string& args) {
-    return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + socket_ + " " + args);
+    return spoke::testing::Spokectl(socket_, args);
   }
 
   void StartAgent() {
-    std::string bin = BinaryDir() + "/cache-agent/agent/spoke-cache-agent";
-    std::string cfg = work_->path() + "/agent.yaml";
-    std::string log = work_->path() + "/agent.log";
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execl(bin.c_str(), bin.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    agent_pid_ = pid;
-    httplib::Client http("127.0.0.1", metrics_port_);
-    for (int i = 0; i < 200; ++i) {
-      auto res = http.Get("/healthz");
-      if (res && res->status == 200 && fs::exists(socket_)) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "spoke-cache-agent did not come up; log:\n" << AgentLog();
+    agent_pid_ = spoke::testing::StartAgent(work_->path() + "/agent.yaml", socket_,
+                                            work_->path() + "/agent.log");
+    if (agent_pid_ < 0) FAIL() << "spoke-cache-agent did not come up; log:\n" << AgentLog();
   }
 
   void StopAgent(int sig) {
     ASSERT_GT(agent_pid_, 0);
-    ::kill(agent_pid_, sig);
-    int status = 0;
-    for (int i = 0; i < 300; ++i) {
-      if (::waitpid(agent_pid_, &status, WNOHANG) == agent_pid_) {
-        agent_pid_ = -1;
-        if (sig == SIGTERM) {
-          EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << AgentLog();
-        }
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    int status = spoke::testing::StopProcess(agent_pid_, sig);
+    if (sig == SIGTERM) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << AgentLog();
     }
-    ::kill(agent_pid_, SIGKILL);
-    ::waitpid(agent_pid_, nullptr, 0);
-    agent_pid_ = -1;
-    ADD_FAILURE() << "the agent did not stop on signal " << sig;
   }
 
-  std::string AgentLog() {
-    bool ok;
-    return ReadFile(work_->path() + "/agent.log", &ok);
-  }
+  std::string AgentLog() { return ReadWholeFile(work_->path() + "/agent.log"); }
 
   // Sum of every series of `name` in /metrics; -1 when the metric is absent.
   double Metric(const std::string& name) {
     httplib::Client http("127.0.0.1", metrics_port_);
     auto res = http.Get("/metrics");
-    if (!res || res->status != 200) return -1;
-    std::istringstream in(res->body);
-    std::string line;
-    double sum = 0;
-    bool found = false;
-    while (std::getline(in, line)) {
-      if (line.starts_with(name + " ") || line.starts_with(name + "{")) {
-        sum += std::stod(line.substr(line.rfind(' ') + 1));
-        found = true;
-      }
-    }
-    return found ? sum : -1;
+    return res && res->status == 200 ? spoke::testing::MetricSum(res->body, name) : -1;
   }
 
   double HubBytes() {
@@ -187,9 +138,8 @@ class AgentIntegrationTest : public ::testing::Test {
 
   // What the agent saw, for failure messages.
   std::string Diagnostics() {
-    std::string log = AgentLog();
-    if (log.size() > 6000) log = "..." + log.substr(log.size() - 6000);
-    return "\nspokectl stats:\n" + Spokectl("stats").second + "\nagent log (tail):\n" + log;
+    return "\nspokectl stats:\n" + Spokectl("stats").second + "\nagent log (tail):\n" +
+           spoke::testing::ReadFileTail(work_->path() + "/agent.log", 6000);
   }
 
   // Reads every file through the mount (16 readers) and compares with the export.
@@ -205,8 +155,8 @@ class AgentIntegrationTest : public ::testing::Test {
       readers.emplace_back([&] {
         for (size_t i; (i = next++) < files.size();) {
           bool ok_mnt = false, ok_hub = false;
-          std::string got = ReadFile(mnt_ + "/" + files[i], &ok_mnt);
-          std::string want = ReadFile(hub_->export_dir() + "/" + files[i], &ok_hub);
+          std::string got = ReadWholeFile(mnt_ + "/" + files[i], &ok_mnt);
+          std::string want = ReadWholeFile(hub_->export_dir() + "/" + files[i], &ok_hub);
           if (!ok_mnt || !ok_hub || got != want) {
             mismatches++;
             std::lock_guard<std::mutex> l(mu);

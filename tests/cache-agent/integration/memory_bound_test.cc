@@ -28,26 +28,17 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/files.h"
 #include "tests/support/hub.h"
+#include "tests/support/process.h"
 
 namespace spoke {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using spoke::testing::BinaryDir;
-using spoke::testing::Capture;
 
 constexpr uint64_t kBudget = 64ull << 20;
-
-std::string ReadWhole(const std::string& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *ok = *ok && !in.bad();
-  return ss.str();
-}
 
 // VmRSS of `pid` in bytes; 0 when the process is gone.
 uint64_t VmRss(pid_t pid) {
@@ -91,16 +82,7 @@ class MemoryBoundTest : public ::testing::Test {
   void TearDown() override {
     if (agent_pid_ > 0) {
       for (const auto& m : mounts_) Spokectl("unmount " + m);
-      ::kill(agent_pid_, SIGTERM);
-      int status = 0;
-      for (int i = 0; i < 300 && ::waitpid(agent_pid_, &status, WNOHANG) != agent_pid_; ++i) {
-        std::this_thread::sleep_for(50ms);
-        if (i == 299) {
-          ::kill(agent_pid_, SIGKILL);
-          ::waitpid(agent_pid_, nullptr, 0);
-        }
-      }
-      agent_pid_ = -1;
+      spoke::testing::StopProcess(agent_pid_, SIGTERM);
     }
     for (const auto& m : mounts_) ::umount2(m.c_str(), MNT_DETACH);  // whatever is left
     work_.reset();
@@ -138,53 +120,24 @@ class MemoryBoundTest : public ::testing::Test {
   }
 
   std::pair<int, std::string> Spokectl(const std::string& args) {
-    return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + socket_ + " " + args);
+    return spoke::testing::Spokectl(socket_, args);
   }
 
   std::string AgentLog() {
-    bool ok;
-    std::string log = ReadWhole(work_->path() + "/agent.log", &ok);
-    return log.size() > 6000 ? "..." + log.substr(log.size() - 6000) : log;
+    return spoke::testing::ReadFileTail(work_->path() + "/agent.log", 6000);
   }
 
   void StartAgent() {
-    const std::string bin = BinaryDir() + "/cache-agent/agent/spoke-cache-agent";
-    const std::string cfg = work_->path() + "/agent.yaml";
-    const std::string log = work_->path() + "/agent.log";
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execl(bin.c_str(), bin.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    agent_pid_ = pid;
-    httplib::Client http("127.0.0.1", metrics_port_);
-    for (int i = 0; i < 200; ++i) {
-      auto res = http.Get("/healthz");
-      if (res && res->status == 200 && fs::exists(socket_)) return;
-      std::this_thread::sleep_for(50ms);
-    }
-    FAIL() << "spoke-cache-agent did not come up; log:\n" << AgentLog();
+    agent_pid_ = spoke::testing::StartAgent(work_->path() + "/agent.yaml", socket_,
+                                            work_->path() + "/agent.log");
+    if (agent_pid_ < 0) FAIL() << "spoke-cache-agent did not come up; log:\n" << AgentLog();
   }
 
   // Sum of every series of `name` (with `label` in its label set, when given); -1 if absent.
   double Metric(const std::string& name, const std::string& label = "") {
     httplib::Client http("127.0.0.1", metrics_port_);
     auto res = http.Get("/metrics");
-    if (!res || res->status != 200) return -1;
-    std::istringstream in(res->body);
-    std::string line;
-    double sum = 0;
-    bool found = false;
-    while (std::getline(in, line)) {
-      if (!(line.starts_with(name + " ") || line.starts_with(name + "{"))) continue;
-      if (!label.empty() && line.find(label) == std::string::npos) continue;
-      sum += std::stod(line.substr(line.rfind(' ') + 1));
-      found = true;
-    }
-    return found ? sum : -1;
+    return res && res->status == 200 ? spoke::testing::MetricSum(res->body, name, label) : -1;
   }
 
   std::unique_ptr<spoke::testing::TestHub> hub_;
@@ -286,8 +239,8 @@ TEST_F(MemoryBoundTest, RssStaysUnderTheBudgetUnderAHintFloodAndAPrefetchStorm) 
   std::string first_bad;
   auto compare = [&](const std::string& mount, const std::string& rel) {
     bool ok_mnt = false, ok_hub = false;
-    const std::string got = ReadWhole(mount + "/" + rel, &ok_mnt);
-    const std::string want = ReadWhole(hub_->export_dir() + "/" + rel, &ok_hub);
+    const std::string got = spoke::testing::ReadWholeFile(mount + "/" + rel, &ok_mnt);
+    const std::string want = spoke::testing::ReadWholeFile(hub_->export_dir() + "/" + rel, &ok_hub);
     if (!ok_mnt || !ok_hub || got != want) {
       mismatches++;
       std::lock_guard<std::mutex> lock(bad_mu);

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -30,23 +31,17 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/files.h"
 #include "tests/support/hub.h"
 #include "tests/support/netns.h"
+#include "tests/support/process.h"
 
 namespace spoke {
 namespace {
 
 namespace fs = std::filesystem;
-using spoke::testing::BinaryDir;
 using spoke::testing::Capture;
 using namespace std::chrono_literals;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // "digest  path" lines of sha256sum -> path -> digest (paths relative to `root`).
 std::map<std::string, std::string> Digests(const std::string& out, const std::string& root) {
@@ -63,18 +58,9 @@ std::map<std::string, std::string> Digests(const std::string& out, const std::st
   return d;
 }
 
-// The sum of every series of `name` in a Prometheus text exposition.
+// The sum of every series of `name` in a Prometheus text exposition; 0 when there is none.
 uint64_t MetricSum(const std::string& text, const std::string& name) {
-  uint64_t sum = 0;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.starts_with(name)) continue;
-    char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != '{' && next != ' ') continue;
-    sum += static_cast<uint64_t>(std::stod(line.substr(line.rfind(' ') + 1)));
-  }
-  return sum;
+  return static_cast<uint64_t>(std::max(0.0, spoke::testing::MetricSum(text, name)));
 }
 
 struct AgentProc {
@@ -119,7 +105,7 @@ class PeerAgentsTest : public ::testing::Test {
     for (auto& a : agents_) {
       if (a.pid > 0) {
         Spokectl(a, "unmount " + a.mnt);
-        Stop(a.pid);
+        spoke::testing::StopProcess(a.pid, SIGTERM);
       }
       ::umount2(a.mnt.c_str(), MNT_DETACH);
     }
@@ -191,33 +177,12 @@ class PeerAgentsTest : public ::testing::Test {
 
   void StartAgent(AgentProc& a, bool peers, bool corrupt = false) {
     WriteConfig(a, peers);
-    std::string bin = BinaryDir() + "/cache-agent/agent/spoke-cache-agent";
-    std::string cfg = a.dir + "/agent.yaml";
-    std::string log = a.dir + "/agent.log";
-    std::vector<std::string> env_s;
-    for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
-    if (corrupt) env_s.emplace_back("SPOKE_TEST_FAULT_PEER_CORRUPT_SERVED_BLOCKS=1");
-    std::vector<char*> envp;
-    for (auto& e : env_s) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    const char* argv[] = {bin.c_str(), "--config", cfg.c_str(), nullptr};
-    const std::string ns = net_->node_ns(Index(a));
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      if (!spoke::testing::NetTopology::JoinInChild(ns)) ::_exit(126);
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close_range(3, ~0u, 0);
-      ::execve(argv[0], const_cast<char**>(argv), envp.data());
-      ::_exit(127);
-    }
-    a.pid = pid;
-    for (int i = 0; i < 400; ++i) {
-      if (fs::exists(a.socket) && Spokectl(a, "status").first == 0) break;
-      std::this_thread::sleep_for(25ms);
-    }
-    ASSERT_EQ(Spokectl(a, "status").first, 0) << Log(a);
+    spoke::testing::SpawnOptions options;
+    options.netns = net_->node_ns(Index(a));
+    if (corrupt) options.env.push_back("SPOKE_TEST_FAULT_PEER_CORRUPT_SERVED_BLOCKS=1");
+    a.pid =
+        spoke::testing::StartAgent(a.dir + "/agent.yaml", a.socket, a.dir + "/agent.log", options);
+    ASSERT_GT(a.pid, 0) << "spoke-cache-agent did not come up" << Log(a);
   }
 
   std::pair<int, std::string> Mount(const AgentProc& a) {
@@ -252,7 +217,7 @@ class PeerAgentsTest : public ::testing::Test {
   int Index(const AgentProc& a) const { return static_cast<int>(&a - agents_.data()); }
 
   std::pair<int, std::string> Spokectl(const AgentProc& a, const std::string& args) {
-    return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + a.socket + " " + args);
+    return spoke::testing::Spokectl(a.socket, args);
   }
 
   std::string Metrics(const AgentProc& a) {
@@ -283,24 +248,8 @@ class PeerAgentsTest : public ::testing::Test {
   }
 
   std::string Log(const AgentProc& a) {
-    std::string log = ReadAll(a.dir + "/agent.log");
-    if (log.size() > 6000) log = "..." + log.substr(log.size() - 6000);
-    return "\n" + a.dir + "/agent.log (tail):\n" + log;
-  }
-
-  void Stop(pid_t& pid) {
-    ::kill(pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 1500; ++i) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    pid = -1;
+    return "\n" + a.dir + "/agent.log (tail):\n" +
+           spoke::testing::ReadFileTail(a.dir + "/agent.log", 6000);
   }
 
   // Reads every file of the dataset through agent `i`'s mount (an order of its own) and
@@ -373,7 +322,7 @@ TEST_F(PeerAgentsTest, WithPeersTheClusterReadsTheDatasetFromTheHubOnce) {
   }
   // Why asks ended at the hub (debug log), a few per agent.
   for (auto& a : agents_) {
-    std::istringstream l(ReadAll(a.dir + "/agent.log"));
+    std::istringstream l(spoke::testing::ReadWholeFile(a.dir + "/agent.log"));
     int shown = 0;
     for (std::string line; std::getline(l, line) && shown < 5;) {
       if (line.find("peer ask failed") != std::string::npos) {

@@ -38,16 +38,16 @@ struct Agent {
     auto n = PeerNode::Start(pc, registry);
     EXPECT_TRUE(n) << n.error().ToString();
     node = std::move(*n);
-    peer = node->Join(kHub, "data", kBlock);
+    peer = node->AttachVolume(kHub, "data", kBlock);
     BlockFetcher::Config fc;
     fc.block_size = kBlock;
     fc.source = peer.get();
     fetcher =
         std::make_unique<BlockFetcher>(hub, &cache, volume_key, fc, registry, metrics::Labels{});
-    peer->Serve(fetcher.get());
+    peer->ServeBlocksFrom(fetcher.get());
   }
   ~Agent() {
-    peer->Serve(nullptr);
+    peer->ServeBlocksFrom(nullptr);
     fetcher.reset();
     peer.reset();
     node.reset();
@@ -169,11 +169,12 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   StartAgents(1);
   Agent& a = *agents_[0];
   // The owner checks the file it would read is the one asked for (exe/ wires its metadata).
-  a.peer->Serve(a.fetcher.get(), [&](const std::string& path, uint64_t id, uint64_t version) {
-    return path == file_.path && id == file_.file_id && version == file_.version
-               ? Ok()
-               : Fail(Code::kNotFound, "another version of " + path);
-  });
+  a.peer->ServeBlocksFrom(
+      a.fetcher.get(), [&](const std::string& path, uint64_t id, uint64_t version) {
+        return path == file_.path && id == file_.file_id && version == file_.version
+                   ? Ok()
+                   : Fail(Code::kNotFound, "another version of " + path);
+      });
   uint64_t version = file_.version;
   auto ask = [&](std::string hub, std::string volume_path, std::string path,
                  std::string token = kToken) {

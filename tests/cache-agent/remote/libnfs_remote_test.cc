@@ -16,12 +16,14 @@
 #include <fstream>
 #include <thread>
 
+#include "tests/support/files.h"
 #include "tests/support/hub.h"
 
 namespace spoke::agent {
 namespace {
 
 using spoke::testing::Blackhole;
+using spoke::testing::ReadWholeFile;
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -29,11 +31,6 @@ namespace fs = std::filesystem;
 void WriteFile(const std::string& path, const std::string& data) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << data;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::string Pattern(size_t n, int seed) {
@@ -261,7 +258,7 @@ TEST_F(LibnfsRemoteHub, WritePathIsOnTheHubWhenCallsReturn) {
   auto w = remote.Write("out/f.bin", 0, data.data(), data.size());
   ASSERT_TRUE(w) << w.error().ToString();
   EXPECT_EQ(*w, data.size());
-  EXPECT_TRUE(ReadFile(hub_->export_dir() + "/out/f.bin") == data);
+  EXPECT_TRUE(ReadWholeFile(hub_->export_dir() + "/out/f.bin") == data);
   ASSERT_TRUE(remote.Fsync("out/f.bin"));
 
   SetAttrRequest t;
@@ -324,7 +321,7 @@ TEST_F(LibnfsRemoteHub, AWriteThatTimedOutSendsNothingFromTheCallersReusedBuffer
     stable = now == size ? stable + 1 : 0;
     size = now;
   }
-  std::string on_hub = ReadFile(path);
+  std::string on_hub = ReadWholeFile(path);
   EXPECT_LT(on_hub.size(), kSize / 2) << "the chain went on after the write failed";
   EXPECT_EQ(std::count(on_hub.begin(), on_hub.end(), 'A'), static_cast<long>(on_hub.size()))
       << "bytes from the reused buffer reached the hub";

@@ -9,7 +9,6 @@
 // SPOKE_RESTART_TEST_SECONDS sets the SIGKILL period (default 30); SPOKE_RESTART_TEST_READERS
 // the number of readers (default 8).
 #include <fcntl.h>
-#include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -31,22 +30,21 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
+#include "tests/support/files.h"
 #include "tests/support/hub.h"
+#include "tests/support/process.h"
+#include "tests/support/run_as.h"
 
 namespace spoke {
 namespace {
 
 namespace fs = std::filesystem;
 using spoke::testing::BinaryDir;
-using spoke::testing::Capture;
+using spoke::testing::ReadFileTail;
+using spoke::testing::ReadWholeFile;
+using spoke::testing::SpawnLogged;
+using spoke::testing::StopProcess;
 using Clock = std::chrono::steady_clock;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 int EnvInt(const char* name, int def) {
   const char* v = std::getenv(name);
@@ -122,10 +120,10 @@ class AgentRestartTest : public ::testing::Test {
   void TearDown() override {
     if (agent_pid_ > 0) {
       Spokectl("unmount " + mnt_);
-      Stop(agent_pid_, SIGTERM);
+      StopProcess(agent_pid_, SIGTERM);
     }
     if (!mnt_.empty()) ::umount2(mnt_.c_str(), MNT_DETACH);
-    if (keeper_pid_ > 0) Stop(keeper_pid_, SIGTERM);
+    if (keeper_pid_ > 0) StopProcess(keeper_pid_, SIGTERM);
     work_.reset();
     wan_.reset();
     hub_.reset();
@@ -148,34 +146,14 @@ class AgentRestartTest : public ::testing::Test {
     }
   }
 
-  pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-    // Everything the child needs is prepared before fork(): the readers allocate all the time,
-    // and a child of a multi-threaded process must not (malloc's lock may be held).
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      // Nothing of the test's (least of all its files on the mount: an agent closing one of
-      // those when it dies would wait for its own answer).
-      ::close_range(3, ~0u, 0);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    return pid;
-  }
-
   void StartKeeper(const std::string& orphan_timeout_seconds = "300") {
-    keeper_pid_ = Spawn({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket",
-                         keeper_socket_, "--orphan-timeout", orphan_timeout_seconds},
-                        work_->path() + "/keeper.log");
+    keeper_pid_ = SpawnLogged({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket",
+                               keeper_socket_, "--orphan-timeout", orphan_timeout_seconds},
+                              work_->path() + "/keeper.log");
     for (int i = 0; i < 100 && !fs::exists(keeper_socket_); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ASSERT_TRUE(fs::exists(keeper_socket_)) << ReadAll(work_->path() + "/keeper.log");
+    ASSERT_TRUE(fs::exists(keeper_socket_)) << ReadWholeFile(work_->path() + "/keeper.log");
   }
 
   // The hub's export through the WAN proxy, as a scratch volume at mnt_.
@@ -193,14 +171,15 @@ class AgentRestartTest : public ::testing::Test {
   // Waits until the keeper holds the mount's connection (the agent's keeper sync ran).
   void WaitKept() {
     for (int i = 0;
-         i < 100 && ReadAll(work_->path() + "/keeper.log").find("kept") == std::string::npos; ++i) {
+         i < 100 && ReadWholeFile(work_->path() + "/keeper.log").find("kept") == std::string::npos;
+         ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ASSERT_NE(ReadAll(work_->path() + "/keeper.log").find("kept"), std::string::npos);
+    ASSERT_NE(ReadWholeFile(work_->path() + "/keeper.log").find("kept"), std::string::npos);
   }
 
   std::pair<int, std::string> Spokectl(const std::string& args) {
-    return Capture(BinaryDir() + "/cache-agent/cli/spokectl --socket " + socket_ + " " + args);
+    return spoke::testing::Spokectl(socket_, args);
   }
 
   // Starts an agent and waits until its API answers; returns how long that took.
@@ -208,41 +187,15 @@ class AgentRestartTest : public ::testing::Test {
     auto start = Clock::now();
     std::error_code ec;
     fs::remove(socket_, ec);
-    agent_pid_ = Spawn({BinaryDir() + "/cache-agent/agent/spoke-cache-agent", "--config",
-                        work_->path() + "/agent.yaml"},
-                       work_->path() + "/agent.log");
-    for (int i = 0; i < 400; ++i) {
-      if (fs::exists(socket_) && Spokectl("status").first == 0) {
-        return std::chrono::duration<double>(Clock::now() - start).count();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
+    agent_pid_ = spoke::testing::StartAgent(work_->path() + "/agent.yaml", socket_,
+                                            work_->path() + "/agent.log");
+    if (agent_pid_ > 0) return std::chrono::duration<double>(Clock::now() - start).count();
     ADD_FAILURE() << "spoke-cache-agent did not come up" << Diagnostics();
     return -1;
   }
 
-  // Sends `sig` and reaps; SIGKILLs after 15 s. Returns the exit status.
-  int Stop(pid_t& pid, int sig) {
-    ::kill(pid, sig);
-    int status = 0;
-    for (int i = 0; i < 1500; ++i) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return status;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    pid = -1;
-    ADD_FAILURE() << "process did not stop on signal " << sig;
-    return status;
-  }
-
   std::string Diagnostics() {
-    std::string log = ReadAll(work_->path() + "/agent.log");
-    if (log.size() > 8000) log = "..." + log.substr(log.size() - 8000);
-    return "\nagent log (tail):\n" + log;
+    return "\nagent log (tail):\n" + ReadFileTail(work_->path() + "/agent.log", 8000);
   }
 
   std::unique_ptr<spoke::testing::TestHub> hub_;
@@ -372,7 +325,7 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   auto end = Clock::now() + std::chrono::seconds(kill_seconds);
   while (Clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::seconds(3));
-    Stop(agent_pid_, SIGKILL);
+    StopProcess(agent_pid_, SIGKILL);
     ++kills;
     max_start = std::max(max_start, StartAgent());
   }
@@ -380,7 +333,7 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   int upgrades = 0;
   for (int i = 0; i < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::seconds(3));
-    int status = Stop(agent_pid_, SIGTERM);
+    int status = StopProcess(agent_pid_, SIGTERM);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Diagnostics();
     ++upgrades;
     max_start = std::max(max_start, StartAgent());
@@ -390,7 +343,7 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   for (auto& t : threads) t.join();
 
   // Every acknowledged record is on the hub, intact and in order.
-  std::string journal = ReadAll(hub_->export_dir() + "/journal.log");
+  std::string journal = ReadWholeFile(hub_->export_dir() + "/journal.log");
   uint64_t intact = 0;
   for (size_t off = 0; off + kRecord <= journal.size(); off += kRecord) {
     if (journal.compare(off, kRecord, MakeRecord(intact)) != 0) break;
@@ -418,7 +371,7 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   EXPECT_GT(o.files_read.load(), 0u);
   EXPECT_GT(acked, 0u);
   // Nothing was re-created: every restart took the same connection over.
-  auto log = ReadAll(work_->path() + "/agent.log");
+  auto log = ReadWholeFile(work_->path() + "/agent.log");
   size_t adopted = 0;
   for (size_t p = 0;
        (p = log.find("mount taken over from the previous agent", p)) != std::string::npos; ++p) {
@@ -479,7 +432,7 @@ TEST_F(AgentRestartTest, CloseAndExecDoNotWaitForAStoppedAgent) {
   ::close(wfd);
   ::close(rfd);
   ::close(efd);
-  std::string back = ReadAll(mnt_ + "/closing.log");
+  std::string back = ReadWholeFile(mnt_ + "/closing.log");
   EXPECT_EQ(back, "abc");
 }
 
@@ -487,7 +440,7 @@ TEST_F(AgentRestartTest, CloseAndExecDoNotWaitForAStoppedAgent) {
 // connections after its orphan timeout, and the pod's accesses fail (ECONNABORTED, like an
 // aborted FUSE connection) instead of waiting forever.
 TEST_F(AgentRestartTest, WithNoAgentBackTheKeeperReleasesTheMountsSoReadsFailInsteadOfHanging) {
-  Stop(keeper_pid_, SIGTERM);
+  StopProcess(keeper_pid_, SIGTERM);
   StartKeeper("2");
   ASSERT_GT(StartAgent(), 0);
   MountScratch();
@@ -499,7 +452,7 @@ TEST_F(AgentRestartTest, WithNoAgentBackTheKeeperReleasesTheMountsSoReadsFailIns
   ASSERT_GT(::pread(fd, b, sizeof(b), 0), 0);
   WaitKept();
 
-  Stop(agent_pid_, SIGKILL);                      // and no successor
+  StopProcess(agent_pid_, SIGKILL);               // and no successor
   std::string unseen = mnt_ + "/data/d2/f7.bin";  // never looked up: its LOOKUP needs the agent
   pid_t child = ::fork();
   if (child == 0) {
@@ -516,17 +469,18 @@ TEST_F(AgentRestartTest, WithNoAgentBackTheKeeperReleasesTheMountsSoReadsFailIns
   }
   if (!done) {
     ::umount2(mnt_.c_str(), MNT_DETACH);
-    Stop(keeper_pid_, SIGKILL);  // the keeper's copy was the last: the read returns now
+    StopProcess(keeper_pid_, SIGKILL);  // the keeper's copy was the last: the read returns now
     ::waitpid(child, &status, 0);
   }
   ::close(fd);
   EXPECT_TRUE(done) << "a read still waited for the dead agent 30 s later\n"
-                    << ReadAll(work_->path() + "/keeper.log");
+                    << ReadWholeFile(work_->path() + "/keeper.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "open did not fail with ENOTCONN/ECONNABORTED: child status " << status;
-  EXPECT_NE(ReadAll(work_->path() + "/keeper.log").find("no agent took the kept FUSE connections"),
-            std::string::npos)
-      << ReadAll(work_->path() + "/keeper.log");
+  EXPECT_NE(
+      ReadWholeFile(work_->path() + "/keeper.log").find("no agent took the kept FUSE connections"),
+      std::string::npos)
+      << ReadWholeFile(work_->path() + "/keeper.log");
 }
 
 // A pod's writer runs as uid 1000, and the agent is killed while the hub is unreachable (a
@@ -551,7 +505,7 @@ TEST_F(AgentRestartTest, ANonRootWriterKeepsWritingAfterAKillWhileTheHubIsDown) 
   ASSERT_EQ(::pipe(done), 0);
   pid_t writer = ::fork();
   if (writer == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(1000) != 0 || ::setuid(1000) != 0) ::_exit(90);
+    if (!spoke::testing::BecomeUser(1000)) ::_exit(spoke::testing::kCouldNotBecomeUser);
     int fd = ::open(file.c_str(), O_CREAT | O_WRONLY | O_APPEND | O_CLOEXEC, 0644);
     for (const std::string* rec : {&one, &two}) {
       char c;
@@ -580,10 +534,10 @@ TEST_F(AgentRestartTest, ANonRootWriterKeepsWritingAfterAKillWhileTheHubIsDown) 
   if (HasFatalFailure()) return;
 
   wan_->Freeze(true);  // the hub stops answering, then the agent dies and comes back
-  Stop(agent_pid_, SIGKILL);
+  StopProcess(agent_pid_, SIGKILL);
   ASSERT_GT(StartAgent(), 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  const std::string log = ReadAll(work_->path() + "/agent.log");
+  const std::string log = ReadWholeFile(work_->path() + "/agent.log");
   EXPECT_EQ(log.find("detaching it"), std::string::npos) << Diagnostics();
   EXPECT_NE(log.find("mount taken over from the previous agent"), std::string::npos)
       << Diagnostics();
@@ -594,7 +548,8 @@ TEST_F(AgentRestartTest, ANonRootWriterKeepsWritingAfterAKillWhileTheHubIsDown) 
   ::waitpid(writer, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
-  EXPECT_TRUE(ReadAll(dir + "/records.log") == one + two) << "the hub's file is not both records";
+  EXPECT_TRUE(ReadWholeFile(dir + "/records.log") == one + two)
+      << "the hub's file is not both records";
   struct stat st;
   ASSERT_EQ(::stat((dir + "/records.log").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 1000u);
@@ -610,7 +565,7 @@ TEST_F(AgentRestartTest, AFileTheKernelHoldsOpensAndReadsFromTheCacheAfterAKillW
   MountDataset();
   if (HasFatalFailure()) return;
   const std::string file = mnt_ + "/" + files_[0];
-  ASSERT_EQ(ReadAll(file), want_[0]);  // cached, and held by the kernel
+  ASSERT_EQ(ReadWholeFile(file), want_[0]);  // cached, and held by the kernel
   WaitKept();
   if (HasFatalFailure()) return;
   // The log's writer runs every 200 ms: wait until the file's line is there.
@@ -618,7 +573,7 @@ TEST_F(AgentRestartTest, AFileTheKernelHoldsOpensAndReadsFromTheCacheAfterAKillW
     std::error_code ec;
     for (const auto& e : fs::recursive_directory_iterator(work_->path() + "/state", ec)) {
       if (e.path().filename() != "inodes") continue;
-      const std::string lines = ReadAll(e.path());
+      const std::string lines = ReadWholeFile(e.path());
       if (std::count(lines.begin(), lines.end(), '\n') >= 3) return true;  // data, d0, f0.bin
     }
     return false;
@@ -627,9 +582,9 @@ TEST_F(AgentRestartTest, AFileTheKernelHoldsOpensAndReadsFromTheCacheAfterAKillW
   ASSERT_TRUE(logged()) << "no kernel inode log in the state directory";
 
   wan_->Freeze(true);
-  Stop(agent_pid_, SIGKILL);
+  StopProcess(agent_pid_, SIGKILL);
   ASSERT_GT(StartAgent(), 0);
-  const std::string log = ReadAll(work_->path() + "/agent.log");
+  const std::string log = ReadWholeFile(work_->path() + "/agent.log");
   EXPECT_NE(log.find("inodes the kernel holds, known from the last agent"), std::string::npos)
       << Diagnostics();
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
@@ -643,7 +598,7 @@ TEST_F(AgentRestartTest, AFileTheKernelHoldsOpensAndReadsFromTheCacheAfterAKillW
   wan_->Freeze(false);
   ASSERT_GE(fd, 0) << "open after the restart: " << std::strerror(open_errno) << Diagnostics();
   EXPECT_TRUE(got == want_[0]) << "read " << got.size() << " bytes of " << want_[0].size();
-  EXPECT_EQ(ReadAll(work_->path() + "/agent.log").find("detaching it"), std::string::npos);
+  EXPECT_EQ(ReadWholeFile(work_->path() + "/agent.log").find("detaching it"), std::string::npos);
 }
 
 // A checkpoint's rename that the dead agent carried out on the hub but never answered: the
@@ -678,7 +633,7 @@ TEST_F(AgentRestartTest, ACheckpointRenameTheDeadAgentDidIsAnsweredDoneWhenResen
     if (!done_on_hub) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     early = ::waitpid(renamer, &status, WNOHANG);
   }
-  Stop(agent_pid_, SIGKILL);
+  StopProcess(agent_pid_, SIGKILL);
   ASSERT_EQ(early, 0) << "answered before the agent died: status " << status << Diagnostics();
   ASSERT_TRUE(done_on_hub) << "the rename never reached the hub" << Diagnostics();
   ASSERT_GT(StartAgent(), 0);
@@ -686,7 +641,7 @@ TEST_F(AgentRestartTest, ACheckpointRenameTheDeadAgentDidIsAnsweredDoneWhenResen
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0)
       << "the resent rename answered " << std::strerror(WEXITSTATUS(status)) << Diagnostics();
-  EXPECT_EQ(ReadAll(mnt_ + "/ckpt/step-100.pt"), "weights");
+  EXPECT_EQ(ReadWholeFile(mnt_ + "/ckpt/step-100.pt"), "weights");
   EXPECT_NE(::stat(from.c_str(), &st), 0);
 }
 
@@ -747,7 +702,7 @@ TEST_F(AgentRestartTest, AFileChangedOnTheHubIsNeverReadAsAMixOfVersionsAfterAKi
 
   ASSERT_EQ(::truncate((hub_->export_dir() + "/" + rel).c_str(), static_cast<off_t>(v2.size())), 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // past the hub's attribute cache
-  Stop(agent_pid_, SIGKILL);
+  StopProcess(agent_pid_, SIGKILL);
   ASSERT_GT(StartAgent(), 0);
 
   // The fd open across the restart: from its cached old pages into what it never read.
