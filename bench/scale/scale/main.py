@@ -43,8 +43,9 @@ def main(argv=None):
         print("scale: needs root and /dev/fuse", file=sys.stderr)
         return 77
     bins = processes.binaries(a)
-    if isinstance(bins, str):
-        print("scale: not built: " + bins, file=sys.stderr)
+    missing = processes.not_built(bins)
+    if missing:
+        print("scale: not built: " + missing, file=sys.stderr)
         return 77
     bench = processes.Bench(a, bins)
     rows = Rows()

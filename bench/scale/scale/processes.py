@@ -17,16 +17,17 @@ AGENT_YAML = ("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: 1Gi\nstateDir: %s
 
 
 def binaries(a):
-    """{name: path} of what the run needs, or None after saying which one is not built."""
+    """{name: path} of the programs the run needs."""
     b = os.path.abspath(a.build_dir)
-    bins = {"agent": os.path.join(b, "cache-agent/agent/spoke-cache-agent"),
+    return {"agent": os.path.join(b, "cache-agent/agent/spoke-cache-agent"),
             "ctl": os.path.join(b, "cache-agent/cli/spokectl"),
             "proxy": os.path.join(b, "e2e/wan-proxy/spoke-wan-proxy"),
             "hub": os.path.join(a.source_dir, "scripts/spoke-hub")}
-    for x in bins.values():
-        if not os.access(x, os.X_OK):
-            return x
-    return bins
+
+
+def not_built(bins):
+    """The first of bins that is not an executable, or None."""
+    return next((x for x in bins.values() if not os.access(x, os.X_OK)), None)
 
 
 class Bench:
