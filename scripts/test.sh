@@ -20,13 +20,13 @@ if [ "${1:-}" = "--no-sanitize" ]; then sanitize=0; shift; fi
 stage_start=$SECONDS
 stages=()
 stage() { # name: closes the stage that ran since the last call
-  stages+=("$(printf '%-34s %5.1f min' "$1" "$(awk "BEGIN { print ($SECONDS - $stage_start) / 60 }")")")
+  stages+=("$(printf '%-46s %5.1f min' "$1" "$(awk "BEGIN { print ($SECONDS - $stage_start) / 60 }")")")
   stage_start=$SECONDS
 }
 report() {
   echo "== test.sh stages"
   printf '%s\n' "${stages[@]}"
-  printf '%-34s %5.1f min\n' "total" "$(awk "BEGIN { print $SECONDS / 60 }")"
+  printf '%-46s %5.1f min\n' "total" "$(awk "BEGIN { print $SECONDS / 60 }")"
 }
 trap report EXIT
 
