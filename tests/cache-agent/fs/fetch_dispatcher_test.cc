@@ -57,13 +57,18 @@ TEST(FetchDispatcher, BackgroundKeepsOneSlotWhateverIsReserved) {
   EXPECT_EQ(d.GateFor(kDemandClass), Gate::kOpen);
 }
 
-TEST(FetchDispatcher, TheWindowHoldsBackgroundBehindReadersButLetsOneOfEachGo) {
-  const auto t0 = std::chrono::steady_clock::now();
+// Slots to spare, so that only the pacer's window (2 MiB at first) holds fetches back.
+FetchDispatcher::Config PacedConfig() {
   FetchDispatcher::Config c{.max_inflight = 100, .demand_reserved = 0};
   c.pacing.target_queue = 200ms;
   c.pacing.min_window = kMiB;
   c.pacing.initial_window = 2 * kMiB;
-  FetchDispatcher d(c, t0);
+  return c;
+}
+
+TEST(FetchDispatcher, TheWindowHoldsBackgroundBehindReadersButLetsOneOfEachGo) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FetchDispatcher d(PacedConfig(), t0);
   ASSERT_EQ(d.window(), 2u * kMiB);
   BlockFetch r1 = Fetch(kDemandClass), r2 = Fetch(kDemandClass), r3 = Fetch(kDemandClass);
   d.OnSent(r1, t0);
@@ -84,11 +89,7 @@ TEST(FetchDispatcher, TheWindowHoldsBackgroundBehindReadersButLetsOneOfEachGo) {
 
 TEST(FetchDispatcher, OnlyHubRepliesMeasureTheLink) {
   const auto t0 = std::chrono::steady_clock::now();
-  FetchDispatcher::Config c{.max_inflight = 100, .demand_reserved = 0};
-  c.pacing.target_queue = 200ms;
-  c.pacing.min_window = kMiB;
-  c.pacing.initial_window = 2 * kMiB;
-  FetchDispatcher d(c, t0);
+  FetchDispatcher d(PacedConfig(), t0);
   BlockFetch peer = Fetch(kPrefetchClass), hub = Fetch(kPrefetchClass);
   d.OnSent(peer, t0);
   d.OnSent(hub, t0);
