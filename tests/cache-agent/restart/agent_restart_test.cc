@@ -555,52 +555,6 @@ TEST_F(AgentRestartTest, ANonRootWriterKeepsWritingAfterAKillWhileTheHubIsDown) 
   EXPECT_EQ(st.st_uid, 1000u);
 }
 
-// The kernel holds a dataset file's inode and dentry (entries are kept an hour on immutable
-// volumes); the agent dies while the hub is unreachable. The next agent knows the inode from
-// the kernel inode log at once: the file opens by that inode and reads whole from the cache,
-// with the hub still down (before the log, the open waited 60 s for a walk that could not
-// run, then failed with ENOENT).
-TEST_F(AgentRestartTest, AFileTheKernelHoldsOpensAndReadsFromTheCacheAfterAKillWhileTheHubIsDown) {
-  ASSERT_GT(StartAgent(), 0);
-  MountDataset();
-  if (HasFatalFailure()) return;
-  const std::string file = mnt_ + "/" + files_[0];
-  ASSERT_EQ(ReadWholeFile(file), want_[0]);  // cached, and held by the kernel
-  WaitKept();
-  if (HasFatalFailure()) return;
-  // The log's writer runs every 200 ms: wait until the file's line is there.
-  auto logged = [&] {
-    std::error_code ec;
-    for (const auto& e : fs::recursive_directory_iterator(work_->path() + "/state", ec)) {
-      if (e.path().filename() != "inodes") continue;
-      const std::string lines = ReadWholeFile(e.path());
-      if (std::count(lines.begin(), lines.end(), '\n') >= 3) return true;  // data, d0, f0.bin
-    }
-    return false;
-  };
-  for (int i = 0; i < 100 && !logged(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(logged()) << "no kernel inode log in the state directory";
-
-  wan_->Freeze(true);
-  StopProcess(agent_pid_, SIGKILL);
-  ASSERT_GT(StartAgent(), 0);
-  const std::string log = ReadWholeFile(work_->path() + "/agent.log");
-  EXPECT_NE(log.find("inodes the kernel holds, known from the last agent"), std::string::npos)
-      << Diagnostics();
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  const int open_errno = errno;
-  std::string got;
-  if (fd >= 0) {
-    std::string buf(1 << 20, '\0');
-    for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) got.append(buf.data(), n);
-    ::close(fd);
-  }
-  wan_->Freeze(false);
-  ASSERT_GE(fd, 0) << "open after the restart: " << std::strerror(open_errno) << Diagnostics();
-  EXPECT_TRUE(got == want_[0]) << "read " << got.size() << " bytes of " << want_[0].size();
-  EXPECT_EQ(ReadWholeFile(work_->path() + "/agent.log").find("detaching it"), std::string::npos);
-}
-
 // A checkpoint's rename that the dead agent carried out on the hub but never answered: the
 // kernel resends it to the next agent (FUSE_NOTIFY_RESEND), whose RENAME finds no source. It
 // answers as the first one would have (done), not ENOENT for a rename that happened.
