@@ -186,9 +186,10 @@ void KernelInodeLog::WriteQueued() {
     }
   }
   if (!bytes.empty() && !WriteAll(fd_, bytes) && !std::exchange(warned_, true)) {
-    log::Warn("cannot keep the kernel's inodes for a restart: a restart while the hub is down "
-              "answers some of them only once the hub is back",
-              {{"file", file_}, {"error", std::strerror(errno)}});
+    log::Warn(
+        "cannot keep the kernel's inodes for a restart: a restart while the hub is down "
+        "answers some of them only once the hub is back",
+        {{"file", file_}, {"error", std::strerror(errno)}});
   }
 }
 

@@ -18,7 +18,7 @@ void MetadataCache::ForgetRemovedLocked(uint64_t parent, const std::string& name
   if (!only_name || !gone) return;
   node.removed = true;
   LogDroppedLocked(ino, node);  // gone from the hub: after a restart, unknown is right
-  MaybeDropLocked(ino);  // unless the kernel or a handle still holds it
+  MaybeDropLocked(ino);         // unless the kernel or a handle still holds it
 }
 
 bool MetadataCache::NamedLocked(uint64_t ino, const Node& n) const {
