@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cache-agent/fs/kept_root.h"
+#include "cache-agent/fs/kernel_inode_log.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -89,6 +90,23 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
     if (auto saved = SaveRootAttr(root_file, vol->metadata_->RootAttr()); !saved) {
       log::Warn("cannot keep the volume root for a restart: one while the hub is down fails",
                 {{"volume", config.volume_id}, {"error", saved.error().ToString()}});
+    }
+  }
+  if (!config.state_dir.empty()) {
+    // Every inode the kernel holds is known to the next agent at once, hub or no hub.
+    const std::string inode_file = config.state_dir + "/inodes";
+    if (config.adopted) {
+      size_t known = vol->metadata_->AdoptLoggedInodes(KernelInodeLog::Load(inode_file));
+      log::Info("inodes the kernel holds, known from the last agent",
+                {{"volume", config.volume_id}, {"inodes", known}});
+    }
+    if (auto inode_log = KernelInodeLog::Open(inode_file, /*fresh=*/!config.adopted); inode_log) {
+      vol->metadata_->LogKernelInodes(std::move(*inode_log));
+    } else {
+      log::Warn(
+          "cannot keep the kernel's inodes for a restart: after one while the hub is "
+          "down, files met before answer once the walk reaches them",
+          {{"volume", config.volume_id}, {"error", inode_log.error().ToString()}});
     }
   }
   // Listed handles live in the metadata cache's inodes. Strict volumes read by path (their

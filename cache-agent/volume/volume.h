@@ -71,8 +71,8 @@ class Volume {
     // outlive the volume.
     BlockSource* block_source = nullptr;
     // The mount's own directory in the agent's state directory: the openers of writable
-    // handles (open-files/, OpenRecords) and the root's attributes (root, kept_root.h) outlive
-    // the agent there. "" = nothing kept. `adopted`: the mount is an earlier agent's
+    // handles (open-files/, OpenRecords), the root's attributes (root, kept_root.h) and the
+    // inodes the kernel holds (inodes, kernel_inode_log.h) outlive the agent there. "" = nothing kept. `adopted`: the mount is an earlier agent's
     // connection taken over: its records are read, and it starts from the kept root without
     // a hub round trip (the hub may be down); otherwise the directory starts empty.
     std::string state_dir;
