@@ -162,18 +162,17 @@ wl_check_dataset_cold_warm() {
   kubectl -n "$NS" delete pod spoke-dataset-holder --wait=false >/dev/null
 }
 
-# wl_fsgroup_check POD: the pod's "fsgroup: N of M entries not of group 2000" line; with
-# WL_ASSERT_FSGROUP=1 every entry must have the fsGroup. Off by default: kubelet's chown of the
-# volume to the fsGroup goes as root, which the agent maps to hubUid without allowRoot, and
-# the hub refuses it (EPERM, kubelet logs "Lchown failed" and starts the pod anyway).
+# wl_fsgroup_check POD: the pod's "fsgroup: N of M entries not of group 2000" line; every entry
+# must have the fsGroup (the driver has VOLUME_MOUNT_GROUP: kubelet hands the group to the
+# agent, which gives the volume root the group on the hub). WL_ASSERT_FSGROUP=0 only reports.
 wl_fsgroup_check() {
   local line
   line=$(kubectl -n "$NS" logs "$1" | grep '^fsgroup: ' || true)
   [ -n "$line" ] || die "pod $1 printed no fsgroup line"
   log "$1: $line"
   [[ $line == "fsgroup: 0 of "* ]] && return
-  if [ "${WL_ASSERT_FSGROUP:-0}" = 1 ]; then die "files in the scratch volume lack the pod's fsGroup"; fi
-  log "KNOWN: the scratch volume does not get the pod's fsGroup (WL_ASSERT_FSGROUP=1 asserts it)"
+  if [ "${WL_ASSERT_FSGROUP:-1}" = 1 ]; then die "files in the scratch volume lack the pod's fsGroup"; fi
+  log "the scratch volume does not have the pod's fsGroup (reported only: WL_ASSERT_FSGROUP=0)"
 }
 
 # A scratch PVC written by one pod and read back by the next (both uid 1000, fsGroup 2000).
