@@ -195,6 +195,15 @@ class AgentRestartTest : public ::testing::Test {
     ASSERT_TRUE(logged()) << "no kernel inode log in the state directory";
   }
 
+  // Writes `size` random bytes (from `seed`) to `rel` on the hub; returns them.
+  std::string PutRandomFile(const std::string& rel, size_t size, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::string data(size, '\0');
+    for (auto& c : data) c = static_cast<char>(rng());
+    std::ofstream(hub_->export_dir() + "/" + rel, std::ios::binary) << data;
+    return data;
+  }
+
   // Waits until the agent log says `line` `times` times (each agent appends to it).
   void WaitLogged(const std::string& line, size_t times) {
     auto count = [&] {
@@ -698,10 +707,7 @@ std::string CheckOneVersion(int fd, const std::string& v1, const std::string& v2
 // ending in a false end of file where the new agent's data stopped).
 TEST_F(AgentRestartTest, AFileChangedOnTheHubIsNeverReadAsAMixOfVersionsAfterAKill) {
   const std::string rel = "data/changed.bin";
-  std::mt19937_64 rng(11);
-  std::string v1(4 << 20, '\0');
-  for (auto& c : v1) c = static_cast<char>(rng());
-  std::ofstream(hub_->export_dir() + "/" + rel, std::ios::binary) << v1;
+  const std::string v1 = PutRandomFile(rel, 4 << 20, 11);
   const std::string v2 = v1.substr(0, (1 << 20) + 12345);  // truncated in place
 
   ASSERT_GT(StartAgent(), 0);
@@ -759,10 +765,7 @@ TEST_F(AgentRestartTest, AFileChangedOnTheHubIsNeverReadAsAMixOfVersionsAfterAKi
 // the version the kernel holds, not end the old pages with a false end of file at the new size.
 TEST_F(AgentRestartTest, AFileChangedOnTheHubStaysOneVersionWhenTheWalkMeetsItAfterATakeover) {
   const std::string rel = "data/changed.bin";
-  std::mt19937_64 rng(13);
-  std::string v1(4 << 20, '\0');
-  for (auto& c : v1) c = static_cast<char>(rng());
-  std::ofstream(hub_->export_dir() + "/" + rel, std::ios::binary) << v1;
+  const std::string v1 = PutRandomFile(rel, 4 << 20, 13);
   const std::string v2 = v1.substr(0, (1 << 20) + 12345);  // truncated in place
 
   ASSERT_GT(StartAgent(), 0);
