@@ -44,13 +44,14 @@ class PeerNode::Service final : public peer::v1::Peer::Service {
       node_.m_.auth_failures->Inc();
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "peer token missing or wrong");
     }
-    PeerVolume* v = node_.Acquire(req->hub() + '\n' + req->volume_path());
-    if (v == nullptr) {
+    PeerServing from = node_.Acquire(req->hub() + '\n' + req->volume_path());
+    if (from.volume == nullptr) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no volume of this hub path is mounted");
     }
     // The asker's own deadline bounds the work, and never more than a hub read's bound.
-    auto st = v->ServeBlock(*req, SteadyDeadline(*ctx, std::chrono::seconds(60)), resp);
-    node_.Release(v);
+    auto st =
+        from.volume->ServeBlock(from, *req, SteadyDeadline(*ctx, std::chrono::seconds(60)), resp);
+    node_.Release(from.volume);
     return st;
   }
 
@@ -83,6 +84,9 @@ PeerNode::PeerNode(const Config& config, metrics::Registry& registry) : config_(
                                 "Blocks from peers rejected: checksum or length mismatch");
   m_.served_blocks = counter("spoke_peer_served_blocks_total", "Blocks served to peers");
   m_.served_bytes = counter("spoke_peer_served_bytes_total", "Bytes served to peers");
+  const char* refused = "Peer asks refused: they disagree with this owner's own attributes";
+  m_.refused_file = counter("spoke_peer_refused_asks_total", refused, {{"reason", "file"}});
+  m_.refused_length = counter("spoke_peer_refused_asks_total", refused, {{"reason", "length"}});
   m_.auth_failures =
       counter("spoke_peer_auth_failures_total", "Peer calls refused for a missing or wrong token");
   m_.members = &registry.GetGauge("spoke_peer_members", "Live peers, this agent included");
@@ -169,17 +173,20 @@ void PeerNode::Unregister(PeerVolume* v) {
   }
 }
 
-PeerVolume* PeerNode::Acquire(const std::string& key) {
+PeerServing PeerNode::Acquire(const std::string& key) {
   MutexLock lock(vols_mu_);
   auto [b, e] = volumes_.equal_range(key);
   for (auto it = b; it != e; ++it) {
-    it->second->node_.vols_mu_.AssertHeld();  // this node's vols_mu_
-    if (it->second->fetcher_ != nullptr) {
-      it->second->uses_++;
-      return it->second;
+    PeerVolume* v = it->second;
+    v->node_.vols_mu_.AssertHeld();  // this node's vols_mu_
+    if (v->fetcher_ != nullptr && v->lookup_ != nullptr) {
+      // Taken here, under the lock the use is counted under: ServeBlocksFrom(nullptr) clears
+      // them and then waits for this use to end.
+      v->uses_++;
+      return {.volume = v, .fetcher = v->fetcher_, .lookup = v->lookup_};
     }
   }
-  return nullptr;
+  return {};
 }
 
 void PeerNode::Release(PeerVolume* v) {
@@ -202,33 +209,29 @@ PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path,
 
 PeerVolume::~PeerVolume() { node_.Unregister(this); }
 
-void PeerVolume::ServeBlocksFrom(BlockFetcher* fetcher, FileCheck check) {
+void PeerVolume::ServeBlocksFrom(BlockFetcher* fetcher, FileLookup lookup) {
   MutexLock lock(node_.vols_mu_);
   fetcher_ = fetcher;
-  if (fetcher == nullptr) {
+  if (fetcher == nullptr || !lookup) {
+    fetcher_ = nullptr;  // nothing is served without the owner's own file attributes
+    lookup_ = nullptr;
     node_.vols_cv_.wait(lock, [&]() REQUIRES(node_.vols_mu_) { return uses_ == 0; });
-    check_ = nullptr;
   } else {
-    check_ = std::move(check);
+    lookup_ = std::make_shared<const FileLookup>(std::move(lookup));
   }
 }
 
-grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
+grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBlockRequest& req,
                                     std::chrono::steady_clock::time_point deadline,
                                     peer::v1::GetBlockResponse* resp) {
-  BlockFetcher* fetcher;
-  const FileCheck* check;
-  {
-    MutexLock lock(node_.vols_mu_);
-    fetcher = fetcher_;  // both valid while our use is held (Acquire)
-    check = &check_;
-  }
+  BlockFetcher* fetcher = from.fetcher;
+  auto refuse = [&](metrics::Counter* counter, grpc::StatusCode code, std::string why) {
+    counter->Inc();
+    return grpc::Status(code, std::move(why));
+  };
   if (req.block_size() != fetcher->block_size()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "block_size: this peer uses " + std::to_string(fetcher->block_size()));
-  }
-  if (req.length() == 0 || req.length() > req.block_size()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "length: must be in 1..block_size");
   }
   // Only paths inside the volume, in their one normal form (no "..", no absolute path).
   auto path = NormalizeRelativePath(req.file_path(), "file_path");
@@ -236,25 +239,34 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "file_path: must be a normalised path inside the volume");
   }
-  if (*check) {
-    if (auto st = (*check)(*path, req.file_id(), req.version()); !st) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "file_path: " + st.error().message());
-    }
+  // The owner's own attributes decide what is read and cached: an ask naming another file,
+  // version or length is refused, so that no asker sets what this cache holds.
+  auto file = (*from.lookup)(*path);
+  if (!file) {
+    return refuse(node_.m_.refused_file, grpc::StatusCode::FAILED_PRECONDITION,
+                  "file_path: " + file.error().message());
+  }
+  if (file->file_id != req.file_id() || file->version != req.version()) {
+    return refuse(node_.m_.refused_file, grpc::StatusCode::FAILED_PRECONDITION,
+                  "file_path: another version of " + *path + " is here");
   }
   const uint64_t bs = req.block_size();
-  if (req.block_index() > (UINT64_MAX - req.length()) / bs) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "block_index: out of range");
+  uint64_t own_length = 0;  // 0: past the end of the file here
+  if (req.block_index() < file->size / bs + (file->size % bs != 0)) {
+    own_length = std::min<uint64_t>(bs, file->size - req.block_index() * bs);
   }
-  // The file is at least this long; that is all the fetcher needs for this one block.
-  FileRef file{*path, req.file_id(), req.version(), req.block_index() * bs + req.length()};
-  BlockKey key{fetcher->volume_key(), req.file_id(), req.version(), req.block_index()};
+  if (own_length == 0 || req.length() != own_length) {
+    return refuse(node_.m_.refused_length, grpc::StatusCode::FAILED_PRECONDITION,
+                  "length: this block is " + std::to_string(own_length) + " bytes here, not " +
+                      std::to_string(req.length()));
+  }
+  BlockKey key{fetcher->volume_key(), file->file_id, file->version, req.block_index()};
   {
     MutexLock lock(serving_mu_);
     serving_.insert(key);
   }
-  const bool cached = fetcher->Cached(file, req.block_index());
-  auto blocks = fetcher->GetBlocks(file, req.block_index(), 1, nullptr, nullptr, deadline);
+  const bool cached = fetcher->Cached(*file, req.block_index());
+  auto blocks = fetcher->GetBlocks(*file, req.block_index(), 1, nullptr, nullptr, deadline);
   {
     MutexLock lock(serving_mu_);
     serving_.erase(serving_.find(key));
@@ -266,9 +278,10 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
     return grpc::Status(code, e.message());
   }
   const BlockBytes& data = **blocks[0];
-  if (data.size() != req.length()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "the file is shorter here: another version of it");
+  if (data.size() != own_length) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the block read here is " + std::to_string(data.size()) + " bytes, not " +
+                            std::to_string(own_length));
   }
   resp->set_xxh3(XXH3_64bits(data.data(), data.size()));
   resp->mutable_data()->assign(data.data(), data.size());

@@ -44,6 +44,18 @@ namespace spoke::agent {
 
 class PeerVolume;
 
+// The file a volume sees at `path` (relative to the volume), from the owner's own metadata:
+// its id, content version and size decide what is served, never the request.
+using PeerFileLookup = std::function<Result<FileRef>(const std::string& path)>;
+
+// What one peer call serves from, taken with its use (PeerNode::Acquire): valid until
+// Release, whatever PeerVolume::ServeBlocksFrom does meanwhile.
+struct PeerServing {
+  PeerVolume* volume = nullptr;
+  BlockFetcher* fetcher = nullptr;
+  std::shared_ptr<const PeerFileLookup> lookup;
+};
+
 class PeerNode {
  public:
   struct Config {
@@ -91,6 +103,8 @@ class PeerNode {
     metrics::Counter* served_blocks;
     metrics::Counter* served_bytes;
     metrics::Counter* auth_failures;
+    metrics::Counter* refused_file;    // the owner has another file or version there
+    metrics::Counter* refused_length;  // the ask's length is not the block's here
     metrics::Gauge* members;
   };
 
@@ -99,8 +113,9 @@ class PeerNode {
   peer::v1::Peer::Stub* StubFor(const std::string& member) EXCLUDES(stubs_mu_);
   void Register(PeerVolume* v) EXCLUDES(vols_mu_);
   void Unregister(PeerVolume* v) EXCLUDES(vols_mu_);
-  // The serving volume for a hub identity, with a use held (Release when done); null if none.
-  PeerVolume* Acquire(const std::string& key) EXCLUDES(vols_mu_);
+  // The serving volume for a peer key, with a use held (Release when done); a null volume
+  // if none serves it.
+  PeerServing Acquire(const std::string& key) EXCLUDES(vols_mu_);
   void Release(PeerVolume* v) EXCLUDES(vols_mu_);
 
   Config config_;
@@ -114,7 +129,7 @@ class PeerNode {
   Mutex stubs_mu_;
   std::map<std::string, std::unique_ptr<peer::v1::Peer::Stub>> stubs_ GUARDED_BY(stubs_mu_);
 
-  // Also the lock of each PeerVolume's fetcher_, check_ and uses_, which name it
+  // Also the lock of each PeerVolume's fetcher_, lookup_ and uses_, which name it
   // node_.vols_mu_. A PeerNode function holding vols_mu_ tells the analysis that
   // v->node_.vols_mu_ is the same lock (AssertHeld): every PeerVolume is made by this node's
   // AttachVolume.
@@ -132,22 +147,20 @@ class PeerVolume final : public BlockSource {
   bool FetchAsync(const Block& block, Done done) override;
   bool keep_local_copy() const override { return node_.config_.keep_local_copy; }
 
-  // Whether the file at `path` (relative to the volume) is this file id and content version
-  // here; a request naming another one is refused rather than cached under a wrong key.
-  using FileCheck =
-      std::function<Status(const std::string& path, uint64_t file_id, uint64_t version)>;
-  // Answers peers from `fetcher` from now on, checking each request with `check` (may be
-  // empty: no check); nullptr stops and waits for the calls in progress (each bounded by its
-  // deadline). `fetcher` and what `check` uses must stay valid until then.
-  void ServeBlocksFrom(BlockFetcher* fetcher, FileCheck check = {}) EXCLUDES(node_.vols_mu_);
+  using FileLookup = PeerFileLookup;
+  // Answers peers from `fetcher` from now on, looking files up with `lookup`; nullptr stops
+  // and waits for the calls in progress (each bounded by its deadline). `fetcher` and what
+  // `lookup` uses must stay valid until then; to change the fetcher, pass nullptr first.
+  void ServeBlocksFrom(BlockFetcher* fetcher, FileLookup lookup = {}) EXCLUDES(node_.vols_mu_);
 
   const std::string& identity() const { return key_; }
 
+  using Serving = PeerServing;
   // Serves one block to a peer (the node's service calls it with a use held); the gRPC
   // status of the answer.
-  grpc::Status ServeBlock(const peer::v1::GetBlockRequest& req,
+  grpc::Status ServeBlock(const Serving& from, const peer::v1::GetBlockRequest& req,
                           std::chrono::steady_clock::time_point deadline,
-                          peer::v1::GetBlockResponse* resp) EXCLUDES(node_.vols_mu_, serving_mu_);
+                          peer::v1::GetBlockResponse* resp) EXCLUDES(serving_mu_);
 
  private:
   friend class PeerNode;
@@ -161,7 +174,7 @@ class PeerVolume final : public BlockSource {
 
   // The fetcher peers are answered from, and calls using it.
   BlockFetcher* fetcher_ GUARDED_BY(node_.vols_mu_) = nullptr;
-  FileCheck check_ GUARDED_BY(node_.vols_mu_);
+  std::shared_ptr<const FileLookup> lookup_ GUARDED_BY(node_.vols_mu_);
   int uses_ GUARDED_BY(node_.vols_mu_) = 0;
 
   // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another

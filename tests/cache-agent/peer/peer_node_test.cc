@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,6 +33,15 @@ std::string Pattern(uint64_t n) {
   return s;
 }
 
+// The owner's file attributes, from the hub (exe/ takes them from the volume's metadata).
+PeerFileLookup HubLookup(FakeRemoteFs& hub) {
+  return [&hub](const std::string& path) -> Result<FileRef> {
+    SPOKE_TRY(auto a, hub.Stat(path));
+    return FileRef{
+        .path = path, .file_id = a.file_id, .version = a.ContentVersion(), .size = a.size};
+  };
+}
+
 // One agent: a peer node and one mounted volume (fetcher + cache) of the shared hub.
 struct Agent {
   Agent(FakeRemoteFs& hub, const PeerNode::Config& pc, uint64_t volume_key) : cache(kBlock) {
@@ -44,7 +54,7 @@ struct Agent {
     fc.source = peer.get();
     fetcher =
         std::make_unique<BlockFetcher>(hub, &cache, volume_key, fc, registry, metrics::Labels{});
-    peer->ServeBlocksFrom(fetcher.get());
+    peer->ServeBlocksFrom(fetcher.get(), HubLookup(hub));
   }
   ~Agent() {
     peer->ServeBlocksFrom(nullptr);
@@ -93,6 +103,7 @@ class PeerNodeTest : public ::testing::Test {
       pc.members.failures_to_mark_down = 2;
       pc.members.down_period = 60s;
       pc.fault_corrupt_served_blocks = i < static_cast<int>(corrupt.size()) && corrupt[i];
+      pc.keep_local_copy = keep_local_copy_;
       // Different volume keys: agents name their volumes differently, the hub identity
       // is what peers agree on.
       agents_.push_back(std::make_unique<Agent>(hub_, pc, 100 + i));
@@ -115,6 +126,7 @@ class PeerNodeTest : public ::testing::Test {
     return s;
   }
 
+  bool keep_local_copy_ = true;
   FakeRemoteFs hub_;
   FileRef file_;
   std::string want_;
@@ -168,16 +180,9 @@ TEST_F(PeerNodeTest, ADeadPeerCostsABoundedNumberOfAsksThenIsLeftOut) {
 TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   StartAgents(1);
   Agent& a = *agents_[0];
-  // The owner checks the file it would read is the one asked for (exe/ wires its metadata).
-  a.peer->ServeBlocksFrom(
-      a.fetcher.get(), [&](const std::string& path, uint64_t id, uint64_t version) {
-        return path == file_.path && id == file_.file_id && version == file_.version
-                   ? Ok()
-                   : Fail(Code::kNotFound, "another version of " + path);
-      });
   uint64_t version = file_.version;
   auto ask = [&](std::string hub, std::string volume_path, std::string path,
-                 std::string token = kToken) {
+                 std::string token = kToken, uint64_t index = 0, uint32_t length = kBlock) {
     auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(a.node->port()), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
@@ -189,9 +194,9 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
     req.set_file_path(path);
     req.set_file_id(file_.file_id);
     req.set_version(version);
-    req.set_block_index(0);
+    req.set_block_index(index);
     req.set_block_size(kBlock);
-    req.set_length(kBlock);
+    req.set_length(length);
     peer::v1::GetBlockResponse resp;
     return stub->GetBlock(&ctx, req, &resp).error_code();
   };
@@ -207,6 +212,85 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   version = file_.version + 1;  // a version the owner does not have
   EXPECT_EQ(ask(kHub, "data", "train/shard-0"), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 1u);
+  EXPECT_EQ(a.Counter("spoke_peer_refused_asks_total", {{"reason", "file"}}), 1u);
+}
+
+TEST_F(PeerNodeTest, TheOwnerDecidesTheBlockLengthAndRefusesAsksThatDisagree) {
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  auto ask = [&](uint64_t index, uint32_t length) {
+    auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(a.node->port()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    ctx.AddMetadata(kPeerTokenHeader, kToken);
+    peer::v1::GetBlockRequest req;
+    req.set_hub(kHub);
+    req.set_volume_path("data");
+    req.set_file_path(file_.path);
+    req.set_file_id(file_.file_id);
+    req.set_version(file_.version);
+    req.set_block_index(index);
+    req.set_block_size(kBlock);
+    req.set_length(length);
+    peer::v1::GetBlockResponse resp;
+    auto st = stub->GetBlock(&ctx, req, &resp);
+    return std::make_pair(st.error_code(), resp.data());
+  };
+  const uint32_t last_length = static_cast<uint32_t>(want_.size() - (kBlocks - 1) * kBlock);
+  // An asker claiming the file ends inside block 0 would plant a short block for good.
+  EXPECT_EQ(ask(0, 100).first, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ask(kBlocks - 1, kBlock).first, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ask(kBlocks, kBlock).first, grpc::StatusCode::FAILED_PRECONDITION);  // past the end
+  EXPECT_EQ(a.Counter("spoke_peer_refused_asks_total", {{"reason", "length"}}), 3u);
+  EXPECT_EQ(hub_.read_bytes.load(), 0u);  // nothing read or cached for a refused ask
+  auto first = ask(0, kBlock);
+  EXPECT_EQ(first.first, grpc::StatusCode::OK);
+  EXPECT_EQ(first.second, want_.substr(0, kBlock));
+  auto last = ask(kBlocks - 1, last_length);
+  EXPECT_EQ(last.first, grpc::StatusCode::OK);
+  EXPECT_EQ(last.second, want_.substr((kBlocks - 1) * kBlock));
+  ReadAll(a);  // the owner's own reads are whole blocks
+}
+
+TEST_F(PeerNodeTest, AShortCachedBlockIsNeverAShortRead) {
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  // A block cached shorter than the file's block (planted by an older agent's peer ask).
+  BlockKey key{a.fetcher->volume_key(), file_.file_id, file_.version, 0};
+  ASSERT_TRUE(a.cache.Put(key, want_.data(), 100, AdmissionHint{}));
+  auto r = a.fetcher->GetBlocks(file_, 0, 1);
+  ASSERT_TRUE(r[0]) << r[0].error().ToString();
+  EXPECT_EQ(std::string((*r[0])->begin(), (*r[0])->end()), want_.substr(0, kBlock));
+}
+
+TEST_F(PeerNodeTest, UnmountingWhilePeersStreamServesEveryReaderTheRightBytes) {
+  keep_local_copy_ = false;  // every read of agent 0 asks the owner again
+  StartAgents(2);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        ReadAll(*agents_[0]);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    });
+  }
+  // Agent 1 stops and resumes serving (an unmount, then a mount) while agent 0 streams.
+  Agent& owner = *agents_[1];
+  for (int i = 0; i < 1000; ++i) {
+    owner.peer->ServeBlocksFrom(nullptr);
+    std::this_thread::yield();
+    owner.peer->ServeBlocksFrom(owner.fetcher.get(), HubLookup(hub_));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  // Then the whole unmount: serving stops, the fetcher and the peer side go.
+  agents_[1].reset();
+  for (int i = 0; i < 2; ++i) ReadAll(*agents_[0]);
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_GT(agents_[0]->Counter("spoke_peer_hits_total"), 0u);
 }
 
 }  // namespace
