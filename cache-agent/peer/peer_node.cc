@@ -29,6 +29,16 @@ std::string PeerHubName(const std::string& server, uint16_t nfs_port, const std:
   return server + ":" + std::to_string(nfs_port) + share;
 }
 
+std::string PeerAccessName(const HubIdentityParams& identity) {
+  return std::string(ToString(identity.mode)) + "/" + std::to_string(identity.uid) + ":" +
+         std::to_string(identity.gid) + (identity.allow_root ? "/root" : "/squash-root");
+}
+
+std::string PeerVolumeKey(const std::string& hub, const std::string& volume_path,
+                          const std::string& access) {
+  return hub + '\n' + volume_path + '\n' + access;
+}
+
 // The gRPC service: checks the token, finds the volume, hands the call to it.
 class PeerNode::Service final : public peer::v1::Peer::Service {
  public:
@@ -44,9 +54,10 @@ class PeerNode::Service final : public peer::v1::Peer::Service {
       node_.m_.auth_failures->Inc();
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "peer token missing or wrong");
     }
-    PeerServing from = node_.Acquire(req->hub() + '\n' + req->volume_path());
+    PeerServing from = node_.Acquire(PeerVolumeKey(req->hub(), req->volume_path(), req->access()));
     if (from.volume == nullptr) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no volume of this hub path is mounted");
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "no volume of this hub path and access is mounted");
     }
     // The asker's own deadline bounds the work, and never more than a hub read's bound.
     auto st =
@@ -148,8 +159,8 @@ peer::v1::Peer::Stub* PeerNode::StubFor(const std::string& member) {
 
 std::unique_ptr<PeerVolume> PeerNode::AttachVolume(const std::string& hub,
                                                    const std::string& volume_path,
-                                                   uint32_t block_size) {
-  std::unique_ptr<PeerVolume> v(new PeerVolume(*this, hub, volume_path, block_size));
+                                                   const std::string& access, uint32_t block_size) {
+  std::unique_ptr<PeerVolume> v(new PeerVolume(*this, hub, volume_path, access, block_size));
   Register(v.get());
   return v;
 }
@@ -199,12 +210,13 @@ void PeerNode::Release(PeerVolume* v) {
   vols_cv_.notify_all();
 }
 
-PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path,
+PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path, std::string access,
                        uint32_t block_size)
     : node_(node),
       hub_(std::move(hub)),
       volume_path_(std::move(volume_path)),
-      key_(hub_ + '\n' + volume_path_),
+      access_(std::move(access)),
+      key_(PeerVolumeKey(hub_, volume_path_, access_)),
       block_size_(block_size) {}
 
 PeerVolume::~PeerVolume() { node_.Unregister(this); }
@@ -321,6 +333,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   auto& r = call->req;
   r.set_hub(hub_);
   r.set_volume_path(volume_path_);
+  r.set_access(access_);
   r.set_file_path(block.path);
   r.set_file_id(block.key.file_id);
   r.set_version(block.key.version);

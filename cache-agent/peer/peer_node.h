@@ -38,6 +38,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "common/volume.h"
 #include "peer.grpc.pb.h"
 
 namespace spoke::agent {
@@ -83,10 +84,11 @@ class PeerNode {
   void Shutdown();
 
   // The peer side of one mounted volume. `hub` is "server:nfsport/share", `volume_path`
-  // the volume's directory under the share. The PeerVolume must be destroyed before this
-  // node, and must outlive the fetcher it is the source of.
+  // the volume's directory under the share, `access` who it reads the hub as
+  // (PeerAccessName). The PeerVolume must be destroyed before this node, and must outlive
+  // the fetcher it is the source of.
   std::unique_ptr<PeerVolume> AttachVolume(const std::string& hub, const std::string& volume_path,
-                                           uint32_t block_size);
+                                           const std::string& access, uint32_t block_size);
 
   int port() const { return port_; }
   PeerSet& members() { return *members_; }
@@ -164,12 +166,14 @@ class PeerVolume final : public BlockSource {
 
  private:
   friend class PeerNode;
-  PeerVolume(PeerNode& node, std::string hub, std::string volume_path, uint32_t block_size);
+  PeerVolume(PeerNode& node, std::string hub, std::string volume_path, std::string access,
+             uint32_t block_size);
 
   PeerNode& node_;
   std::string hub_;
   std::string volume_path_;
-  std::string key_;  // hub + '\n' + volume_path
+  std::string access_;
+  std::string key_;  // PeerVolumeKey(hub_, volume_path_, access_)
   uint32_t block_size_;
 
   // The fetcher peers are answered from, and calls using it.
@@ -185,5 +189,11 @@ class PeerVolume final : public BlockSource {
 
 // "server:nfsport/share": how peers name a hub export.
 std::string PeerHubName(const std::string& server, uint16_t nfs_port, const std::string& share);
+// Everything that decides what the hub lets a volume read besides its path: the identity
+// mode, the uid:gid and whether root is sent as root ("caller/65534:65534/squash-root").
+std::string PeerAccessName(const HubIdentityParams& identity);
+// The key peers agree on for one volume: blocks are shared only between equal keys.
+std::string PeerVolumeKey(const std::string& hub, const std::string& volume_path,
+                          const std::string& access);
 
 }  // namespace spoke::agent

@@ -26,6 +26,7 @@ constexpr uint32_t kBlock = 4096;
 constexpr uint64_t kBlocks = 48;
 const std::string kToken = "cluster-token-for-tests-0001";
 const std::string kHub = "hub.example:2049/export";
+const std::string kAccess = PeerAccessName(HubIdentityParams{});
 
 std::string Pattern(uint64_t n) {
   std::string s(n, '\0');
@@ -44,11 +45,13 @@ PeerFileLookup HubLookup(FakeRemoteFs& hub) {
 
 // One agent: a peer node and one mounted volume (fetcher + cache) of the shared hub.
 struct Agent {
-  Agent(FakeRemoteFs& hub, const PeerNode::Config& pc, uint64_t volume_key) : cache(kBlock) {
+  Agent(FakeRemoteFs& hub, const PeerNode::Config& pc, uint64_t volume_key,
+        const std::string& access)
+      : cache(kBlock) {
     auto n = PeerNode::Start(pc, registry);
     EXPECT_TRUE(n) << n.error().ToString();
     node = std::move(*n);
-    peer = node->AttachVolume(kHub, "data", kBlock);
+    peer = node->AttachVolume(kHub, "data", access, kBlock);
     BlockFetcher::Config fc;
     fc.block_size = kBlock;
     fc.source = peer.get();
@@ -106,7 +109,8 @@ class PeerNodeTest : public ::testing::Test {
       pc.keep_local_copy = keep_local_copy_;
       // Different volume keys: agents name their volumes differently, the hub identity
       // is what peers agree on.
-      agents_.push_back(std::make_unique<Agent>(hub_, pc, 100 + i));
+      agents_.push_back(std::make_unique<Agent>(
+          hub_, pc, 100 + i, i < static_cast<int>(access_.size()) ? access_[i] : kAccess));
     }
   }
 
@@ -127,6 +131,7 @@ class PeerNodeTest : public ::testing::Test {
   }
 
   bool keep_local_copy_ = true;
+  std::vector<std::string> access_;  // per agent; kAccess for the others
   FakeRemoteFs hub_;
   FileRef file_;
   std::string want_;
@@ -191,6 +196,7 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
     peer::v1::GetBlockRequest req;
     req.set_hub(hub);
     req.set_volume_path(volume_path);
+    req.set_access(kAccess);
     req.set_file_path(path);
     req.set_file_id(file_.file_id);
     req.set_version(version);
@@ -215,6 +221,48 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   EXPECT_EQ(a.Counter("spoke_peer_refused_asks_total", {{"reason", "file"}}), 1u);
 }
 
+TEST_F(PeerNodeTest, AVolumeReadingTheHubAsAnotherIdentityGetsNoBlocksFromPeers) {
+  HubIdentityParams strong{.mode = HubIdentity::kFixed, .uid = 0, .gid = 0, .allow_root = true};
+  HubIdentityParams weak{.mode = HubIdentity::kFixed, .uid = 1000, .gid = 1000};
+  HubIdentityParams root_squashed = strong;
+  root_squashed.allow_root = false;
+  HubIdentityParams by_caller = weak;
+  by_caller.mode = HubIdentity::kCaller;
+  // Every field that decides what the hub lets a volume read is in the key.
+  const std::vector<std::string> names = {PeerAccessName(strong), PeerAccessName(weak),
+                                          PeerAccessName(root_squashed), PeerAccessName(by_caller)};
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (size_t j = i + 1; j < names.size(); ++j) EXPECT_NE(names[i], names[j]);
+  }
+  // Agent 0 mounts the hub path as root, agent 1 as uid 1000: same hub, same path.
+  access_ = {PeerAccessName(strong), PeerAccessName(weak)};
+  StartAgents(2);
+  ReadAll(*agents_[0]);
+  ReadAll(*agents_[1]);
+  EXPECT_EQ(Sum("spoke_peer_served_blocks_total"), 0u);
+  EXPECT_EQ(Sum("spoke_peer_hits_total"), 0u);
+  EXPECT_EQ(hub_.read_bytes.load(), 2 * want_.size());  // each read it as itself
+  // Asked directly with the weaker access, the stronger volume's owner has nothing to serve.
+  auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(agents_[0]->node->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  ctx.AddMetadata(kPeerTokenHeader, kToken);
+  peer::v1::GetBlockRequest req;
+  req.set_hub(kHub);
+  req.set_volume_path("data");
+  req.set_access(PeerAccessName(weak));
+  req.set_file_path(file_.path);
+  req.set_file_id(file_.file_id);
+  req.set_version(file_.version);
+  req.set_block_index(0);
+  req.set_block_size(kBlock);
+  req.set_length(kBlock);
+  peer::v1::GetBlockResponse resp;
+  EXPECT_EQ(stub->GetBlock(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(resp.data().empty());
+}
+
 TEST_F(PeerNodeTest, TheOwnerDecidesTheBlockLengthAndRefusesAsksThatDisagree) {
   StartAgents(1);
   Agent& a = *agents_[0];
@@ -227,6 +275,7 @@ TEST_F(PeerNodeTest, TheOwnerDecidesTheBlockLengthAndRefusesAsksThatDisagree) {
     peer::v1::GetBlockRequest req;
     req.set_hub(kHub);
     req.set_volume_path("data");
+    req.set_access(kAccess);
     req.set_file_path(file_.path);
     req.set_file_id(file_.file_id);
     req.set_version(file_.version);
