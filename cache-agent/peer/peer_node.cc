@@ -304,6 +304,24 @@ grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBloc
   return grpc::Status::OK;
 }
 
+void PeerVolume::MarkAbsent(const std::string& member) {
+  MutexLock lock(absent_mu_);
+  absent_[member] = std::chrono::steady_clock::now() + kAbsentPeriod;
+}
+
+void PeerVolume::LeaveOutAbsent(PeerSet::View& view) {
+  MutexLock lock(absent_mu_);
+  if (absent_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(absent_, [&](const auto& a) { return a.second <= now; });
+  if (absent_.empty()) return;
+  const std::string self = view.self >= 0 ? view.members[view.self] : std::string();
+  std::erase_if(view.members, [&](const std::string& m) { return absent_.contains(m); });
+  auto it = std::find(view.members.begin(), view.members.end(), self);
+  view.self =
+      self.empty() || it == view.members.end() ? -1 : static_cast<int>(it - view.members.begin());
+}
+
 bool PeerVolume::FetchAsync(const Block& block, Done done) {
   {
     MutexLock lock(serving_mu_);
@@ -312,6 +330,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   if (node_.shut_down_.load()) return false;
   PeerSet::View view = node_.members_->Live();
   node_.m_.members->Set(static_cast<int64_t>(view.members.size()));
+  LeaveOutAbsent(view);
   uint64_t h = PeerBlockHash(key_, block.key.file_id, block.key.version, block.key.index);
   int owner = RendezvousOwner(view.members, h);
   if (owner < 0 || owner == view.self) return false;
@@ -341,9 +360,11 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   r.set_block_size(block_size_);
   r.set_length(block.length);
   PeerNode& node = node_;  // outlives every call (volumes leave before the node goes)
+  // Outlives the call too: its fetcher waits for every fetch it started before it goes.
+  PeerVolume* self = this;
   node.StubFor(call->member)
       ->async()
-      ->GetBlock(&call->ctx, &call->req, &call->resp, [call, &node](grpc::Status st) {
+      ->GetBlock(&call->ctx, &call->req, &call->resp, [call, &node, self](grpc::Status st) {
         auto fail = [&](std::string why) {
           call->done(
               std::unexpected(Error(Code::kUnavailable, "peer " + call->member + ": " + why)));
@@ -356,6 +377,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
           if (refused) {
             node.members_->ReportSuccess(call->member);
             node.m_.fallback_refused->Inc();
+            if (st.error_code() == grpc::StatusCode::NOT_FOUND) self->MarkAbsent(call->member);
           } else {
             node.members_->ReportFailure(call->member);
             node.m_.fallback_error->Inc();

@@ -181,6 +181,15 @@ class PeerVolume final : public BlockSource {
   std::shared_ptr<const FileLookup> lookup_ GUARDED_BY(node_.vols_mu_);
   int uses_ GUARDED_BY(node_.vols_mu_) = 0;
 
+  // A member that answered "not mounted" for this volume is left out of its owners for
+  // kAbsentPeriod, then asked again (it may have mounted it since).
+  static constexpr std::chrono::seconds kAbsentPeriod{10};
+  void MarkAbsent(const std::string& member) EXCLUDES(absent_mu_);
+  // `view` without the members known not to serve this volume (self is never among them).
+  void LeaveOutAbsent(PeerSet::View& view) EXCLUDES(absent_mu_);
+  Mutex absent_mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> absent_ GUARDED_BY(absent_mu_);
+
   // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another
   // peer (no ask loops when two agents briefly disagree about the member set).
   Mutex serving_mu_;

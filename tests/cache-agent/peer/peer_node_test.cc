@@ -263,6 +263,29 @@ TEST_F(PeerNodeTest, AVolumeReadingTheHubAsAnotherIdentityGetsNoBlocksFromPeers)
   EXPECT_TRUE(resp.data().empty());
 }
 
+TEST_F(PeerNodeTest, AMemberThatDoesNotServeTheVolumeIsAskedOnceThenLeftOutOfItsOwners) {
+  // A live member with the cluster token that never mounted this volume.
+  uint16_t port = spoke::testing::FreePort();
+  PeerNode::Config pc;
+  pc.listen_address = "127.0.0.1:" + std::to_string(port);
+  pc.token = kToken;
+  pc.members.static_peers = {pc.listen_address};
+  metrics::Registry registry;
+  auto bare = PeerNode::Start(pc, registry);
+  ASSERT_TRUE(bare) << bare.error().ToString();
+  StartAgents(2, {pc.listen_address});
+  ReadAll(*agents_[0]);  // one block at a time: one refused ask teaches the asker
+  EXPECT_EQ(agents_[0]->Counter("spoke_peer_fallbacks_total", {{"reason", "refused"}}), 1u);
+  EXPECT_EQ(agents_[0]->Counter("spoke_peer_fallbacks_total", {{"reason", "error"}}), 0u);
+  // Its share of the blocks went to the member that serves the volume instead.
+  EXPECT_GT(agents_[0]->Counter("spoke_peer_hits_total"), 0u);
+  ReadAll(*agents_[1]);
+  EXPECT_EQ(agents_[1]->Counter("spoke_peer_fallbacks_total", {{"reason", "refused"}}), 1u);
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size() + kBlock);  // + the block first asked of it
+  agents_.clear();
+  (*bare)->Shutdown();
+}
+
 TEST_F(PeerNodeTest, TheOwnerDecidesTheBlockLengthAndRefusesAsksThatDisagree) {
   StartAgents(1);
   Agent& a = *agents_[0];
