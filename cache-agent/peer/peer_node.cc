@@ -76,6 +76,8 @@ Status PeerNode::Config::Validate() const {
     return Fail(Code::kInvalidArgument, "token: must be at least 16 bytes");
   if (timeout < std::chrono::milliseconds(1))
     return Fail(Code::kInvalidArgument, "timeout: must be >= 1 ms");
+  if (absent_period < std::chrono::milliseconds(0))
+    return Fail(Code::kInvalidArgument, "absent_period: must be >= 0");
   PeerSet::Config m = members;
   if (m.self_port == 0) m.self_port = 1;  // set from the bound port at Start
   SPOKE_RETURN_IF_ERROR_WRAP(m.Validate(), "members");
@@ -306,7 +308,7 @@ grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBloc
 
 void PeerVolume::MarkAbsent(const std::string& member) {
   MutexLock lock(absent_mu_);
-  absent_[member] = std::chrono::steady_clock::now() + kAbsentPeriod;
+  absent_[member] = std::chrono::steady_clock::now() + node_.config_.absent_period;
 }
 
 void PeerVolume::LeaveOutAbsent(PeerSet::View& view) {
@@ -316,7 +318,8 @@ void PeerVolume::LeaveOutAbsent(PeerSet::View& view) {
   std::erase_if(absent_, [&](const auto& a) { return a.second <= now; });
   if (absent_.empty()) return;
   const std::string self = view.self >= 0 ? view.members[view.self] : std::string();
-  std::erase_if(view.members, [&](const std::string& m) { return absent_.contains(m); });
+  std::erase_if(view.members,
+                [&](const std::string& m) REQUIRES(absent_mu_) { return absent_.contains(m); });
   auto it = std::find(view.members.begin(), view.members.end(), self);
   view.self =
       self.empty() || it == view.members.end() ? -1 : static_cast<int>(it - view.members.begin());

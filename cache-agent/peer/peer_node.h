@@ -67,6 +67,8 @@ class PeerNode {
     // Store blocks from peers in the local cache too (admission policy permitting).
     bool keep_local_copy = true;
     PeerSet::Config members;  // self_port is set from listen_address
+    // How long a member that answered "not mounted" for a volume is left out of its owners.
+    std::chrono::milliseconds absent_period{10000};
     // Test-only fault: flips a byte of every served block after its checksum is taken, so
     // that receivers must reject it. Never set in production.
     bool fault_corrupt_served_blocks = false;
@@ -182,8 +184,7 @@ class PeerVolume final : public BlockSource {
   int uses_ GUARDED_BY(node_.vols_mu_) = 0;
 
   // A member that answered "not mounted" for this volume is left out of its owners for
-  // kAbsentPeriod, then asked again (it may have mounted it since).
-  static constexpr std::chrono::seconds kAbsentPeriod{10};
+  // Config::absent_period, then asked again (it may have mounted it since).
   void MarkAbsent(const std::string& member) EXCLUDES(absent_mu_);
   // `view` without the members known not to serve this volume (self is never among them).
   void LeaveOutAbsent(PeerSet::View& view) EXCLUDES(absent_mu_);

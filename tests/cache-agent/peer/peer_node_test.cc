@@ -107,6 +107,7 @@ class PeerNodeTest : public ::testing::Test {
       pc.members.down_period = 60s;
       pc.fault_corrupt_served_blocks = i < static_cast<int>(corrupt.size()) && corrupt[i];
       pc.keep_local_copy = keep_local_copy_;
+      pc.absent_period = absent_period_;
       // Different volume keys: agents name their volumes differently, the hub identity
       // is what peers agree on.
       agents_.push_back(std::make_unique<Agent>(
@@ -131,6 +132,7 @@ class PeerNodeTest : public ::testing::Test {
   }
 
   bool keep_local_copy_ = true;
+  std::chrono::milliseconds absent_period_{10000};
   std::vector<std::string> access_;  // per agent; kAccess for the others
   FakeRemoteFs hub_;
   FileRef file_;
@@ -338,6 +340,7 @@ TEST_F(PeerNodeTest, AShortCachedBlockIsNeverAShortRead) {
 
 TEST_F(PeerNodeTest, UnmountingWhilePeersStreamServesEveryReaderTheRightBytes) {
   keep_local_copy_ = false;  // every read of agent 0 asks the owner again
+  absent_period_ = 0ms;      // and goes on asking it after it answered "not mounted"
   StartAgents(2);
   std::atomic<bool> stop{false};
   std::vector<std::thread> readers;
