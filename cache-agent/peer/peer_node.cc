@@ -78,6 +78,11 @@ Status PeerNode::Config::Validate() const {
     return Fail(Code::kInvalidArgument, "timeout: must be >= 1 ms");
   if (absent_period < std::chrono::milliseconds(0))
     return Fail(Code::kInvalidArgument, "absent_period: must be >= 0");
+#ifndef SPOKE_TEST_FAULTS
+  if (fault_corrupt_served_blocks)
+    return Fail(Code::kInvalidArgument,
+                "fault_corrupt_served_blocks: this build has no test faults (SPOKE_TEST_FAULTS)");
+#endif
   PeerSet::Config m = members;
   if (m.self_port == 0) m.self_port = 1;  // set from the bound port at Start
   SPOKE_RETURN_IF_ERROR_WRAP(m.Validate(), "members");
@@ -300,7 +305,9 @@ grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBloc
   resp->set_xxh3(XXH3_64bits(data.data(), data.size()));
   resp->mutable_data()->assign(data.data(), data.size());
   resp->set_from_cache(cached);
+#ifdef SPOKE_TEST_FAULTS
   if (node_.config_.fault_corrupt_served_blocks) (*resp->mutable_data())[0] ^= 0x5a;
+#endif
   node_.m_.served_blocks->Inc();
   node_.m_.served_bytes->Inc(data.size());
   return grpc::Status::OK;

@@ -70,7 +70,8 @@ class PeerNode {
     // How long a member that answered "not mounted" for a volume is left out of its owners.
     std::chrono::milliseconds absent_period{10000};
     // Test-only fault: flips a byte of every served block after its checksum is taken, so
-    // that receivers must reject it. Never set in production.
+    // that receivers must reject it. Only builds with SPOKE_TEST_FAULTS have it; others
+    // refuse the config.
     bool fault_corrupt_served_blocks = false;
     Status Validate() const;
   };

@@ -419,6 +419,9 @@ TEST_F(PeerAgentsTest, APeerKilledMidReadCostsTheOtherReadersNoError) {
 }
 
 TEST_F(PeerAgentsTest, CorruptedBlocksFromAPeerAreRejectedAndReadFromTheHub) {
+#ifndef SPOKE_TEST_FAULTS
+  GTEST_SKIP() << "the agent is built without the test faults (SPOKE_TEST_FAULTS=OFF)";
+#endif
   StartAll(true, /*corrupt_index=*/2);
   if (HasFatalFailure()) return;
   std::vector<std::string> details;

@@ -155,6 +155,9 @@ TEST_F(PeerNodeTest, ThreeReadersOfOneFileReadEachBlockFromTheHubOnce) {
 }
 
 TEST_F(PeerNodeTest, ACorruptedBlockIsRejectedAndReadFromTheHub) {
+#ifndef SPOKE_TEST_FAULTS
+  GTEST_SKIP() << "built without the test faults (SPOKE_TEST_FAULTS=OFF)";
+#endif
   StartAgents(2, {}, {false, true});  // agent 1 corrupts what it serves
   ReadAll(*agents_[0]);
   uint64_t rejects = agents_[0]->Counter("spoke_peer_checksum_rejects_total");
