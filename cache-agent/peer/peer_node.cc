@@ -83,6 +83,13 @@ Status PeerNode::Config::Validate() const {
     return Fail(Code::kInvalidArgument,
                 "fault_corrupt_served_blocks: this build has no test faults (SPOKE_TEST_FAULTS)");
 #endif
+  if (serve_max_asks < 1 || serve_max_bytes < 1)
+    return Fail(Code::kInvalidArgument, "serve_max_asks, serve_max_bytes: must be >= 1");
+  if (serve_background_max_asks < 0 || serve_background_max_asks > serve_max_asks ||
+      serve_background_max_bytes > serve_max_bytes)
+    return Fail(Code::kInvalidArgument,
+                "serve_background_max_asks, serve_background_max_bytes: must be in 0..the "
+                "bounds of both classes together");
   PeerSet::Config m = members;
   if (m.self_port == 0) m.self_port = 1;  // set from the bound port at Start
   SPOKE_RETURN_IF_ERROR_WRAP(m.Validate(), "members");
@@ -98,6 +105,12 @@ PeerNode::PeerNode(const Config& config, metrics::Registry& registry) : config_(
   const char* fb = "Blocks asked of a peer and then read from the hub";
   m_.fallback_error = counter("spoke_peer_fallbacks_total", fb, {{"reason", "error"}});
   m_.fallback_refused = counter("spoke_peer_fallbacks_total", fb, {{"reason", "refused"}});
+  m_.fallback_busy = counter("spoke_peer_fallbacks_total", fb, {{"reason", "busy"}});
+  const char* busy = "Peer asks refused here: this owner's quota for their class was used up";
+  m_.busy_demand = counter("spoke_peer_busy_refusals_total", busy, {{"class", "demand"}});
+  m_.busy_background = counter("spoke_peer_busy_refusals_total", busy, {{"class", "background"}});
+  m_.serving_bytes =
+      &registry.GetGauge("spoke_peer_serving_bytes", "Bytes of peer asks being served here");
   m_.checksum_rejects = counter("spoke_peer_checksum_rejects_total",
                                 "Blocks from peers rejected: checksum or length mismatch");
   m_.served_blocks = counter("spoke_peer_served_blocks_total", "Blocks served to peers");
@@ -207,6 +220,30 @@ PeerServing PeerNode::Acquire(const std::string& key) {
   return {};
 }
 
+bool PeerNode::AdmitAsk(bool background, uint64_t bytes) {
+  MutexLock lock(quota_mu_);
+  const Load& all_bg = serving_[1];
+  const int asks = serving_[0].asks + serving_[1].asks;
+  const uint64_t held = serving_[0].bytes + serving_[1].bytes;
+  bool room = asks < config_.serve_max_asks && held + bytes <= config_.serve_max_bytes;
+  if (background) {
+    room = room && all_bg.asks < config_.serve_background_max_asks &&
+           all_bg.bytes + bytes <= config_.serve_background_max_bytes;
+  }
+  if (!room) return false;
+  serving_[background].asks++;
+  serving_[background].bytes += bytes;
+  m_.serving_bytes->Set(static_cast<int64_t>(held + bytes));
+  return true;
+}
+
+void PeerNode::EndAsk(bool background, uint64_t bytes) {
+  MutexLock lock(quota_mu_);
+  serving_[background].asks--;
+  serving_[background].bytes -= bytes;
+  m_.serving_bytes->Set(static_cast<int64_t>(serving_[0].bytes + serving_[1].bytes));
+}
+
 void PeerNode::Release(PeerVolume* v) {
   // Notified under the lock: ~PeerNode takes vols_mu_ last, so vols_cv_ is never destroyed
   // while a serving thread is still inside notify_all(). gRPC's Shutdown in ~PeerNode already
@@ -279,13 +316,45 @@ grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBloc
                   "length: this block is " + std::to_string(own_length) + " bytes here, not " +
                       std::to_string(req.length()));
   }
-  BlockKey key{fetcher->volume_key(), file->file_id, file->version, req.block_index()};
+  // Readers first: a background ask takes only the background quota, and an ask beyond its
+  // class's quota is refused now rather than queued (the asker reads the hub at once).
+  const bool background = req.background();
+  if (!node_.AdmitAsk(background, own_length)) {
+    (background ? node_.m_.busy_background : node_.m_.busy_demand)->Inc();
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        std::string("peer busy: its quota for ") +
+                            (background ? "background" : "reader") + " asks is used up");
+  }
+  auto st = FetchForPeer(fetcher, *file, req.block_index(), own_length, background, deadline, resp);
+  node_.EndAsk(background, own_length);
+  return st;
+}
+
+grpc::Status PeerVolume::FetchForPeer(BlockFetcher* fetcher, const FileRef& file, uint64_t index,
+                                      uint64_t length, bool background,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      peer::v1::GetBlockResponse* resp) {
+  BlockKey key{fetcher->volume_key(), file.file_id, file.version, index};
   {
     MutexLock lock(serving_mu_);
     serving_.insert(key);
   }
-  const bool cached = fetcher->Cached(*file, req.block_index());
-  auto blocks = fetcher->GetBlocks(*file, req.block_index(), 1, nullptr, nullptr, deadline);
+  const bool cached = fetcher->Cached(file, index);
+  if (!cached && background) {
+    // In the owner's warm-up class: after its own readers, within its memory budget. Then
+    // served from the cache like a hit; a block not kept there is not read again for it.
+    BlockFetcher::WarmTicket ticket = fetcher->StartWarm(file, index, 1);
+    const bool warmed = fetcher->WaitWarm(ticket, deadline);
+    if (!warmed || !fetcher->Cached(file, index)) {
+      MutexLock lock(serving_mu_);
+      serving_.erase(serving_.find(key));
+      return grpc::Status(
+          warmed ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::DEADLINE_EXCEEDED,
+          warmed ? "the block was read but not kept here"
+                 : "the block was not read by the ask's deadline");
+    }
+  }
+  auto blocks = fetcher->GetBlocks(file, index, 1, nullptr, nullptr, deadline);
   {
     MutexLock lock(serving_mu_);
     serving_.erase(serving_.find(key));
@@ -297,10 +366,10 @@ grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBloc
     return grpc::Status(code, e.message());
   }
   const BlockBytes& data = **blocks[0];
-  if (data.size() != own_length) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "the block read here is " + std::to_string(data.size()) + " bytes, not " +
-                            std::to_string(own_length));
+  if (data.size() != length) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the block read here is " +
+                                                           std::to_string(data.size()) +
+                                                           " bytes, not " + std::to_string(length));
   }
   resp->set_xxh3(XXH3_64bits(data.data(), data.size()));
   resp->mutable_data()->assign(data.data(), data.size());
@@ -363,6 +432,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   r.set_hub(hub_);
   r.set_volume_path(volume_path_);
   r.set_access(access_);
+  r.set_background(block.background);
   r.set_file_path(block.path);
   r.set_file_id(block.key.file_id);
   r.set_version(block.key.version);
@@ -384,7 +454,10 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
           bool refused = st.error_code() == grpc::StatusCode::NOT_FOUND ||
                          st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
                          st.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
-          if (refused) {
+          if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+            node.members_->ReportSuccess(call->member);  // alive, only busy
+            node.m_.fallback_busy->Inc();
+          } else if (refused) {
             node.members_->ReportSuccess(call->member);
             node.m_.fallback_refused->Inc();
             if (st.error_code() == grpc::StatusCode::NOT_FOUND) self->MarkAbsent(call->member);

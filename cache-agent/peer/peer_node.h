@@ -67,6 +67,13 @@ class PeerNode {
     // Store blocks from peers in the local cache too (admission policy permitting).
     bool keep_local_copy = true;
     PeerSet::Config members;  // self_port is set from listen_address
+    // Bounds on the asks this owner serves at once, both classes together and background
+    // (warm-up, prefetch) alone: asks beyond them are refused at once (the asker reads the
+    // hub), so other nodes' reads never take more than this of the owner's threads and memory.
+    int serve_max_asks = 64;
+    uint64_t serve_max_bytes = 64ull << 20;
+    int serve_background_max_asks = 8;
+    uint64_t serve_background_max_bytes = 8ull << 20;
     // How long a member that answered "not mounted" for a volume is left out of its owners.
     std::chrono::milliseconds absent_period{10000};
     // Test-only fault: flips a byte of every served block after its checksum is taken, so
@@ -108,6 +115,10 @@ class PeerNode {
     metrics::Counter* served_blocks;
     metrics::Counter* served_bytes;
     metrics::Counter* auth_failures;
+    metrics::Counter* fallback_busy;
+    metrics::Counter* busy_demand;  // asks refused here: the quota was used up
+    metrics::Counter* busy_background;
+    metrics::Gauge* serving_bytes;
     metrics::Counter* refused_file;    // the owner has another file or version there
     metrics::Counter* refused_length;  // the ask's length is not the block's here
     metrics::Gauge* members;
@@ -123,8 +134,18 @@ class PeerNode {
   PeerServing Acquire(const std::string& key) EXCLUDES(vols_mu_);
   void Release(PeerVolume* v) EXCLUDES(vols_mu_);
 
+  // Takes room for one ask of `bytes` in its class; false when the quota is used up.
+  bool AdmitAsk(bool background, uint64_t bytes) EXCLUDES(quota_mu_);
+  void EndAsk(bool background, uint64_t bytes) EXCLUDES(quota_mu_);
+
   Config config_;
   Metrics m_;
+  Mutex quota_mu_;
+  struct Load {
+    int asks = 0;
+    uint64_t bytes = 0;
+  };
+  Load serving_[2] GUARDED_BY(quota_mu_);  // [0] readers waiting, [1] background
   int port_ = 0;
   std::unique_ptr<PeerSet> members_;
   std::unique_ptr<Service> service_;
@@ -183,6 +204,13 @@ class PeerVolume final : public BlockSource {
   BlockFetcher* fetcher_ GUARDED_BY(node_.vols_mu_) = nullptr;
   std::shared_ptr<const FileLookup> lookup_ GUARDED_BY(node_.vols_mu_);
   int uses_ GUARDED_BY(node_.vols_mu_) = 0;
+
+  // The block for a peer, in the ask's class: the cache, a demand fetch or (background) a
+  // warm-up fetch; the gRPC status of the answer.
+  grpc::Status FetchForPeer(BlockFetcher* fetcher, const FileRef& file, uint64_t index,
+                            uint64_t length, bool background,
+                            std::chrono::steady_clock::time_point deadline,
+                            peer::v1::GetBlockResponse* resp) EXCLUDES(serving_mu_);
 
   // A member that answered "not mounted" for this volume is left out of its owners for
   // Config::absent_period, then asked again (it may have mounted it since).

@@ -108,6 +108,10 @@ class PeerNodeTest : public ::testing::Test {
       pc.fault_corrupt_served_blocks = i < static_cast<int>(corrupt.size()) && corrupt[i];
       pc.keep_local_copy = keep_local_copy_;
       pc.absent_period = absent_period_;
+      if (serve_max_asks_ > 0) {
+        pc.serve_max_asks = serve_max_asks_;
+        pc.serve_background_max_asks = 1;
+      }
       // Different volume keys: agents name their volumes differently, the hub identity
       // is what peers agree on.
       agents_.push_back(std::make_unique<Agent>(
@@ -133,6 +137,7 @@ class PeerNodeTest : public ::testing::Test {
 
   bool keep_local_copy_ = true;
   std::chrono::milliseconds absent_period_{10000};
+  int serve_max_asks_ = 0;           // > 0: that bound, and one background ask
   std::vector<std::string> access_;  // per agent; kAccess for the others
   FakeRemoteFs hub_;
   FileRef file_;
@@ -289,6 +294,58 @@ TEST_F(PeerNodeTest, AMemberThatDoesNotServeTheVolumeIsAskedOnceThenLeftOutOfIts
   EXPECT_EQ(hub_.read_bytes.load(), want_.size() + kBlock);  // + the block first asked of it
   agents_.clear();
   (*bare)->Shutdown();
+}
+
+TEST_F(PeerNodeTest, AnOwnerRefusesAsksBeyondItsQuotaAtOnceAndChargesEachToItsClass) {
+  serve_max_asks_ = 2;  // two asks at once, one of them background
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  auto ask = [&](uint64_t index, bool background) {
+    auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(a.node->port()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    ctx.AddMetadata(kPeerTokenHeader, kToken);
+    peer::v1::GetBlockRequest req;
+    req.set_hub(kHub);
+    req.set_volume_path("data");
+    req.set_access(kAccess);
+    req.set_file_path(file_.path);
+    req.set_file_id(file_.file_id);
+    req.set_version(file_.version);
+    req.set_block_index(index);
+    req.set_block_size(kBlock);
+    req.set_length(kBlock);
+    req.set_background(background);
+    peer::v1::GetBlockResponse resp;
+    auto st = stub->GetBlock(&ctx, req, &resp);
+    EXPECT_TRUE(!st.ok() || resp.data() == want_.substr(index * kBlock, kBlock)) << index;
+    return st.error_code();
+  };
+  auto serving = [&] { return a.registry.GetGauge("spoke_peer_serving_bytes", "").Value(); };
+  auto wait_serving = [&](int64_t bytes) {
+    for (int i = 0; i < 1000 && serving() != bytes; ++i) std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(serving(), bytes);
+  };
+  hub_.HoldReads(true);  // the asks admitted stay in flight
+  std::thread reader_ask([&] { EXPECT_EQ(ask(0, false), grpc::StatusCode::OK); });
+  wait_serving(kBlock);
+  std::thread background_ask([&] { EXPECT_EQ(ask(1, true), grpc::StatusCode::OK); });
+  wait_serving(2 * kBlock);
+  // Both quotas are used up: the next asks are answered now, not queued behind the hub.
+  EXPECT_EQ(ask(2, true), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(ask(3, false), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(a.Counter("spoke_peer_busy_refusals_total", {{"class", "background"}}), 1u);
+  EXPECT_EQ(a.Counter("spoke_peer_busy_refusals_total", {{"class", "demand"}}), 1u);
+  hub_.HoldReads(false);
+  reader_ask.join();
+  background_ask.join();
+  wait_serving(0);
+  EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 2u);
+  // The background ask was fetched in the owner's warm-up class, then served from its cache:
+  // one reader's miss (the reader's ask), not two.
+  EXPECT_EQ(a.Counter("spoke_cache_misses_total"), 1u);
+  EXPECT_EQ(hub_.read_bytes.load(), 2u * kBlock);
 }
 
 TEST_F(PeerNodeTest, TheOwnerDecidesTheBlockLengthAndRefusesAsksThatDisagree) {
