@@ -23,6 +23,16 @@ std::chrono::steady_clock::time_point SteadyDeadline(const grpc::ServerContext& 
   return std::chrono::steady_clock::now() + std::clamp(left, std::chrono::milliseconds(0), cap);
 }
 
+// The client certificate (verified against the cluster CA by the TLS layer) names `name`.
+bool PeerNamed(const grpc::ServerContext& ctx, const std::string& name) {
+  auto auth = ctx.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return false;
+  for (const auto& id : auth->GetPeerIdentity()) {
+    if (std::string_view(id.data(), id.size()) == name) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string PeerHubName(const std::string& server, uint16_t nfs_port, const std::string& share) {
@@ -50,6 +60,11 @@ class PeerNode::Service final : public peer::v1::Peer::Service {
     auto it = md.find(kPeerTokenHeader);
     std::string_view presented;
     if (it != md.end()) presented = std::string_view(it->second.data(), it->second.size());
+    if (node_.config_.tls && !PeerNamed(*ctx, node_.config_.tls->server_name)) {
+      node_.m_.identity_failures->Inc();
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "peer certificate does not name " + node_.config_.tls->server_name);
+    }
     if (!PeerTokenEquals(node_.config_.token, presented)) {
       node_.m_.auth_failures->Inc();
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "peer token missing or wrong");
@@ -74,6 +89,16 @@ Status PeerNode::Config::Validate() const {
   if (listen_address.empty()) return Fail(Code::kInvalidArgument, "listen_address: is required");
   if (token.size() < kPeerTokenMinBytes)
     return Fail(Code::kInvalidArgument, "token: must be at least 16 bytes");
+  if (tls && plaintext) return Fail(Code::kInvalidArgument, "plaintext: set together with tls");
+  if (!tls && !plaintext) {
+    return Fail(Code::kInvalidArgument,
+                "tls: is required (the agent's certificate, key and the cluster CA); plaintext "
+                "is for tests only and must be asked for");
+  }
+  if (tls && (tls->cert_pem.empty() || tls->key_pem.empty() || tls->ca_pem.empty() ||
+              tls->server_name.empty())) {
+    return Fail(Code::kInvalidArgument, "tls: cert, key, CA and server name are all required");
+  }
   if (timeout < std::chrono::milliseconds(1))
     return Fail(Code::kInvalidArgument, "timeout: must be >= 1 ms");
   if (absent_period < std::chrono::milliseconds(0))
@@ -120,6 +145,9 @@ PeerNode::PeerNode(const Config& config, metrics::Registry& registry) : config_(
   m_.refused_length = counter("spoke_peer_refused_asks_total", refused, {{"reason", "length"}});
   m_.auth_failures =
       counter("spoke_peer_auth_failures_total", "Peer calls refused for a missing or wrong token");
+  m_.identity_failures =
+      counter("spoke_peer_identity_failures_total",
+              "Peer calls refused: the client certificate does not name a cluster peer");
   m_.members = &registry.GetGauge("spoke_peer_members", "Live peers, this agent included");
 }
 
@@ -129,7 +157,17 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
   std::unique_ptr<PeerNode> node(new PeerNode(config, registry));
   node->service_ = std::make_unique<Service>(*node);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &node->port_);
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (config.tls) {
+    // Only clients with a certificate of the cluster CA complete the handshake.
+    grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    o.pem_root_certs = config.tls->ca_pem;
+    o.pem_key_cert_pairs.push_back({config.tls->key_pem, config.tls->cert_pem});
+    creds = grpc::SslServerCredentials(o);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  builder.AddListeningPort(config.listen_address, creds, &node->port_);
   builder.RegisterService(node->service_.get());
   builder.SetMaxReceiveMessageSize(64 << 10);  // requests are small
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -144,7 +182,9 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
   node->m_.members->Set(static_cast<int64_t>(node->members_->Live().members.size()));
   log::Info("peer server listening", {{"address", config.listen_address},
                                       {"port", node->port_},
+                                      {"tls", config.tls ? "mutual" : "off (plaintext)"},
                                       {"members", node->members_->resolved_count()}});
+  if (!config.tls) log::Warn("peer channel in plaintext: a test configuration (peerPlaintext)");
   if (config.fault_corrupt_served_blocks) {
     log::Warn("TEST FAULT: served peer blocks are corrupted on purpose");
   }
@@ -171,8 +211,19 @@ peer::v1::Peer::Stub* PeerNode::StubFor(const std::string& member) {
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     // A peer that went away is retried soon after it comes back (pod restart).
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    stub = peer::v1::Peer::NewStub(
-        grpc::CreateCustomChannel(member, grpc::InsecureChannelCredentials(), args));
+    std::shared_ptr<grpc::ChannelCredentials> creds;
+    if (config_.tls) {
+      // The member is an address; its certificate must name the cluster's peer name.
+      grpc::SslCredentialsOptions o;
+      o.pem_root_certs = config_.tls->ca_pem;
+      o.pem_private_key = config_.tls->key_pem;
+      o.pem_cert_chain = config_.tls->cert_pem;
+      args.SetSslTargetNameOverride(config_.tls->server_name);
+      creds = grpc::SslCredentials(o);
+    } else {
+      creds = grpc::InsecureChannelCredentials();
+    }
+    stub = peer::v1::Peer::NewStub(grpc::CreateCustomChannel(member, creds, args));
   }
   return stub.get();
 }

@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -61,7 +62,20 @@ class PeerNode {
  public:
   struct Config {
     std::string listen_address;  // "host:port" of the peer server
-    std::string token;           // the cluster token (LoadPeerToken)
+    std::string token;           // the cluster token (LoadPeerToken): a second factor
+    // Mutual TLS on the peer channel: this agent's certificate and key, and the cluster CA
+    // that signs every agent's. A peer is accepted (as server and as client) only with a
+    // certificate of that CA naming `server_name`.
+    struct Tls {
+      std::string cert_pem;
+      std::string key_pem;
+      std::string ca_pem;
+      std::string server_name = "spoke-peer";
+    };
+    std::optional<Tls> tls;
+    // No TLS: tests only, and only when asked for explicitly; otherwise a config without
+    // `tls` is refused.
+    bool plaintext = false;
     // Bound on one ask of a peer; then the hub.
     std::chrono::milliseconds timeout{2000};
     // Store blocks from peers in the local cache too (admission policy permitting).
@@ -115,6 +129,7 @@ class PeerNode {
     metrics::Counter* served_blocks;
     metrics::Counter* served_bytes;
     metrics::Counter* auth_failures;
+    metrics::Counter* identity_failures;
     metrics::Counter* fallback_busy;
     metrics::Counter* busy_demand;  // asks refused here: the quota was used up
     metrics::Counter* busy_background;

@@ -14,6 +14,8 @@
 #include "cache-agent/peer/peer_token.h"
 #include "tests/cache-agent/fs/fakes.h"
 #include "tests/support/hub.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_certs.h"
 
 namespace spoke::agent {
 namespace {
@@ -32,6 +34,38 @@ std::string Pattern(uint64_t n) {
   std::string s(n, '\0');
   for (uint64_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + i / kBlock) & 0xff);
   return s;
+}
+
+// The cluster CA and one agent certificate every test agent uses, and a client with it.
+struct Certs {
+  spoke::testing::TempDir dir{"peer-certs"};
+  spoke::testing::TestCa ca{dir.path()};
+  spoke::testing::TestCert agent = ca.Issue("agent", "spoke-peer");
+};
+Certs& TestCerts() {
+  static Certs* certs = new Certs();
+  return *certs;
+}
+PeerNode::Config::Tls AgentTls() {
+  return {.cert_pem = TestCerts().agent.cert_pem,
+          .key_pem = TestCerts().agent.key_pem,
+          .ca_pem = TestCerts().ca.ca_pem()};
+}
+std::shared_ptr<grpc::ChannelCredentials> ClientCreds(const spoke::testing::TestCert& cert,
+                                                      const std::string& ca_pem) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ca_pem;
+  o.pem_private_key = cert.key_pem;
+  o.pem_cert_chain = cert.cert_pem;
+  return grpc::SslCredentials(o);
+}
+std::unique_ptr<peer::v1::Peer::Stub> PeerStub(
+    int port, std::shared_ptr<grpc::ChannelCredentials> creds = nullptr) {
+  if (creds == nullptr) creds = ClientCreds(TestCerts().agent, TestCerts().ca.ca_pem());
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("spoke-peer");
+  return peer::v1::Peer::NewStub(
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), creds, args));
 }
 
 // The owner's file attributes, from the hub (exe/ takes them from the volume's metadata).
@@ -101,6 +135,7 @@ class PeerNodeTest : public ::testing::Test {
       PeerNode::Config pc;
       pc.listen_address = "127.0.0.1:" + std::to_string(ports[i]);
       pc.token = i < static_cast<int>(tokens.size()) ? tokens[i] : kToken;
+      pc.tls = AgentTls();
       pc.timeout = 2000ms;
       pc.members.static_peers = members;
       pc.members.failures_to_mark_down = 2;
@@ -198,8 +233,7 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   uint64_t version = file_.version;
   auto ask = [&](std::string hub, std::string volume_path, std::string path,
                  std::string token = kToken, uint64_t index = 0, uint32_t length = kBlock) {
-    auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(a.node->port()), grpc::InsecureChannelCredentials()));
+    auto stub = PeerStub(a.node->port());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 5s);
     if (!token.empty()) ctx.AddMetadata(kPeerTokenHeader, token);
@@ -253,8 +287,7 @@ TEST_F(PeerNodeTest, AVolumeReadingTheHubAsAnotherIdentityGetsNoBlocksFromPeers)
   EXPECT_EQ(Sum("spoke_peer_hits_total"), 0u);
   EXPECT_EQ(hub_.read_bytes.load(), 2 * want_.size());  // each read it as itself
   // Asked directly with the weaker access, the stronger volume's owner has nothing to serve.
-  auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(agents_[0]->node->port()), grpc::InsecureChannelCredentials()));
+  auto stub = PeerStub(agents_[0]->node->port());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 5s);
   ctx.AddMetadata(kPeerTokenHeader, kToken);
@@ -279,6 +312,7 @@ TEST_F(PeerNodeTest, AMemberThatDoesNotServeTheVolumeIsAskedOnceThenLeftOutOfIts
   PeerNode::Config pc;
   pc.listen_address = "127.0.0.1:" + std::to_string(port);
   pc.token = kToken;
+  pc.tls = AgentTls();
   pc.members.static_peers = {pc.listen_address};
   metrics::Registry registry;
   auto bare = PeerNode::Start(pc, registry);
@@ -301,8 +335,7 @@ TEST_F(PeerNodeTest, AnOwnerRefusesAsksBeyondItsQuotaAtOnceAndChargesEachToItsCl
   StartAgents(1);
   Agent& a = *agents_[0];
   auto ask = [&](uint64_t index, bool background) {
-    auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(a.node->port()), grpc::InsecureChannelCredentials()));
+    auto stub = PeerStub(a.node->port());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
     ctx.AddMetadata(kPeerTokenHeader, kToken);
@@ -348,12 +381,77 @@ TEST_F(PeerNodeTest, AnOwnerRefusesAsksBeyondItsQuotaAtOnceAndChargesEachToItsCl
   EXPECT_EQ(hub_.read_bytes.load(), 2u * kBlock);
 }
 
+TEST_F(PeerNodeTest, ThePeerChannelRefusesPlaintextAndCertificatesOfAnotherCaOrName) {
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  auto ask = [&](std::unique_ptr<peer::v1::Peer::Stub> stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    ctx.AddMetadata(kPeerTokenHeader, kToken);  // the right token: TLS refuses them anyway
+    peer::v1::GetBlockRequest req;
+    req.set_hub(kHub);
+    req.set_volume_path("data");
+    req.set_access(kAccess);
+    req.set_file_path(file_.path);
+    req.set_file_id(file_.file_id);
+    req.set_version(file_.version);
+    req.set_block_index(0);
+    req.set_block_size(kBlock);
+    req.set_length(kBlock);
+    peer::v1::GetBlockResponse resp;
+    auto st = stub->GetBlock(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok() || resp.data().empty());
+    return st.error_code();
+  };
+  const int port = a.node->port();
+  // A plaintext client never reaches the service: the handshake fails.
+  EXPECT_EQ(ask(peer::v1::Peer::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                            grpc::InsecureChannelCredentials()))),
+            grpc::StatusCode::UNAVAILABLE);
+  // A client whose certificate another CA signed, or with none.
+  spoke::testing::TempDir dir("peer-other-ca");
+  spoke::testing::TestCa other(dir.path(), "other-ca");
+  auto foreign = other.Issue("foreign", "spoke-peer");
+  EXPECT_EQ(ask(PeerStub(port, ClientCreds(foreign, TestCerts().ca.ca_pem()))),
+            grpc::StatusCode::UNAVAILABLE);
+  grpc::SslCredentialsOptions no_cert;
+  no_cert.pem_root_certs = TestCerts().ca.ca_pem();
+  EXPECT_EQ(ask(PeerStub(port, grpc::SslCredentials(no_cert))), grpc::StatusCode::UNAVAILABLE);
+  // The cluster CA's certificate for something else than a peer.
+  auto other_name = TestCerts().ca.Issue("not-a-peer", "metrics-scraper");
+  EXPECT_EQ(ask(PeerStub(port, ClientCreds(other_name, TestCerts().ca.ca_pem()))),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(a.Counter("spoke_peer_identity_failures_total"), 1u);
+  EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 0u);
+  EXPECT_EQ(ask(PeerStub(port)), grpc::StatusCode::OK);  // a peer's certificate
+  // A server whose certificate is not the cluster's is not asked either (the asker checks).
+  EXPECT_EQ(ask(PeerStub(port, ClientCreds(TestCerts().agent, other.ca_pem()))),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(PeerNodeConfigTest, PlaintextOnlyWhenAskedFor) {
+  metrics::Registry registry;
+  PeerNode::Config pc;
+  pc.listen_address = "127.0.0.1:0";
+  pc.token = kToken;
+  pc.members.static_peers = {"127.0.0.1:1"};
+  auto refused = PeerNode::Start(pc, registry);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("tls: is required"), std::string::npos)
+      << refused.error().message();
+  pc.tls = AgentTls();
+  pc.tls->ca_pem.clear();
+  EXPECT_FALSE(PeerNode::Start(pc, registry));
+  pc.tls.reset();
+  pc.plaintext = true;  // a test configuration that asks for it
+  EXPECT_TRUE(PeerNode::Start(pc, registry));
+}
+
 TEST_F(PeerNodeTest, TheOwnerDecidesTheBlockLengthAndRefusesAsksThatDisagree) {
   StartAgents(1);
   Agent& a = *agents_[0];
   auto ask = [&](uint64_t index, uint32_t length) {
-    auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(a.node->port()), grpc::InsecureChannelCredentials()));
+    auto stub = PeerStub(a.node->port());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 5s);
     ctx.AddMetadata(kPeerTokenHeader, kToken);
