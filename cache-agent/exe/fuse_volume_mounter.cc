@@ -207,8 +207,8 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
   vc.adopted = fuse_fd.valid();
   // Cache sharing: the cluster's peers are asked before the hub, and answered for this
   // volume, by hub identity (the hub export, the volume's path under it and who it reads
-  // the hub as). Read-only
-  // volumes only: a writable one holds blocks written here that no peer may be given.
+  // the hub as). Read-only volumes only: a writable one holds blocks written here that no
+  // peer may be given.
   std::unique_ptr<PeerVolume> peer;
   if (peers_ != nullptr && (read_only || context.read_only())) {
     peer = peers_->AttachVolume(
