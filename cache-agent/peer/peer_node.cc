@@ -156,6 +156,17 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
   SPOKE_RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<PeerNode> node(new PeerNode(config, registry));
   node->service_ = std::make_unique<Service>(*node);
+  // The client credentials once, before anything is served: the PEM is parsed here and not
+  // on a reader's thread while gRPC's threads run handshakes.
+  if (config.tls) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = config.tls->ca_pem;
+    o.pem_private_key = config.tls->key_pem;
+    o.pem_cert_chain = config.tls->cert_pem;
+    node->channel_creds_ = grpc::SslCredentials(o);
+  } else {
+    node->channel_creds_ = grpc::InsecureChannelCredentials();
+  }
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (config.tls) {
@@ -211,19 +222,9 @@ peer::v1::Peer::Stub* PeerNode::StubFor(const std::string& member) {
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     // A peer that went away is retried soon after it comes back (pod restart).
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    std::shared_ptr<grpc::ChannelCredentials> creds;
-    if (config_.tls) {
-      // The member is an address; its certificate must name the cluster's peer name.
-      grpc::SslCredentialsOptions o;
-      o.pem_root_certs = config_.tls->ca_pem;
-      o.pem_private_key = config_.tls->key_pem;
-      o.pem_cert_chain = config_.tls->cert_pem;
-      args.SetSslTargetNameOverride(config_.tls->server_name);
-      creds = grpc::SslCredentials(o);
-    } else {
-      creds = grpc::InsecureChannelCredentials();
-    }
-    stub = peer::v1::Peer::NewStub(grpc::CreateCustomChannel(member, creds, args));
+    // The member is an address; its certificate must name the cluster's peer name.
+    if (config_.tls) args.SetSslTargetNameOverride(config_.tls->server_name);
+    stub = peer::v1::Peer::NewStub(grpc::CreateCustomChannel(member, channel_creds_, args));
   }
   return stub.get();
 }

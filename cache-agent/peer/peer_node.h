@@ -167,6 +167,7 @@ class PeerNode {
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> shut_down_{false};
 
+  std::shared_ptr<grpc::ChannelCredentials> channel_creds_;  // set in Start, then read-only
   Mutex stubs_mu_;
   std::map<std::string, std::unique_ptr<peer::v1::Peer::Stub>> stubs_ GUARDED_BY(stubs_mu_);
 
