@@ -124,6 +124,8 @@ class LibnfsRemote final : public RemoteFs {
   Result<FileAttr> MkdirAs(const Credentials& who, const std::string& path, uint32_t mode) override;
   Result<size_t> WriteAs(const Credentials& who, const std::string& path, uint64_t offset,
                          const char* data, size_t length) override;
+  void WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                    std::shared_ptr<const std::vector<char>> data, WriteDone done) override;
   Result<uint64_t> AppendAs(const Credentials& who, const std::string& path, const char* data,
                             size_t length) override;
   Result<FileAttr> SymlinkAs(const Credentials& who, const std::string& target,
@@ -184,6 +186,12 @@ class LibnfsRemote final : public RemoteFs {
   Result<FileAttr> MkdirOn(NfsConnection& c, const std::string& path, uint32_t mode);
   Result<size_t> WriteOn(NfsConnection& c, const std::string& path, uint64_t offset,
                          const char* data, size_t length);
+  // One WRITE job's attempt: the payload in write_max() chunks, each FILE_SYNC.
+  using WriteAttempt = std::function<void(NfsConnection&, nfs_context*,
+                                          const std::shared_ptr<NfsJob>&,
+                                          const std::function<void(size_t)>& deliver)>;
+  static WriteAttempt WriteChunks(const std::string& path, uint64_t offset,
+                                  std::shared_ptr<const std::vector<char>> payload);
   Result<FileAttr> SetAttrOn(NfsConnection& c, const std::string& path,
                              const SetAttrRequest& request);
   Status UnlinkOn(NfsConnection& c, const std::string& path);

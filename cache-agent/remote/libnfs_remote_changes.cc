@@ -19,13 +19,31 @@ Result<size_t> LibnfsRemote::Write(const std::string& path, uint64_t offset, con
 Result<size_t> LibnfsRemote::WriteOn(NfsConnection& conn, const std::string& path, uint64_t offset,
                                      const char* data, size_t length) {
   auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
-  std::string key = path;
   // The job owns its payload: after a timeout the caller's buffer may be reused while
   // chunks are still queued on the loop.
   auto payload = std::make_shared<const std::vector<char>>(data, data + length);
-  return RunBlocking<size_t>(
-      conn, in_flight_, job,
-      [key, offset, payload](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+  return RunBlocking<size_t>(conn, in_flight_, job, WriteChunks(path, offset, payload));
+}
+
+void LibnfsRemote::WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                                std::shared_ptr<const std::vector<char>> data, WriteDone done) {
+  auto conn = ForIdentity(who);
+  auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
+  auto shared_done = std::make_shared<WriteDone>(std::move(done));
+  // The identity's connection stays open while its job runs.
+  job->on_error = [shared_done, conn](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  auto attempt = WriteChunks(path, offset, std::move(data));
+  std::function<void(size_t)> deliver = [shared_done, conn](size_t n) { (*shared_done)(n); };
+  job->attempt = [attempt, deliver](NfsConnection& c, nfs_context* ctx,
+                                    const std::shared_ptr<NfsJob>& j) { attempt(c, ctx, j, deliver); };
+  in_flight_->Add(1);
+  conn->Submit(std::move(job));
+}
+
+LibnfsRemote::WriteAttempt LibnfsRemote::WriteChunks(
+    const std::string& path, uint64_t offset, std::shared_ptr<const std::vector<char>> payload) {
+  std::string key = path;
+  return [key, offset, payload](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
                              const std::function<void(size_t)>& deliver) {
         c.GetHandle(key, true,
                     [&c, j, offset, payload, deliver](int err, const char* msg,
@@ -68,7 +86,7 @@ Result<size_t> LibnfsRemote::WriteOn(NfsConnection& conn, const std::string& pat
                       }
                       (*step)();
                     });
-      });
+      };
 }
 
 Result<FileAttr> LibnfsRemote::Create(const std::string& path, uint32_t mode) {
