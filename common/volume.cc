@@ -295,10 +295,10 @@ Result<std::string> NormalizePathInVolume(std::string_view path, std::string_vie
 
 Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   static const std::vector<std::string_view> kKnown = {
-      kParamServer,     kParamShare,       kParamNfsPort,     kParamMountPort,  kParamMode,
-      kParamSubDir,     kParamOnDelete,    kParamConsistency, kParamTtlSeconds, kParamPrefetch,
-      kParamHubTimeout, kParamHubIdentity, kParamHubUid,      kParamHubGid,     kParamAllowRoot,
-      kParamWriteMode};
+      kParamServer,     kParamShare,    kParamNfsPort,    kParamMountPort,
+      kParamMode,       kParamSubDir,   kParamOnDelete,   kParamConsistency,
+      kParamTtlSeconds, kParamPrefetch, kParamHubTimeout, kParamHubIdentity,
+      kParamHubUid,     kParamHubGid,   kParamAllowRoot,  kParamWriteMode};
   for (const auto& [k, v] : params) {
     if (k.starts_with("csi.storage.k8s.io/")) continue;
     bool known = false;
@@ -367,9 +367,9 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   }
   SPOKE_TRY(p.hub_timeout_seconds, ParseHubTimeout(params));
   SPOKE_TRY(p.identity, ParseIdentity(params));
-  SPOKE_TRY(p.write_mode,
-            ParseEnum<WriteMode>(params, kParamWriteMode, WriteMode::kWriteBack,
-                                 {{"sync", WriteMode::kSync}, {"writeback", WriteMode::kWriteBack}}));
+  SPOKE_TRY(p.write_mode, ParseEnum<WriteMode>(
+                              params, kParamWriteMode, WriteMode::kWriteBack,
+                              {{"sync", WriteMode::kSync}, {"writeback", WriteMode::kWriteBack}}));
   return p;
 }
 

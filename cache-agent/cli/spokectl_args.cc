@@ -38,12 +38,9 @@ struct MountFlag {
   const char* flag;
   const char* key;  // volume-context key
 };
-constexpr MountFlag kMountFlags[] = {{"--mode", "mode"},
-                                     {"--consistency", "consistency"},
-                                     {"--prefetch", "prefetch"},
-                                     {"--ttl", "ttlSeconds"},
-                                     {"--hub-timeout", "hubTimeoutSeconds"},
-                                     {"--write-mode", "writeMode"}};
+constexpr MountFlag kMountFlags[] = {
+    {"--mode", "mode"},      {"--consistency", "consistency"},       {"--prefetch", "prefetch"},
+    {"--ttl", "ttlSeconds"}, {"--hub-timeout", "hubTimeoutSeconds"}, {"--write-mode", "writeMode"}};
 
 struct Verbs {
   CLI::App* app;

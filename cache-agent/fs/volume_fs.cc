@@ -136,9 +136,10 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
         if (config_.open_records->Held(handle)) {
           h->marked = true;
           h->lost_writes = true;
-          log::Warn("a file open for writing across the agent restart had writes not known to be "
-                    "on the hub: its next write, fsync or close fails with EIO",
-                    {{"volume", config_.volume_id}, {"path", h->file.path}});
+          log::Warn(
+              "a file open for writing across the agent restart had writes not known to be "
+              "on the hub: its next write, fsync or close fails with EIO",
+              {{"volume", config_.volume_id}, {"path", h->file.path}});
         }
       } else if (config_.open_records != nullptr) {
         h->opener_unknown = true;
@@ -535,9 +536,9 @@ Status VolumeFs::Release(uint64_t handle) {
     // FLUSH reported errors to close(); what comes after it (writes through an mmap, a dup
     // closed later) reaches the hub before the handle goes.
     if (auto st = SettleWrites(handle, *h); !st) {
-      log::Warn("write-back failed after the last close",
-                {{"volume", config_.volume_id}, {"path", h->file.path},
-                 {"error", st.error().message()}});
+      log::Warn(
+          "write-back failed after the last close",
+          {{"volume", config_.volume_id}, {"path", h->file.path}, {"error", st.error().message()}});
     }
   }
   if (prefetch_ != nullptr) prefetch_->OnClose(CloseEvent{handle, clock_.Now()});

@@ -70,9 +70,10 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
     if (h->marked.exchange(false) && config_.open_records != nullptr) {
       config_.open_records->MarkSettled(handle);
     }
-    return std::unexpected(Error::FromErrno(
-        EIO, "writes to " + path + " answered before the agent restarted may not have reached "
-                                   "the hub"));
+    return std::unexpected(
+        Error::FromErrno(EIO, "writes to " + path +
+                                  " answered before the agent restarted may not have reached "
+                                  "the hub"));
   }
   size_t n = 0;
   uint64_t end = 0;

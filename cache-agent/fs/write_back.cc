@@ -10,9 +10,7 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-std::string Seconds(std::chrono::milliseconds d) {
-  return std::to_string(d.count() / 1000) + " s";
-}
+std::string Seconds(std::chrono::milliseconds d) { return std::to_string(d.count() / 1000) + " s"; }
 
 // The network's failures: the hub may be restarting, and a WRITE at an offset may be made again.
 bool Transient(const Error& e) {
@@ -102,14 +100,14 @@ void WriteBack::Done(const std::shared_ptr<Piece>& p, Result<size_t> r) {
   auto& state = files_[p->file];
   if (!r) {
     if (!state.error) state.error = r.error().Wrap("write-back of " + p->path);
-    log::Warn("write-back failed", {{"path", p->path},
-                                    {"offset", std::to_string(p->offset)},
-                                    {"error", r.error().message()}});
+    log::Warn(
+        "write-back failed",
+        {{"path", p->path}, {"offset", std::to_string(p->offset)}, {"error", r.error().message()}});
   } else if (*r != p->data->size()) {
     if (!state.error) {
-      state.error = Error(Code::kIo, "write-back of " + p->path + ": the hub took " +
-                                         std::to_string(*r) + " of " +
-                                         std::to_string(p->data->size()) + " bytes");
+      state.error =
+          Error(Code::kIo, "write-back of " + p->path + ": the hub took " + std::to_string(*r) +
+                               " of " + std::to_string(p->data->size()) + " bytes");
     }
   }
   state.held.erase(p->id);
@@ -125,7 +123,8 @@ void WriteBack::RetryLoop() {
       // Retries are not sent once the volume ends; their writes fail.
       for (auto& [due, p] : retries_) {
         auto& state = files_[p->file];
-        if (!state.error) state.error = Error(Code::kUnavailable, "unmounted before the hub took it");
+        if (!state.error)
+          state.error = Error(Code::kUnavailable, "unmounted before the hub took it");
         state.held.erase(p->id);
         held_bytes_ -= p->data->size();
       }
@@ -181,8 +180,7 @@ Status WriteBack::WaitIdle(uint64_t file) {
 Status WriteBack::WaitAllIdle() {
   MutexLock lock(mu_);
   auto deadline = SteadyClock::now() + config_.wait_bound;
-  bool idle =
-      changed_.wait_until(lock, deadline, [&]() REQUIRES(mu_) { return held_bytes_ == 0; });
+  bool idle = changed_.wait_until(lock, deadline, [&]() REQUIRES(mu_) { return held_bytes_ == 0; });
   if (!idle) {
     return Fail(Code::kTimeout, "waiting for the volume's held writes: the hub took none for " +
                                     Seconds(config_.wait_bound));

@@ -187,9 +187,9 @@ class LibnfsRemote final : public RemoteFs {
   Result<size_t> WriteOn(NfsConnection& c, const std::string& path, uint64_t offset,
                          const char* data, size_t length);
   // One WRITE job's attempt: the payload in write_max() chunks, each FILE_SYNC.
-  using WriteAttempt = std::function<void(NfsConnection&, nfs_context*,
-                                          const std::shared_ptr<NfsJob>&,
-                                          const std::function<void(size_t)>& deliver)>;
+  using WriteAttempt =
+      std::function<void(NfsConnection&, nfs_context*, const std::shared_ptr<NfsJob>&,
+                         const std::function<void(size_t)>& deliver)>;
   static WriteAttempt WriteChunks(const std::string& path, uint64_t offset,
                                   std::shared_ptr<const std::vector<char>> payload);
   Result<FileAttr> SetAttrOn(NfsConnection& c, const std::string& path,

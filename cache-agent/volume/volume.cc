@@ -145,8 +145,8 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
     // A hub restart (a few request timeouts) is ridden out; waits sit above the retries.
     auto timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::max(1.0, context.hub_timeout_seconds) * 1000));
-    vc.write_back_config.retry_bound = std::max<std::chrono::milliseconds>(
-        std::chrono::seconds(30), 3 * timeout);
+    vc.write_back_config.retry_bound =
+        std::max<std::chrono::milliseconds>(std::chrono::seconds(30), 3 * timeout);
     vc.write_back_config.wait_bound = vc.write_back_config.retry_bound + 2 * timeout;
   }
   vol->fs_ =
