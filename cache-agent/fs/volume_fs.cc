@@ -334,6 +334,12 @@ Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
   SPOKE_RETURN_IF_ERROR(ValidName(name));
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
+  auto r = metadata_.Lookup(parent, name, /*hold=*/true);
+  if (!r || write_back_ == nullptr || !write_back_->Holds(r->ino)) return r;
+  // The hub's size lacks the held writes: the kernel would take it for the file's end.
+  SPOKE_RETURN_IF_ERROR(write_back_->WaitIdle(r->ino));
+  metadata_.Forget(r->ino, 1);
+  metadata_.Invalidate(r->ino);
   return metadata_.Lookup(parent, name, /*hold=*/true);
 }
 
@@ -345,6 +351,7 @@ void VolumeFs::Forget(uint64_t ino, uint64_t count) {
 
 Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
   if (ino == kHintIno) return HintAttr();
+  SPOKE_RETURN_IF_ERROR(WaitForWrites(ino));  // the size and times of what was written
   auto attr = metadata_.GetAttr(ino);
   if (attr) {
     // The hidden name of an unlinked open file is not one of its links.

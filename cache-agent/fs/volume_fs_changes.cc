@@ -42,6 +42,7 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
   out.handle = NewHandle(h);
   RecordOpener(out.handle, *h);
   out.direct_io = config_.consistency == Consistency::kStrict;
+  out.flush = write_back_ != nullptr;
   return std::make_pair(ia, out);
 }
 

@@ -229,6 +229,38 @@ TEST_F(WriteBackTest, AHubRestartWhileWritesAreHeldLosesNothing) {
   EXPECT_EQ(st.st_uid, 1000u);
 }
 
+// close-to-open: once close() returns, the hub has every byte (no fsync), and a rename
+// after it with an fsync of the directory leaves the file whole under its new name.
+TEST_F(WriteBackTest, CloseReturnsOnceTheHubHasEveryByte) {
+  StartAgent();
+  MountScratch();
+  if (HasFatalFailure()) return;
+  const std::string tmp = mnt_ + "/u1000/step-1.tmp", final_name = mnt_ + "/u1000/step-1.pt";
+  const std::string data = Pattern(16 * kMiB + 123, 6);
+  const std::string dir = mnt_ + "/u1000";
+  Writer w({[&](int& fd) {
+              fd = ::open(tmp.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+              if (fd < 0) return errno;
+              if (int e = WriteAll(fd, data, kMiB); e != 0) return e;
+              return ::close(fd) == 0 ? 0 : errno;
+            },
+            [&](int&) {
+              if (::rename(tmp.c_str(), final_name.c_str()) != 0) return errno;
+              int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+              if (d < 0) return errno;
+              int rc = ::fsync(d) == 0 ? 0 : errno;
+              ::close(d);
+              return rc;
+            }});
+  ASSERT_TRUE(w.started());
+  ASSERT_EQ(w.Next(), 0) << "write and close" << Diagnostics();
+  EXPECT_TRUE(ReadWholeFile(hub_->export_dir() + "/u1000/step-1.tmp") == data)
+      << "close returned before the hub had the file";
+  ASSERT_EQ(w.Next(), 0) << "rename and fsync of the directory" << Diagnostics();
+  EXPECT_TRUE(ReadWholeFile(hub_->export_dir() + "/u1000/step-1.pt") == data);
+  EXPECT_TRUE(ReadWholeFile(final_name) == data) << "read back through the mount";
+}
+
 TEST_F(WriteBackTest, AKilledAgentKeepsWhatFsyncAcknowledgedAndTellsTheWriter) {
   StartAgent();
   MountScratch();
