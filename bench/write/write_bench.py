@@ -14,7 +14,9 @@ Phases, each on a fresh volume directory:
   close       the same write from Python: seconds in write() and seconds in close()
   checkpoint  torch.save of a state dict of --ckpt-mib (float32 tensors of 64 MiB at most),
               then close; without torch (python3-torch), the same bytes written as
-              pickle-framed raw arrays of the same shape, and the table says so
+              pickle-framed raw arrays of the same shape, and the table says so (the
+              interpreter running this script is the one used: Debian's python3-torch is
+              on /usr/bin/python3)
 Prints a table and writes results.md to --out (default bench/write/results/<UTC time>).
 Needs root and /dev/fuse.
 """
