@@ -80,7 +80,7 @@ struct VolumeParams {
   CacheParams cache;
   double hub_timeout_seconds = 10;  // bound on every hub call made for this volume
   HubIdentityParams identity{};
-  WriteMode write_mode = WriteMode::kWriteBack;
+  WriteMode write_mode = WriteMode::kSync;
 };
 
 // StorageClass parameter names.
@@ -146,7 +146,7 @@ struct VolumeContext {
   CacheParams cache;
   double hub_timeout_seconds = 10;
   HubIdentityParams identity{};
-  WriteMode write_mode = WriteMode::kWriteBack;
+  WriteMode write_mode = WriteMode::kSync;
 
   bool read_only() const { return mode == VolumeMode::kDataset; }
   StringMap ToMap() const;

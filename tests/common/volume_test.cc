@@ -112,20 +112,20 @@ TEST(VolumeParamsTest, RefusalsSayTheValueAndWhatIsAccepted) {
   }
 }
 
-TEST(VolumeParamsTest, WriteModeDefaultsToWriteBackAndReachesTheContext) {
+TEST(VolumeParamsTest, WriteModeDefaultsToSyncAndReachesTheContext) {
   auto p = ParseVolumeParams(Base());
   ASSERT_TRUE(p);
-  EXPECT_EQ(p->write_mode, WriteMode::kWriteBack);
+  EXPECT_EQ(p->write_mode, WriteMode::kSync);
   StringMap m = Base();
-  m["writeMode"] = "sync";
+  m["writeMode"] = "writeback";
   p = ParseVolumeParams(m);
   ASSERT_TRUE(p);
-  EXPECT_EQ(p->write_mode, WriteMode::kSync);
+  EXPECT_EQ(p->write_mode, WriteMode::kWriteBack);
   auto ctx = MakeVolumeContext(*p, "pv-1");
-  EXPECT_EQ(ctx.ToMap().at("writeMode"), "sync");
+  EXPECT_EQ(ctx.ToMap().at("writeMode"), "writeback");
   auto back = VolumeContext::FromMap(ctx.ToMap());
   ASSERT_TRUE(back) << back.error().message();
-  EXPECT_EQ(back->write_mode, WriteMode::kSync);
+  EXPECT_EQ(back->write_mode, WriteMode::kWriteBack);
 }
 
 TEST(VolumeParamsTest, ProvisionerMetadataIsNotAnUnknownParameter) {
