@@ -37,6 +37,7 @@ COPY . .
 RUN cmake -S . -B build -G Ninja \
       -DCMAKE_BUILD_TYPE=Release \
       -DSPOKE_BUILD_TESTS=OFF \
+      -DSPOKE_TEST_FAULTS=OFF \
       -DCSI_SPEC_VERSION="${CSI_SPEC_VERSION}" \
  && cmake --build build \
  && cmake --install build --prefix /out --strip \

@@ -449,6 +449,7 @@ StringMap VolumeContext::ToMap() const {
   m[std::string(kParamHubGid)] = std::to_string(identity.gid);
   m[std::string(kParamAllowRoot)] = identity.allow_root ? "true" : "false";
   m[std::string(kParamWriteMode)] = std::string(ToString(write_mode));
+  if (mount_group) m[std::string(kCtxMountGroup)] = std::to_string(*mount_group);
   return m;
 }
 
@@ -457,8 +458,13 @@ Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
   StringMap params;
   std::string path;
   bool has_path = false;
+  std::optional<uint32_t> mount_group;
   for (const auto& [k, v] : ctx) {
-    if (k == kCtxPath) {
+    if (k == kCtxMountGroup) {
+      auto g = ParseInt(v, 0, 4294967294LL);
+      if (!g) return std::unexpected(Invalid(kCtxMountGroup, g.error().message()));
+      mount_group = static_cast<uint32_t>(*g);
+    } else if (k == kCtxPath) {
       path = v;
       has_path = true;
     } else if (k == kParamSubDir) {
@@ -491,6 +497,7 @@ Result<VolumeContext> VolumeContext::FromMap(const StringMap& ctx) {
   }
   VolumeContext c = MakeVolumeContext(p, norm);
   c.mode = mode;
+  c.mount_group = mount_group;
   return c;
 }
 

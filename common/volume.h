@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -106,6 +107,9 @@ inline constexpr std::string_view kMetaPvcNamespace = "csi.storage.k8s.io/pvc/na
 inline constexpr std::string_view kMetaPvName = "csi.storage.k8s.io/pv/name";
 // Volume context only: the volume's directory relative to the share ("" = the share root).
 inline constexpr std::string_view kCtxPath = "path";
+// Set by the node plugin only (CSI VOLUME_MOUNT_GROUP, a pod's fsGroup); replaced by it in
+// every request, so volume attributes cannot choose it.
+inline constexpr std::string_view kCtxMountGroup = "spoke.csi.dev/volumeMountGroup";
 // The agent's hint control file at a volume's root: a job writes upcoming paths to it, one
 // per line. It is never stored on the hub and stays writable on read-only volumes.
 inline constexpr std::string_view kHintFileName = ".spoke-hints";
@@ -147,6 +151,9 @@ struct VolumeContext {
   double hub_timeout_seconds = 10;
   HubIdentityParams identity{};
   WriteMode write_mode = WriteMode::kSync;
+  // A pod's fsGroup (kCtxMountGroup): a writable volume's root directory gets this group on
+  // the hub when mounted, so the pod's files inherit it (the directory is setgid).
+  std::optional<uint32_t> mount_group;
 
   bool read_only() const { return mode == VolumeMode::kDataset; }
   StringMap ToMap() const;

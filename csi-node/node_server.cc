@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/config.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/volume.h"
@@ -94,6 +95,21 @@ Result<VolumeContext> ContextFor(const VolumeId& id, const StringMap& request_co
   c.path = id.path;
   if (id.mode == VolumeMode::kScratch) c.cache.consistency = Consistency::kStrict;
   return c;
+}
+
+// A pod's fsGroup reaches the driver as the mount's volume_mount_group (VOLUME_MOUNT_GROUP:
+// kubelet then leaves the volume's ownership to us). It replaces whatever the attributes say.
+Status SetMountGroup(VolumeContext& c, const csi::v1::VolumeCapability& cap) {
+  c.mount_group.reset();
+  const std::string& g = cap.mount().volume_mount_group();
+  if (g.empty()) return Ok();
+  auto v = ParseInt(g, 0, 4294967294LL);
+  if (!v) {
+    return Fail(Code::kInvalidArgument, "volume_capability.mount.volume_mount_group: '" + g +
+                                            "' is not a group id (" + v.error().message() + ")");
+  }
+  c.mount_group = static_cast<uint32_t>(*v);
+  return Ok();
 }
 
 bool PathExists(const std::string& path, int* err) {
@@ -230,6 +246,7 @@ grpc::Status NodeServer::NodeStageVolume(grpc::ServerContext*,
   if (!id) return ToGrpc(id.error(), "volume_id");
   auto vctx = ContextFor(*id, ToStringMap(req->volume_context()));
   if (!vctx) return ToGrpc(vctx.error());
+  if (auto s = SetMountGroup(*vctx, req->volume_capability()); !s) return ToGrpc(s.error());
   bool read_only = vctx->read_only() || ReadOnlyAccessMode(req->volume_capability());
 
   const std::string& staging = req->staging_target_path();
@@ -357,6 +374,7 @@ grpc::Status NodeServer::PublishEphemeral(const csi::v1::NodePublishVolumeReques
   if (!vctx) return ToGrpc(vctx.error().Wrap("volume_context (inline volume attributes)"));
   if (auto s = RefuseScratchAtRoot(*vctx); !s)
     return ToGrpc(s.error().Wrap("volume_context (inline volume attributes)"));
+  if (auto s = SetMountGroup(*vctx, req.volume_capability()); !s) return ToGrpc(s.error());
   read_only = read_only || vctx->read_only();
   std::string dir = EphemeralDir(req.volume_id());
   std::error_code ec;
@@ -409,6 +427,7 @@ grpc::Status NodeServer::NodePublishVolume(grpc::ServerContext*,
   if (!id) return ToGrpc(id.error(), "volume_id");
   auto vctx = ContextFor(*id, ToStringMap(req->volume_context()));
   if (!vctx) return ToGrpc(vctx.error());
+  if (auto s = SetMountGroup(*vctx, req->volume_capability()); !s) return ToGrpc(s.error());
   read_only = read_only || vctx->read_only();
 
   // A staging mount whose agent died is re-created from the request (same id and context),
@@ -616,7 +635,8 @@ grpc::Status NodeServer::NodeGetCapabilities(grpc::ServerContext*,
                                              csi::v1::NodeGetCapabilitiesResponse* resp) {
   for (auto type : {csi::v1::NodeServiceCapability::RPC::STAGE_UNSTAGE_VOLUME,
                     csi::v1::NodeServiceCapability::RPC::GET_VOLUME_STATS,
-                    csi::v1::NodeServiceCapability::RPC::VOLUME_CONDITION}) {
+                    csi::v1::NodeServiceCapability::RPC::VOLUME_CONDITION,
+                    csi::v1::NodeServiceCapability::RPC::VOLUME_MOUNT_GROUP}) {
     resp->add_capabilities()->mutable_rpc()->set_type(type);
   }
   return grpc::Status::OK;

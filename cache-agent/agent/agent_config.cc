@@ -58,6 +58,11 @@ void ParsePeerConfig(ConfigReader& r, PeerConfig* p) {
   p->token_file = r.String("peerTokenFile", p->token_file);
   p->timeout_ms = static_cast<int>(r.Int("peerTimeoutMs", p->timeout_ms, 10, 60000));
   p->keep_local_copy = r.Bool("peerKeepLocalCopy", p->keep_local_copy);
+  p->tls_cert_file = r.String("peerTlsCertFile", p->tls_cert_file);
+  p->tls_key_file = r.String("peerTlsKeyFile", p->tls_key_file);
+  p->tls_ca_file = r.String("peerTlsCaFile", p->tls_ca_file);
+  p->tls_server_name = r.String("peerTlsServerName", p->tls_server_name);
+  p->plaintext = r.Bool("peerPlaintext", p->plaintext);
   if (p->enabled()) {
     if (p->peers.empty() && p->service.empty()) {
       r.Reject("peerListenAddress",
@@ -68,6 +73,23 @@ void ParsePeerConfig(ConfigReader& r, PeerConfig* p) {
     if (p->token_file.empty() || p->token_file.front() != '/') {
       r.Reject("peerTokenFile", "must be an absolute path when peerListenAddress is set, got '" +
                                     p->token_file + "'");
+    }
+    const bool any_tls =
+        !p->tls_cert_file.empty() || !p->tls_key_file.empty() || !p->tls_ca_file.empty();
+    if (p->plaintext && any_tls) {
+      r.Reject("peerPlaintext", "is true, but peerTls* files are set too: choose one");
+    } else if (!p->plaintext) {
+      for (auto [key, value] : {std::pair{"peerTlsCertFile", &p->tls_cert_file},
+                                std::pair{"peerTlsKeyFile", &p->tls_key_file},
+                                std::pair{"peerTlsCaFile", &p->tls_ca_file}}) {
+        if (value->empty() || value->front() != '/') {
+          r.Reject(key,
+                   "must be an absolute path when peerListenAddress is set (mutual TLS "
+                   "between agents; peerPlaintext: true is for tests only), got '" +
+                       *value + "'");
+        }
+      }
+      if (p->tls_server_name.empty()) r.Reject("peerTlsServerName", "must not be empty");
     }
   } else if (!p->peers.empty() || !p->service.empty()) {
     r.Reject(p->peers.empty() ? "peerService" : "peers",

@@ -1,5 +1,7 @@
 #include "cache-agent/exe/fuse_volume_mounter.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <tuple>
@@ -81,17 +83,17 @@ class FuseMountedVolume final : public MountedVolume {
   void ServePeers(std::unique_ptr<PeerVolume> peer) {
     peer_ = std::move(peer);
     if (peer_ == nullptr) return;
-    // A peer's block is read only for the file this volume sees at that path, so that a
-    // stale or wrong request never stores bytes under another file's key.
+    // A peer's block is read only for the file this volume sees at that path, at the size
+    // it has here, so that a stale or wrong request never stores bytes under a wrong key.
     Volume* v = volume_.get();
-    peer_->ServeBlocksFrom(
-        &v->fetcher(), [v](const std::string& path, uint64_t file_id, uint64_t version) -> Status {
-          SPOKE_TRY(auto a, v->metadata().Resolve(path));
-          if (a.attr.file_id != file_id || a.attr.ContentVersion() != version) {
-            return Fail(Code::kNotFound, "another version of " + path + " is here");
-          }
-          return Ok();
-        });
+    peer_->ServeBlocksFrom(&v->fetcher(), [v](const std::string& path) -> Result<FileRef> {
+      SPOKE_TRY(auto a, v->metadata().Resolve(path));
+      if (!S_ISREG(a.attr.mode)) return Fail(Code::kNotFound, path + " is not a regular file");
+      return FileRef{.path = path,
+                     .file_id = a.attr.file_id,
+                     .version = a.attr.ContentVersion(),
+                     .size = a.attr.size};
+    });
   }
 
  private:
@@ -204,12 +206,14 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
   }
   vc.adopted = fuse_fd.valid();
   // Cache sharing: the cluster's peers are asked before the hub, and answered for this
-  // volume, by hub identity (the hub export and the volume's path under it). Read-only
-  // volumes only: a writable one holds blocks written here that no peer may be given.
+  // volume, by hub identity (the hub export, the volume's path under it and who it reads
+  // the hub as). Read-only volumes only: a writable one holds blocks written here that no
+  // peer may be given.
   std::unique_ptr<PeerVolume> peer;
   if (peers_ != nullptr && (read_only || context.read_only())) {
     peer = peers_->AttachVolume(
         PeerHubName(context.hub.server, context.hub.nfs_port, context.hub.share), path,
+        PeerAccessName(context.identity),
         cache_ != nullptr ? cache_->block_size() : config_.block_size);
     vc.block_source = peer.get();
   }

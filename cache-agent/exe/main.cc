@@ -121,9 +121,14 @@ int Run(int argc, char** argv) {
   }
   log::Info("memory budget",
             {{"bytes", (*memory)->total()}, {"background_limit", (*memory)->background_limit()}});
+  bool corrupt_served_blocks = false;
+#ifdef SPOKE_TEST_FAULTS
   // Test-only fault (tests/cache-agent/peer): this agent corrupts the blocks it serves peers.
+  // Release builds do not have it (SPOKE_TEST_FAULTS).
   const char* fault = std::getenv("SPOKE_TEST_FAULT_PEER_CORRUPT_SERVED_BLOCKS");
-  auto peers = StartAgentPeers(*config, registry, fault != nullptr && std::string(fault) == "1");
+  corrupt_served_blocks = fault != nullptr && std::string(fault) == "1";
+#endif
+  auto peers = StartAgentPeers(*config, registry, corrupt_served_blocks);
   if (!peers) {
     log::Error("cannot start the peer node", {{"error", peers.error().message()}});
     return 1;

@@ -117,6 +117,15 @@ Result<std::unique_ptr<PeerNode>> StartAgentPeers(const AgentConfig& config,
   pc.members.static_peers = config.peer.peers;
   pc.members.service = config.peer.service;
   pc.fault_corrupt_served_blocks = fault_corrupt_served_blocks;
+  pc.plaintext = config.peer.plaintext;
+  if (!config.peer.plaintext) {
+    PeerNode::Config::Tls tls;
+    SPOKE_TRY(tls.cert_pem, ReadPemFile(config.peer.tls_cert_file, "peerTlsCertFile"));
+    SPOKE_TRY(tls.key_pem, ReadPemFile(config.peer.tls_key_file, "peerTlsKeyFile"));
+    SPOKE_TRY(tls.ca_pem, ReadPemFile(config.peer.tls_ca_file, "peerTlsCaFile"));
+    tls.server_name = config.peer.tls_server_name;
+    pc.tls = std::move(tls);
+  }
   return PeerNode::Start(pc, registry);
 }
 

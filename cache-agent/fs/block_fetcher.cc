@@ -364,6 +364,14 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
       // reply gathers from it as it is.
       if (BlockBytes::ReadBuffer buf = BlockBytes::AllocateForRead(len)) {
         auto got = cache_->Get(Key(file, index), buf.get(), BlockBytes::ReadCapacity(len));
+        if (got && *got < len && !file.written_here) {
+          // Not this block under this file size (a hub file's blocks are immutable under its
+          // version): never a short read. The file's blocks go; this one is fetched again.
+          log::Warn("cached block of the wrong length dropped",
+                    {{"path", file.path}, {"cached", *got}, {"expected", len}});
+          cache_->Evict(volume_, file.file_id);
+          got = std::unexpected(Error(Code::kNotFound, "wrong length"));
+        }
         if (got) {
           cache_bytes_->Inc(*got);
           out[i] = std::make_shared<const BlockBytes>(std::move(buf), *got);

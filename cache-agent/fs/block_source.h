@@ -23,7 +23,8 @@ class BlockSource {
     BlockKey key;      // this agent's key (volume, file id, version, index)
     std::string path;  // relative to the volume root
     uint64_t offset = 0;
-    uint32_t length = 0;  // bytes of this block (short for a file's last block)
+    uint32_t length = 0;      // bytes of this block (short for a file's last block)
+    bool background = false;  // warm-up or prefetch: no reader is waiting for it
   };
   using Done = std::function<void(Result<std::vector<char>>)>;
 

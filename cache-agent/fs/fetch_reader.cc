@@ -17,7 +17,8 @@ FetchReader::FetchReader(RemoteFs& remote, BlockSource* source, metrics::Registr
 
 void FetchReader::Read(const BlockFetchPtr& f) {
   // A peer's copy is checked by its owner against the same file id and version.
-  if (source_ != nullptr && source_->FetchAsync({f->key, f->path, f->offset, f->length},
+  // `paced` is set when the fetch is sent (under the fetcher's lock, on this thread).
+  if (source_ != nullptr && source_->FetchAsync({f->key, f->path, f->offset, f->length, f->paced},
                                                 [this, f](Result<std::vector<char>> r) {
                                                   if (r && r->size() == f->length)
                                                     return done_(f, std::move(r), false);

@@ -201,6 +201,15 @@ uint64_t MetadataCache::InodeFor(uint64_t parent, const std::string& name, const
   if (moved) LogMovedLocked(ino, n);
   if (n.attr_valid && AttrLocked(ino, n).ContentVersion() != attr.ContentVersion()) {
     if (n.dir_data) n.dir_data->listed = n.dir_data->listed && attr.is_dir();
+    // An immutable volume's file keeps the version first known (after a takeover: the one
+    // the last agent gave the kernel, whose pages the kernel may keep and handles read): a
+    // listing that meets it changed on the hub must not mix the two. Its uncached blocks
+    // answer ESTALE, as before the takeover.
+    if (config_.consistency == Consistency::kImmutable && n.attr.is_reg() && attr.is_reg() &&
+        SameFileLocked(ino, n, attr.fsid, attr.file_id)) {
+      n.attr_time = clock_.Now();
+      return ino;
+    }
   }
   StoreAttrLocked(ino, n, attr);
   n.attr_valid = true;

@@ -29,7 +29,9 @@ void MetadataCache::WalkWorker() {
       if (stop_.load()) return;
       if (walk_queue_.empty()) {
         // Nothing queued and nobody listing: the walk is over.
-        walk_done_.store(true);
+        if (!walk_done_.exchange(true)) {
+          log::Info("metadata walk done", {{"directories", walked_dirs_.size()}});
+        }
         walk_cv_.notify_all();
         return;
       }

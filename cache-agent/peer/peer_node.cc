@@ -23,10 +23,30 @@ std::chrono::steady_clock::time_point SteadyDeadline(const grpc::ServerContext& 
   return std::chrono::steady_clock::now() + std::clamp(left, std::chrono::milliseconds(0), cap);
 }
 
+// The client certificate (verified against the cluster CA by the TLS layer) names `name`.
+bool PeerNamed(const grpc::ServerContext& ctx, const std::string& name) {
+  auto auth = ctx.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return false;
+  for (const auto& id : auth->GetPeerIdentity()) {
+    if (std::string_view(id.data(), id.size()) == name) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string PeerHubName(const std::string& server, uint16_t nfs_port, const std::string& share) {
   return server + ":" + std::to_string(nfs_port) + share;
+}
+
+std::string PeerAccessName(const HubIdentityParams& identity) {
+  return std::string(ToString(identity.mode)) + "/" + std::to_string(identity.uid) + ":" +
+         std::to_string(identity.gid) + (identity.allow_root ? "/root" : "/squash-root");
+}
+
+std::string PeerVolumeKey(const std::string& hub, const std::string& volume_path,
+                          const std::string& access) {
+  return hub + '\n' + volume_path + '\n' + access;
 }
 
 // The gRPC service: checks the token, finds the volume, hands the call to it.
@@ -40,17 +60,24 @@ class PeerNode::Service final : public peer::v1::Peer::Service {
     auto it = md.find(kPeerTokenHeader);
     std::string_view presented;
     if (it != md.end()) presented = std::string_view(it->second.data(), it->second.size());
+    if (node_.config_.tls && !PeerNamed(*ctx, node_.config_.tls->server_name)) {
+      node_.m_.identity_failures->Inc();
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "peer certificate does not name " + node_.config_.tls->server_name);
+    }
     if (!PeerTokenEquals(node_.config_.token, presented)) {
       node_.m_.auth_failures->Inc();
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "peer token missing or wrong");
     }
-    PeerVolume* v = node_.Acquire(req->hub() + '\n' + req->volume_path());
-    if (v == nullptr) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no volume of this hub path is mounted");
+    PeerServing from = node_.Acquire(PeerVolumeKey(req->hub(), req->volume_path(), req->access()));
+    if (from.volume == nullptr) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "no volume of this hub path and access is mounted");
     }
     // The asker's own deadline bounds the work, and never more than a hub read's bound.
-    auto st = v->ServeBlock(*req, SteadyDeadline(*ctx, std::chrono::seconds(60)), resp);
-    node_.Release(v);
+    auto st =
+        from.volume->ServeBlock(from, *req, SteadyDeadline(*ctx, std::chrono::seconds(60)), resp);
+    node_.Release(from.volume);
     return st;
   }
 
@@ -62,8 +89,32 @@ Status PeerNode::Config::Validate() const {
   if (listen_address.empty()) return Fail(Code::kInvalidArgument, "listen_address: is required");
   if (token.size() < kPeerTokenMinBytes)
     return Fail(Code::kInvalidArgument, "token: must be at least 16 bytes");
+  if (tls && plaintext) return Fail(Code::kInvalidArgument, "plaintext: set together with tls");
+  if (!tls && !plaintext) {
+    return Fail(Code::kInvalidArgument,
+                "tls: is required (the agent's certificate, key and the cluster CA); plaintext "
+                "is for tests only and must be asked for");
+  }
+  if (tls && (tls->cert_pem.empty() || tls->key_pem.empty() || tls->ca_pem.empty() ||
+              tls->server_name.empty())) {
+    return Fail(Code::kInvalidArgument, "tls: cert, key, CA and server name are all required");
+  }
   if (timeout < std::chrono::milliseconds(1))
     return Fail(Code::kInvalidArgument, "timeout: must be >= 1 ms");
+  if (absent_period < std::chrono::milliseconds(0))
+    return Fail(Code::kInvalidArgument, "absent_period: must be >= 0");
+#ifndef SPOKE_TEST_FAULTS
+  if (fault_corrupt_served_blocks)
+    return Fail(Code::kInvalidArgument,
+                "fault_corrupt_served_blocks: this build has no test faults (SPOKE_TEST_FAULTS)");
+#endif
+  if (serve_max_asks < 1 || serve_max_bytes < 1)
+    return Fail(Code::kInvalidArgument, "serve_max_asks, serve_max_bytes: must be >= 1");
+  if (serve_background_max_asks < 0 || serve_background_max_asks > serve_max_asks ||
+      serve_background_max_bytes > serve_max_bytes)
+    return Fail(Code::kInvalidArgument,
+                "serve_background_max_asks, serve_background_max_bytes: must be in 0..the "
+                "bounds of both classes together");
   PeerSet::Config m = members;
   if (m.self_port == 0) m.self_port = 1;  // set from the bound port at Start
   SPOKE_RETURN_IF_ERROR_WRAP(m.Validate(), "members");
@@ -79,12 +130,24 @@ PeerNode::PeerNode(const Config& config, metrics::Registry& registry) : config_(
   const char* fb = "Blocks asked of a peer and then read from the hub";
   m_.fallback_error = counter("spoke_peer_fallbacks_total", fb, {{"reason", "error"}});
   m_.fallback_refused = counter("spoke_peer_fallbacks_total", fb, {{"reason", "refused"}});
+  m_.fallback_busy = counter("spoke_peer_fallbacks_total", fb, {{"reason", "busy"}});
+  const char* busy = "Peer asks refused here: this owner's quota for their class was used up";
+  m_.busy_demand = counter("spoke_peer_busy_refusals_total", busy, {{"class", "demand"}});
+  m_.busy_background = counter("spoke_peer_busy_refusals_total", busy, {{"class", "background"}});
+  m_.serving_bytes =
+      &registry.GetGauge("spoke_peer_serving_bytes", "Bytes of peer asks being served here");
   m_.checksum_rejects = counter("spoke_peer_checksum_rejects_total",
                                 "Blocks from peers rejected: checksum or length mismatch");
   m_.served_blocks = counter("spoke_peer_served_blocks_total", "Blocks served to peers");
   m_.served_bytes = counter("spoke_peer_served_bytes_total", "Bytes served to peers");
+  const char* refused = "Peer asks refused: they disagree with this owner's own attributes";
+  m_.refused_file = counter("spoke_peer_refused_asks_total", refused, {{"reason", "file"}});
+  m_.refused_length = counter("spoke_peer_refused_asks_total", refused, {{"reason", "length"}});
   m_.auth_failures =
       counter("spoke_peer_auth_failures_total", "Peer calls refused for a missing or wrong token");
+  m_.identity_failures =
+      counter("spoke_peer_identity_failures_total",
+              "Peer calls refused: the client certificate does not name a cluster peer");
   m_.members = &registry.GetGauge("spoke_peer_members", "Live peers, this agent included");
 }
 
@@ -94,7 +157,17 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
   std::unique_ptr<PeerNode> node(new PeerNode(config, registry));
   node->service_ = std::make_unique<Service>(*node);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &node->port_);
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (config.tls) {
+    // Only clients with a certificate of the cluster CA complete the handshake.
+    grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    o.pem_root_certs = config.tls->ca_pem;
+    o.pem_key_cert_pairs.push_back({config.tls->key_pem, config.tls->cert_pem});
+    creds = grpc::SslServerCredentials(o);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  builder.AddListeningPort(config.listen_address, creds, &node->port_);
   builder.RegisterService(node->service_.get());
   builder.SetMaxReceiveMessageSize(64 << 10);  // requests are small
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -109,7 +182,9 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
   node->m_.members->Set(static_cast<int64_t>(node->members_->Live().members.size()));
   log::Info("peer server listening", {{"address", config.listen_address},
                                       {"port", node->port_},
+                                      {"tls", config.tls ? "mutual" : "off (plaintext)"},
                                       {"members", node->members_->resolved_count()}});
+  if (!config.tls) log::Warn("peer channel in plaintext: a test configuration (peerPlaintext)");
   if (config.fault_corrupt_served_blocks) {
     log::Warn("TEST FAULT: served peer blocks are corrupted on purpose");
   }
@@ -136,16 +211,27 @@ peer::v1::Peer::Stub* PeerNode::StubFor(const std::string& member) {
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     // A peer that went away is retried soon after it comes back (pod restart).
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    stub = peer::v1::Peer::NewStub(
-        grpc::CreateCustomChannel(member, grpc::InsecureChannelCredentials(), args));
+    std::shared_ptr<grpc::ChannelCredentials> creds;
+    if (config_.tls) {
+      // The member is an address; its certificate must name the cluster's peer name.
+      grpc::SslCredentialsOptions o;
+      o.pem_root_certs = config_.tls->ca_pem;
+      o.pem_private_key = config_.tls->key_pem;
+      o.pem_cert_chain = config_.tls->cert_pem;
+      args.SetSslTargetNameOverride(config_.tls->server_name);
+      creds = grpc::SslCredentials(o);
+    } else {
+      creds = grpc::InsecureChannelCredentials();
+    }
+    stub = peer::v1::Peer::NewStub(grpc::CreateCustomChannel(member, creds, args));
   }
   return stub.get();
 }
 
 std::unique_ptr<PeerVolume> PeerNode::AttachVolume(const std::string& hub,
                                                    const std::string& volume_path,
-                                                   uint32_t block_size) {
-  std::unique_ptr<PeerVolume> v(new PeerVolume(*this, hub, volume_path, block_size));
+                                                   const std::string& access, uint32_t block_size) {
+  std::unique_ptr<PeerVolume> v(new PeerVolume(*this, hub, volume_path, access, block_size));
   Register(v.get());
   return v;
 }
@@ -169,17 +255,44 @@ void PeerNode::Unregister(PeerVolume* v) {
   }
 }
 
-PeerVolume* PeerNode::Acquire(const std::string& key) {
+PeerServing PeerNode::Acquire(const std::string& key) {
   MutexLock lock(vols_mu_);
   auto [b, e] = volumes_.equal_range(key);
   for (auto it = b; it != e; ++it) {
-    it->second->node_.vols_mu_.AssertHeld();  // this node's vols_mu_
-    if (it->second->fetcher_ != nullptr) {
-      it->second->uses_++;
-      return it->second;
+    PeerVolume* v = it->second;
+    v->node_.vols_mu_.AssertHeld();  // this node's vols_mu_
+    if (v->fetcher_ != nullptr && v->lookup_ != nullptr) {
+      // Taken here, under the lock the use is counted under: ServeBlocksFrom(nullptr) clears
+      // them and then waits for this use to end.
+      v->uses_++;
+      return {.volume = v, .fetcher = v->fetcher_, .lookup = v->lookup_};
     }
   }
-  return nullptr;
+  return {};
+}
+
+bool PeerNode::AdmitAsk(bool background, uint64_t bytes) {
+  MutexLock lock(quota_mu_);
+  const Load& all_bg = serving_[1];
+  const int asks = serving_[0].asks + serving_[1].asks;
+  const uint64_t held = serving_[0].bytes + serving_[1].bytes;
+  bool room = asks < config_.serve_max_asks && held + bytes <= config_.serve_max_bytes;
+  if (background) {
+    room = room && all_bg.asks < config_.serve_background_max_asks &&
+           all_bg.bytes + bytes <= config_.serve_background_max_bytes;
+  }
+  if (!room) return false;
+  serving_[background].asks++;
+  serving_[background].bytes += bytes;
+  m_.serving_bytes->Set(static_cast<int64_t>(held + bytes));
+  return true;
+}
+
+void PeerNode::EndAsk(bool background, uint64_t bytes) {
+  MutexLock lock(quota_mu_);
+  serving_[background].asks--;
+  serving_[background].bytes -= bytes;
+  m_.serving_bytes->Set(static_cast<int64_t>(serving_[0].bytes + serving_[1].bytes));
 }
 
 void PeerNode::Release(PeerVolume* v) {
@@ -192,43 +305,40 @@ void PeerNode::Release(PeerVolume* v) {
   vols_cv_.notify_all();
 }
 
-PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path,
+PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path, std::string access,
                        uint32_t block_size)
     : node_(node),
       hub_(std::move(hub)),
       volume_path_(std::move(volume_path)),
-      key_(hub_ + '\n' + volume_path_),
+      access_(std::move(access)),
+      key_(PeerVolumeKey(hub_, volume_path_, access_)),
       block_size_(block_size) {}
 
 PeerVolume::~PeerVolume() { node_.Unregister(this); }
 
-void PeerVolume::ServeBlocksFrom(BlockFetcher* fetcher, FileCheck check) {
+void PeerVolume::ServeBlocksFrom(BlockFetcher* fetcher, FileLookup lookup) {
   MutexLock lock(node_.vols_mu_);
   fetcher_ = fetcher;
-  if (fetcher == nullptr) {
+  if (fetcher == nullptr || !lookup) {
+    fetcher_ = nullptr;  // nothing is served without the owner's own file attributes
+    lookup_ = nullptr;
     node_.vols_cv_.wait(lock, [&]() REQUIRES(node_.vols_mu_) { return uses_ == 0; });
-    check_ = nullptr;
   } else {
-    check_ = std::move(check);
+    lookup_ = std::make_shared<const FileLookup>(std::move(lookup));
   }
 }
 
-grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
+grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBlockRequest& req,
                                     std::chrono::steady_clock::time_point deadline,
                                     peer::v1::GetBlockResponse* resp) {
-  BlockFetcher* fetcher;
-  const FileCheck* check;
-  {
-    MutexLock lock(node_.vols_mu_);
-    fetcher = fetcher_;  // both valid while our use is held (Acquire)
-    check = &check_;
-  }
+  BlockFetcher* fetcher = from.fetcher;
+  auto refuse = [&](metrics::Counter* counter, grpc::StatusCode code, std::string why) {
+    counter->Inc();
+    return grpc::Status(code, std::move(why));
+  };
   if (req.block_size() != fetcher->block_size()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "block_size: this peer uses " + std::to_string(fetcher->block_size()));
-  }
-  if (req.length() == 0 || req.length() > req.block_size()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "length: must be in 1..block_size");
   }
   // Only paths inside the volume, in their one normal form (no "..", no absolute path).
   auto path = NormalizeRelativePath(req.file_path(), "file_path");
@@ -236,25 +346,66 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "file_path: must be a normalised path inside the volume");
   }
-  if (*check) {
-    if (auto st = (*check)(*path, req.file_id(), req.version()); !st) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "file_path: " + st.error().message());
-    }
+  // The owner's own attributes decide what is read and cached: an ask naming another file,
+  // version or length is refused, so that no asker sets what this cache holds.
+  auto file = (*from.lookup)(*path);
+  if (!file) {
+    return refuse(node_.m_.refused_file, grpc::StatusCode::FAILED_PRECONDITION,
+                  "file_path: " + file.error().message());
+  }
+  if (file->file_id != req.file_id() || file->version != req.version()) {
+    return refuse(node_.m_.refused_file, grpc::StatusCode::FAILED_PRECONDITION,
+                  "file_path: another version of " + *path + " is here");
   }
   const uint64_t bs = req.block_size();
-  if (req.block_index() > (UINT64_MAX - req.length()) / bs) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "block_index: out of range");
+  uint64_t own_length = 0;  // 0: past the end of the file here
+  if (req.block_index() < file->size / bs + (file->size % bs != 0)) {
+    own_length = std::min<uint64_t>(bs, file->size - req.block_index() * bs);
   }
-  // The file is at least this long; that is all the fetcher needs for this one block.
-  FileRef file{*path, req.file_id(), req.version(), req.block_index() * bs + req.length()};
-  BlockKey key{fetcher->volume_key(), req.file_id(), req.version(), req.block_index()};
+  if (own_length == 0 || req.length() != own_length) {
+    return refuse(node_.m_.refused_length, grpc::StatusCode::FAILED_PRECONDITION,
+                  "length: this block is " + std::to_string(own_length) + " bytes here, not " +
+                      std::to_string(req.length()));
+  }
+  // Readers first: a background ask takes only the background quota, and an ask beyond its
+  // class's quota is refused now rather than queued (the asker reads the hub at once).
+  const bool background = req.background();
+  if (!node_.AdmitAsk(background, own_length)) {
+    (background ? node_.m_.busy_background : node_.m_.busy_demand)->Inc();
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        std::string("peer busy: its quota for ") +
+                            (background ? "background" : "reader") + " asks is used up");
+  }
+  auto st = FetchForPeer(fetcher, *file, req.block_index(), own_length, background, deadline, resp);
+  node_.EndAsk(background, own_length);
+  return st;
+}
+
+grpc::Status PeerVolume::FetchForPeer(BlockFetcher* fetcher, const FileRef& file, uint64_t index,
+                                      uint64_t length, bool background,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      peer::v1::GetBlockResponse* resp) {
+  BlockKey key{fetcher->volume_key(), file.file_id, file.version, index};
   {
     MutexLock lock(serving_mu_);
     serving_.insert(key);
   }
-  const bool cached = fetcher->Cached(file, req.block_index());
-  auto blocks = fetcher->GetBlocks(file, req.block_index(), 1, nullptr, nullptr, deadline);
+  const bool cached = fetcher->Cached(file, index);
+  if (!cached && background) {
+    // In the owner's warm-up class: after its own readers, within its memory budget. Then
+    // served from the cache like a hit; a block not kept there is not read again for it.
+    BlockFetcher::WarmTicket ticket = fetcher->StartWarm(file, index, 1);
+    const bool warmed = fetcher->WaitWarm(ticket, deadline);
+    if (!warmed || !fetcher->Cached(file, index)) {
+      MutexLock lock(serving_mu_);
+      serving_.erase(serving_.find(key));
+      return grpc::Status(
+          warmed ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::DEADLINE_EXCEEDED,
+          warmed ? "the block was read but not kept here"
+                 : "the block was not read by the ask's deadline");
+    }
+  }
+  auto blocks = fetcher->GetBlocks(file, index, 1, nullptr, nullptr, deadline);
   {
     MutexLock lock(serving_mu_);
     serving_.erase(serving_.find(key));
@@ -266,17 +417,39 @@ grpc::Status PeerVolume::ServeBlock(const peer::v1::GetBlockRequest& req,
     return grpc::Status(code, e.message());
   }
   const BlockBytes& data = **blocks[0];
-  if (data.size() != req.length()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "the file is shorter here: another version of it");
+  if (data.size() != length) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the block read here is " +
+                                                           std::to_string(data.size()) +
+                                                           " bytes, not " + std::to_string(length));
   }
   resp->set_xxh3(XXH3_64bits(data.data(), data.size()));
   resp->mutable_data()->assign(data.data(), data.size());
   resp->set_from_cache(cached);
+#ifdef SPOKE_TEST_FAULTS
   if (node_.config_.fault_corrupt_served_blocks) (*resp->mutable_data())[0] ^= 0x5a;
+#endif
   node_.m_.served_blocks->Inc();
   node_.m_.served_bytes->Inc(data.size());
   return grpc::Status::OK;
+}
+
+void PeerVolume::MarkAbsent(const std::string& member) {
+  MutexLock lock(absent_mu_);
+  absent_[member] = std::chrono::steady_clock::now() + node_.config_.absent_period;
+}
+
+void PeerVolume::LeaveOutAbsent(PeerSet::View& view) {
+  MutexLock lock(absent_mu_);
+  if (absent_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(absent_, [&](const auto& a) { return a.second <= now; });
+  if (absent_.empty()) return;
+  const std::string self = view.self >= 0 ? view.members[view.self] : std::string();
+  std::erase_if(view.members,
+                [&](const std::string& m) REQUIRES(absent_mu_) { return absent_.contains(m); });
+  auto it = std::find(view.members.begin(), view.members.end(), self);
+  view.self =
+      self.empty() || it == view.members.end() ? -1 : static_cast<int>(it - view.members.begin());
 }
 
 bool PeerVolume::FetchAsync(const Block& block, Done done) {
@@ -287,6 +460,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   if (node_.shut_down_.load()) return false;
   PeerSet::View view = node_.members_->Live();
   node_.m_.members->Set(static_cast<int64_t>(view.members.size()));
+  LeaveOutAbsent(view);
   uint64_t h = PeerBlockHash(key_, block.key.file_id, block.key.version, block.key.index);
   int owner = RendezvousOwner(view.members, h);
   if (owner < 0 || owner == view.self) return false;
@@ -308,6 +482,8 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   auto& r = call->req;
   r.set_hub(hub_);
   r.set_volume_path(volume_path_);
+  r.set_access(access_);
+  r.set_background(block.background);
   r.set_file_path(block.path);
   r.set_file_id(block.key.file_id);
   r.set_version(block.key.version);
@@ -315,9 +491,11 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   r.set_block_size(block_size_);
   r.set_length(block.length);
   PeerNode& node = node_;  // outlives every call (volumes leave before the node goes)
+  // Outlives the call too: its fetcher waits for every fetch it started before it goes.
+  PeerVolume* self = this;
   node.StubFor(call->member)
       ->async()
-      ->GetBlock(&call->ctx, &call->req, &call->resp, [call, &node](grpc::Status st) {
+      ->GetBlock(&call->ctx, &call->req, &call->resp, [call, &node, self](grpc::Status st) {
         auto fail = [&](std::string why) {
           call->done(
               std::unexpected(Error(Code::kUnavailable, "peer " + call->member + ": " + why)));
@@ -327,9 +505,13 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
           bool refused = st.error_code() == grpc::StatusCode::NOT_FOUND ||
                          st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
                          st.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
-          if (refused) {
+          if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+            node.members_->ReportSuccess(call->member);  // alive, only busy
+            node.m_.fallback_busy->Inc();
+          } else if (refused) {
             node.members_->ReportSuccess(call->member);
             node.m_.fallback_refused->Inc();
+            if (st.error_code() == grpc::StatusCode::NOT_FOUND) self->MarkAbsent(call->member);
           } else {
             node.members_->ReportFailure(call->member);
             node.m_.fallback_error->Inc();

@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -38,24 +39,60 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "common/volume.h"
 #include "peer.grpc.pb.h"
 
 namespace spoke::agent {
 
 class PeerVolume;
 
+// The file a volume sees at `path` (relative to the volume), from the owner's own metadata:
+// its id, content version and size decide what is served, never the request.
+using PeerFileLookup = std::function<Result<FileRef>(const std::string& path)>;
+
+// What one peer call serves from, taken with its use (PeerNode::Acquire): valid until
+// Release, whatever PeerVolume::ServeBlocksFrom does meanwhile.
+struct PeerServing {
+  PeerVolume* volume = nullptr;
+  BlockFetcher* fetcher = nullptr;
+  std::shared_ptr<const PeerFileLookup> lookup;
+};
+
 class PeerNode {
  public:
   struct Config {
     std::string listen_address;  // "host:port" of the peer server
-    std::string token;           // the cluster token (LoadPeerToken)
+    std::string token;           // the cluster token (LoadPeerToken): a second factor
+    // Mutual TLS on the peer channel: this agent's certificate and key, and the cluster CA
+    // that signs every agent's. A peer is accepted (as server and as client) only with a
+    // certificate of that CA naming `server_name`.
+    struct Tls {
+      std::string cert_pem;
+      std::string key_pem;
+      std::string ca_pem;
+      std::string server_name = "spoke-peer";
+    };
+    std::optional<Tls> tls;
+    // No TLS: tests only, and only when asked for explicitly; otherwise a config without
+    // `tls` is refused.
+    bool plaintext = false;
     // Bound on one ask of a peer; then the hub.
     std::chrono::milliseconds timeout{2000};
     // Store blocks from peers in the local cache too (admission policy permitting).
     bool keep_local_copy = true;
     PeerSet::Config members;  // self_port is set from listen_address
+    // Bounds on the asks this owner serves at once, both classes together and background
+    // (warm-up, prefetch) alone: asks beyond them are refused at once (the asker reads the
+    // hub), so other nodes' reads never take more than this of the owner's threads and memory.
+    int serve_max_asks = 64;
+    uint64_t serve_max_bytes = 64ull << 20;
+    int serve_background_max_asks = 8;
+    uint64_t serve_background_max_bytes = 8ull << 20;
+    // How long a member that answered "not mounted" for a volume is left out of its owners.
+    std::chrono::milliseconds absent_period{10000};
     // Test-only fault: flips a byte of every served block after its checksum is taken, so
-    // that receivers must reject it. Never set in production.
+    // that receivers must reject it. Only builds with SPOKE_TEST_FAULTS have it; others
+    // refuse the config.
     bool fault_corrupt_served_blocks = false;
     Status Validate() const;
   };
@@ -71,10 +108,11 @@ class PeerNode {
   void Shutdown();
 
   // The peer side of one mounted volume. `hub` is "server:nfsport/share", `volume_path`
-  // the volume's directory under the share. The PeerVolume must be destroyed before this
-  // node, and must outlive the fetcher it is the source of.
+  // the volume's directory under the share, `access` who it reads the hub as
+  // (PeerAccessName). The PeerVolume must be destroyed before this node, and must outlive
+  // the fetcher it is the source of.
   std::unique_ptr<PeerVolume> AttachVolume(const std::string& hub, const std::string& volume_path,
-                                           uint32_t block_size);
+                                           const std::string& access, uint32_t block_size);
 
   int port() const { return port_; }
   PeerSet& members() { return *members_; }
@@ -91,6 +129,13 @@ class PeerNode {
     metrics::Counter* served_blocks;
     metrics::Counter* served_bytes;
     metrics::Counter* auth_failures;
+    metrics::Counter* identity_failures;
+    metrics::Counter* fallback_busy;
+    metrics::Counter* busy_demand;  // asks refused here: the quota was used up
+    metrics::Counter* busy_background;
+    metrics::Gauge* serving_bytes;
+    metrics::Counter* refused_file;    // the owner has another file or version there
+    metrics::Counter* refused_length;  // the ask's length is not the block's here
     metrics::Gauge* members;
   };
 
@@ -99,12 +144,23 @@ class PeerNode {
   peer::v1::Peer::Stub* StubFor(const std::string& member) EXCLUDES(stubs_mu_);
   void Register(PeerVolume* v) EXCLUDES(vols_mu_);
   void Unregister(PeerVolume* v) EXCLUDES(vols_mu_);
-  // The serving volume for a hub identity, with a use held (Release when done); null if none.
-  PeerVolume* Acquire(const std::string& key) EXCLUDES(vols_mu_);
+  // The serving volume for a peer key, with a use held (Release when done); a null volume
+  // if none serves it.
+  PeerServing Acquire(const std::string& key) EXCLUDES(vols_mu_);
   void Release(PeerVolume* v) EXCLUDES(vols_mu_);
+
+  // Takes room for one ask of `bytes` in its class; false when the quota is used up.
+  bool AdmitAsk(bool background, uint64_t bytes) EXCLUDES(quota_mu_);
+  void EndAsk(bool background, uint64_t bytes) EXCLUDES(quota_mu_);
 
   Config config_;
   Metrics m_;
+  Mutex quota_mu_;
+  struct Load {
+    int asks = 0;
+    uint64_t bytes = 0;
+  };
+  Load serving_[2] GUARDED_BY(quota_mu_);  // [0] readers waiting, [1] background
   int port_ = 0;
   std::unique_ptr<PeerSet> members_;
   std::unique_ptr<Service> service_;
@@ -114,7 +170,7 @@ class PeerNode {
   Mutex stubs_mu_;
   std::map<std::string, std::unique_ptr<peer::v1::Peer::Stub>> stubs_ GUARDED_BY(stubs_mu_);
 
-  // Also the lock of each PeerVolume's fetcher_, check_ and uses_, which name it
+  // Also the lock of each PeerVolume's fetcher_, lookup_ and uses_, which name it
   // node_.vols_mu_. A PeerNode function holding vols_mu_ tells the analysis that
   // v->node_.vols_mu_ is the same lock (AssertHeld): every PeerVolume is made by this node's
   // AttachVolume.
@@ -132,37 +188,52 @@ class PeerVolume final : public BlockSource {
   bool FetchAsync(const Block& block, Done done) override;
   bool keep_local_copy() const override { return node_.config_.keep_local_copy; }
 
-  // Whether the file at `path` (relative to the volume) is this file id and content version
-  // here; a request naming another one is refused rather than cached under a wrong key.
-  using FileCheck =
-      std::function<Status(const std::string& path, uint64_t file_id, uint64_t version)>;
-  // Answers peers from `fetcher` from now on, checking each request with `check` (may be
-  // empty: no check); nullptr stops and waits for the calls in progress (each bounded by its
-  // deadline). `fetcher` and what `check` uses must stay valid until then.
-  void ServeBlocksFrom(BlockFetcher* fetcher, FileCheck check = {}) EXCLUDES(node_.vols_mu_);
+  using FileLookup = PeerFileLookup;
+  // Answers peers from `fetcher` from now on, looking files up with `lookup`; nullptr stops
+  // and waits for the calls in progress (each bounded by its deadline). `fetcher` and what
+  // `lookup` uses must stay valid until then; to change the fetcher, pass nullptr first.
+  void ServeBlocksFrom(BlockFetcher* fetcher, FileLookup lookup = {}) EXCLUDES(node_.vols_mu_);
 
   const std::string& identity() const { return key_; }
 
+  using Serving = PeerServing;
   // Serves one block to a peer (the node's service calls it with a use held); the gRPC
   // status of the answer.
-  grpc::Status ServeBlock(const peer::v1::GetBlockRequest& req,
+  grpc::Status ServeBlock(const Serving& from, const peer::v1::GetBlockRequest& req,
                           std::chrono::steady_clock::time_point deadline,
-                          peer::v1::GetBlockResponse* resp) EXCLUDES(node_.vols_mu_, serving_mu_);
+                          peer::v1::GetBlockResponse* resp) EXCLUDES(serving_mu_);
 
  private:
   friend class PeerNode;
-  PeerVolume(PeerNode& node, std::string hub, std::string volume_path, uint32_t block_size);
+  PeerVolume(PeerNode& node, std::string hub, std::string volume_path, std::string access,
+             uint32_t block_size);
 
   PeerNode& node_;
   std::string hub_;
   std::string volume_path_;
-  std::string key_;  // hub + '\n' + volume_path
+  std::string access_;
+  std::string key_;  // PeerVolumeKey(hub_, volume_path_, access_)
   uint32_t block_size_;
 
   // The fetcher peers are answered from, and calls using it.
   BlockFetcher* fetcher_ GUARDED_BY(node_.vols_mu_) = nullptr;
-  FileCheck check_ GUARDED_BY(node_.vols_mu_);
+  std::shared_ptr<const FileLookup> lookup_ GUARDED_BY(node_.vols_mu_);
   int uses_ GUARDED_BY(node_.vols_mu_) = 0;
+
+  // The block for a peer, in the ask's class: the cache, a demand fetch or (background) a
+  // warm-up fetch; the gRPC status of the answer.
+  grpc::Status FetchForPeer(BlockFetcher* fetcher, const FileRef& file, uint64_t index,
+                            uint64_t length, bool background,
+                            std::chrono::steady_clock::time_point deadline,
+                            peer::v1::GetBlockResponse* resp) EXCLUDES(serving_mu_);
+
+  // A member that answered "not mounted" for this volume is left out of its owners for
+  // Config::absent_period, then asked again (it may have mounted it since).
+  void MarkAbsent(const std::string& member) EXCLUDES(absent_mu_);
+  // `view` without the members known not to serve this volume (self is never among them).
+  void LeaveOutAbsent(PeerSet::View& view) EXCLUDES(absent_mu_);
+  Mutex absent_mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> absent_ GUARDED_BY(absent_mu_);
 
   // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another
   // peer (no ask loops when two agents briefly disagree about the member set).
@@ -172,5 +243,11 @@ class PeerVolume final : public BlockSource {
 
 // "server:nfsport/share": how peers name a hub export.
 std::string PeerHubName(const std::string& server, uint16_t nfs_port, const std::string& share);
+// Everything that decides what the hub lets a volume read besides its path: the identity
+// mode, the uid:gid and whether root is sent as root ("caller/65534:65534/squash-root").
+std::string PeerAccessName(const HubIdentityParams& identity);
+// The key peers agree on for one volume: blocks are shared only between equal keys.
+std::string PeerVolumeKey(const std::string& hub, const std::string& volume_path,
+                          const std::string& access);
 
 }  // namespace spoke::agent

@@ -29,6 +29,18 @@ Result<std::string> LoadPeerToken(const std::string& path) {
   return token;
 }
 
+Result<std::string> ReadPemFile(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Fail(Code::kNotFound, std::string(what) + ": cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string pem = ss.str();
+  if (pem.find("-----BEGIN ") == std::string::npos) {
+    return Fail(Code::kInvalidArgument, std::string(what) + ": " + path + " holds no PEM block");
+  }
+  return pem;
+}
+
 bool PeerTokenEquals(std::string_view expected, std::string_view presented) {
   // Every byte of the expected token is compared whatever the presented one holds.
   unsigned char diff = expected.size() == presented.size() && !expected.empty() ? 0 : 1;

@@ -25,6 +25,10 @@ Result<std::string> LoadPeerToken(const std::string& path);
 
 // Compares in time independent of where the two differ (no early exit), so that a caller
 // cannot find the token byte by byte from response times. Different lengths never match.
+// The contents of a PEM file (certificate, key or CA) named by config key `what`; an error
+// names the key and the path when it cannot be read or holds no PEM block.
+Result<std::string> ReadPemFile(const std::string& path, std::string_view what);
+
 bool PeerTokenEquals(std::string_view expected, std::string_view presented);
 
 }  // namespace spoke::agent

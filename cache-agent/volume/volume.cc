@@ -1,5 +1,7 @@
 #include "cache-agent/volume/volume.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -7,6 +9,7 @@
 #include <string>
 
 #include "cache-agent/fs/kept_root.h"
+#include "cache-agent/fs/kernel_inode_log.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -49,6 +52,50 @@ Volume::~Volume() {
   remote_.reset();
 }
 
+// What kubelet does for a volume it owns (a setgid, group-writable root of the fsGroup), done
+// on the hub: kubelet's own chown would go as root, which the hub sees as hubUid without the
+// group. The change goes as the volume's identity with the group among its groups, as the
+// root's owner may give it to a group it is in. A refusal leaves the directory's group, as
+// kubelet's failed chown does, and says so.
+void Volume::ApplyMountGroup(uint32_t group, const std::string& root_file) {
+  const FileAttr root = metadata_->RootAttr();
+  const uint32_t mode = (root.mode & 07777) | S_ISGID | S_IRWXG;
+  if (root.gid == group && (root.mode & 07777) == mode) return;
+  const HubIdentityParams& id = config_.context.identity;
+  const Credentials as{id.uid, id.gid, {group}};
+  // The group first, then the mode: a hub may apply one SETATTR's mode before its owner, and
+  // the setgid bit set on a directory of a group the caller is not in is dropped.
+  SetAttrRequest to_group;
+  to_group.gid = group;
+  SetAttrRequest to_mode;
+  to_mode.mode = mode;
+  auto after = remote_->SetAttrAs(as, "", to_group);
+  if (after) after = remote_->SetAttrAs(as, "", to_mode);
+  if (!after) {
+    log::Warn(
+        "cannot give the volume root the pod's fsGroup: the pod's files keep the "
+        "directory's group",
+        {{"volume", config_.volume_id}, {"group", group}, {"error", after.error().ToString()}});
+    return;
+  }
+  metadata_->SetAttr(kRootIno, *after);
+  if (!root_file.empty()) (void)SaveRootAttr(root_file, metadata_->RootAttr());
+  // What provisioning put there as the volume's identity (the controller's record) follows,
+  // as kubelet's chown would have taken it; once, as the root had another group until now.
+  if (auto entries = remote_->ReadDir(""); entries) {
+    for (const DirEntry& e : *entries) {
+      if (e.attr.uid != id.uid || e.attr.gid != id.gid) continue;
+      if (auto r = remote_->SetAttrAs(as, e.name, to_group); !r) {
+        log::Warn(
+            "cannot give an entry of the volume root the pod's fsGroup",
+            {{"volume", config_.volume_id}, {"name", e.name}, {"error", r.error().ToString()}});
+      }
+    }
+  }
+  log::Info("volume root given the pod's fsGroup",
+            {{"volume", config_.volume_id}, {"group", group}});
+}
+
 Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_ptr<RemoteFs> remote,
                                              BlockCache* cache,
                                              std::shared_ptr<CacheListenerFanout> listeners,
@@ -89,6 +136,26 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
     if (auto saved = SaveRootAttr(root_file, vol->metadata_->RootAttr()); !saved) {
       log::Warn("cannot keep the volume root for a restart: one while the hub is down fails",
                 {{"volume", config.volume_id}, {"error", saved.error().ToString()}});
+    }
+  }
+  if (context.mount_group && !kept_root && !vol->read_only_) {
+    vol->ApplyMountGroup(*context.mount_group, root_file);
+  }
+  if (!config.state_dir.empty()) {
+    // Every inode the kernel holds is known to the next agent at once, hub or no hub.
+    const std::string inode_file = config.state_dir + "/inodes";
+    if (config.adopted) {
+      size_t known = vol->metadata_->AdoptLoggedInodes(KernelInodeLog::Load(inode_file));
+      log::Info("inodes the kernel holds, known from the last agent",
+                {{"volume", config.volume_id}, {"inodes", known}});
+    }
+    if (auto inode_log = KernelInodeLog::Open(inode_file, /*fresh=*/!config.adopted); inode_log) {
+      vol->metadata_->LogKernelInodes(std::move(*inode_log));
+    } else {
+      log::Warn(
+          "cannot keep the kernel's inodes for a restart: after one while the hub is "
+          "down, files met before answer once the walk reaches them",
+          {{"volume", config.volume_id}, {"error", inode_log.error().ToString()}});
     }
   }
   // Listed handles live in the metadata cache's inodes. Strict volumes read by path (their

@@ -71,10 +71,11 @@ class Volume {
     // outlive the volume.
     BlockSource* block_source = nullptr;
     // The mount's own directory in the agent's state directory: the openers of writable
-    // handles (open-files/, OpenRecords) and the root's attributes (root, kept_root.h) outlive
-    // the agent there. "" = nothing kept. `adopted`: the mount is an earlier agent's
-    // connection taken over: its records are read, and it starts from the kept root without
-    // a hub round trip (the hub may be down); otherwise the directory starts empty.
+    // handles (open-files/, OpenRecords), the root's attributes (root, kept_root.h) and the
+    // inodes the kernel holds (inodes, kernel_inode_log.h) outlive the agent there. "" = nothing
+    // kept. `adopted`: the mount is an earlier agent's connection taken over: its records are read,
+    // and it starts from the kept root without a hub round trip (the hub may be down); otherwise
+    // the directory starts empty.
     std::string state_dir;
     bool adopted = false;
     Status Validate() const;
@@ -118,6 +119,8 @@ class Volume {
 
  private:
   Volume(const Config& config, BlockCache* cache, std::shared_ptr<CacheListenerFanout> listeners);
+  // Gives the volume's root the pod's fsGroup on the hub (VolumeContext::mount_group).
+  void ApplyMountGroup(uint32_t group, const std::string& root_file);
 
   Config config_;
   bool read_only_;

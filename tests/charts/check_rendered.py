@@ -27,7 +27,8 @@ AGENT_KEYS = {"socket", "cacheDir", "cacheSizeBytes", "blockSizeBytes", "metrics
 HUB_KEYS = {"connections", "inflightPerConnection", "requestTimeoutSeconds"}
 # Written only when peers.enabled (cache sharing, docs/peers.md).
 PEER_KEYS = {"peerListenAddress", "peerService", "peerTokenFile", "peerTimeoutMs",
-             "peerKeepLocalCopy"}
+             "peerKeepLocalCopy", "peerTlsCertFile", "peerTlsKeyFile", "peerTlsCaFile",
+             "peerTlsServerName"}
 
 errors = []
 
@@ -135,6 +136,21 @@ def check_render(variant, path):
                   "agent.yaml peerService is the rendered peer Service")
             check(one(docs, "NetworkPolicy", "-agent-peers") is not None,
                   "a NetworkPolicy guards the peer port")
+            # Mutual TLS: the agent pods mount the Secret the chart renders (generate) or
+            # cert-manager writes (certManager), where agent.yaml looks for it.
+            agent_ds = one(docs, "DaemonSet", "-agent")
+            vols = {v["name"]: v for v in agent_ds["spec"]["template"]["spec"]["volumes"]} \
+                if agent_ds else {}
+            tls_secret = vols.get("peer-tls", {}).get("secret", {}).get("secretName")
+            check(tls_secret is not None, "the agent pods mount the peer-tls Secret")
+            made = [d for d in docs if (d["kind"] == "Secret" and d["metadata"]["name"] == tls_secret)
+                    or (d["kind"] == "Certificate" and d["spec"].get("secretName") == tls_secret)]
+            check(len(made) == 1, f"one Secret or Certificate makes the peer-tls Secret {tls_secret}")
+            agent_c = container(agent_ds["spec"]["template"]["spec"], "spoke-cache-agent") if agent_ds else {}
+            tls_dir = str(agent_cfg["peerTlsCertFile"]).rsplit("/", 1)[0]
+            check(any(m["name"] == "peer-tls" and m["mountPath"] == tls_dir
+                      for m in agent_c.get("volumeMounts", [])),
+                  "peer-tls is mounted where agent.yaml's peerTls* files are")
         check(set(agent_cfg.get("hub", {})) == HUB_KEYS, "agent.yaml hub keys")
         check(agent_cfg.get("socket") == "/run/spoke/agent.sock", "agent.yaml socket")
         check(agent_cfg.get("metricsAddress") == "${POD_IP}:9810", "agent.yaml metricsAddress")

@@ -317,6 +317,16 @@ TEST(VolumeContextTest, RoundTripAndInlineSubDir) {
   EXPECT_EQ(back->cache, c.cache);
   EXPECT_EQ(back->hub_timeout_seconds, 4);
   EXPECT_FALSE(back->read_only());
+  EXPECT_FALSE(back->mount_group);
+  c.mount_group = 2000;  // a pod's fsGroup, from the node plugin
+  back = VolumeContext::FromMap(c.ToMap());
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->mount_group, 2000u);
+  StringMap bad_group = c.ToMap();
+  bad_group[std::string(kCtxMountGroup)] = "-1";
+  auto refused = VolumeContext::FromMap(bad_group);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find(kCtxMountGroup), std::string::npos);
   // Inline volume attributes give subDir; kubelet's pod info is ignored.
   auto inline_ctx = VolumeContext::FromMap({{"server", "h"},
                                             {"share", "/s"},

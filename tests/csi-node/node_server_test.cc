@@ -165,7 +165,8 @@ TEST_F(NodeServerTest, CapabilitiesAndInfo) {
   for (const auto& c : caps.capabilities()) types.insert(c.rpc().type());
   EXPECT_EQ(types, (std::set<int>{csi::v1::NodeServiceCapability::RPC::STAGE_UNSTAGE_VOLUME,
                                   csi::v1::NodeServiceCapability::RPC::GET_VOLUME_STATS,
-                                  csi::v1::NodeServiceCapability::RPC::VOLUME_CONDITION}));
+                                  csi::v1::NodeServiceCapability::RPC::VOLUME_CONDITION,
+                                  csi::v1::NodeServiceCapability::RPC::VOLUME_MOUNT_GROUP}));
 
   csi::v1::NodeGetInfoResponse info;
   ASSERT_TRUE(server_->NodeGetInfo(&sctx, nullptr, &info).ok());
@@ -642,6 +643,34 @@ TEST_F(NodeServerTest, KubeletDirIsEnforcedWhenConfigured) {
               INVALID_ARGUMENT);
   EXPECT_CODE(Unpublish(MakeId(VolumeMode::kScratch, "s"), "/etc"), INVALID_ARGUMENT);
   EXPECT_TRUE(agent_->mount_calls().empty());
+}
+
+// A pod's fsGroup arrives as the mount's volume_mount_group (kubelet delegates it: the driver
+// has VOLUME_MOUNT_GROUP) and goes to the agent in the context; one set in the volume's
+// attributes is never taken; a group that is not a number is refused, naming the field.
+TEST_F(NodeServerTest, StagingCarriesThePodsFsGroupToTheAgentAndOnlyFromTheCapability) {
+  const std::string id = MakeId(VolumeMode::kScratch, "pvc-1");
+  StringMap ctx = MakeContext(VolumeMode::kScratch, "pvc-1");
+  ctx[std::string(kCtxMountGroup)] = "0";  // attributes may not choose it
+  VolumeCapability cap = MountCap();
+  cap.mutable_mount()->set_volume_mount_group("2000");
+  ASSERT_TRUE(Stage(id, ctx, cap).ok());
+  auto calls = agent_->mount_calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].context[std::string(kCtxMountGroup)], "2000");
+  ASSERT_TRUE(Unstage(id).ok());
+
+  ASSERT_TRUE(Stage(id, ctx).ok());  // no fsGroup: none, whatever the attributes say
+  calls = agent_->mount_calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_FALSE(calls[1].context.contains(std::string(kCtxMountGroup)));
+  ASSERT_TRUE(Unstage(id).ok());
+
+  cap.mutable_mount()->set_volume_mount_group("staff");
+  grpc::Status bad = Stage(id, ctx, cap);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("volume_mount_group"), std::string::npos)
+      << bad.error_message();
 }
 
 }  // namespace

@@ -164,9 +164,31 @@ template.
 {{- if or (lt (int .Values.peers.timeoutMs) 10) (gt (int .Values.peers.timeoutMs) 60000) -}}
 {{- fail (printf "peers.timeoutMs %v: want 10..60000" .Values.peers.timeoutMs) -}}
 {{- end -}}
+{{- $tls := .Values.peers.tls -}}
+{{- if not (has $tls.source (list "generate" "secret" "certManager")) -}}
+{{- fail (printf "peers.tls.source %q: want generate, secret or certManager" $tls.source) -}}
+{{- end -}}
+{{- if and (eq $tls.source "secret") (empty $tls.secretName) -}}
+{{- fail "peers.tls.source secret needs peers.tls.secretName (a Secret with tls.crt, tls.key and ca.crt)" -}}
+{{- end -}}
+{{- if and (eq $tls.source "certManager") (empty $tls.certManager.issuerRef.name) -}}
+{{- fail "peers.tls.source certManager needs peers.tls.certManager.issuerRef.name" -}}
+{{- end -}}
+{{- if empty $tls.serverName -}}
+{{- fail "peers.tls.serverName: must not be empty" -}}
+{{- end -}}
 {{- end -}}
 {{- if not (has .Values.logLevel (list "debug" "info" "warn" "error")) -}}
 {{- fail (printf "logLevel %q: want debug, info, warn or error" .Values.logLevel) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the agents' peer certificate, key and CA (tls.crt, tls.key, ca.crt). */}}
+{{- define "spoke.peerTlsSecret" -}}
+{{- if eq .Values.peers.tls.source "secret" -}}
+{{ .Values.peers.tls.secretName }}
+{{- else -}}
+{{ include "spoke.fullname" . }}-peer-tls
 {{- end -}}
 {{- end -}}
 

@@ -157,6 +157,15 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
        "peerService: expected host:port"},
       {"peers: [10.0.0.1:7311]", "peers: needs peerListenAddress"},
       {"peerService: spoke-peers.spoke.svc:7311", "peerService: needs peerListenAddress"},
+      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t\npeers: [a:1]",
+       "peerTlsCertFile: must be an absolute path"},
+      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t\npeers: [a:1]\npeerTlsCertFile: /c\n"
+       "peerTlsKeyFile: /k",
+       "peerTlsCaFile: must be an absolute path"},
+      {"peerListenAddress: 0.0.0.0:7311\npeerTokenFile: /t\npeers: [a:1]\npeerPlaintext: true\n"
+       "peerTlsCaFile: /ca",
+       "peerPlaintext: is true, but peerTls* files are set too"},
+      {"peerPlaintext: sometimes", "peerPlaintext:"},
       {"peerTimeoutMs: 0", "peerTimeoutMs:"},
       {"peerKeepLocalCopy: often", "peerKeepLocalCopy:"},
   };
@@ -343,6 +352,10 @@ peerService: spoke-peers.spoke.svc.cluster.local:7311
 peerTokenFile: /etc/spoke/peer/token
 peerTimeoutMs: 500
 peerKeepLocalCopy: false
+peerTlsCertFile: /etc/spoke/peer-tls/tls.crt
+peerTlsKeyFile: /etc/spoke/peer-tls/tls.key
+peerTlsCaFile: /etc/spoke/peer-tls/ca.crt
+peerTlsServerName: peers.example
 )");
   ASSERT_TRUE(c) << c.error().ToString();
   EXPECT_TRUE(c->peer.enabled());
@@ -352,6 +365,16 @@ peerKeepLocalCopy: false
   EXPECT_EQ(c->peer.token_file, "/etc/spoke/peer/token");
   EXPECT_EQ(c->peer.timeout_ms, 500);
   EXPECT_FALSE(c->peer.keep_local_copy);
+  EXPECT_EQ(c->peer.tls_cert_file, "/etc/spoke/peer-tls/tls.crt");
+  EXPECT_EQ(c->peer.tls_key_file, "/etc/spoke/peer-tls/tls.key");
+  EXPECT_EQ(c->peer.tls_ca_file, "/etc/spoke/peer-tls/ca.crt");
+  EXPECT_EQ(c->peer.tls_server_name, "peers.example");
+  EXPECT_FALSE(c->peer.plaintext);
+  auto plain = Parse(
+      "peerListenAddress: 0.0.0.0:7311\npeers: [\"10.0.0.1:7311\"]\npeerTokenFile: /t\n"
+      "peerPlaintext: true\n");
+  ASSERT_TRUE(plain) << plain.error().ToString();
+  EXPECT_TRUE(plain->peer.plaintext);
 }
 
 TEST(AgentConfigTest, MetricsAddressOnThePodIp) {

@@ -543,5 +543,52 @@ TEST(MetadataCache, AnAgentTakingOverKnowsTheKernelsInodesFromTheLogWithoutTheHu
   std::filesystem::remove_all(dir);
 }
 
+// An immutable volume's file truncated on the hub while no agent ran: the next agent knows the
+// version the last one gave the kernel from the log, and its walk, which lists the file at the
+// new size, does not change it (the kernel may keep that version's pages and handles read it:
+// mixing the two served old bytes up to a short new end). A file the log did not hold takes
+// the hub's attributes.
+TEST(MetadataCache, AWalkAfterATakeoverKeepsTheLoggedVersionOfAnImmutableFile) {
+  std::string dir = (std::filesystem::temp_directory_path() / "meta-log-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string file = dir + "/inodes";
+  FakeRemoteFs remote;
+  remote.PutFile("d/held", std::string(100, 'a'));
+  remote.PutFile("d/other", std::string(100, 'b'));
+  ManualClock clock;
+  FileAttr root;
+  uint64_t held = 0;
+  {
+    MetadataCache earlier(remote, {}, clock);
+    ASSERT_TRUE(earlier.Init());
+    root = earlier.RootAttr();
+    auto log = KernelInodeLog::Open(file, /*fresh=*/true);
+    ASSERT_TRUE(log);
+    earlier.LogKernelInodes(std::move(*log));
+    auto d = earlier.Lookup(kRootIno, "d", /*hold=*/true);
+    ASSERT_TRUE(d);
+    auto h = earlier.Lookup(d->ino, "held", true);
+    ASSERT_TRUE(h);
+    held = h->ino;
+  }
+  remote.PutFile("d/held", std::string(40, 'a'));
+  remote.PutFile("d/other", std::string(30, 'b'));
+  MetadataCache next(remote, {}, clock);
+  next.InitFrom(root);
+  ASSERT_EQ(next.AdoptLoggedInodes(KernelInodeLog::Load(file)), 2u);  // d, held
+  next.AdoptKernelReferences();
+  next.StartWalk();
+  ASSERT_TRUE(next.WaitWalk(10s));
+  auto attr = next.GetAttr(held);
+  ASSERT_TRUE(attr) << attr.error().ToString();
+  EXPECT_EQ(attr->size, 100u);
+  auto d = next.Lookup(kRootIno, "d", false);
+  ASSERT_TRUE(d);
+  auto other = next.Lookup(d->ino, "other", false);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->attr.size, 30u);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace spoke::agent

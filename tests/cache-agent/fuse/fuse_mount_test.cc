@@ -554,6 +554,48 @@ TEST_F(FuseMount, ANonRootOwnerFsyncsAndMapsSharedOnAStrictScratchVolume) {
   ASSERT_TRUE(vol->Unmount());
 }
 
+// A pod's fsGroup (CSI VOLUME_MOUNT_GROUP) on a scratch volume provisioned as hubUid: the
+// mount gives the root the group on the hub, setgid and group-writable as kubelet would, and
+// what a uid-1000 pod with the group creates in it belongs to the group on the hub.
+TEST_F(FuseMount, APodsFsGroupOwnsTheScratchRootAndWhatThePodCreates) {
+  const std::string hub_dir = hub_->export_dir() + "/grouped";
+  fs::create_directories(hub_dir);
+  ASSERT_EQ(::chown(hub_dir.c_str(), 65534, 65534), 0);  // as the controller provisions it
+  ASSERT_EQ(::chmod(hub_dir.c_str(), 02777), 0);
+  const std::string record = hub_dir + "/.spoke-volume.json";  // the controller's, as hubUid
+  std::ofstream(record) << "{}";
+  ASSERT_EQ(::chown(record.c_str(), 65534, 65534), 0);
+  testing::TempDir mnt("spoke-mnt");
+  VolumeContext ctx = Context(VolumeMode::kScratch, "grouped");
+  ctx.cache.consistency = Consistency::kStrict;
+  ctx.mount_group = 2000;
+  auto vol = MountAt("vol-grouped", ctx, mnt.path());
+  ASSERT_NE(vol, nullptr);
+  struct stat st;
+  ASSERT_EQ(::stat(hub_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 2000u);
+  EXPECT_EQ(st.st_mode & 07777, 02777u);
+  ASSERT_EQ(::stat(mnt.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 2000u) << "the mount shows the root's new group";
+  int rc = RunAsUser(1000,
+                     [&] {
+                       int fd = ::open((mnt.path() + "/ckpt.pt").c_str(), O_CREAT | O_WRONLY, 0640);
+                       if (fd < 0) return 1;
+                       if (::write(fd, "w", 1) != 1 || ::close(fd) != 0) return 2;
+                       return ::mkdir((mnt.path() + "/logs").c_str(), 0750) == 0 ? 0 : 3;
+                     },
+                     {2000});
+  ASSERT_EQ(rc, 0);
+  for (const char* name : {"/ckpt.pt", "/logs"}) {
+    ASSERT_EQ(::stat((hub_dir + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_uid, 1000u) << name;
+    EXPECT_EQ(st.st_gid, 2000u) << name;
+  }
+  ASSERT_EQ(::stat(record.c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 2000u) << "provisioning's record follows the root";
+  ASSERT_TRUE(vol->Unmount());
+}
+
 TEST_F(FuseMount, ScratchLinksNodesAttributesAndRenamesReachTheHub) {
   testing::TempDir mnt("spoke-mnt");
   auto ctx = StrictScratch();

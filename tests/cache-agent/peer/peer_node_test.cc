@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +14,8 @@
 #include "cache-agent/peer/peer_token.h"
 #include "tests/cache-agent/fs/fakes.h"
 #include "tests/support/hub.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_certs.h"
 
 namespace spoke::agent {
 namespace {
@@ -25,6 +28,7 @@ constexpr uint32_t kBlock = 4096;
 constexpr uint64_t kBlocks = 48;
 const std::string kToken = "cluster-token-for-tests-0001";
 const std::string kHub = "hub.example:2049/export";
+const std::string kAccess = PeerAccessName(HubIdentityParams{});
 
 std::string Pattern(uint64_t n) {
   std::string s(n, '\0');
@@ -32,19 +36,62 @@ std::string Pattern(uint64_t n) {
   return s;
 }
 
+// The cluster CA and one agent certificate every test agent uses, and a client with it.
+struct Certs {
+  spoke::testing::TempDir dir{"peer-certs"};
+  spoke::testing::TestCa ca{dir.path()};
+  spoke::testing::TestCert agent = ca.Issue("agent", "spoke-peer");
+};
+Certs& TestCerts() {
+  static Certs* certs = new Certs();
+  return *certs;
+}
+PeerNode::Config::Tls AgentTls() {
+  return {.cert_pem = TestCerts().agent.cert_pem,
+          .key_pem = TestCerts().agent.key_pem,
+          .ca_pem = TestCerts().ca.ca_pem()};
+}
+std::shared_ptr<grpc::ChannelCredentials> ClientCreds(const spoke::testing::TestCert& cert,
+                                                      const std::string& ca_pem) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ca_pem;
+  o.pem_private_key = cert.key_pem;
+  o.pem_cert_chain = cert.cert_pem;
+  return grpc::SslCredentials(o);
+}
+std::unique_ptr<peer::v1::Peer::Stub> PeerStub(
+    int port, std::shared_ptr<grpc::ChannelCredentials> creds = nullptr) {
+  if (creds == nullptr) creds = ClientCreds(TestCerts().agent, TestCerts().ca.ca_pem());
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("spoke-peer");
+  return peer::v1::Peer::NewStub(
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), creds, args));
+}
+
+// The owner's file attributes, from the hub (exe/ takes them from the volume's metadata).
+PeerFileLookup HubLookup(FakeRemoteFs& hub) {
+  return [&hub](const std::string& path) -> Result<FileRef> {
+    SPOKE_TRY(auto a, hub.Stat(path));
+    return FileRef{
+        .path = path, .file_id = a.file_id, .version = a.ContentVersion(), .size = a.size};
+  };
+}
+
 // One agent: a peer node and one mounted volume (fetcher + cache) of the shared hub.
 struct Agent {
-  Agent(FakeRemoteFs& hub, const PeerNode::Config& pc, uint64_t volume_key) : cache(kBlock) {
+  Agent(FakeRemoteFs& hub, const PeerNode::Config& pc, uint64_t volume_key,
+        const std::string& access)
+      : cache(kBlock) {
     auto n = PeerNode::Start(pc, registry);
     EXPECT_TRUE(n) << n.error().ToString();
     node = std::move(*n);
-    peer = node->AttachVolume(kHub, "data", kBlock);
+    peer = node->AttachVolume(kHub, "data", access, kBlock);
     BlockFetcher::Config fc;
     fc.block_size = kBlock;
     fc.source = peer.get();
     fetcher =
         std::make_unique<BlockFetcher>(hub, &cache, volume_key, fc, registry, metrics::Labels{});
-    peer->ServeBlocksFrom(fetcher.get());
+    peer->ServeBlocksFrom(fetcher.get(), HubLookup(hub));
   }
   ~Agent() {
     peer->ServeBlocksFrom(nullptr);
@@ -88,14 +135,22 @@ class PeerNodeTest : public ::testing::Test {
       PeerNode::Config pc;
       pc.listen_address = "127.0.0.1:" + std::to_string(ports[i]);
       pc.token = i < static_cast<int>(tokens.size()) ? tokens[i] : kToken;
+      pc.tls = AgentTls();
       pc.timeout = 2000ms;
       pc.members.static_peers = members;
       pc.members.failures_to_mark_down = 2;
       pc.members.down_period = 60s;
       pc.fault_corrupt_served_blocks = i < static_cast<int>(corrupt.size()) && corrupt[i];
+      pc.keep_local_copy = keep_local_copy_;
+      pc.absent_period = absent_period_;
+      if (serve_max_asks_ > 0) {
+        pc.serve_max_asks = serve_max_asks_;
+        pc.serve_background_max_asks = 1;
+      }
       // Different volume keys: agents name their volumes differently, the hub identity
       // is what peers agree on.
-      agents_.push_back(std::make_unique<Agent>(hub_, pc, 100 + i));
+      agents_.push_back(std::make_unique<Agent>(
+          hub_, pc, 100 + i, i < static_cast<int>(access_.size()) ? access_[i] : kAccess));
     }
   }
 
@@ -115,6 +170,10 @@ class PeerNodeTest : public ::testing::Test {
     return s;
   }
 
+  bool keep_local_copy_ = true;
+  std::chrono::milliseconds absent_period_{10000};
+  int serve_max_asks_ = 0;           // > 0: that bound, and one background ask
+  std::vector<std::string> access_;  // per agent; kAccess for the others
   FakeRemoteFs hub_;
   FileRef file_;
   std::string want_;
@@ -136,6 +195,9 @@ TEST_F(PeerNodeTest, ThreeReadersOfOneFileReadEachBlockFromTheHubOnce) {
 }
 
 TEST_F(PeerNodeTest, ACorruptedBlockIsRejectedAndReadFromTheHub) {
+#ifndef SPOKE_TEST_FAULTS
+  GTEST_SKIP() << "built without the test faults (SPOKE_TEST_FAULTS=OFF)";
+#endif
   StartAgents(2, {}, {false, true});  // agent 1 corrupts what it serves
   ReadAll(*agents_[0]);
   uint64_t rejects = agents_[0]->Counter("spoke_peer_checksum_rejects_total");
@@ -168,30 +230,23 @@ TEST_F(PeerNodeTest, ADeadPeerCostsABoundedNumberOfAsksThenIsLeftOut) {
 TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   StartAgents(1);
   Agent& a = *agents_[0];
-  // The owner checks the file it would read is the one asked for (exe/ wires its metadata).
-  a.peer->ServeBlocksFrom(
-      a.fetcher.get(), [&](const std::string& path, uint64_t id, uint64_t version) {
-        return path == file_.path && id == file_.file_id && version == file_.version
-                   ? Ok()
-                   : Fail(Code::kNotFound, "another version of " + path);
-      });
   uint64_t version = file_.version;
   auto ask = [&](std::string hub, std::string volume_path, std::string path,
-                 std::string token = kToken) {
-    auto stub = peer::v1::Peer::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(a.node->port()), grpc::InsecureChannelCredentials()));
+                 std::string token = kToken, uint64_t index = 0, uint32_t length = kBlock) {
+    auto stub = PeerStub(a.node->port());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 5s);
     if (!token.empty()) ctx.AddMetadata(kPeerTokenHeader, token);
     peer::v1::GetBlockRequest req;
     req.set_hub(hub);
     req.set_volume_path(volume_path);
+    req.set_access(kAccess);
     req.set_file_path(path);
     req.set_file_id(file_.file_id);
     req.set_version(version);
-    req.set_block_index(0);
+    req.set_block_index(index);
     req.set_block_size(kBlock);
-    req.set_length(kBlock);
+    req.set_length(length);
     peer::v1::GetBlockResponse resp;
     return stub->GetBlock(&ctx, req, &resp).error_code();
   };
@@ -207,6 +262,268 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   version = file_.version + 1;  // a version the owner does not have
   EXPECT_EQ(ask(kHub, "data", "train/shard-0"), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 1u);
+  EXPECT_EQ(a.Counter("spoke_peer_refused_asks_total", {{"reason", "file"}}), 1u);
+}
+
+TEST_F(PeerNodeTest, AVolumeReadingTheHubAsAnotherIdentityGetsNoBlocksFromPeers) {
+  HubIdentityParams strong{.mode = HubIdentity::kFixed, .uid = 0, .gid = 0, .allow_root = true};
+  HubIdentityParams weak{.mode = HubIdentity::kFixed, .uid = 1000, .gid = 1000};
+  HubIdentityParams root_squashed = strong;
+  root_squashed.allow_root = false;
+  HubIdentityParams by_caller = weak;
+  by_caller.mode = HubIdentity::kCaller;
+  // Every field that decides what the hub lets a volume read is in the key.
+  const std::vector<std::string> names = {PeerAccessName(strong), PeerAccessName(weak),
+                                          PeerAccessName(root_squashed), PeerAccessName(by_caller)};
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (size_t j = i + 1; j < names.size(); ++j) EXPECT_NE(names[i], names[j]);
+  }
+  // Agent 0 mounts the hub path as root, agent 1 as uid 1000: same hub, same path.
+  access_ = {PeerAccessName(strong), PeerAccessName(weak)};
+  StartAgents(2);
+  ReadAll(*agents_[0]);
+  ReadAll(*agents_[1]);
+  EXPECT_EQ(Sum("spoke_peer_served_blocks_total"), 0u);
+  EXPECT_EQ(Sum("spoke_peer_hits_total"), 0u);
+  EXPECT_EQ(hub_.read_bytes.load(), 2 * want_.size());  // each read it as itself
+  // Asked directly with the weaker access, the stronger volume's owner has nothing to serve.
+  auto stub = PeerStub(agents_[0]->node->port());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  ctx.AddMetadata(kPeerTokenHeader, kToken);
+  peer::v1::GetBlockRequest req;
+  req.set_hub(kHub);
+  req.set_volume_path("data");
+  req.set_access(PeerAccessName(weak));
+  req.set_file_path(file_.path);
+  req.set_file_id(file_.file_id);
+  req.set_version(file_.version);
+  req.set_block_index(0);
+  req.set_block_size(kBlock);
+  req.set_length(kBlock);
+  peer::v1::GetBlockResponse resp;
+  EXPECT_EQ(stub->GetBlock(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(resp.data().empty());
+}
+
+TEST_F(PeerNodeTest, AMemberThatDoesNotServeTheVolumeIsAskedOnceThenLeftOutOfItsOwners) {
+  // A live member with the cluster token that never mounted this volume.
+  uint16_t port = spoke::testing::FreePort();
+  PeerNode::Config pc;
+  pc.listen_address = "127.0.0.1:" + std::to_string(port);
+  pc.token = kToken;
+  pc.tls = AgentTls();
+  pc.members.static_peers = {pc.listen_address};
+  metrics::Registry registry;
+  auto bare = PeerNode::Start(pc, registry);
+  ASSERT_TRUE(bare) << bare.error().ToString();
+  StartAgents(2, {pc.listen_address});
+  ReadAll(*agents_[0]);  // one block at a time: one refused ask teaches the asker
+  EXPECT_EQ(agents_[0]->Counter("spoke_peer_fallbacks_total", {{"reason", "refused"}}), 1u);
+  EXPECT_EQ(agents_[0]->Counter("spoke_peer_fallbacks_total", {{"reason", "error"}}), 0u);
+  // Its share of the blocks went to the member that serves the volume instead.
+  EXPECT_GT(agents_[0]->Counter("spoke_peer_hits_total"), 0u);
+  ReadAll(*agents_[1]);
+  EXPECT_EQ(agents_[1]->Counter("spoke_peer_fallbacks_total", {{"reason", "refused"}}), 1u);
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size() + kBlock);  // + the block first asked of it
+  agents_.clear();
+  (*bare)->Shutdown();
+}
+
+TEST_F(PeerNodeTest, AnOwnerRefusesAsksBeyondItsQuotaAtOnceAndChargesEachToItsClass) {
+  serve_max_asks_ = 2;  // two asks at once, one of them background
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  auto ask = [&](uint64_t index, bool background) {
+    auto stub = PeerStub(a.node->port());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    ctx.AddMetadata(kPeerTokenHeader, kToken);
+    peer::v1::GetBlockRequest req;
+    req.set_hub(kHub);
+    req.set_volume_path("data");
+    req.set_access(kAccess);
+    req.set_file_path(file_.path);
+    req.set_file_id(file_.file_id);
+    req.set_version(file_.version);
+    req.set_block_index(index);
+    req.set_block_size(kBlock);
+    req.set_length(kBlock);
+    req.set_background(background);
+    peer::v1::GetBlockResponse resp;
+    auto st = stub->GetBlock(&ctx, req, &resp);
+    EXPECT_TRUE(!st.ok() || resp.data() == want_.substr(index * kBlock, kBlock)) << index;
+    return st.error_code();
+  };
+  auto serving = [&] { return a.registry.GetGauge("spoke_peer_serving_bytes", "").Value(); };
+  auto wait_serving = [&](int64_t bytes) {
+    for (int i = 0; i < 1000 && serving() != bytes; ++i) std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(serving(), bytes);
+  };
+  hub_.HoldReads(true);  // the asks admitted stay in flight
+  std::thread reader_ask([&] { EXPECT_EQ(ask(0, false), grpc::StatusCode::OK); });
+  wait_serving(kBlock);
+  std::thread background_ask([&] { EXPECT_EQ(ask(1, true), grpc::StatusCode::OK); });
+  wait_serving(2 * kBlock);
+  // Both quotas are used up: the next asks are answered now, not queued behind the hub.
+  EXPECT_EQ(ask(2, true), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(ask(3, false), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(a.Counter("spoke_peer_busy_refusals_total", {{"class", "background"}}), 1u);
+  EXPECT_EQ(a.Counter("spoke_peer_busy_refusals_total", {{"class", "demand"}}), 1u);
+  hub_.HoldReads(false);
+  reader_ask.join();
+  background_ask.join();
+  wait_serving(0);
+  EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 2u);
+  // The background ask was fetched in the owner's warm-up class, then served from its cache:
+  // one reader's miss (the reader's ask), not two.
+  EXPECT_EQ(a.Counter("spoke_cache_misses_total"), 1u);
+  EXPECT_EQ(hub_.read_bytes.load(), 2u * kBlock);
+}
+
+TEST_F(PeerNodeTest, ThePeerChannelRefusesPlaintextAndCertificatesOfAnotherCaOrName) {
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  auto ask = [&](std::unique_ptr<peer::v1::Peer::Stub> stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    ctx.AddMetadata(kPeerTokenHeader, kToken);  // the right token: TLS refuses them anyway
+    peer::v1::GetBlockRequest req;
+    req.set_hub(kHub);
+    req.set_volume_path("data");
+    req.set_access(kAccess);
+    req.set_file_path(file_.path);
+    req.set_file_id(file_.file_id);
+    req.set_version(file_.version);
+    req.set_block_index(0);
+    req.set_block_size(kBlock);
+    req.set_length(kBlock);
+    peer::v1::GetBlockResponse resp;
+    auto st = stub->GetBlock(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok() || resp.data().empty());
+    return st.error_code();
+  };
+  const int port = a.node->port();
+  // A plaintext client never reaches the service: the handshake fails.
+  EXPECT_EQ(ask(peer::v1::Peer::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                            grpc::InsecureChannelCredentials()))),
+            grpc::StatusCode::UNAVAILABLE);
+  // A client whose certificate another CA signed, or with none.
+  spoke::testing::TempDir dir("peer-other-ca");
+  spoke::testing::TestCa other(dir.path(), "other-ca");
+  auto foreign = other.Issue("foreign", "spoke-peer");
+  EXPECT_EQ(ask(PeerStub(port, ClientCreds(foreign, TestCerts().ca.ca_pem()))),
+            grpc::StatusCode::UNAVAILABLE);
+  grpc::SslCredentialsOptions no_cert;
+  no_cert.pem_root_certs = TestCerts().ca.ca_pem();
+  EXPECT_EQ(ask(PeerStub(port, grpc::SslCredentials(no_cert))), grpc::StatusCode::UNAVAILABLE);
+  // The cluster CA's certificate for something else than a peer.
+  auto other_name = TestCerts().ca.Issue("not-a-peer", "metrics-scraper");
+  EXPECT_EQ(ask(PeerStub(port, ClientCreds(other_name, TestCerts().ca.ca_pem()))),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(a.Counter("spoke_peer_identity_failures_total"), 1u);
+  EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 0u);
+  EXPECT_EQ(ask(PeerStub(port)), grpc::StatusCode::OK);  // a peer's certificate
+  // A server whose certificate is not the cluster's is not asked either (the asker checks).
+  EXPECT_EQ(ask(PeerStub(port, ClientCreds(TestCerts().agent, other.ca_pem()))),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(PeerNodeConfigTest, PlaintextOnlyWhenAskedFor) {
+  metrics::Registry registry;
+  PeerNode::Config pc;
+  pc.listen_address = "127.0.0.1:0";
+  pc.token = kToken;
+  pc.members.static_peers = {"127.0.0.1:1"};
+  auto refused = PeerNode::Start(pc, registry);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("tls: is required"), std::string::npos)
+      << refused.error().message();
+  pc.tls = AgentTls();
+  pc.tls->ca_pem.clear();
+  EXPECT_FALSE(PeerNode::Start(pc, registry));
+  pc.tls.reset();
+  pc.plaintext = true;  // a test configuration that asks for it
+  EXPECT_TRUE(PeerNode::Start(pc, registry));
+}
+
+TEST_F(PeerNodeTest, TheOwnerDecidesTheBlockLengthAndRefusesAsksThatDisagree) {
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  auto ask = [&](uint64_t index, uint32_t length) {
+    auto stub = PeerStub(a.node->port());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    ctx.AddMetadata(kPeerTokenHeader, kToken);
+    peer::v1::GetBlockRequest req;
+    req.set_hub(kHub);
+    req.set_volume_path("data");
+    req.set_access(kAccess);
+    req.set_file_path(file_.path);
+    req.set_file_id(file_.file_id);
+    req.set_version(file_.version);
+    req.set_block_index(index);
+    req.set_block_size(kBlock);
+    req.set_length(length);
+    peer::v1::GetBlockResponse resp;
+    auto st = stub->GetBlock(&ctx, req, &resp);
+    return std::make_pair(st.error_code(), resp.data());
+  };
+  const uint32_t last_length = static_cast<uint32_t>(want_.size() - (kBlocks - 1) * kBlock);
+  // An asker claiming the file ends inside block 0 would plant a short block for good.
+  EXPECT_EQ(ask(0, 100).first, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ask(kBlocks - 1, kBlock).first, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ask(kBlocks, kBlock).first, grpc::StatusCode::FAILED_PRECONDITION);  // past the end
+  EXPECT_EQ(a.Counter("spoke_peer_refused_asks_total", {{"reason", "length"}}), 3u);
+  EXPECT_EQ(hub_.read_bytes.load(), 0u);  // nothing read or cached for a refused ask
+  auto first = ask(0, kBlock);
+  EXPECT_EQ(first.first, grpc::StatusCode::OK);
+  EXPECT_EQ(first.second, want_.substr(0, kBlock));
+  auto last = ask(kBlocks - 1, last_length);
+  EXPECT_EQ(last.first, grpc::StatusCode::OK);
+  EXPECT_EQ(last.second, want_.substr((kBlocks - 1) * kBlock));
+  ReadAll(a);  // the owner's own reads are whole blocks
+}
+
+TEST_F(PeerNodeTest, AShortCachedBlockIsNeverAShortRead) {
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  // A block cached shorter than the file's block (planted by an older agent's peer ask).
+  BlockKey key{a.fetcher->volume_key(), file_.file_id, file_.version, 0};
+  ASSERT_TRUE(a.cache.Put(key, want_.data(), 100, AdmissionHint{}));
+  auto r = a.fetcher->GetBlocks(file_, 0, 1);
+  ASSERT_TRUE(r[0]) << r[0].error().ToString();
+  EXPECT_EQ(std::string((*r[0])->begin(), (*r[0])->end()), want_.substr(0, kBlock));
+}
+
+TEST_F(PeerNodeTest, UnmountingWhilePeersStreamServesEveryReaderTheRightBytes) {
+  keep_local_copy_ = false;  // every read of agent 0 asks the owner again
+  absent_period_ = 0ms;      // and goes on asking it after it answered "not mounted"
+  StartAgents(2);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        ReadAll(*agents_[0]);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    });
+  }
+  // Agent 1 stops and resumes serving (an unmount, then a mount) while agent 0 streams.
+  Agent& owner = *agents_[1];
+  for (int i = 0; i < 1000; ++i) {
+    owner.peer->ServeBlocksFrom(nullptr);
+    std::this_thread::yield();
+    owner.peer->ServeBlocksFrom(owner.fetcher.get(), HubLookup(hub_));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  // Then the whole unmount: serving stops, the fetcher and the peer side go.
+  agents_[1].reset();
+  for (int i = 0; i < 2; ++i) ReadAll(*agents_[0]);
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_GT(agents_[0]->Counter("spoke_peer_hits_total"), 0u);
 }
 
 }  // namespace
