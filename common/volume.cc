@@ -368,7 +368,7 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   SPOKE_TRY(p.hub_timeout_seconds, ParseHubTimeout(params));
   SPOKE_TRY(p.identity, ParseIdentity(params));
   SPOKE_TRY(p.write_mode, ParseEnum<WriteMode>(
-                              params, kParamWriteMode, WriteMode::kSync,
+                              params, kParamWriteMode, WriteMode::kWriteBack,
                               {{"sync", WriteMode::kSync}, {"writeback", WriteMode::kWriteBack}}));
   return p;
 }

@@ -81,7 +81,7 @@ struct VolumeParams {
   CacheParams cache;
   double hub_timeout_seconds = 10;  // bound on every hub call made for this volume
   HubIdentityParams identity{};
-  WriteMode write_mode = WriteMode::kSync;
+  WriteMode write_mode = WriteMode::kWriteBack;
 };
 
 // StorageClass parameter names.
@@ -150,7 +150,7 @@ struct VolumeContext {
   CacheParams cache;
   double hub_timeout_seconds = 10;
   HubIdentityParams identity{};
-  WriteMode write_mode = WriteMode::kSync;
+  WriteMode write_mode = WriteMode::kWriteBack;
   // A pod's fsGroup (kCtxMountGroup): a writable volume's root directory gets this group on
   // the hub when mounted, so the pod's files inherit it (the directory is setgid).
   std::optional<uint32_t> mount_group;

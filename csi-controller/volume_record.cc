@@ -59,7 +59,7 @@ StringMap CanonicalParameters(const VolumeParams& p, const std::string& path,
     m[std::string(kParamHubTimeout)] = std::to_string(static_cast<int>(p.hub_timeout_seconds));
   }
   // Only a non-default write mode is written, so records made before it existed still match.
-  if (p.write_mode != WriteMode::kSync) {
+  if (p.write_mode != WriteMode::kWriteBack) {
     m[std::string(kParamWriteMode)] = std::string(ToString(p.write_mode));
   }
   // Only a non-default identity is written, so records made before it existed still match.

@@ -112,20 +112,20 @@ TEST(VolumeParamsTest, RefusalsSayTheValueAndWhatIsAccepted) {
   }
 }
 
-TEST(VolumeParamsTest, WriteModeDefaultsToSyncAndReachesTheContext) {
+TEST(VolumeParamsTest, WriteModeDefaultsToWriteBackAndReachesTheContext) {
   auto p = ParseVolumeParams(Base());
   ASSERT_TRUE(p);
-  EXPECT_EQ(p->write_mode, WriteMode::kSync);
+  EXPECT_EQ(p->write_mode, WriteMode::kWriteBack);
   StringMap m = Base();
-  m["writeMode"] = "writeback";
+  m["writeMode"] = "sync";
   p = ParseVolumeParams(m);
   ASSERT_TRUE(p);
-  EXPECT_EQ(p->write_mode, WriteMode::kWriteBack);
+  EXPECT_EQ(p->write_mode, WriteMode::kSync);
   auto ctx = MakeVolumeContext(*p, "pv-1");
-  EXPECT_EQ(ctx.ToMap().at("writeMode"), "writeback");
+  EXPECT_EQ(ctx.ToMap().at("writeMode"), "sync");
   auto back = VolumeContext::FromMap(ctx.ToMap());
   ASSERT_TRUE(back) << back.error().message();
-  EXPECT_EQ(back->write_mode, WriteMode::kWriteBack);
+  EXPECT_EQ(back->write_mode, WriteMode::kSync);
 }
 
 TEST(VolumeParamsTest, ProvisionerMetadataIsNotAnUnknownParameter) {
