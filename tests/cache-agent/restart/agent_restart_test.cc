@@ -268,9 +268,12 @@ struct Outcome {
   }
 };
 
+// The writer counts a record once write() returns: writeMode sync's promise. (Under writeback a
+// SIGKILL loses what no fsync or close acknowledged, and the writer is told: write_back_fault_test.
+// Its fd, in this process, would also be closed - flushed - by every agent this process forks.)
 TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
   ASSERT_GT(StartAgent(), 0);
-  MountScratch();
+  MountSyncScratch();
   if (HasFatalFailure()) return;
 
   const int readers = std::max(1, EnvInt("SPOKE_RESTART_TEST_READERS", 8));
