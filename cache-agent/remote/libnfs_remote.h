@@ -84,9 +84,12 @@ class LibnfsRemote final : public RemoteFs {
     uint32_t fixed_uid = 65534;
     uint32_t fixed_gid = 65534;
     bool allow_root = false;
-    // Identities with their own hub connection (one libnfs context carries one AUTH_SYS
-    // credential); the least recently used idle one is closed beyond this.
+    // Identity connections (one libnfs context carries one AUTH_SYS credential; each write
+    // lane is one); the least recently used idle one is closed beyond this.
     size_t max_identities = 64;
+    // Connections per identity that pipelined WRITEs (WriteAsAsync) are spread over, by file
+    // and 1 MiB range: one connection's loop thread carries less than the link does.
+    int write_lanes = 4;
     // kInvalidArgument naming the field.
     Status Validate() const;
   };
@@ -177,8 +180,8 @@ class LibnfsRemote final : public RemoteFs {
   NfsConnection& ForPath(const std::string& path);
   NfsConnection& Writer() { return *connections_[0]; }
   // The connection whose context carries `who` (mapped by EffectiveIdentity); opened on
-  // first use.
-  std::shared_ptr<NfsConnection> ForIdentity(const Credentials& who);
+  // first use. `lane` (< write_lanes) picks one of the identity's write connections.
+  std::shared_ptr<NfsConnection> ForIdentity(const Credentials& who, int lane = 0);
   NfsConnection::Options BaseOptions(int index) const;
   // Shared bodies of the calls with and without Credentials.
   Result<FileAttr> CreateOn(NfsConnection& c, const std::string& path, uint32_t mode,
