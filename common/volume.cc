@@ -185,6 +185,7 @@ std::string_view ToString(PrefetchMode p) {
 }
 
 std::string_view ToString(HubIdentity i) { return i == HubIdentity::kFixed ? "fixed" : "caller"; }
+std::string_view ToString(WriteMode w) { return w == WriteMode::kSync ? "sync" : "writeback"; }
 
 std::pair<uint32_t, uint32_t> HubIdentityParams::ForCaller(uint32_t caller_uid,
                                                            uint32_t caller_gid) const {
@@ -294,9 +295,10 @@ Result<std::string> NormalizePathInVolume(std::string_view path, std::string_vie
 
 Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   static const std::vector<std::string_view> kKnown = {
-      kParamServer,     kParamShare,       kParamNfsPort,     kParamMountPort,  kParamMode,
-      kParamSubDir,     kParamOnDelete,    kParamConsistency, kParamTtlSeconds, kParamPrefetch,
-      kParamHubTimeout, kParamHubIdentity, kParamHubUid,      kParamHubGid,     kParamAllowRoot};
+      kParamServer,     kParamShare,    kParamNfsPort,    kParamMountPort,
+      kParamMode,       kParamSubDir,   kParamOnDelete,   kParamConsistency,
+      kParamTtlSeconds, kParamPrefetch, kParamHubTimeout, kParamHubIdentity,
+      kParamHubUid,     kParamHubGid,   kParamAllowRoot,  kParamWriteMode};
   for (const auto& [k, v] : params) {
     if (k.starts_with("csi.storage.k8s.io/")) continue;
     bool known = false;
@@ -307,7 +309,7 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
                 "unknown StorageClass parameter '" + k +
                     "' (known: server, share, nfsPort, mountPort, mode, subDir, "
                     "onDelete, consistency, ttlSeconds, prefetch, hubTimeoutSeconds, "
-                    "hubIdentity, hubUid, hubGid, allowRoot)"));
+                    "hubIdentity, hubUid, hubGid, allowRoot, writeMode)"));
     }
   }
   VolumeParams p;
@@ -365,6 +367,9 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   }
   SPOKE_TRY(p.hub_timeout_seconds, ParseHubTimeout(params));
   SPOKE_TRY(p.identity, ParseIdentity(params));
+  SPOKE_TRY(p.write_mode, ParseEnum<WriteMode>(
+                              params, kParamWriteMode, WriteMode::kWriteBack,
+                              {{"sync", WriteMode::kSync}, {"writeback", WriteMode::kWriteBack}}));
   return p;
 }
 
@@ -423,6 +428,7 @@ VolumeContext MakeVolumeContext(const VolumeParams& params, std::string path) {
   c.cache = params.cache;
   c.hub_timeout_seconds = params.hub_timeout_seconds;
   c.identity = params.identity;
+  c.write_mode = params.write_mode;
   return c;
 }
 
@@ -442,6 +448,7 @@ StringMap VolumeContext::ToMap() const {
   m[std::string(kParamHubUid)] = std::to_string(identity.uid);
   m[std::string(kParamHubGid)] = std::to_string(identity.gid);
   m[std::string(kParamAllowRoot)] = identity.allow_root ? "true" : "false";
+  m[std::string(kParamWriteMode)] = std::string(ToString(write_mode));
   if (mount_group) m[std::string(kCtxMountGroup)] = std::to_string(*mount_group);
   return m;
 }

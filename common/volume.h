@@ -21,12 +21,17 @@ enum class OnDelete { kDelete, kRetain, kArchive };
 enum class Consistency { kImmutable, kTtl, kStrict };
 enum class PrefetchMode { kOff, kReadAhead, kAuto };
 enum class HubIdentity { kCaller, kFixed };
+// Scratch volumes: kWriteBack answers a write once the agent holds it and sends it on with
+// many WRITEs in flight (durable on the hub when fsync or close returns); kSync answers each
+// write only once the hub has it.
+enum class WriteMode { kSync, kWriteBack };
 
 std::string_view ToString(VolumeMode m);
 std::string_view ToString(OnDelete d);
 std::string_view ToString(Consistency c);
 std::string_view ToString(PrefetchMode p);
 std::string_view ToString(HubIdentity i);
+std::string_view ToString(WriteMode w);
 
 // Where the NFS export lives. Explicit ports skip the portmapper (firewalled hubs, tests).
 struct HubAddress {
@@ -76,6 +81,7 @@ struct VolumeParams {
   CacheParams cache;
   double hub_timeout_seconds = 10;  // bound on every hub call made for this volume
   HubIdentityParams identity{};
+  WriteMode write_mode = WriteMode::kWriteBack;
 };
 
 // StorageClass parameter names.
@@ -94,6 +100,7 @@ inline constexpr std::string_view kParamHubIdentity = "hubIdentity";
 inline constexpr std::string_view kParamHubUid = "hubUid";
 inline constexpr std::string_view kParamHubGid = "hubGid";
 inline constexpr std::string_view kParamAllowRoot = "allowRoot";
+inline constexpr std::string_view kParamWriteMode = "writeMode";
 // Added by csi-provisioner --extra-create-metadata.
 inline constexpr std::string_view kMetaPvcName = "csi.storage.k8s.io/pvc/name";
 inline constexpr std::string_view kMetaPvcNamespace = "csi.storage.k8s.io/pvc/namespace";
@@ -143,6 +150,7 @@ struct VolumeContext {
   CacheParams cache;
   double hub_timeout_seconds = 10;
   HubIdentityParams identity{};
+  WriteMode write_mode = WriteMode::kWriteBack;
   // A pod's fsGroup (kCtxMountGroup): a writable volume's root directory gets this group on
   // the hub when mounted, so the pod's files inherit it (the directory is setgid).
   std::optional<uint32_t> mount_group;

@@ -58,6 +58,10 @@ StringMap CanonicalParameters(const VolumeParams& p, const std::string& path,
   if (explicit_hub_timeout) {
     m[std::string(kParamHubTimeout)] = std::to_string(static_cast<int>(p.hub_timeout_seconds));
   }
+  // Only a non-default write mode is written, so records made before it existed still match.
+  if (p.write_mode != WriteMode::kWriteBack) {
+    m[std::string(kParamWriteMode)] = std::string(ToString(p.write_mode));
+  }
   // Only a non-default identity is written, so records made before it existed still match.
   if (p.identity != HubIdentityParams()) {
     m[std::string(kParamHubIdentity)] = std::string(ToString(p.identity.mode));

@@ -17,7 +17,7 @@ std::string Usage() {
          "\n"
          "  mount NFS-URL DIR [--mode dataset|scratch] [--consistency immutable|ttl|strict]\n"
          "        [--prefetch off|readahead|auto] [--ttl SECONDS] [--hub-timeout SECONDS]\n"
-         "        [--read-only] [--allow-root]\n"
+         "        [--write-mode sync|writeback] [--read-only] [--allow-root]\n"
          "      NFS-URL: nfs://server/export/path?nfsport=N&mountport=M\n"
          "  unmount DIR\n"
          "  status                      mounts and hub reachability\n"
@@ -38,11 +38,9 @@ struct MountFlag {
   const char* flag;
   const char* key;  // volume-context key
 };
-constexpr MountFlag kMountFlags[] = {{"--mode", "mode"},
-                                     {"--consistency", "consistency"},
-                                     {"--prefetch", "prefetch"},
-                                     {"--ttl", "ttlSeconds"},
-                                     {"--hub-timeout", "hubTimeoutSeconds"}};
+constexpr MountFlag kMountFlags[] = {
+    {"--mode", "mode"},      {"--consistency", "consistency"},       {"--prefetch", "prefetch"},
+    {"--ttl", "ttlSeconds"}, {"--hub-timeout", "hubTimeoutSeconds"}, {"--write-mode", "writeMode"}};
 
 struct Verbs {
   CLI::App* app;
@@ -208,7 +206,8 @@ Result<MountPlan> PlanMount(const Command& cmd) {
                              {"--consistency", "consistency"},
                              {"--prefetch", "prefetch"},
                              {"--ttl", "ttlSeconds"},
-                             {"--hub-timeout", "hubTimeoutSeconds"}}) {
+                             {"--hub-timeout", "hubTimeoutSeconds"},
+                             {"--write-mode", "writeMode"}}) {
       if (msg.find(key) != std::string::npos) {
         msg = std::string(flag) + ": " + msg;
         break;

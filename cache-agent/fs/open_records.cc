@@ -70,7 +70,26 @@ Status OpenRecords::Put(uint64_t handle, const Record& record) {
   return ReplaceFile(PathOf(handle), Encode(record));
 }
 
-void OpenRecords::Forget(uint64_t handle) { (void)::unlink(PathOf(handle).c_str()); }
+void OpenRecords::Forget(uint64_t handle) {
+  (void)::unlink(PathOf(handle).c_str());
+  MarkSettled(handle);
+}
+
+Status OpenRecords::MarkHeld(uint64_t handle) {
+  std::string path = PathOf(handle) + ".held";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return std::unexpected(Error::FromErrno(errno, "cannot create " + path));
+  ::close(fd);
+  return Ok();
+}
+
+void OpenRecords::MarkSettled(uint64_t handle) {
+  (void)::unlink((PathOf(handle) + ".held").c_str());
+}
+
+bool OpenRecords::Held(uint64_t handle) const {
+  return ::access((PathOf(handle) + ".held").c_str(), F_OK) == 0;
+}
 
 std::optional<OpenRecords::Record> OpenRecords::Find(uint64_t handle) const {
   int fd = ::open(PathOf(handle).c_str(), O_RDONLY | O_CLOEXEC);

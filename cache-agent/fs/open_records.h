@@ -42,6 +42,13 @@ class OpenRecords {
   // nullopt when no complete record exists for `handle`.
   std::optional<Record> Find(uint64_t handle) const;
 
+  // Write-back: the handle has writes that were answered but may not be on the hub yet. Marked
+  // before such a write is answered, settled once a fsync or close saw them reach the hub;
+  // an agent that takes the handle over and finds the mark tells its writer (EIO).
+  Status MarkHeld(uint64_t handle);
+  void MarkSettled(uint64_t handle);
+  bool Held(uint64_t handle) const;
+
   const std::string& dir() const { return dir_; }
 
  private:

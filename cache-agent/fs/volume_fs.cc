@@ -37,7 +37,11 @@ VolumeFs::VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metada
       // id an earlier one gave the kernel (see EnsureHandle).
       next_handle_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                              std::chrono::system_clock::now().time_since_epoch())
-                                             .count())) {}
+                                             .count())) {
+  if (config_.write_back && !config_.read_only) {
+    write_back_ = std::make_unique<WriteBack>(remote_, config_.write_back_config);
+  }
+}
 
 std::shared_ptr<VolumeFs::Handle> VolumeFs::Get(uint64_t handle) const {
   MutexLock lock(mu_);
@@ -129,6 +133,14 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
       if (opener) {
         h->who = opener->who;
         h->append = opener->append;
+        if (config_.open_records->Held(handle)) {
+          h->marked = true;
+          h->lost_writes = true;
+          log::Warn(
+              "a file open for writing across the agent restart had writes not known to be "
+              "on the hub: its next write, fsync or close fails with EIO",
+              {{"volume", config_.volume_id}, {"path", h->file.path}});
+        }
       } else if (config_.open_records != nullptr) {
         h->opener_unknown = true;
         log::Warn(
@@ -173,6 +185,30 @@ Result<std::string> VolumeFs::ChildPath(uint64_t parent, const std::string& name
 }
 
 void VolumeFs::DropBlocks(uint64_t file_id) { fetcher_.Evict(file_id); }
+
+Status VolumeFs::WaitForWrites(uint64_t ino) {
+  if (write_back_ == nullptr || !write_back_->Holds(ino)) return Ok();
+  return write_back_->WaitIdle(ino);
+}
+
+Status VolumeFs::SettleWrites(uint64_t id, Handle& h) {
+  if (h.lost_writes.exchange(false)) {
+    if (h.marked.exchange(false) && config_.open_records != nullptr) {
+      config_.open_records->MarkSettled(id);
+    }
+    return std::unexpected(Error::FromErrno(
+        EIO, "writes to " + h.file.path +
+                 " answered before the agent restarted may not have reached the hub"));
+  }
+  if (write_back_ == nullptr) return Ok();
+  auto st = write_back_->Drain(h.ino);
+  // The mark goes once nothing of the file is held: what the writer was answered is on the
+  // hub, or the writer has just been told it is not.
+  if (!write_back_->Holds(h.ino) && h.marked.exchange(false) && config_.open_records != nullptr) {
+    config_.open_records->MarkSettled(id);
+  }
+  return st;
+}
 
 void VolumeFs::MarkChanged(uint64_t ino, std::optional<uint64_t> size) {
   metadata_.Invalidate(ino);
@@ -298,6 +334,12 @@ Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
   SPOKE_RETURN_IF_ERROR(ValidName(name));
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
+  auto r = metadata_.Lookup(parent, name, /*hold=*/true);
+  if (!r || write_back_ == nullptr || !write_back_->Holds(r->ino)) return r;
+  // The hub's size lacks the held writes: the kernel would take it for the file's end.
+  SPOKE_RETURN_IF_ERROR(write_back_->WaitIdle(r->ino));
+  metadata_.Forget(r->ino, 1);
+  metadata_.Invalidate(r->ino);
   return metadata_.Lookup(parent, name, /*hold=*/true);
 }
 
@@ -309,6 +351,7 @@ void VolumeFs::Forget(uint64_t ino, uint64_t count) {
 
 Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
   if (ino == kHintIno) return HintAttr();
+  SPOKE_RETURN_IF_ERROR(WaitForWrites(ino));  // the size and times of what was written
   auto attr = metadata_.GetAttr(ino);
   if (attr) {
     // The hidden name of an unlinked open file is not one of its links.
@@ -358,6 +401,7 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
   // relies on open to truncate, so it must happen on the hub before open returns.
   bool truncated = (flags & O_TRUNC) != 0;
   if (truncated) {
+    SPOKE_RETURN_IF_ERROR(WaitForWrites(ino));
     SetAttrRequest to_zero;
     to_zero.size = 0;
     SPOKE_TRY_WRAP(auto after, remote_.SetAttrAs(who, h->file.path, to_zero), "truncate on open");
@@ -378,6 +422,7 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
   out.keep_cache =
       config_.consistency == Consistency::kImmutable && !truncated && !out.kernel_attrs_stale;
   out.direct_io = config_.consistency == Consistency::kStrict;
+  out.flush = write && write_back_ != nullptr;
   if (prefetch_ != nullptr) {
     prefetch_->OnOpen(OpenEvent{out.handle, h->file.path, h->file.file_id, h->file.version,
                                 h->file.size, clock_.Now()});
@@ -406,6 +451,8 @@ Result<std::vector<VolumeFs::ReadPiece>> VolumeFs::ReadPieces(uint64_t handle, u
         ESTALE, "hub file " + h->file.path +
                     " changed while it was open across an agent restart: open it again"));
   }
+  // Read-your-writes: the hub has the file's held writes before its blocks are read.
+  SPOKE_RETURN_IF_ERROR(WaitForWrites(h->ino));
   FileRef file;
   {
     MutexLock lock(mu_);
@@ -491,6 +538,15 @@ Status VolumeFs::Release(uint64_t handle) {
   if (h->hints) {
     if (prefetch_ != nullptr) prefetch_->FlushHints();
     return Ok();
+  }
+  if (h->writable && write_back_ != nullptr) {
+    // FLUSH reported errors to close(); what comes after it (writes through an mmap, a dup
+    // closed later) reaches the hub before the handle goes.
+    if (auto st = SettleWrites(handle, *h); !st) {
+      log::Warn(
+          "write-back failed after the last close",
+          {{"volume", config_.volume_id}, {"path", h->file.path}, {"error", st.error().message()}});
+    }
   }
   if (prefetch_ != nullptr) prefetch_->OnClose(CloseEvent{handle, clock_.Now()});
   if (h->written) metadata_.Invalidate(h->ino);

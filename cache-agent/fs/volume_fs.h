@@ -7,9 +7,12 @@
 // (close-to-open), and since a block's key carries the file's content version, blocks of an
 // older version are never served.
 //
-// Writes (scratch volumes only; read-only volumes get kReadOnly = EROFS) go through to the
-// hub and return only when the hub has them (RemoteFs contract); the file's cached
-// attributes and blocks are dropped.
+// Writes (scratch volumes only; read-only volumes get kReadOnly = EROFS) drop the file's
+// cached attributes and blocks. With write-back (Config::write_back) a write is answered once
+// WriteBack holds it, and fsync, close (FLUSH) and a directory's fsync return once the hub has
+// everything written before them; a write-back failure is returned by the file's next write,
+// fsync or close. Reads, truncates, renames, links and unlinks of a file wait for its held
+// writes first. Without write-back, each write returns only when the hub has it (RemoteFs).
 //
 // The hint control file `<root>/.spoke-hints` (kHintFileName, inode kHintIno) is the agent's
 // own: lookup, create, open, write, setattr (truncate) and release work on it even on
@@ -46,6 +49,7 @@
 #include "cache-agent/fs/metadata_cache.h"
 #include "cache-agent/fs/open_records.h"
 #include "cache-agent/fs/prefetch_driver.h"
+#include "cache-agent/fs/write_back.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
@@ -68,6 +72,9 @@ class VolumeFs {
     // over (must outlive the VolumeFs). Null: writable handles of an earlier agent are
     // reopened as the agent.
     OpenRecords* open_records = nullptr;
+    // Scratch volumes with writeMode writeback.
+    bool write_back = false;
+    WriteBack::Config write_back_config;
   };
 
   struct OpenFile {
@@ -77,6 +84,8 @@ class VolumeFs {
     // The kernel may hold attributes an earlier agent gave it for this inode (a connection
     // taken over): the adapter invalidates them, so that its size is the one this open reads.
     bool kernel_attrs_stale = false;
+    // close() must wait for the agent (FLUSH): the handle's held writes reach the hub first.
+    bool flush = false;
   };
 
   // `prefetch` may be null (prefetch off). All references must outlive the VolumeFs.
@@ -150,6 +159,11 @@ class VolumeFs {
     return SetAttr(ino, request, Credentials{});
   }
   Status Fsync(uint64_t handle);
+  // close(): the handle's file's held writes are on the hub, or their error.
+  Status Flush(uint64_t handle);
+  // fsync of a directory: every held write of the volume is on the hub (a file renamed into
+  // it included).
+  Status FsyncDir(uint64_t ino);
   // Handles (fh) outlive the agent process in the kernel: each encodes what reopens it (bit 0:
   // writable, bit 1: the hint file, then a tag of the content version it was opened on; ids
   // count from the wall clock so no process reuses one).
@@ -214,6 +228,11 @@ class VolumeFs {
     // writes are refused rather than made as anyone else.
     bool opener_unknown = false;
     Credentials who;  // the opener: the handle's writes reach the hub as this caller
+    // Write-back: the open record carries the held mark (OpenRecords::MarkHeld).
+    std::atomic<bool> marked{false};
+    // An earlier agent's handle that had answered writes not known to be on the hub: the next
+    // write, fsync or close fails with EIO once, so that the writer learns of a possible loss.
+    std::atomic<bool> lost_writes{false};
     Mutex mu;
     BlockData last_block GUARDED_BY(mu);
     uint64_t last_index GUARDED_BY(mu) = UINT64_MAX;
@@ -231,6 +250,10 @@ class VolumeFs {
   static Status CheckOpenerKnown(const Handle& h);
   Result<std::shared_ptr<Handle>> MakeHandle(uint64_t ino, bool write);
   void DropBlocks(uint64_t file_id);
+  // Write-back: waits for the held writes of `ino` (no-op without write-back).
+  Status WaitForWrites(uint64_t ino);
+  // fsync/close: the file's held writes on the hub (or their error), the handle's mark settled.
+  Status SettleWrites(uint64_t id, Handle& h);
   void MarkChanged(uint64_t ino, std::optional<uint64_t> size);
   static bool IsHintName(uint64_t parent, const std::string& name);
   static bool IsHiddenName(const std::string& name);
@@ -253,6 +276,7 @@ class VolumeFs {
   BlockFetcher& fetcher_;
   PrefetchDriver* prefetch_;
   Clock& clock_;
+  std::unique_ptr<WriteBack> write_back_;  // null without write-back
 
   mutable Mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_ GUARDED_BY(mu_);

@@ -42,6 +42,7 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
   out.handle = NewHandle(h);
   RecordOpener(out.handle, *h);
   out.direct_io = config_.consistency == Consistency::kStrict;
+  out.flush = write_back_ != nullptr;
   return std::make_pair(ia, out);
 }
 
@@ -66,12 +67,38 @@ Result<size_t> VolumeFs::Write(uint64_t handle, uint64_t offset, const char* dat
     path = h->file.path;
     file_id = h->file.file_id;
   }
+  if (h->lost_writes.exchange(false)) {
+    if (h->marked.exchange(false) && config_.open_records != nullptr) {
+      config_.open_records->MarkSettled(handle);
+    }
+    return std::unexpected(
+        Error::FromErrno(EIO, "writes to " + path +
+                                  " answered before the agent restarted may not have reached "
+                                  "the hub"));
+  }
   size_t n = 0;
   uint64_t end = 0;
   if (h->append && !resent) {
     // The kernel's offset is its own idea of the end; another node may have appended since.
+    // The hub's end includes this file's held writes only once they are on it.
+    if (write_back_ != nullptr) {
+      SPOKE_RETURN_IF_ERROR(write_back_->WaitIdle(h->ino));
+      if (auto e = write_back_->TakeError(h->ino)) return std::unexpected(*e);
+    }
     SPOKE_TRY(end, remote_.AppendAs(h->who, path, data, size));
     n = size;
+  } else if (write_back_ != nullptr) {
+    // The mark is on disk before the write is answered: a successor agent then knows this
+    // handle's writer may have lost answered writes.
+    if (config_.open_records != nullptr && !h->marked.exchange(true)) {
+      if (auto st = config_.open_records->MarkHeld(handle); !st) {
+        h->marked = false;
+        return std::unexpected(st.error());
+      }
+    }
+    SPOKE_RETURN_IF_ERROR(write_back_->Write(h->ino, h->who, path, offset, data, size));
+    n = size;
+    end = offset + size;
   } else {
     SPOKE_TRY(n, remote_.WriteAs(h->who, path, offset, data, size));
     end = offset + n;
@@ -107,6 +134,7 @@ Status VolumeFs::Unlink(uint64_t parent, const std::string& name, const Credenti
   // The kernel looked the name up right before: what the cache has is what it holds (a
   // strict Lookup here would be one more hub round trip per unlink).
   auto child = metadata_.Known(parent, name);
+  if (child && !child->attr.is_dir()) SPOKE_RETURN_IF_ERROR(WaitForWrites(child->ino));
   if (child && !child->attr.is_dir() && HasHandles(child->ino)) {
     SPOKE_RETURN_IF_ERROR(HideOpenFile(parent, name, child->ino, who));
   } else {
@@ -139,6 +167,17 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   if (IsHiddenName(name) || IsHiddenName(new_name))
     return Fail(Code::kNotFound, "no entry " + (IsHiddenName(name) ? name : new_name));
   auto replaced = metadata_.Lookup(new_parent, new_name);
+  if (write_back_ != nullptr) {
+    // Held writes go by path: the moved file's (or, for a directory, those below it) and the
+    // replaced file's reach the hub under the names they were written to.
+    auto moving = metadata_.Known(parent, name);
+    if (!moving || moving->attr.is_dir()) {
+      SPOKE_RETURN_IF_ERROR(write_back_->WaitAllIdle());
+    } else {
+      SPOKE_RETURN_IF_ERROR(WaitForWrites(moving->ino));
+    }
+    if (replaced && !replaced->attr.is_dir()) SPOKE_RETURN_IF_ERROR(WaitForWrites(replaced->ino));
+  }
   std::optional<InodeAttr> aside;  // the replaced file, open here, moved to a hidden name
   std::string aside_name;
   if (replaced && !replaced->attr.is_dir() && HasHandles(replaced->ino)) {
@@ -181,6 +220,8 @@ Result<FileAttr> VolumeFs::SetAttr(uint64_t ino, const SetAttrRequest& request,
   if (ino == kHintIno) return HintAttr();  // truncate (> redirection), touch: nothing to do
   SPOKE_RETURN_IF_ERROR(CheckWritable());
   SPOKE_TRY(auto path, metadata_.PathOf(ino));
+  // A truncate (or chmod that takes the writer's permission) comes after the writes before it.
+  SPOKE_RETURN_IF_ERROR(WaitForWrites(ino));
   SPOKE_TRY(auto attr, remote_.SetAttrAs(who, path, request));
   if (request.size) {
     DropBlocks(attr.file_id);
@@ -195,12 +236,25 @@ Status VolumeFs::Fsync(uint64_t handle) {
   if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
   if (!h->writable || h->hints || config_.read_only) return Ok();  // nothing of ours to flush
   SPOKE_RETURN_IF_ERROR(CheckOpenerKnown(*h));
+  SPOKE_RETURN_IF_ERROR(SettleWrites(handle, *h));
   std::string path;
   {
     MutexLock lock(mu_);
     path = h->file.path;
   }
   return remote_.FsyncAs(h->who, path);
+}
+
+Status VolumeFs::Flush(uint64_t handle) {
+  auto h = Get(handle);
+  if (!h) return Fail(Code::kInvalidArgument, "unknown file handle");
+  if (!h->writable || h->hints || config_.read_only) return Ok();
+  return SettleWrites(handle, *h);
+}
+
+Status VolumeFs::FsyncDir(uint64_t) {
+  if (write_back_ == nullptr) return Ok();
+  return write_back_->WaitAllIdle();
 }
 
 Result<InodeAttr> VolumeFs::Symlink(uint64_t parent, const std::string& name,
@@ -226,6 +280,7 @@ Result<InodeAttr> VolumeFs::Link(uint64_t ino, uint64_t new_parent, const std::s
   SPOKE_RETURN_IF_ERROR(CheckWritable());
   SPOKE_TRY(auto existing, metadata_.PathOf(ino));
   SPOKE_TRY(auto path, ChildPath(new_parent, new_name));
+  SPOKE_RETURN_IF_ERROR(WaitForWrites(ino));
   SPOKE_TRY(auto attr, remote_.LinkAs(who, existing, path));
   metadata_.Invalidate(new_parent);
   metadata_.Invalidate(ino);  // nlink and ctime changed

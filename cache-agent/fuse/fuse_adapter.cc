@@ -302,7 +302,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = r->handle;
   fi->keep_cache = r->keep_cache;
   fi->direct_io = r->direct_io;
-  fi->noflush = 1;  // see the note at the flush handler in Ops()
+  fi->noflush = r->flush ? 0 : 1;  // see the note at the flush handler in Ops()
   // Interrupted: the kernel never learns the handle (no RELEASE comes), which would keep the
   // inode for good.
   if (fuse_reply_open(req, fi) != 0) (void)self->fs().Release(fi->fh);
@@ -346,6 +346,19 @@ void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (!EnsureHandle(req, "flush", ino, fi)) return;
+  auto r = Self(req)->fs().Flush(fi->fh);
+  if (!r) return ReplyError(req, "flush", r.error());
+  fuse_reply_err(req, 0);
+}
+
+void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  auto r = Self(req)->fs().FsyncDir(ino);
+  if (!r) return ReplyError(req, "fsyncdir", r.error());
+  fuse_reply_err(req, 0);
+}
+
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
              fuse_file_info* fi) {
   if (!EnsureHandle(req, "write", ino, fi)) return;
@@ -381,7 +394,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   auto e = Entry(self, r->first.ino, r->first.attr);
   fi->fh = r->second.handle;
   fi->direct_io = r->second.direct_io;
-  fi->noflush = 1;
+  fi->noflush = r->second.flush ? 0 : 1;
   if (fuse_reply_create(req, &e, fi) != 0) {
     // Interrupted: the kernel took neither the reference nor the handle.
     self->fs().Forget(e.ino, 1);
@@ -507,11 +520,14 @@ const fuse_lowlevel_ops& Ops() {
     o.open = OpOpen;
     o.read = OpRead;
     o.release = OpRelease;
-    // Nothing to flush (writes are on the hub when write() returns): every open answers
-    // FOPEN_NOFLUSH (kernels 5.16+), so a close() never waits for the agent, also while it
+    // Only a writable handle of a write-back volume has anything to flush (its held writes,
+    // which close() waits for as on a kernel NFS mount); every other open answers
+    // FOPEN_NOFLUSH (kernels 5.16+), so its close() never waits for the agent, also while it
     // restarts; that matters to any process that forks and execs with a file of the mount
-    // open (exec closes it). Older kernels send one FLUSH, get ENOSYS and stop sending.
+    // open (exec closes it).
+    o.flush = OpFlush;
     o.fsync = OpFsync;
+    o.fsyncdir = OpFsyncdir;
     o.write = OpWrite;
     o.create = OpCreate;
     o.mkdir = OpMkdir;

@@ -33,6 +33,9 @@ Status LibnfsRemote::Config::Validate() const {
     return bad("uid/gid: must be in 0..4294967294 (or -1, the process's own)");
   if (handle_cache_size < 16) return bad("handle_cache_size: must be >= 16");
   if (max_identities < 1) return bad("max_identities: must be >= 1");
+  if (write_lanes < 1 || write_lanes > 16) {
+    return bad("write_lanes: must be in 1..16, got " + std::to_string(write_lanes));
+  }
   return Ok();
 }
 
@@ -156,10 +159,11 @@ size_t LibnfsRemote::IdentityConnections() const {
   return identities_.size();
 }
 
-std::shared_ptr<NfsConnection> LibnfsRemote::ForIdentity(const Credentials& caller) {
+std::shared_ptr<NfsConnection> LibnfsRemote::ForIdentity(const Credentials& caller, int lane) {
   Credentials who = EffectiveIdentity(caller);
   std::string key = std::to_string(who.uid) + ":" + std::to_string(who.gid);
   for (uint32_t g : who.groups) key += "," + std::to_string(g);
+  if (lane > 0) key += "#" + std::to_string(lane);
   std::shared_ptr<NfsConnection> evicted;  // destroyed outside the lock (joins its thread)
   MutexLock lock(identities_mu_);
   auto it = identities_.find(key);

@@ -84,9 +84,12 @@ class LibnfsRemote final : public RemoteFs {
     uint32_t fixed_uid = 65534;
     uint32_t fixed_gid = 65534;
     bool allow_root = false;
-    // Identities with their own hub connection (one libnfs context carries one AUTH_SYS
-    // credential); the least recently used idle one is closed beyond this.
+    // Identity connections (one libnfs context carries one AUTH_SYS credential; each write
+    // lane is one); the least recently used idle one is closed beyond this.
     size_t max_identities = 64;
+    // Connections per identity that pipelined WRITEs (WriteAsAsync) are spread over, by file
+    // and 1 MiB range: one connection's loop thread carries less than the link does.
+    int write_lanes = 4;
     // kInvalidArgument naming the field.
     Status Validate() const;
   };
@@ -124,6 +127,8 @@ class LibnfsRemote final : public RemoteFs {
   Result<FileAttr> MkdirAs(const Credentials& who, const std::string& path, uint32_t mode) override;
   Result<size_t> WriteAs(const Credentials& who, const std::string& path, uint64_t offset,
                          const char* data, size_t length) override;
+  void WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                    std::shared_ptr<const std::vector<char>> data, WriteDone done) override;
   Result<uint64_t> AppendAs(const Credentials& who, const std::string& path, const char* data,
                             size_t length) override;
   Result<FileAttr> SymlinkAs(const Credentials& who, const std::string& target,
@@ -175,8 +180,8 @@ class LibnfsRemote final : public RemoteFs {
   NfsConnection& ForPath(const std::string& path);
   NfsConnection& Writer() { return *connections_[0]; }
   // The connection whose context carries `who` (mapped by EffectiveIdentity); opened on
-  // first use.
-  std::shared_ptr<NfsConnection> ForIdentity(const Credentials& who);
+  // first use. `lane` (< write_lanes) picks one of the identity's write connections.
+  std::shared_ptr<NfsConnection> ForIdentity(const Credentials& who, int lane = 0);
   NfsConnection::Options BaseOptions(int index) const;
   // Shared bodies of the calls with and without Credentials.
   Result<FileAttr> CreateOn(NfsConnection& c, const std::string& path, uint32_t mode,
@@ -184,6 +189,12 @@ class LibnfsRemote final : public RemoteFs {
   Result<FileAttr> MkdirOn(NfsConnection& c, const std::string& path, uint32_t mode);
   Result<size_t> WriteOn(NfsConnection& c, const std::string& path, uint64_t offset,
                          const char* data, size_t length);
+  // One WRITE job's attempt: the payload in write_max() chunks, each FILE_SYNC.
+  using WriteAttempt =
+      std::function<void(NfsConnection&, nfs_context*, const std::shared_ptr<NfsJob>&,
+                         const std::function<void(size_t)>& deliver)>;
+  static WriteAttempt WriteChunks(const std::string& path, uint64_t offset,
+                                  std::shared_ptr<const std::vector<char>> payload);
   Result<FileAttr> SetAttrOn(NfsConnection& c, const std::string& path,
                              const SetAttrRequest& request);
   Status UnlinkOn(NfsConnection& c, const std::string& path);

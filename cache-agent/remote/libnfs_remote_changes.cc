@@ -1,6 +1,7 @@
 // LibnfsRemote: changes to the hub (writes, creates, removals, renames, attributes, links),
 // as the agent or as a caller.
 #include <cstring>
+#include <functional>
 
 #include "cache-agent/remote/libnfs_calls.h"
 #include "cache-agent/remote/libnfs_remote.h"
@@ -11,6 +12,28 @@ namespace spoke::agent {
 
 using namespace libnfs_calls;  // NOLINT(google-build-using-namespace): this library's own helpers
 
+namespace {
+
+// libnfs 4.0 reports a WRITE the hub refused (NFS3ERR_NOSPC, _DQUOT, _ACCES, ...) as EFAULT,
+// its code for a socket failure, and keeps the hub's status in the context's error text:
+// "NFS: Write failed with NFS3ERR_NOSPC(-28)". That errno is the one to answer, not a retry.
+int HubRefusal(nfs_context* ctx, int err, std::string* why) {
+  if (err != -EFAULT || ctx == nullptr) return err;
+  const char* text = nfs_get_error(ctx);
+  if (text == nullptr) return err;
+  std::string_view t(text);
+  size_t at = t.find("NFS3ERR_");
+  if (at == std::string_view::npos) return err;
+  size_t open = t.find("(-", at);
+  if (open == std::string_view::npos) return err;
+  int code = std::atoi(text + open + 2);
+  if (code <= 0) return err;
+  *why = std::string(t);
+  return -code;
+}
+
+}  // namespace
+
 Result<size_t> LibnfsRemote::Write(const std::string& path, uint64_t offset, const char* data,
                                    size_t length) {
   return WriteOn(Writer(), path, offset, data, length);
@@ -19,32 +42,59 @@ Result<size_t> LibnfsRemote::Write(const std::string& path, uint64_t offset, con
 Result<size_t> LibnfsRemote::WriteOn(NfsConnection& conn, const std::string& path, uint64_t offset,
                                      const char* data, size_t length) {
   auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
-  std::string key = path;
   // The job owns its payload: after a timeout the caller's buffer may be reused while
   // chunks are still queued on the loop.
   auto payload = std::make_shared<const std::vector<char>>(data, data + length);
-  return RunBlocking<size_t>(
-      conn, in_flight_, job,
-      [key, offset, payload](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
+  return RunBlocking<size_t>(conn, in_flight_, job, WriteChunks(path, offset, payload));
+}
+
+void LibnfsRemote::WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                                std::shared_ptr<const std::vector<char>> data, WriteDone done) {
+  // Lanes by file and MiB: a big file's range and many small files both spread over them.
+  // Overlapping writes never race across lanes: WriteBack holds one until the other's reply.
+  const size_t lane =
+      (std::hash<std::string>{}(path) + (offset >> 20)) % static_cast<size_t>(config_.write_lanes);
+  auto conn = ForIdentity(who, static_cast<int>(lane));
+  auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
+  auto shared_done = std::make_shared<WriteDone>(std::move(done));
+  // The identity's connection stays open while its job runs.
+  job->on_error = [shared_done, conn](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  auto attempt = WriteChunks(path, offset, std::move(data));
+  std::function<void(size_t)> deliver = [shared_done, conn](size_t n) { (*shared_done)(n); };
+  job->attempt = [attempt, deliver](NfsConnection& c, nfs_context* ctx,
+                                    const std::shared_ptr<NfsJob>& j) {
+    attempt(c, ctx, j, deliver);
+  };
+  in_flight_->Add(1);
+  conn->Submit(std::move(job));
+}
+
+LibnfsRemote::WriteAttempt LibnfsRemote::WriteChunks(
+    const std::string& path, uint64_t offset, std::shared_ptr<const std::vector<char>> payload) {
+  std::string key = path;
+  return
+      [key, offset, payload](NfsConnection& c, nfs_context* ctx, const std::shared_ptr<NfsJob>& j,
                              const std::function<void(size_t)>& deliver) {
         c.GetHandle(key, true,
-                    [&c, j, offset, payload, deliver](int err, const char* msg,
-                                                      std::shared_ptr<NfsHandle> h) {
+                    [&c, ctx, j, offset, payload, deliver](int err, const char* msg,
+                                                           std::shared_ptr<NfsHandle> h) {
                       if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
                       auto done = std::make_shared<size_t>(0);
                       auto step = std::make_shared<std::function<void()>>();
-                      *step = [&c, j, h, offset, payload, deliver, done, step]() {
+                      *step = [&c, ctx, j, h, offset, payload, deliver, done, step]() {
                         size_t want = std::min<size_t>(payload->size() - *done, c.write_max());
                         c.Call(
                             [&](nfs_context* ctx, auto tramp, void* priv) {
                               return nfs_pwrite_async(ctx, h->fh, offset + *done, want,
                                                       payload->data() + *done, tramp, priv);
                             },
-                            [&c, j, h, payload, deliver, done, step](int err, void* d) {
+                            [&c, ctx, j, h, payload, deliver, done, step](int err, void* d) {
                               if (err < 0) {
                                 c.ReleaseHandle(h);
                                 *step = nullptr;
-                                return c.AttemptFailed(j, err, Msg(d));
+                                std::string why = Msg(d);
+                                err = HubRefusal(ctx, err, &why);
+                                return c.AttemptFailed(j, err, why);
                               }
                               *done += static_cast<size_t>(err);
                               // A job that already failed (deadline) issues no further chunk.
@@ -68,7 +118,7 @@ Result<size_t> LibnfsRemote::WriteOn(NfsConnection& conn, const std::string& pat
                       }
                       (*step)();
                     });
-      });
+      };
 }
 
 Result<FileAttr> LibnfsRemote::Create(const std::string& path, uint32_t mode) {

@@ -54,6 +54,11 @@ Result<size_t> RemoteFs::WriteAs(const Credentials&, const std::string&, uint64_
                                  size_t) {
   return std::unexpected(NotSupported("write"));
 }
+void RemoteFs::WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                            std::shared_ptr<const std::vector<char>> data, WriteDone done) {
+  done(WriteAs(who, path, offset, data->data(), data->size()));
+}
+
 Result<uint64_t> RemoteFs::AppendAs(const Credentials&, const std::string&, const char*, size_t) {
   return std::unexpected(NotSupported("append"));
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -165,6 +166,14 @@ class RemoteFs {
   // its first chunk, so `data` is not read after the call returned (also on timeout).
   virtual Result<size_t> WriteAs(const Credentials& who, const std::string& path, uint64_t offset,
                                  const char* data, size_t length);
+  // Starts a stable write (FILE_SYNC: the hub has the bytes when `done` gets the count) of
+  // `data` at `offset` as `who`; `done` runs on an I/O thread, within the request timeout.
+  // Never blocks for the network: many writes may be in flight at once, and the hub may
+  // apply them in any order (callers keep overlapping ones apart). The default runs WriteAs
+  // and calls `done` before returning.
+  using WriteDone = std::function<void(Result<size_t>)>;
+  virtual void WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                            std::shared_ptr<const std::vector<char>> data, WriteDone done);
   // O_APPEND: writes at the hub's current size (GETATTR, then WRITE at that offset) and
   // returns the size after the write. Not atomic against other clients appending at the
   // same moment (NFSv3 has no append).

@@ -207,6 +207,15 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   vc.volume_id = config.volume_id;
   vc.read_only = vol->read_only_;
   vc.consistency = context.cache.consistency;
+  vc.write_back = context.write_mode == WriteMode::kWriteBack;
+  {
+    // A hub restart (a few request timeouts) is ridden out; waits sit above the retries.
+    auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(1.0, context.hub_timeout_seconds) * 1000));
+    vc.write_back_config.retry_bound =
+        std::max<std::chrono::milliseconds>(std::chrono::seconds(30), 3 * timeout);
+    vc.write_back_config.wait_bound = vc.write_back_config.retry_bound + 2 * timeout;
+  }
   vol->fs_ =
       std::make_unique<VolumeFs>(vc, *vol->remote_, *vol->metadata_, *vol->fetcher_,
                                  vol->driver_->empty() ? nullptr : vol->driver_.get(), clock);

@@ -97,6 +97,7 @@ TEST(VolumeParamsTest, RefusalsSayTheValueAndWhatIsAccepted) {
       {"mode", "rw", {"parameter mode", "dataset | scratch", "'rw'"}},
       {"prefetch", "always", {"parameter prefetch", "off | readahead | auto", "'always'"}},
       {"allowRoot", "yes", {"parameter allowRoot", "true | false", "'yes'"}},
+      {"writeMode", "async", {"parameter writeMode", "sync | writeback", "'async'"}},
       {"server", std::string(254, 'h'), {"parameter server", "at most 253", "254"}},
       {"subDir", "my dir", {"parameter subDir", "space", "'my dir'"}},
       {"subDir", "a?b", {"parameter subDir", "'?'", "? & = # %"}},
@@ -109,6 +110,22 @@ TEST(VolumeParamsTest, RefusalsSayTheValueAndWhatIsAccepted) {
       EXPECT_NE(err.find(part), std::string::npos) << k << "=" << v << ": " << err;
     }
   }
+}
+
+TEST(VolumeParamsTest, WriteModeDefaultsToWriteBackAndReachesTheContext) {
+  auto p = ParseVolumeParams(Base());
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->write_mode, WriteMode::kWriteBack);
+  StringMap m = Base();
+  m["writeMode"] = "sync";
+  p = ParseVolumeParams(m);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->write_mode, WriteMode::kSync);
+  auto ctx = MakeVolumeContext(*p, "pv-1");
+  EXPECT_EQ(ctx.ToMap().at("writeMode"), "sync");
+  auto back = VolumeContext::FromMap(ctx.ToMap());
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->write_mode, WriteMode::kSync);
 }
 
 TEST(VolumeParamsTest, ProvisionerMetadataIsNotAnUnknownParameter) {

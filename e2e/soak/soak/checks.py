@@ -5,7 +5,6 @@ import errno
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -145,7 +144,7 @@ def start_watchdog(args, cluster, ledger, work):
             if p and p.poll() is None:
                 p.kill()
         for mnt in (cluster.ds_mnt, cluster.sc_mnt):
-            subprocess.run(["umount", "-l", mnt], capture_output=True, timeout=30)
+            cluster.launcher.run(["umount", "-l", mnt], timeout=30)
         cluster.stop_hub()
         print("soak: work dir kept: %s" % work, file=sys.stderr)
         sys.stderr.flush()

@@ -8,6 +8,8 @@ import threading
 import time
 import urllib.request
 
+from .launcher import Launcher
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -40,6 +42,8 @@ class Cluster:
         self.agent_lock = threading.Lock()
         self.agent_restarts = 0
         self.rss_max_kb = 0
+        # Before anything is mounted: every later process is forked by it (launcher.py).
+        self.launcher = Launcher()
 
     def missing(self):
         return [p for p in (self.agent_bin, self.ctl_bin, self.proxy_bin, self.hub_script,
@@ -50,9 +54,8 @@ class Cluster:
         successor takes the connections over and the mounts never go away."""
         if not self.keeper_socket:
             return
-        self.keeper = subprocess.Popen(
-            [self.keeper_bin, "--socket", self.keeper_socket],
-            stdout=open(os.path.join(self.work, "keeper.log"), "w"), stderr=subprocess.STDOUT)
+        self.keeper = self.launcher.spawn([self.keeper_bin, "--socket", self.keeper_socket],
+                                          os.path.join(self.work, "keeper.log"))
         deadline = time.monotonic() + 10
         while not os.path.exists(self.keeper_socket):
             if time.monotonic() > deadline or self.keeper.poll() is not None:
@@ -60,24 +63,24 @@ class Cluster:
             time.sleep(0.05)
 
     def start_hub(self):
-        out = subprocess.run([self.hub_script, "start", self.hub_dir] + self.hub_ports,
-                             capture_output=True, text=True, timeout=60)
+        out = self.launcher.run([self.hub_script, "start", self.hub_dir] + self.hub_ports,
+                                timeout=60)
         if out.returncode != 0:
             raise RuntimeError("spoke-hub start failed: " + out.stderr.strip())
         kv = dict(w.split("=", 1) for w in out.stdout.split())
         self.hub_ports = [kv["NFS_PORT"], kv["MOUNT_PORT"]]
 
     def stop_hub(self):
-        subprocess.run([self.hub_script, "stop", self.hub_dir], capture_output=True, timeout=60)
+        self.launcher.run([self.hub_script, "stop", self.hub_dir], timeout=60)
 
     def start_proxy(self):
         self.wan_nfs, self.wan_mnt = free_port(), free_port()
-        self.proxy = subprocess.Popen(
+        self.proxy = self.launcher.spawn(
             [self.proxy_bin, "--delay-ms", str(self.args.delay_ms),
              "--route", "127.0.0.1:%d=127.0.0.1:%s" % (self.wan_nfs, self.hub_ports[0]),
              "--route", "127.0.0.1:%d=127.0.0.1:%s" % (self.wan_mnt, self.hub_ports[1]),
              "--control-socket", self.control],
-            stdout=open(os.path.join(self.work, "proxy.log"), "w"), stderr=subprocess.STDOUT)
+            os.path.join(self.work, "proxy.log"))
         deadline = time.monotonic() + 10
         while not os.path.exists(self.control):
             if time.monotonic() > deadline or self.proxy.poll() is not None:
@@ -110,10 +113,9 @@ class Cluster:
     def start_agent(self, timeout=30):
         if os.path.exists(self.socket):
             os.unlink(self.socket)
-        logf = open(os.path.join(self.agent_dir, "agent.log"), "a")
-        self.agent = subprocess.Popen(
+        self.agent = self.launcher.spawn(
             [self.agent_bin, "--config", os.path.join(self.agent_dir, "agent.yaml")],
-            stdout=logf, stderr=subprocess.STDOUT)
+            os.path.join(self.agent_dir, "agent.log"))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.agent.poll() is not None:
@@ -129,8 +131,8 @@ class Cluster:
         raise RuntimeError("spoke-cache-agent did not become healthy in %d s" % timeout)
 
     def spokectl(self, *a, timeout=60):
-        return subprocess.run([self.ctl_bin, "--socket", self.socket] + list(a),
-                              capture_output=True, text=True, timeout=timeout)
+        return self.launcher.run([self.ctl_bin, "--socket", self.socket] + list(a),
+                                 timeout=timeout)
 
     def url(self, sub):
         return "nfs://127.0.0.1%s/%s?nfsport=%d&mountport=%d" % (
@@ -225,6 +227,6 @@ class Cluster:
                     p.kill()
                     p.wait()
         for mnt in (self.ds_mnt, self.sc_mnt):
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
+            self.launcher.run(["umount", "-l", mnt], timeout=30)
         self.stop_hub()
 

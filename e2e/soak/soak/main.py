@@ -172,7 +172,7 @@ def main():
         if r.returncode != 0:
             ledger.add_violation("spokectl unmount %s failed: %s%s"
                                  % (cluster.sc_mnt, r.stdout, r.stderr))
-            subprocess.run(["umount", "-l", cluster.sc_mnt], capture_output=True)
+            cluster.launcher.run(["umount", "-l", cluster.sc_mnt], timeout=30)
         lost = sum(lost_records(w, os.path.join(cluster.export, "scratch"), cluster.sc_mnt,
                                 ledger) for w in writers)
         if cluster.rss_max_kb / 1024 > args.rss_budget_mb:

@@ -38,7 +38,8 @@ std::string Pattern(size_t n, int seed) {
 
 struct Rig {
   explicit Rig(Consistency c = Consistency::kImmutable, bool read_only = true,
-               bool with_cache = true, PrefetchMode prefetch = PrefetchMode::kOff)
+               bool with_cache = true, PrefetchMode prefetch = PrefetchMode::kOff,
+               bool write_back = false)
       : cache(kBlock) {
     MetadataCache::Config mc;
     mc.consistency = c;
@@ -55,6 +56,10 @@ struct Rig {
     vc.volume_id = "vol";
     vc.read_only = read_only;
     vc.consistency = c;
+    vc.write_back = write_back;
+    vc.write_back_config.retry_bound = std::chrono::milliseconds(200);
+    vc.write_back_config.wait_bound = std::chrono::seconds(5);
+    vc.write_back_config.first_backoff = std::chrono::milliseconds(1);
     fs = std::make_unique<VolumeFs>(vc, remote, *meta, *fetcher, driver.get(), clock);
   }
   ~Rig() {
@@ -1339,6 +1344,86 @@ TEST(VolumeFs, StrictUnlinkAfterTheKernelsLookupOnlyRemovesOnTheHub) {
   auto gone = rig.fs->Lookup(kRootIno, "f");
   ASSERT_FALSE(gone);
   EXPECT_EQ(gone.error().code(), Code::kNotFound);
+}
+
+TEST(VolumeFsWriteBack, WritesAreReadBackAndOnTheHubAtFlush) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false, true, PrefetchMode::kOff,
+          /*write_back=*/true);
+  rig.Init();
+  auto c = rig.fs->Create(kRootIno, "ckpt.pt", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->second.flush) << "close must wait for the held writes";
+  const uint64_t h = c->second.handle, ino = c->first.ino;
+  const std::string data = Pattern(3 * kBlock + 11, 9);
+  for (size_t off = 0; off < data.size(); off += kBlock) {
+    size_t n = std::min<size_t>(kBlock, data.size() - off);
+    ASSERT_TRUE(rig.fs->Write(h, off, data.data() + off, n));
+  }
+  auto attr = rig.fs->GetAttr(ino);
+  ASSERT_TRUE(attr);
+  EXPECT_EQ(attr->size, data.size());
+  EXPECT_EQ(rig.ReadAll("ckpt.pt"), data);
+  EXPECT_TRUE(rig.fs->Flush(h));
+  EXPECT_EQ(rig.remote.Data("ckpt.pt"), data);
+  EXPECT_TRUE(rig.fs->Release(h));
+  // A read-only open has nothing to flush.
+  auto r = rig.fs->Open(ino, O_RDONLY);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->flush);
+  EXPECT_TRUE(rig.fs->Release(r->handle));
+}
+
+TEST(VolumeFsWriteBack, AFailedWriteBackFailsTheNextWriteOrFlushOnce) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false, true, PrefetchMode::kOff,
+          /*write_back=*/true);
+  rig.Init();
+  auto c = rig.fs->Create(kRootIno, "gone.bin", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(c);
+  const uint64_t h = c->second.handle;
+  ASSERT_TRUE(rig.remote.Unlink("gone.bin"));  // behind the agent's back: the WRITE fails
+  const std::string data(100, 'x');
+  ASSERT_TRUE(rig.fs->Write(h, 0, data.data(), data.size())) << "answered once held";
+  auto next = rig.fs->Write(h, 100, data.data(), data.size());
+  ASSERT_FALSE(next);
+  EXPECT_EQ(next.error().code(), Code::kNotFound);
+  EXPECT_TRUE(rig.fs->Flush(h)) << "reported once";
+  ASSERT_TRUE(rig.fs->Write(h, 0, data.data(), data.size()));
+  auto flushed = rig.fs->Flush(h);
+  ASSERT_FALSE(flushed);
+  EXPECT_EQ(flushed.error().code(), Code::kNotFound);
+  EXPECT_TRUE(rig.fs->Release(h));
+}
+
+TEST(VolumeFsWriteBack, AHubDownLongerThanTheRetryBoundFailsFsync) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false, true, PrefetchMode::kOff,
+          /*write_back=*/true);
+  rig.Init();
+  auto c = rig.fs->Create(kRootIno, "f.bin", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(c);
+  const uint64_t h = c->second.handle;
+  rig.remote.SetDown(true);
+  const std::string data(100, 'y');
+  ASSERT_TRUE(rig.fs->Write(h, 0, data.data(), data.size()));
+  auto st = rig.fs->Fsync(h);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), Code::kUnavailable);
+  rig.remote.SetDown(false);
+  ASSERT_TRUE(rig.fs->Write(h, 0, data.data(), data.size()));
+  EXPECT_TRUE(rig.fs->Fsync(h));
+  EXPECT_EQ(rig.remote.Data("f.bin"), data);
+  EXPECT_TRUE(rig.fs->Release(h));
+}
+
+TEST(VolumeFsWriteBack, SyncModeHasNothingToFlush) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.Init();
+  auto c = rig.fs->Create(kRootIno, "s.bin", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(c->second.flush);
+  const std::string data(10, 'z');
+  ASSERT_TRUE(rig.fs->Write(c->second.handle, 0, data.data(), data.size()));
+  EXPECT_EQ(rig.remote.Data("s.bin"), data) << "on the hub when write returns";
+  EXPECT_TRUE(rig.fs->Release(c->second.handle));
 }
 
 }  // namespace

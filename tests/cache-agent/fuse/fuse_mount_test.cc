@@ -415,9 +415,11 @@ TEST_F(FuseMount, DatasetReadsAreExactCachedAndSurviveAHubOutage) {
   EXPECT_FALSE(Mounted(mnt2.path()));
 }
 
+// writeMode sync: each write is on the hub when write() returns.
 TEST_F(FuseMount, ScratchWritesAreOnTheHubWhenWriteAndCloseReturn) {
   testing::TempDir mnt("spoke-mnt");
   auto ctx = Context(VolumeMode::kScratch, "scratch");
+  ctx.write_mode = WriteMode::kSync;
   auto vol = MountAt("vol-scratch", ctx, mnt.path());
   ASSERT_NE(vol, nullptr);
   std::string hub_dir = hub_->export_dir() + "/scratch";

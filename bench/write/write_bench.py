@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Writes against the link: a big sequential write and a checkpoint save through a Spoke
+scratch mount over the WAN proxy, with writeMode writeback and sync, next to what the same
+link carries for reads, in one run on one hub and proxy.
+
+  write_bench.py [--build-dir build/dev] [--size-mib 2048] [--ckpt-mib 1024] [--delay-ms 30]
+                 [--modes writeback,sync] [--out DIR] [--keep-workdir]
+
+Phases, each on a fresh volume directory:
+  link-read   spoke-remote-link-bench reads a --size-mib file through the proxy with the
+              agent's connections and depth (no FUSE, no cache): what the link carries
+  dd          `dd if=/dev/zero of=MNT/dd.bin bs=1M count=SIZE`, timed to its exit (its close
+              included: close returns once the hub has every byte)
+  close       the same write from Python: seconds in write() and seconds in close()
+  checkpoint  torch.save of a state dict of --ckpt-mib (float32 tensors of 64 MiB at most),
+              then close; without torch (python3-torch), the same bytes written as
+              pickle-framed raw arrays of the same shape, and the table says so (the
+              interpreter running this script is the one used: Debian's python3-torch is
+              on /usr/bin/python3)
+Prints a table and writes results.md to --out (default bench/write/results/<UTC time>).
+Needs root and /dev/fuse.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
+import spokebench  # noqa: E402
+
+CKPT_SCRIPT = r"""
+import os, sys, time
+path, mib = sys.argv[1], int(sys.argv[2])
+try:
+    import torch
+    kind = "torch.save"
+except ImportError:
+    torch = None
+    kind = "pickle of raw arrays (no torch)"
+tensors, left, i = {}, mib << 20, 0
+while left > 0:
+    n = min(left, 64 << 20)
+    if torch is not None:
+        tensors["layer%d.weight" % i] = torch.rand(n // 4)
+    else:
+        tensors["layer%d.weight" % i] = os.urandom(n)
+    left -= n
+    i += 1
+t0 = time.monotonic()
+f = open(path, "wb")
+if torch is not None:
+    torch.save(tensors, f)
+else:
+    import pickle
+    pickle.dump(tensors, f, protocol=5)
+t1 = time.monotonic()
+f.close()
+t2 = time.monotonic()
+print("RESULT kind=%s bytes=%d write_s=%.3f close_s=%.3f" % (
+    kind.replace(" ", "_"), os.path.getsize(path), t1 - t0, t2 - t1))
+"""
+
+CLOSE_SCRIPT = r"""
+import os, sys, time
+path, mib = sys.argv[1], int(sys.argv[2])
+buf = b"\0" * (1 << 20)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+t0 = time.monotonic()
+for _ in range(mib):
+    os.write(fd, buf)
+t1 = time.monotonic()
+os.close(fd)
+t2 = time.monotonic()
+print("RESULT bytes=%d write_s=%.3f close_s=%.3f" % (mib << 20, t1 - t0, t2 - t1))
+"""
+
+
+def log(msg):
+    print(time.strftime("%H:%M:%S ") + msg, flush=True)
+
+
+def result(out):
+    m = re.search(r"^RESULT (.*)$", out, re.M)
+    if not m:
+        raise RuntimeError("no RESULT line in:\n" + out)
+    return dict(w.split("=", 1) for w in m.group(1).split())
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        b = os.path.abspath(a.build_dir)
+        self.agent_bin = os.path.join(b, "cache-agent/agent/spoke-cache-agent")
+        self.ctl_bin = os.path.join(b, "cache-agent/cli/spokectl")
+        self.proxy_bin = os.path.join(b, "e2e/wan-proxy/spoke-wan-proxy")
+        self.link_bin = os.path.join(b, "bench/remote/spoke-remote-link-bench")
+        self.hub = os.path.join(ROOT, "scripts/spoke-hub")
+        self.work = tempfile.mkdtemp(prefix="spoke-write-bench-", dir="/var/tmp")
+        self.hub_dir = os.path.join(self.work, "hub")
+        self.sock = os.path.join(self.work, "agent.sock")
+        self.procs, self.mounts, self.rows = [], [], []
+        self.hub_started = False
+        self.out = os.path.abspath(a.out or os.path.join(
+            HERE, "results", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
+
+    def ctl(self, *args, timeout=900):
+        r = subprocess.run([self.ctl_bin, "--socket", self.sock] + list(args),
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError("spokectl %s: %s%s" % (" ".join(args), r.stdout, r.stderr))
+        return r.stdout
+
+    def setup(self):
+        for x in (self.agent_bin, self.ctl_bin, self.proxy_bin, self.link_bin, self.hub):
+            if not os.access(x, os.X_OK):
+                raise RuntimeError("not built: %s (ninja -C %s spoke-cache-agent spokectl "
+                                   "spoke-wan-proxy spoke-remote-link-bench)"
+                                   % (x, self.a.build_dir))
+        r = spokebench.start_hub(self.hub, self.hub_dir, check=True)
+        self.hub_started = True
+        kv = spokebench.hub_vars(r.stdout)
+        self.export = kv["EXPORT"]
+        wan_nfs, wan_mnt = spokebench.free_port(), spokebench.free_port()
+        self.proxy = subprocess.Popen(
+            spokebench.wan_proxy_argv(
+                self.proxy_bin, self.a.delay_ms,
+                [("127.0.0.1:%d" % wan_nfs, "127.0.0.1:%s" % kv["NFS_PORT"]),
+                 ("127.0.0.1:%d" % wan_mnt, "127.0.0.1:%s" % kv["MOUNT_PORT"])]),
+            stdout=open(os.path.join(self.work, "proxy.log"), "w"), stderr=subprocess.STDOUT)
+        self.procs.append(self.proxy)
+        self.url = "nfs://127.0.0.1%s/%%s?nfsport=%d&mountport=%d" % (self.export, wan_nfs,
+                                                                      wan_mnt)
+        with open(os.path.join(self.work, "agent.yaml"), "w") as f:
+            f.write("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: 4Gi\n"
+                    "stateDir: %s/state\nmountRoots: [%s]\nmetricsAddress: \"\"\n"
+                    "logLevel: info\nhub: {connections: 4, inflightPerConnection: 128}\n"
+                    "fuseKeeperSocket: \"\"\n" % (self.sock, self.work, self.work, self.work))
+        self.agent = subprocess.Popen(
+            [self.agent_bin, "--config", os.path.join(self.work, "agent.yaml")],
+            stdout=open(os.path.join(self.work, "agent.log"), "w"), stderr=subprocess.STDOUT)
+        self.procs.insert(0, self.agent)
+        for _ in range(200):
+            if self.agent.poll() is not None:
+                raise RuntimeError("the agent exited at start; see %s/agent.log" % self.work)
+            if os.path.exists(self.sock):
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("the agent did not come up within 10 s")
+
+    def cleanup(self):
+        for m in self.mounts:
+            subprocess.run([self.ctl_bin, "--socket", self.sock, "unmount", m],
+                           capture_output=True, timeout=300)
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        for m in self.mounts:
+            if os.path.ismount(m):
+                subprocess.run(["umount", "-l", m], capture_output=True)
+        if self.hub_started:
+            subprocess.run([self.hub, "stop", self.hub_dir], capture_output=True, timeout=60)
+        if self.a.keep_workdir:
+            log("work dir kept: " + self.work)
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def row(self, phase, mode, nbytes, seconds, close_s=None, note=""):
+        mbps = nbytes / seconds / 1e6
+        self.rows.append(dict(phase=phase, mode=mode, bytes=nbytes, seconds=seconds,
+                              mbps=mbps, close_s=close_s, note=note))
+        log("%-10s %-9s %8.1f MB/s %8.2f s%s %s" % (
+            phase, mode, mbps, seconds, "" if close_s is None else "  close %.2f s" % close_s,
+            note))
+
+    def link_read(self):
+        top = os.path.join(self.export, "link")
+        os.makedirs(top)
+        with open(os.path.join(top, "big.bin"), "wb") as f:
+            chunk = os.urandom(1 << 20)
+            for _ in range(self.a.size_mib):
+                f.write(chunk)
+        os.sync()
+        out = subprocess.run([self.link_bin, self.url % "link", "--connections", "4",
+                              "--inflight-per-connection", "128"], capture_output=True,
+                             text=True, timeout=1800, check=True).stdout
+        kv = result(out)
+        self.row("link-read", "-", int(kv["bytes"]), float(kv["read_s"]))
+        shutil.rmtree(top)
+
+    def mount(self, name, mode):
+        os.makedirs(os.path.join(self.export, name))
+        target = os.path.join(self.work, "mnt-" + name)
+        os.makedirs(target)
+        self.ctl("mount", self.url % name, target, "--mode", "scratch", "--write-mode", mode,
+                 "--allow-root")
+        self.mounts.append(target)
+        return target
+
+    def writes(self, mode):
+        mnt = self.mount("w-" + mode, mode)
+        t0 = time.monotonic()
+        subprocess.run(["dd", "if=/dev/zero", "of=" + os.path.join(mnt, "dd.bin"), "bs=1M",
+                        "count=%d" % self.a.size_mib], check=True, capture_output=True)
+        self.row("dd", mode, self.a.size_mib << 20, time.monotonic() - t0)
+        os.unlink(os.path.join(mnt, "dd.bin"))
+        out = subprocess.run([sys.executable, "-c", CLOSE_SCRIPT, os.path.join(mnt, "c.bin"),
+                              str(self.a.size_mib)], capture_output=True, text=True,
+                             check=True).stdout
+        kv = result(out)
+        w, c = float(kv["write_s"]), float(kv["close_s"])
+        self.row("close", mode, int(kv["bytes"]), w + c, close_s=c)
+        os.unlink(os.path.join(mnt, "c.bin"))
+        if self.a.ckpt_mib > 0:
+            out = subprocess.run([sys.executable, "-c", CKPT_SCRIPT,
+                                  os.path.join(mnt, "ckpt.pt"), str(self.a.ckpt_mib)],
+                                 capture_output=True, text=True, check=True).stdout
+            kv = result(out)
+            w, c = float(kv["write_s"]), float(kv["close_s"])
+            self.row("checkpoint", mode, int(kv["bytes"]), w + c, close_s=c,
+                     note=kv["kind"].replace("_", " "))
+
+    def report(self):
+        os.makedirs(self.out, exist_ok=True)
+        link = next((r["mbps"] for r in self.rows if r["phase"] == "link-read"), None)
+        lines = ["| phase | writeMode | MB | s | MB/s | vs link read | close() s | note |",
+                 "|---|---|---:|---:|---:|---:|---:|---|"]
+        for r in self.rows:
+            lines.append("| %s | %s | %.0f | %.2f | %.1f | %s | %s | %s |" % (
+                r["phase"], r["mode"], r["bytes"] / 1e6, r["seconds"], r["mbps"],
+                "%.2fx" % (r["mbps"] / link) if link else "n/a",
+                "" if r["close_s"] is None else "%.2f" % r["close_s"], r["note"]))
+        text = "\n".join(lines) + "\n"
+        with open(os.path.join(self.out, "results.md"), "w") as f:
+            f.write(text)
+        print(text)
+
+    def run(self):
+        self.setup()
+        self.link_read()
+        for mode in self.a.modes.split(","):
+            self.writes(mode)
+        self.report()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build-dir", default=os.path.join(ROOT, "build/dev"))
+    p.add_argument("--size-mib", type=int, default=2048)
+    p.add_argument("--ckpt-mib", type=int, default=1024)
+    p.add_argument("--delay-ms", type=int, default=30)
+    p.add_argument("--modes", default="writeback,sync")
+    p.add_argument("--out")
+    p.add_argument("--keep-workdir", action="store_true")
+    a = p.parse_args()
+    b = Bench(a)
+    try:
+        b.run()
+    finally:
+        b.cleanup()
+
+
+if __name__ == "__main__":
+    main()

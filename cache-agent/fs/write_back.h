@@ -1,0 +1,106 @@
+// WriteBack: a scratch volume's writes, answered once held here and sent to the hub with many
+// WRITEs in flight per file. Each WRITE is FILE_SYNC, so a reply means the bytes are stable on
+// the hub and nothing waits for a COMMIT or is kept after its reply; a hub that restarts
+// loses none of them. A WRITE that fails for the network (kTimeout, kUnavailable: the hub
+// restarting) is sent again, with backoff, until `retry_bound` has passed since its first
+// send; any other failure (ENOSPC, EDQUOT, EACCES, EIO), or running out of retries, is kept
+// as the file's error and returned by its next Write, Drain or TakeError.
+//
+// Bounds: the bytes held (copied, in flight or waiting for a retry) are at most
+// `budget_bytes` per volume; a Write waits for room, and waits for an earlier WRITE of an
+// overlapping range of the same file (so the hub applies them in the caller's order), both
+// at most `wait_bound`. Files are keyed by the caller's choice (the inode).
+// Thread-safe; `done` callbacks of the RemoteFs run on its I/O threads.
+#pragma once
+
+#if !__has_include("spoke_layer/fs.h")
+#error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache-agent/remote/remote_fs.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+
+namespace spoke::agent {
+
+class WriteBack {
+ public:
+  struct Config {
+    size_t budget_bytes = 64u << 20;
+    // How long a failed WRITE is sent again before its error is kept.
+    std::chrono::milliseconds retry_bound{60000};
+    // How long a Write waits for room or a Drain for the file's WRITEs (the hub's own bound
+    // per call sits below it).
+    std::chrono::milliseconds wait_bound{90000};
+    std::chrono::milliseconds first_backoff{100};
+  };
+
+  WriteBack(RemoteFs& remote, const Config& config);
+  // Waits (bounded by wait_bound) for the WRITEs in flight; what is left is dropped.
+  ~WriteBack();
+  WriteBack(const WriteBack&) = delete;
+  WriteBack& operator=(const WriteBack&) = delete;
+
+  // Copies `data` and starts its WRITE as `who`. Fails with the file's kept error (taking
+  // it), or kTimeout when no room came within wait_bound; the bytes are then not taken.
+  Status Write(uint64_t file, const Credentials& who, const std::string& path, uint64_t offset,
+               const char* data, size_t size);
+  // Waits until none of the file's WRITEs is held here, then returns and clears its error.
+  Status Drain(uint64_t file);
+  // Waits as Drain and leaves the error for the file's next Write, Drain or TakeError
+  // (reads, truncates and renames order themselves after the writes this way).
+  Status WaitIdle(uint64_t file);
+  // WaitIdle for every file (a directory's fsync, a rename of a directory).
+  Status WaitAllIdle();
+  std::optional<Error> TakeError(uint64_t file);
+  bool Holds(uint64_t file) const;
+  size_t held_bytes() const;
+
+ private:
+  struct Piece {
+    uint64_t file = 0;
+    Credentials who;
+    std::string path;
+    uint64_t offset = 0;
+    std::shared_ptr<const std::vector<char>> data;
+    std::chrono::steady_clock::time_point first_sent{};
+    std::chrono::milliseconds backoff{};
+    uint64_t id = 0;
+  };
+  struct FileState {
+    std::map<uint64_t, std::shared_ptr<Piece>> held;  // by piece id
+    std::optional<Error> error;
+  };
+
+  void Send(std::shared_ptr<Piece> p);
+  void Done(const std::shared_ptr<Piece>& p, Result<size_t> r);
+  bool OverlapsLocked(uint64_t file, uint64_t offset, size_t size) const REQUIRES(mu_);
+  void RetryLoop();
+  Status WaitLocked(MutexLock& lock, uint64_t file, const char* what) REQUIRES(mu_);
+  std::optional<Error> TakeErrorLocked(uint64_t file) REQUIRES(mu_);
+
+  RemoteFs& remote_;
+  Config config_;
+
+  mutable Mutex mu_;
+  CondVar changed_;  // a piece finished, a retry is due, or stopping
+  std::map<uint64_t, FileState> files_ GUARDED_BY(mu_);
+  size_t held_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<Piece>>> retries_
+      GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::thread retry_thread_;
+};
+
+}  // namespace spoke::agent
