@@ -35,28 +35,22 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "../.."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
+import spokebench  # noqa: E402
 T0 = time.monotonic()
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 def log(msg):
     print("[%7.1fs] %s" % (time.monotonic() - T0, msg), flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metric_sum(metrics, name):
@@ -132,33 +126,15 @@ def metric_deltas(before, after, names):
     return d
 
 
-class Bench:
+class Bench(spokebench.AgentRig):
     def __init__(self, a):
+        super().__init__(a.build_dir, "spoke-cold-fill-", a.delay_ms, a.keep_workdir)
         self.a = a
-        b = os.path.abspath(a.build_dir)
-        self.agent_bin = os.path.join(b, "cache-agent/agent/spoke-cache-agent")
-        self.ctl_bin = os.path.join(b, "cache-agent/cli/spokectl")
-        self.proxy_bin = os.path.join(b, "e2e/wan-proxy/spoke-wan-proxy")
-        self.link_bin = os.path.join(b, "bench/remote/spoke-remote-link-bench")
-        self.hub = os.path.join(ROOT, "scripts/spoke-hub")
-        self.work = tempfile.mkdtemp(prefix="spoke-cold-fill-", dir="/var/tmp")
-        self.hub_dir = os.path.join(self.work, "hub")
-        self.sock = os.path.join(self.work, "agent.sock")
-        self.procs = []   # every process we started (Popen), stopped by pid at the end
-        self.mounts = []  # every mount target we asked for
-        self.hub_started = False
         self.rows = []
         self.out = os.path.abspath(a.out or os.path.join(
             HERE, "results", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
 
     # ---------------------------------------------------------------- processes
-    def ctl(self, *args, timeout=900):
-        r = subprocess.run([self.ctl_bin, "--socket", self.sock] + list(args),
-                           capture_output=True, text=True, timeout=timeout)
-        if r.returncode != 0:
-            raise RuntimeError("spokectl %s: %s%s" % (" ".join(args), r.stdout, r.stderr))
-        return r.stdout
-
     def metrics(self):
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
                                     timeout=5) as r:
@@ -170,77 +146,23 @@ class Bench:
                  ("proxy", self.proxy.pid))}
 
     def setup(self):
-        for x in (self.agent_bin, self.ctl_bin, self.proxy_bin, self.link_bin, self.hub):
-            if not os.access(x, os.X_OK):
-                raise RuntimeError("not built: %s (ninja -C %s spoke-cache-agent spokectl "
-                                   "spoke-wan-proxy spoke-remote-link-bench)"
-                                   % (x, self.a.build_dir))
-        out = subprocess.run([self.hub, "start", self.hub_dir], capture_output=True, text=True,
-                             timeout=60, check=True).stdout
-        self.hub_started = True
-        kv = dict(w.split("=", 1) for w in out.split() if "=" in w)
-        self.export, self.ganesha_pid = kv["EXPORT"], int(kv["PID"])
-        wan_nfs, wan_mnt = free_port(), free_port()
-        self.proxy = subprocess.Popen(
-            [self.proxy_bin, "--delay-ms", str(self.a.delay_ms),
-             "--route", "127.0.0.1:%d=127.0.0.1:%s" % (wan_nfs, kv["NFS_PORT"]),
-             "--route", "127.0.0.1:%d=127.0.0.1:%s" % (wan_mnt, kv["MOUNT_PORT"])],
-            stdout=open(os.path.join(self.work, "proxy.log"), "w"), stderr=subprocess.STDOUT)
-        self.procs.append(self.proxy)
-        self.url = "nfs://127.0.0.1%s/%%s?nfsport=%d&mountport=%d" % (self.export, wan_nfs,
-                                                                      wan_mnt)
-        self.metrics_port = free_port()
+        self.metrics_port = spokebench.free_port()
         # Every small file takes one 1 MiB slot of the block cache.
         # Each phase's volume is evicted and unmounted after it.
         cache_mib = 2 * (self.a.files + self.a.large_mib) + 1024
-        with open(os.path.join(self.work, "agent.yaml"), "w") as f:
-            f.write("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: %dMi\nblockSizeBytes: 1Mi\n"
-                    "stateDir: %s/state\nmountRoots: [%s]\nmetricsAddress: 127.0.0.1:%d\n"
-                    "logLevel: info\nhub: {connections: %d, inflightPerConnection: %d}\n"
-                    "fuseKeeperSocket: \"\"\n"  # no keeper (the default is a shared one)
-                    % (self.sock, self.work, cache_mib, self.work, self.work, self.metrics_port,
-                       self.a.connections, self.a.inflight))
-        self.agent = subprocess.Popen(
-            [self.agent_bin, "--config", os.path.join(self.work, "agent.yaml")],
-            stdout=open(os.path.join(self.work, "agent.log"), "w"), stderr=subprocess.STDOUT)
-        self.procs.insert(0, self.agent)
-        for _ in range(200):
-            if self.agent.poll() is not None:
-                raise RuntimeError("the agent exited at start; see %s/agent.log" % self.work)
-            try:
-                self.metrics()
-                if os.path.exists(self.sock):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("the agent did not come up within 10 s")
+        self.start("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: %dMi\nblockSizeBytes: 1Mi\n"
+                   "stateDir: %s/state\nmountRoots: [%s]\nmetricsAddress: 127.0.0.1:%d\n"
+                   "logLevel: info\nhub: {connections: %d, inflightPerConnection: %d}\n"
+                   "fuseKeeperSocket: \"\"\n"  # no keeper (the default is a shared one)
+                   % (self.sock, self.work, cache_mib, self.work, self.work, self.metrics_port,
+                      self.a.connections, self.a.inflight),
+                   ready=lambda: bool(self.metrics()))
         self.reader_bin = os.path.join(self.work, "reader")
         subprocess.run(["g++", "-O2", "-std=c++17", "-pthread", "-o", self.reader_bin,
                         os.path.join(ROOT, "bench/cache/reader.cc")], check=True)
 
     def cleanup(self):
-        for m in self.mounts:
-            subprocess.run([self.ctl_bin, "--socket", self.sock, "unmount", m],
-                           capture_output=True, timeout=120)
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        for m in self.mounts:
-            if os.path.ismount(m):
-                subprocess.run(["umount", "-l", m], capture_output=True)
-        if self.hub_started:
-            subprocess.run([self.hub, "stop", self.hub_dir], capture_output=True, timeout=60)
-        if self.a.keep_workdir:
-            log("work dir kept: " + self.work)
-        else:
-            shutil.rmtree(self.work, ignore_errors=True)
+        super().cleanup(unmount_timeout=120, stop_timeout=20)
 
     # ---------------------------------------------------------------- phases
     def dataset_bytes(self, ds):

@@ -1,7 +1,15 @@
-"""Helpers the Python benchmark drivers share: free ports, the NFS hub, the WAN proxy."""
+"""Helpers the Python benchmark drivers share: free ports, the NFS hub, the WAN proxy, and a
+rig of one hub, proxy and agent."""
 
+import os
+import shutil
+import signal
 import socket
 import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def free_port():
@@ -29,3 +37,92 @@ def wan_proxy_argv(proxy_bin, delay_ms, routes, *extra):
     for listen, target in routes:
         argv += ["--route", f"{listen}={target}"]
     return [*argv, *extra]
+
+
+class AgentRig:
+    """One hub behind the WAN proxy and one agent with its mounts, in a work directory under
+    /var/tmp: what the single-node benchmarks (cold fill, writes) stand on. Subclasses write
+    the agent's config (agent_yaml) and use ctl(); cleanup() stops everything they started."""
+
+    def __init__(self, build_dir, prefix, delay_ms, keep_workdir=False):
+        b = os.path.abspath(build_dir)
+        self.build_dir = build_dir
+        self.agent_bin = os.path.join(b, "cache-agent/agent/spoke-cache-agent")
+        self.ctl_bin = os.path.join(b, "cache-agent/cli/spokectl")
+        self.proxy_bin = os.path.join(b, "e2e/wan-proxy/spoke-wan-proxy")
+        self.link_bin = os.path.join(b, "bench/remote/spoke-remote-link-bench")
+        self.hub = os.path.join(ROOT, "scripts/spoke-hub")
+        self.delay_ms = delay_ms
+        self.keep_workdir = keep_workdir
+        self.work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+        self.hub_dir = os.path.join(self.work, "hub")
+        self.sock = os.path.join(self.work, "agent.sock")
+        self.procs = []   # every process started here (Popen), stopped by pid at the end
+        self.mounts = []  # every mount target asked for
+        self.hub_started = False
+
+    def ctl(self, *args, timeout=900):
+        r = subprocess.run([self.ctl_bin, "--socket", self.sock] + list(args),
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError("spokectl %s: %s%s" % (" ".join(args), r.stdout, r.stderr))
+        return r.stdout
+
+    def start(self, agent_yaml, ready=lambda: True):
+        """Hub, proxy (self.url is the export's nfs:// URL with a %s for the sub-directory),
+        then the agent from agent_yaml, waited for until its socket exists and ready()."""
+        for x in (self.agent_bin, self.ctl_bin, self.proxy_bin, self.link_bin, self.hub):
+            if not os.access(x, os.X_OK):
+                raise RuntimeError("not built: %s (ninja -C %s spoke-cache-agent spokectl "
+                                   "spoke-wan-proxy spoke-remote-link-bench)"
+                                   % (x, self.build_dir))
+        kv = hub_vars(start_hub(self.hub, self.hub_dir, check=True).stdout)
+        self.hub_started = True
+        self.export, self.ganesha_pid = kv["EXPORT"], int(kv["PID"])
+        wan_nfs, wan_mnt = free_port(), free_port()
+        self.proxy = subprocess.Popen(
+            wan_proxy_argv(self.proxy_bin, self.delay_ms,
+                           [("127.0.0.1:%d" % wan_nfs, "127.0.0.1:%s" % kv["NFS_PORT"]),
+                            ("127.0.0.1:%d" % wan_mnt, "127.0.0.1:%s" % kv["MOUNT_PORT"])]),
+            stdout=open(os.path.join(self.work, "proxy.log"), "w"), stderr=subprocess.STDOUT)
+        self.procs.append(self.proxy)
+        self.url = "nfs://127.0.0.1%s/%%s?nfsport=%d&mountport=%d" % (self.export, wan_nfs,
+                                                                      wan_mnt)
+        with open(os.path.join(self.work, "agent.yaml"), "w") as f:
+            f.write(agent_yaml)
+        self.agent = subprocess.Popen(
+            [self.agent_bin, "--config", os.path.join(self.work, "agent.yaml")],
+            stdout=open(os.path.join(self.work, "agent.log"), "w"), stderr=subprocess.STDOUT)
+        self.procs.insert(0, self.agent)
+        for _ in range(200):
+            if self.agent.poll() is not None:
+                raise RuntimeError("the agent exited at start; see %s/agent.log" % self.work)
+            try:
+                if os.path.exists(self.sock) and ready():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("the agent did not come up within 10 s")
+
+    def cleanup(self, unmount_timeout=300, stop_timeout=60):
+        for m in self.mounts:
+            subprocess.run([self.ctl_bin, "--socket", self.sock, "unmount", m],
+                           capture_output=True, timeout=unmount_timeout)
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=stop_timeout)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        for m in self.mounts:
+            if os.path.ismount(m):
+                subprocess.run(["umount", "-l", m], capture_output=True)
+        if self.hub_started:
+            subprocess.run([self.hub, "stop", self.hub_dir], capture_output=True, timeout=60)
+        if self.keep_workdir:
+            print("work dir kept: " + self.work, flush=True)
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)

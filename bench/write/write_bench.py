@@ -24,10 +24,8 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,89 +91,19 @@ def result(out):
     return dict(w.split("=", 1) for w in m.group(1).split())
 
 
-class Bench:
+class Bench(spokebench.AgentRig):
     def __init__(self, a):
+        super().__init__(a.build_dir, "spoke-write-bench-", a.delay_ms, a.keep_workdir)
         self.a = a
-        b = os.path.abspath(a.build_dir)
-        self.agent_bin = os.path.join(b, "cache-agent/agent/spoke-cache-agent")
-        self.ctl_bin = os.path.join(b, "cache-agent/cli/spokectl")
-        self.proxy_bin = os.path.join(b, "e2e/wan-proxy/spoke-wan-proxy")
-        self.link_bin = os.path.join(b, "bench/remote/spoke-remote-link-bench")
-        self.hub = os.path.join(ROOT, "scripts/spoke-hub")
-        self.work = tempfile.mkdtemp(prefix="spoke-write-bench-", dir="/var/tmp")
-        self.hub_dir = os.path.join(self.work, "hub")
-        self.sock = os.path.join(self.work, "agent.sock")
-        self.procs, self.mounts, self.rows = [], [], []
-        self.hub_started = False
+        self.rows = []
         self.out = os.path.abspath(a.out or os.path.join(
             HERE, "results", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
 
-    def ctl(self, *args, timeout=900):
-        r = subprocess.run([self.ctl_bin, "--socket", self.sock] + list(args),
-                           capture_output=True, text=True, timeout=timeout)
-        if r.returncode != 0:
-            raise RuntimeError("spokectl %s: %s%s" % (" ".join(args), r.stdout, r.stderr))
-        return r.stdout
-
     def setup(self):
-        for x in (self.agent_bin, self.ctl_bin, self.proxy_bin, self.link_bin, self.hub):
-            if not os.access(x, os.X_OK):
-                raise RuntimeError("not built: %s (ninja -C %s spoke-cache-agent spokectl "
-                                   "spoke-wan-proxy spoke-remote-link-bench)"
-                                   % (x, self.a.build_dir))
-        r = spokebench.start_hub(self.hub, self.hub_dir, check=True)
-        self.hub_started = True
-        kv = spokebench.hub_vars(r.stdout)
-        self.export = kv["EXPORT"]
-        wan_nfs, wan_mnt = spokebench.free_port(), spokebench.free_port()
-        self.proxy = subprocess.Popen(
-            spokebench.wan_proxy_argv(
-                self.proxy_bin, self.a.delay_ms,
-                [("127.0.0.1:%d" % wan_nfs, "127.0.0.1:%s" % kv["NFS_PORT"]),
-                 ("127.0.0.1:%d" % wan_mnt, "127.0.0.1:%s" % kv["MOUNT_PORT"])]),
-            stdout=open(os.path.join(self.work, "proxy.log"), "w"), stderr=subprocess.STDOUT)
-        self.procs.append(self.proxy)
-        self.url = "nfs://127.0.0.1%s/%%s?nfsport=%d&mountport=%d" % (self.export, wan_nfs,
-                                                                      wan_mnt)
-        with open(os.path.join(self.work, "agent.yaml"), "w") as f:
-            f.write("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: 4Gi\n"
-                    "stateDir: %s/state\nmountRoots: [%s]\nmetricsAddress: \"\"\n"
-                    "logLevel: info\nhub: {connections: 4, inflightPerConnection: 128}\n"
-                    "fuseKeeperSocket: \"\"\n" % (self.sock, self.work, self.work, self.work))
-        self.agent = subprocess.Popen(
-            [self.agent_bin, "--config", os.path.join(self.work, "agent.yaml")],
-            stdout=open(os.path.join(self.work, "agent.log"), "w"), stderr=subprocess.STDOUT)
-        self.procs.insert(0, self.agent)
-        for _ in range(200):
-            if self.agent.poll() is not None:
-                raise RuntimeError("the agent exited at start; see %s/agent.log" % self.work)
-            if os.path.exists(self.sock):
-                break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("the agent did not come up within 10 s")
-
-    def cleanup(self):
-        for m in self.mounts:
-            subprocess.run([self.ctl_bin, "--socket", self.sock, "unmount", m],
-                           capture_output=True, timeout=300)
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        for m in self.mounts:
-            if os.path.ismount(m):
-                subprocess.run(["umount", "-l", m], capture_output=True)
-        if self.hub_started:
-            subprocess.run([self.hub, "stop", self.hub_dir], capture_output=True, timeout=60)
-        if self.a.keep_workdir:
-            log("work dir kept: " + self.work)
-        else:
-            shutil.rmtree(self.work, ignore_errors=True)
+        self.start("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: 4Gi\n"
+                   "stateDir: %s/state\nmountRoots: [%s]\nmetricsAddress: \"\"\n"
+                   "logLevel: info\nhub: {connections: 4, inflightPerConnection: 128}\n"
+                   "fuseKeeperSocket: \"\"\n" % (self.sock, self.work, self.work, self.work))
 
     def row(self, phase, mode, nbytes, seconds, close_s=None, note=""):
         mbps = nbytes / seconds / 1e6
