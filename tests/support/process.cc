@@ -60,6 +60,35 @@ int StopProcess(pid_t& pid, int sig, std::chrono::milliseconds timeout) {
   return status;
 }
 
+pid_t StartKeeper(const std::string& socket, const std::string& log,
+                  const std::string& orphan_timeout_seconds) {
+  pid_t pid = SpawnLogged({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket",
+                           socket, "--orphan-timeout", orphan_timeout_seconds},
+                          log);
+  for (int i = 0; i < 100 && !std::filesystem::exists(socket); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!std::filesystem::exists(socket)) StopProcess(pid, SIGKILL);
+  return pid;
+}
+
+std::string RestartTestAgentYaml(const std::string& work, const std::string& socket,
+                                 const std::string& keeper_socket, const std::string& cache_size) {
+  std::ostringstream y;
+  y << "socket: " << socket << "\n"
+    << "cacheDir: " << work << "/cache\n"
+    << "cacheSizeBytes: " << cache_size << "\n"
+    << "stateDir: " << work << "/state\n"
+    << "mountRoots: [" << work << "]\n"
+    << "metricsAddress: \"\"\n"
+    << "logLevel: info\n"
+    << "fuseKeeperSocket: " << keeper_socket << "\n"
+    << "fuseKeeperStart: false\n"
+    << "handoverTimeoutSeconds: 5\n"
+    << "hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 5}\n";
+  return y.str();
+}
+
 std::string AgentBinary() { return BinaryDir() + "/cache-agent/agent/spoke-cache-agent"; }
 
 std::pair<int, std::string> Spokectl(const std::string& socket, const std::string& args) {

@@ -38,6 +38,19 @@ pid_t StartAgent(const std::string& config, const std::string& socket, const std
                  const SpawnOptions& options = {},
                  std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
+// spoke-fuse-keeper --socket `socket` --orphan-timeout `orphan_timeout_seconds` (output in
+// `log`), waited for until its socket exists; -1 (the log says why) when it did not appear
+// within 2 s.
+pid_t StartKeeper(const std::string& socket, const std::string& log,
+                  const std::string& orphan_timeout_seconds = "300");
+
+// The agent.yaml lines agent tests share: `socket`, cache and state directories and the mount
+// root under `work`, a cache of `cache_size`, no metrics listener, info logs, the keeper at
+// `keeper_socket` run by the test (fuseKeeperStart: false), a 5 s hand-over, and 2 hub
+// connections x 16 with a 5 s request bound. Tests append their own lines.
+std::string RestartTestAgentYaml(const std::string& work, const std::string& socket,
+                                 const std::string& keeper_socket, const std::string& cache_size);
+
 // The sum of every series of `name` (with `label`, e.g. `volume="v1"`, in its label set when
 // given) in a Prometheus text exposition such as the agent's /metrics; -1 when there is none.
 double MetricSum(const std::string& exposition, const std::string& name,

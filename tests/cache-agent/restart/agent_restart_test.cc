@@ -102,17 +102,7 @@ class AgentRestartTest : public ::testing::Test {
     socket_ = work_->path() + "/agent.sock";
     keeper_socket_ = work_->path() + "/keeper.sock";
     std::ofstream(work_->path() + "/agent.yaml")
-        << "socket: " << socket_ << "\n"
-        << "cacheDir: " << work_->path() << "/cache\n"
-        << "cacheSizeBytes: 1Gi\n"
-        << "stateDir: " << work_->path() << "/state\n"
-        << "mountRoots: [" << work_->path() << "]\n"
-        << "metricsAddress: \"\"\n"
-        << "logLevel: info\n"
-        << "fuseKeeperSocket: " << keeper_socket_ << "\n"
-        << "fuseKeeperStart: false\n"  // the test runs the keeper (and stops it)
-        << "handoverTimeoutSeconds: 5\n"
-        << "hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 5}\n";
+        << spoke::testing::RestartTestAgentYaml(work_->path(), socket_, keeper_socket_, "1Gi");
     MakeTree();
     StartKeeper();
   }
@@ -147,13 +137,9 @@ class AgentRestartTest : public ::testing::Test {
   }
 
   void StartKeeper(const std::string& orphan_timeout_seconds = "300") {
-    keeper_pid_ = SpawnLogged({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket",
-                               keeper_socket_, "--orphan-timeout", orphan_timeout_seconds},
-                              work_->path() + "/keeper.log");
-    for (int i = 0; i < 100 && !fs::exists(keeper_socket_); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_TRUE(fs::exists(keeper_socket_)) << ReadWholeFile(work_->path() + "/keeper.log");
+    keeper_pid_ = spoke::testing::StartKeeper(keeper_socket_, work_->path() + "/keeper.log",
+                                              orphan_timeout_seconds);
+    ASSERT_GT(keeper_pid_, 0) << ReadWholeFile(work_->path() + "/keeper.log");
   }
 
   // The hub's export through the WAN proxy, as a scratch volume at mnt_.

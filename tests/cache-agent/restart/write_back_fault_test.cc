@@ -116,25 +116,10 @@ class WriteBackTest : public ::testing::Test {
     socket_ = work_->path() + "/agent.sock";
     keeper_socket_ = work_->path() + "/keeper.sock";
     std::ofstream(work_->path() + "/agent.yaml")
-        << "socket: " << socket_ << "\n"
-        << "cacheDir: " << work_->path() << "/cache\n"
-        << "cacheSizeBytes: 256Mi\n"
-        << "stateDir: " << work_->path() << "/state\n"
-        << "mountRoots: [" << work_->path() << "]\n"
-        << "metricsAddress: \"\"\n"
-        << "logLevel: info\n"
-        << "fuseKeeperSocket: " << keeper_socket_ << "\n"
-        << "fuseKeeperStart: false\n"
-        << "handoverTimeoutSeconds: 5\n"
-        << "hub: {connections: 2, inflightPerConnection: 16, requestTimeoutSeconds: 5}\n";
+        << spoke::testing::RestartTestAgentYaml(work_->path(), socket_, keeper_socket_, "256Mi");
     MakeUserDir();
-    keeper_pid_ = SpawnLogged({BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper", "--socket",
-                               keeper_socket_, "--orphan-timeout", "300"},
-                              work_->path() + "/keeper.log");
-    for (int i = 0; i < 100 && !fs::exists(keeper_socket_); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_TRUE(fs::exists(keeper_socket_)) << ReadWholeFile(work_->path() + "/keeper.log");
+    keeper_pid_ = spoke::testing::StartKeeper(keeper_socket_, work_->path() + "/keeper.log");
+    ASSERT_GT(keeper_pid_, 0) << ReadWholeFile(work_->path() + "/keeper.log");
   }
 
   void TearDown() override {
