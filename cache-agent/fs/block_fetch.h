@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cache-agent/cache/block_key.h"
 #include "cache-agent/fs/block_bytes.h"
+#include "cache-agent/remote/remote_fs.h"
 #include "common/memory_budget.h"
 #include "common/status.h"
 
@@ -30,6 +32,9 @@ struct BlockFetch {
   int cls = kDemandClass;         // FetchClass: the most urgent one asked for
   bool stored_as_demand = false;  // asked for by a reader or warm-up: no expert to credit
   bool written_here = false;      // FileRef::written_here: no hub version to check
+  // FileRef::reader of the first reader that asked before it was sent; none: the volume's
+  // identity.
+  std::optional<Credentials> reader;
   std::chrono::steady_clock::time_point deadline{};  // latest reader deadline (demand)
   bool warm_waiter = false;  // a warm-up waits for it: never dropped at a reader deadline
   ExpertId expert = kDemand;

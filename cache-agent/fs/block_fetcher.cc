@@ -141,7 +141,8 @@ BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index,
   const FetchTable::Block block{.path = file.path,
                                 .offset = index * config_.block_size,
                                 .length = BlockLength(file, index),
-                                .written_here = file.written_here};
+                                .written_here = file.written_here,
+                                .reader = file.reader ? &*file.reader : nullptr};
   FetchTable::Joined joined = table_.Join(Key(file, index), block, ask);
   BlockFetch& f = *joined.fetch;
   *created = joined.created;

@@ -90,6 +90,9 @@ struct FileRef {
   // Written through this agent since it was opened: `version` is local, there is no hub
   // version to check fetched blocks against (they are the writer's own bytes).
   bool written_here = false;
+  // The opener whose identity the hub reads of the file go as; none (prefetch, warm-up): the
+  // volume's. Blocks are shared by all callers: the kernel checked each one may open the file.
+  std::optional<Credentials> reader = std::nullopt;
 };
 
 class BlockFetcher {

@@ -30,9 +30,14 @@ void FetchReader::Read(const BlockFetchPtr& f) {
 }
 
 void FetchReader::ReadFromHub(const BlockFetchPtr& f) {
-  remote_.ReadCheckedAsync(
-      f->path, f->key.file_id, f->offset, f->length,
-      [this, f](Result<RemoteFs::CheckedRead> r) { done_(f, Check(*f, std::move(r)), true); });
+  auto checked = [this, f](Result<RemoteFs::CheckedRead> r) {
+    done_(f, Check(*f, std::move(r)), true);
+  };
+  if (f->reader) {
+    return remote_.ReadCheckedAsAsync(*f->reader, f->path, f->key.file_id, f->offset, f->length,
+                                      std::move(checked));
+  }
+  remote_.ReadCheckedAsync(f->path, f->key.file_id, f->offset, f->length, std::move(checked));
 }
 
 Result<std::vector<char>> FetchReader::Check(const BlockFetch& f, Result<RemoteFs::CheckedRead> r) {

@@ -10,6 +10,8 @@ FetchTable::Joined FetchTable::Join(const BlockKey& key, const Block& block, con
     const BlockFetchPtr& f = it->second;
     if (ask.cls == kDemandClass) f->deadline = std::max(f->deadline, ask.deadline);
     if (ask.cls == kWarmClass) f->warm_waiter = true;
+    // A block asked for in the background first is read from the hub as a reader who can.
+    if (!f->reader && block.reader != nullptr && !f->dispatched) f->reader = *block.reader;
     if (ask.cls >= f->cls) return {f, false, false};
     f->cls = ask.cls;  // promoted: goes ahead of the less urgent classes
     f->stored_as_demand = true;
@@ -22,6 +24,7 @@ FetchTable::Joined FetchTable::Join(const BlockKey& key, const Block& block, con
   f->offset = block.offset;
   f->length = block.length;
   f->written_here = block.written_here;
+  if (block.reader != nullptr) f->reader = *block.reader;
   f->cls = ask.cls;
   f->stored_as_demand = ask.cls != kPrefetchClass;
   f->deadline = ask.deadline;

@@ -29,6 +29,7 @@ class FetchTable {
     uint64_t offset = 0;
     uint32_t length = 0;
     bool written_here = false;
+    const Credentials* reader = nullptr;  // FileRef::reader; null: the volume's identity
   };
   // Who asks for a block.
   struct Ask {

@@ -257,7 +257,17 @@ Result<std::string> MetadataCache::DirPathLocked(uint64_t ino) const {
   return PathLocked(ino);
 }
 
-Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) {
+Result<FileAttr> MetadataCache::HubStat(const std::string& path, const Credentials* who) {
+  return who != nullptr ? remote_.StatAs(*who, path) : remote_.Stat(path);
+}
+
+Result<std::vector<DirEntry>> MetadataCache::HubReadDir(const std::string& path,
+                                                        const Credentials* who) {
+  return who != nullptr ? remote_.ReadDirAs(*who, path) : remote_.ReadDir(path);
+}
+
+Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown,
+                                   const Credentials* who) {
   if (wait_unknown) SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
@@ -270,7 +280,8 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) 
     SPOKE_TRY(path, DirPathLocked(ino));
   }
   // One hub listing for the callers that ask while it runs. `force` callers (strict, the
-  // walk) need one sent after their call; the others take any.
+  // walk) need one sent after their call; the others take any. It is made as the caller who
+  // starts it and shared with the others, each of whom the kernel has let read the directory.
   return flights_.Run(ino, force, [&]() -> Status {
     if (!force) {
       MutexLock lock(mu_);
@@ -281,13 +292,14 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown) 
       }
     }
     listings_made_++;
-    SPOKE_TRY(auto entries, remote_.ReadDir(path));
+    SPOKE_TRY(auto entries, HubReadDir(path, who));
     ApplyListing(ino, entries);
     return Ok();
   });
 }
 
-Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name, bool hold) {
+Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name, bool hold,
+                                             const Credentials* who) {
   SPOKE_RETURN_IF_ERROR(KnowInode(parent));
   std::string path;
   {
@@ -296,7 +308,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   }
   path = path.empty() ? name : path + "/" + name;
   stats_made_++;
-  auto st = remote_.Stat(path);
+  auto st = HubStat(path, who);
   MutexLock lock(mu_);
   auto pit = nodes_.find(parent);
   if (pit == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(parent));
@@ -334,8 +346,9 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   return InodeAttr{ino, AttrLocked(ino, n)};
 }
 
-Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name, bool hold) {
-  if (config_.consistency == Consistency::kStrict) return LookupOnHub(parent, name, hold);
+Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name, bool hold,
+                                        const Credentials* who) {
+  if (config_.consistency == Consistency::kStrict) return LookupOnHub(parent, name, hold, who);
   {
     MutexLock lock(mu_);
     auto p = nodes_.find(parent);
@@ -360,7 +373,7 @@ Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name
   // Not listed yet (or no longer fresh): one LOOKUP, not a listing of the whole directory,
   // which is a round trip per READDIRPLUS page (the hub timeout bounds each page, so any
   // directory can be listed, but a big one takes many trips). The walk and readdir list it.
-  return LookupOnHub(parent, name, hold);
+  return LookupOnHub(parent, name, hold, who);
 }
 
 std::optional<InodeAttr> MetadataCache::Known(uint64_t parent, const std::string& name) const {
@@ -373,7 +386,7 @@ std::optional<InodeAttr> MetadataCache::Known(uint64_t parent, const std::string
   return InodeAttr{child, AttrLocked(child, c->second)};
 }
 
-Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
+Result<FileAttr> MetadataCache::GetAttr(uint64_t ino, const Credentials* who) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   {
     MutexLock lock(mu_);
@@ -381,10 +394,10 @@ Result<FileAttr> MetadataCache::GetAttr(uint64_t ino) {
     if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
     if (it->second.attr_valid && Fresh(it->second.attr_time)) return AttrLocked(ino, it->second);
   }
-  return Revalidate(ino);
+  return Revalidate(ino, who);
 }
 
-Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
+Result<FileAttr> MetadataCache::Revalidate(uint64_t ino, const Credentials* who) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
@@ -393,7 +406,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
     path = PathLocked(ino);
   }
   stats_made_++;
-  auto st = remote_.Stat(path);
+  auto st = HubStat(path, who);
   MutexLock lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
@@ -426,10 +439,10 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino) {
   return *st;
 }
 
-Result<Listing> MetadataCache::ReadDir(uint64_t ino) {
+Result<Listing> MetadataCache::ReadDir(uint64_t ino, const Credentials* who) {
   // Strict: a listing (opendir) always reflects the hub now, as lookups do.
   bool force = config_.consistency == Consistency::kStrict;
-  SPOKE_RETURN_IF_ERROR(EnsureListed(ino, force));
+  SPOKE_RETURN_IF_ERROR(EnsureListed(ino, force, /*wait_unknown=*/true, who));
   MutexLock lock(mu_);
   auto dir = nodes_.find(ino);
   if (dir == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));

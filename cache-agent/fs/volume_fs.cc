@@ -123,13 +123,15 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
     h->writable = true;
     h->hints = true;
   } else {
-    SPOKE_TRY_WRAP(h, MakeHandle(ino, (handle & kHandleWritable) != 0),
+    const bool writable = (handle & kHandleWritable) != 0;
+    // The new handle acts as the old one did: for the caller that opened it (its reads too),
+    // and O_APPEND writes land at the hub's end of file. Read-only opens keep no record:
+    // theirs go as the volume's identity.
+    auto opener = writable && config_.open_records != nullptr ? config_.open_records->Find(handle)
+                                                              : std::nullopt;
+    SPOKE_TRY_WRAP(h, MakeHandle(ino, writable, opener ? &opener->who : nullptr),
                    "reopening a handle of an earlier agent");
-    // The new handle acts as the old one did: for the caller that opened it, and O_APPEND
-    // writes land at the hub's end of file.
     if (h->writable) {
-      auto opener =
-          config_.open_records != nullptr ? config_.open_records->Find(handle) : std::nullopt;
       if (opener) {
         h->who = opener->who;
         h->append = opener->append;
@@ -330,17 +332,18 @@ VolumeFs::OpenFile VolumeFs::OpenHints() {
   return out;
 }
 
-Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name) {
+Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name,
+                                   const Credentials* who) {
   SPOKE_RETURN_IF_ERROR(ValidName(name));
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
-  auto r = metadata_.Lookup(parent, name, /*hold=*/true);
+  auto r = metadata_.Lookup(parent, name, /*hold=*/true, who);
   if (!r || write_back_ == nullptr || !write_back_->Holds(r->ino)) return r;
   // The hub's size lacks the held writes: the kernel would take it for the file's end.
   SPOKE_RETURN_IF_ERROR(write_back_->WaitIdle(r->ino));
   metadata_.Forget(r->ino, 1);
   metadata_.Invalidate(r->ino);
-  return metadata_.Lookup(parent, name, /*hold=*/true);
+  return metadata_.Lookup(parent, name, /*hold=*/true, who);
 }
 
 bool VolumeFs::AddKernelRef(uint64_t ino) { return ino == kHintIno || metadata_.AddKernelRef(ino); }
@@ -349,10 +352,10 @@ void VolumeFs::Forget(uint64_t ino, uint64_t count) {
   if (ino != kHintIno) metadata_.Forget(ino, count);
 }
 
-Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
+Result<FileAttr> VolumeFs::GetAttr(uint64_t ino, const Credentials* who) {
   if (ino == kHintIno) return HintAttr();
   SPOKE_RETURN_IF_ERROR(WaitForWrites(ino));  // the size and times of what was written
-  auto attr = metadata_.GetAttr(ino);
+  auto attr = metadata_.GetAttr(ino, who);
   if (attr) {
     // The hidden name of an unlinked open file is not one of its links.
     MutexLock lock(mu_);
@@ -361,8 +364,8 @@ Result<FileAttr> VolumeFs::GetAttr(uint64_t ino) {
   return attr;
 }
 
-Result<Listing> VolumeFs::ReadDir(uint64_t ino) {
-  auto r = metadata_.ReadDir(ino);
+Result<Listing> VolumeFs::ReadDir(uint64_t ino, const Credentials* who) {
+  auto r = metadata_.ReadDir(ino, who);
   if (!r) return r;
   // Hidden names of unlinked open files, and the control file, which is ours: never listed
   // (a hub file of that name is shadowed).
@@ -377,15 +380,17 @@ Result<Listing> VolumeFs::ReadDir(uint64_t ino) {
   return Listing(std::move(kept));
 }
 
-Result<std::shared_ptr<VolumeFs::Handle>> VolumeFs::MakeHandle(uint64_t ino, bool write) {
+Result<std::shared_ptr<VolumeFs::Handle>> VolumeFs::MakeHandle(uint64_t ino, bool write,
+                                                               const Credentials* who) {
   // Close-to-open: a strict volume asks the hub on every open.
-  SPOKE_TRY(auto attr, config_.consistency == Consistency::kStrict ? metadata_.Revalidate(ino)
-                                                                   : metadata_.GetAttr(ino));
+  SPOKE_TRY(auto attr, config_.consistency == Consistency::kStrict ? metadata_.Revalidate(ino, who)
+                                                                   : metadata_.GetAttr(ino, who));
   if (attr.is_dir()) return Fail(Code::kInvalidArgument, "is a directory");
   SPOKE_TRY(auto path, metadata_.PathOf(ino));
   auto h = std::make_shared<Handle>();
   h->ino = ino;
   h->file = FileRef{path, attr.file_id, attr.ContentVersion(), attr.size};
+  if (who != nullptr) h->file.reader = *who;
   h->writable = write;
   return h;
 }
@@ -396,7 +401,7 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
   if (write) {
     SPOKE_RETURN_IF_ERROR(CheckWritable());
   }
-  SPOKE_TRY(std::shared_ptr<Handle> h, MakeHandle(ino, write));
+  SPOKE_TRY(std::shared_ptr<Handle> h, MakeHandle(ino, write, &who));
   // libfuse negotiates FUSE_CAP_ATOMIC_O_TRUNC: the kernel sends no SETATTR for O_TRUNC and
   // relies on open to truncate, so it must happen on the hub before open returns.
   bool truncated = (flags & O_TRUNC) != 0;
@@ -409,6 +414,7 @@ Result<VolumeFs::OpenFile> VolumeFs::Open(uint64_t ino, int flags, const Credent
     MarkChanged(ino, 0);
     metadata_.SetAttr(ino, after);
     h->file = FileRef{h->file.path, after.file_id, after.ContentVersion(), after.size};
+    h->file.reader = who;
   }
   h->append = (flags & O_APPEND) != 0;
   h->who = who;

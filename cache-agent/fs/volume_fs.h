@@ -92,10 +92,13 @@ class VolumeFs {
   VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metadata, BlockFetcher& fetcher,
            PrefetchDriver* prefetch, Clock& clock);
 
-  Result<InodeAttr> Lookup(uint64_t parent, const std::string& name);
-  Result<FileAttr> GetAttr(uint64_t ino);
+  // `who`: the caller the hub is asked for, when the cache must ask (null: the volume's
+  // identity).
+  Result<InodeAttr> Lookup(uint64_t parent, const std::string& name,
+                           const Credentials* who = nullptr);
+  Result<FileAttr> GetAttr(uint64_t ino, const Credentials* who = nullptr);
   // The metadata cache's shared snapshot; a copy only when names must be left out.
-  Result<Listing> ReadDir(uint64_t ino);
+  Result<Listing> ReadDir(uint64_t ino, const Credentials* who = nullptr);
   // kInvalidArgument for a directory; kReadOnly for write access on a read-only volume.
   // O_TRUNC empties the file on the hub before returning (the kernel sends no SETATTR);
   // O_APPEND makes the handle's writes land at the hub's current size. `who` is the caller:
@@ -248,7 +251,8 @@ class VolumeFs {
   // Keeps the opener of a writable handle for a successor agent (OpenRecords).
   void RecordOpener(uint64_t id, const Handle& h);
   static Status CheckOpenerKnown(const Handle& h);
-  Result<std::shared_ptr<Handle>> MakeHandle(uint64_t ino, bool write);
+  // `who`: the opener; the handle's hub reads go as them (null: as the volume's identity).
+  Result<std::shared_ptr<Handle>> MakeHandle(uint64_t ino, bool write, const Credentials* who);
   void DropBlocks(uint64_t file_id);
   // Write-back: waits for the held writes of `ino` (no-op without write-back).
   Status WaitForWrites(uint64_t ino);

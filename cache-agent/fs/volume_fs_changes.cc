@@ -33,8 +33,12 @@ Result<std::pair<InodeAttr, VolumeFs::OpenFile>> VolumeFs::Create(uint64_t paren
   metadata_.Invalidate(parent);
   auto h = std::make_shared<Handle>();
   h->ino = ia.ino;
-  h->file = FileRef{path, attr.file_id, kDirtyVersionBit | dirty_versions_.fetch_add(1), attr.size,
-                    /*written_here=*/true};
+  h->file = FileRef{path,
+                    attr.file_id,
+                    kDirtyVersionBit | dirty_versions_.fetch_add(1),
+                    attr.size,
+                    /*written_here=*/true,
+                    who};
   h->writable = true;
   h->append = (flags & O_APPEND) != 0;
   h->who = who;
@@ -166,7 +170,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   SPOKE_TRY(auto to, ChildPath(new_parent, new_name));
   if (IsHiddenName(name) || IsHiddenName(new_name))
     return Fail(Code::kNotFound, "no entry " + (IsHiddenName(name) ? name : new_name));
-  auto replaced = metadata_.Lookup(new_parent, new_name);
+  auto replaced = metadata_.Lookup(new_parent, new_name, /*hold=*/false, &who);
   if (write_back_ != nullptr) {
     // Held writes go by path: the moved file's (or, for a directory, those below it) and the
     // replaced file's reach the hub under the names they were written to.
@@ -182,7 +186,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   std::string aside_name;
   if (replaced && !replaced->attr.is_dir() && HasHandles(replaced->ino)) {
     // Its holders keep it: moved aside first, so the rename below replaces nothing.
-    auto moved = metadata_.Lookup(parent, name);
+    auto moved = metadata_.Lookup(parent, name, /*hold=*/false, &who);
     if (moved && moved->ino != replaced->ino) {
       if (moved->attr.is_dir()) {
         return std::unexpected(Error::FromErrno(ENOTDIR, new_name + " is not a directory"));
@@ -205,7 +209,7 @@ Status VolumeFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
     prefetch_->ForgetFile(from);
   }
   // Open handles keep their path: RemoteFs calls of a renamed open file use the new one.
-  auto moved = metadata_.Lookup(new_parent, new_name);
+  auto moved = metadata_.Lookup(new_parent, new_name, /*hold=*/false, &who);
   if (moved) {
     MutexLock lock(mu_);
     for (auto& [id, h] : handles_) {
@@ -310,7 +314,7 @@ bool VolumeFs::RenamedBefore(uint64_t parent, const std::string& name, uint64_t 
 
 Result<InodeAttr> VolumeFs::MadeBefore(uint64_t parent, const std::string& name, uint32_t type,
                                        const Credentials& who, const std::string& symlink_target) {
-  SPOKE_TRY(auto e, metadata_.LookupOnHub(parent, name, /*hold=*/true));
+  SPOKE_TRY(auto e, metadata_.LookupOnHub(parent, name, /*hold=*/true, &who));
   bool same = (e.attr.mode & S_IFMT) == (type & S_IFMT) && e.attr.uid == who.uid;
   if (same && S_ISLNK(type)) {
     auto path = metadata_.PathOf(e.ino);

@@ -160,9 +160,22 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   }
 }
 
+// The process behind a request, as the hub should see it (AUTH_SYS): every request that may
+// reach the hub carries it, lookups and reads too. Supplementary groups come from /proc
+// (fuse_req_getgroups): a file readable through one of them must be readable on the hub.
+Credentials Caller(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Credentials who{ctx->uid, ctx->gid, {}};
+  gid_t groups[32];
+  int n = fuse_req_getgroups(req, 32, groups);
+  if (n > 0) who.groups.assign(groups, groups + std::min(n, 32));
+  return who;
+}
+
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto* self = Self(req);
-  auto r = Interruptible(req, [&] { return self->fs().Lookup(parent, name); });
+  const Credentials who = Caller(req);
+  auto r = Interruptible(req, [&] { return self->fs().Lookup(parent, name, &who); });
   if (!r) return ReplyError(req, "lookup", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
@@ -181,21 +194,11 @@ void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   auto* self = Self(req);
-  auto r = Interruptible(req, [&] { return self->fs().GetAttr(ino); });
+  const Credentials who = Caller(req);
+  auto r = Interruptible(req, [&] { return self->fs().GetAttr(ino, &who); });
   if (!r) return ReplyError(req, "getattr", r.error());
   auto st = ToStat(ino, *r);
   fuse_reply_attr(req, &st, self->entry_timeout());
-}
-
-// The process behind a request, as the hub should see it (AUTH_SYS). Supplementary groups
-// come from /proc (fuse_req_getgroups), so only requests that change something ask for them.
-Credentials Caller(fuse_req_t req) {
-  const fuse_ctx* ctx = fuse_req_ctx(req);
-  Credentials who{ctx->uid, ctx->gid, {}};
-  gid_t groups[32];
-  int n = fuse_req_getgroups(req, 32, groups);
-  if (n > 0) who.groups.assign(groups, groups + std::min(n, 32));
-  return who;
 }
 
 bool Modifies(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
@@ -222,7 +225,8 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto r = Interruptible(req, [&] { return Self(req)->fs().ReadDir(ino); });
+  const Credentials who = Caller(req);
+  auto r = Interruptible(req, [&] { return Self(req)->fs().ReadDir(ino, &who); });
   if (!r) return ReplyError(req, "opendir", r.error());
   // A snapshot per opendir keeps offsets stable across readdir calls.
   fi->fh = Self(req)->dirs_->Add(std::make_shared<DirListing>(DirListing{std::move(*r)}));
@@ -236,7 +240,8 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   auto* self = Self(req);
   auto listing = self->dirs_->Find(fi->fh);
   if (listing == nullptr) {
-    auto r = Interruptible(req, [&] { return self->fs().ReadDir(ino); });
+    const Credentials who = Caller(req);
+    auto r = Interruptible(req, [&] { return self->fs().ReadDir(ino, &who); });
     if (!r) return ReplyError(req, plus ? "readdirplus" : "readdir", r.error());
     listing = self->dirs_->Rebuild(fi->fh, std::move(*r));
   }
@@ -291,9 +296,8 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const fuse_ctx* ctx = fuse_req_ctx(req);
-  Credentials who = Modifies(fi->flags) ? Caller(req) : Credentials{ctx->uid, ctx->gid, {}};
-  FuseAdapter* self = Self(req);  // a reply frees `req`
+  const Credentials who = Caller(req);  // reads of the handle go as the opener too
+  FuseAdapter* self = Self(req);        // a reply frees `req`
   auto open = [&] { return self->fs().Open(ino, fi->flags, who); };
   auto r = Modifies(fi->flags) ? open() : Interruptible(req, open);
   if (!r) return ReplyError(req, "open", r.error());

@@ -258,11 +258,27 @@ void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
 
 Result<FileAttr> LibnfsRemote::Stat(const std::string& path) { return StatOn(LeastLoaded(), path); }
 
+Result<FileAttr> LibnfsRemote::StatAs(const Credentials& who, const std::string& path) {
+  auto conn = ForIdentity(who);
+  return StatOn(*conn, path);
+}
+
 Result<std::vector<DirEntry>> LibnfsRemote::ReadDir(const std::string& path) {
+  return ReadDirOn(LeastLoaded(), path);
+}
+
+Result<std::vector<DirEntry>> LibnfsRemote::ReadDirAs(const Credentials& who,
+                                                      const std::string& path) {
+  auto conn = ForIdentity(who);
+  return ReadDirOn(*conn, path);
+}
+
+Result<std::vector<DirEntry>> LibnfsRemote::ReadDirOn(NfsConnection& conn,
+                                                      const std::string& path) {
   auto job = NewJob("READDIRPLUS", path, true, config_.request_timeout_seconds);
   std::string p = Full(path);
   return RunBlocking<std::vector<DirEntry>>(
-      LeastLoaded(), in_flight_, job,
+      conn, in_flight_, job,
       [this, path, p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
                       const std::function<void(std::vector<DirEntry>)>& deliver) {
         // By path: libnfs looks the directory up component by component, then lists it.
@@ -381,6 +397,20 @@ Result<FileAttr> LibnfsRemote::StatOn(NfsConnection& conn, const std::string& pa
 
 void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset,
                                     uint32_t length, CheckedReadDone done) {
+  ReadCheckedOn(ForPath(path), path, file_id, offset, length, std::move(done));
+}
+
+void LibnfsRemote::ReadCheckedAsAsync(const Credentials& who, const std::string& path,
+                                      uint64_t file_id, uint64_t offset, uint32_t length,
+                                      CheckedReadDone done) {
+  // The identity's connection stays in the table while the read is in flight: an idle one
+  // only is closed (ForIdentity).
+  auto conn = ForIdentity(who);
+  ReadCheckedOn(*conn, path, file_id, offset, length, std::move(done));
+}
+
+void LibnfsRemote::ReadCheckedOn(NfsConnection& conn, const std::string& path, uint64_t file_id,
+                                 uint64_t offset, uint32_t length, CheckedReadDone done) {
   if (length > kMaxRead) length = kMaxRead;
   auto job = NewJob("READ", path, true, config_.request_timeout_seconds);
   auto shared_done = std::make_shared<CheckedReadDone>(std::move(done));
@@ -478,7 +508,7 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
         });
   };
   in_flight_->Add(1);
-  ForPath(path).Submit(job);
+  conn.Submit(job);
 }
 
 Status LibnfsRemote::Fsync(const std::string& path) { return FsyncOn(Writer(), path); }

@@ -144,6 +144,10 @@ class LibnfsRemote final : public RemoteFs {
   Status RmdirAs(const Credentials& who, const std::string& path) override;
   Status RenameAs(const Credentials& who, const std::string& from, const std::string& to) override;
   Status FsyncAs(const Credentials& who, const std::string& path) override;
+  Result<FileAttr> StatAs(const Credentials& who, const std::string& path) override;
+  Result<std::vector<DirEntry>> ReadDirAs(const Credentials& who, const std::string& path) override;
+  void ReadCheckedAsAsync(const Credentials& who, const std::string& path, uint64_t file_id,
+                          uint64_t offset, uint32_t length, CheckedReadDone done) override;
 
   // The identity a caller's request reaches the hub with under this config.
   Credentials EffectiveIdentity(const Credentials& who) const;
@@ -202,6 +206,9 @@ class LibnfsRemote final : public RemoteFs {
   Status RenameOn(NfsConnection& c, const std::string& from, const std::string& to);
   Status FsyncOn(NfsConnection& c, const std::string& path);
   Result<FileAttr> StatOn(NfsConnection& c, const std::string& path);
+  Result<std::vector<DirEntry>> ReadDirOn(NfsConnection& c, const std::string& path);
+  void ReadCheckedOn(NfsConnection& c, const std::string& path, uint64_t file_id, uint64_t offset,
+                     uint32_t length, CheckedReadDone done);
   void InvalidateEverywhere(const std::string& path);
   // Loop thread of `c`. Calls k with the directory's handle, or an empty one when it is
   // not known (the caller goes by path); the volume root's is looked up once.

@@ -79,6 +79,19 @@ Result<FileAttr> RemoteFs::SetAttrAs(const Credentials&, const std::string&,
   return std::unexpected(NotSupported("setattr"));
 }
 Status RemoteFs::FsyncAs(const Credentials&, const std::string& path) { return Fsync(path); }
+
+Result<FileAttr> RemoteFs::StatAs(const Credentials&, const std::string& path) {
+  return Stat(path);
+}
+
+Result<std::vector<DirEntry>> RemoteFs::ReadDirAs(const Credentials&, const std::string& path) {
+  return ReadDir(path);
+}
+
+void RemoteFs::ReadCheckedAsAsync(const Credentials&, const std::string& path, uint64_t file_id,
+                                  uint64_t offset, uint32_t length, CheckedReadDone done) {
+  ReadCheckedAsync(path, file_id, offset, length, std::move(done));
+}
 Status RemoteFs::UnlinkAs(const Credentials&, const std::string&) {
   return std::unexpected(NotSupported("unlink"));
 }

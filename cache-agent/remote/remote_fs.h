@@ -203,6 +203,14 @@ class RemoteFs {
   // not the agent's. The default (a RemoteFs without identities) is Fsync(path).
   virtual Status FsyncAs(const Credentials& who, const std::string& path);
 
+  // Lookups, listings and block reads made for a caller (identity as in Credentials), so the
+  // hub's permission checks apply to them as to its changes. The defaults (a RemoteFs without
+  // identities) are Stat, ReadDir and ReadCheckedAsync.
+  virtual Result<FileAttr> StatAs(const Credentials& who, const std::string& path);
+  virtual Result<std::vector<DirEntry>> ReadDirAs(const Credentials& who, const std::string& path);
+  virtual void ReadCheckedAsAsync(const Credentials& who, const std::string& path, uint64_t file_id,
+                                  uint64_t offset, uint32_t length, CheckedReadDone done);
+
   // From now on, handles are looked up in `store` (which records those of the listings it
   // applies); nullptr: back to the RemoteFs's own (if any). The store must outlive its use:
   // detach it before destroying it. A RemoteFs that reads by path only ignores the call.

@@ -122,7 +122,39 @@ class FakeRemoteFs : public RemoteFs {
     cv_.wait(lock, [&]() REQUIRES(mu_) { return active_ == 0; });
   }
 
+  // What is in the directory `prefix` (its listing, the names under it) answers as a hub that
+  // lets only `uid` search and read it: EACCES to the calls without a caller and to others.
+  void Restrict(const std::string& prefix, uint32_t uid) {
+    MutexLock lock(mu_);
+    restricted_[prefix] = uid;
+  }
+  Result<FileAttr> StatAs(const Credentials& who, const std::string& path) override {
+    Remember(who);
+    if (Refused(path, &who)) return Fail(Code::kPermissionDenied, "GETATTR " + path + " refused");
+    return StatOf(path);
+  }
+  Result<std::vector<DirEntry>> ReadDirAs(const Credentials& who,
+                                          const std::string& path) override {
+    Remember(who);
+    if (Refused(path + "/", &who)) {
+      return Fail(Code::kPermissionDenied, "READDIR " + path + " refused");
+    }
+    return ListingOf(path);
+  }
+  void ReadCheckedAsAsync(const Credentials& who, const std::string& path, uint64_t file_id,
+                          uint64_t offset, uint32_t length, CheckedReadDone done) override {
+    reads_as++;
+    Remember(who);
+    CheckedReadOf(path, file_id, offset, length, std::move(done), Refused(path, &who));
+  }
+  std::atomic<int> reads_as{0};
+
   Result<FileAttr> Stat(const std::string& path) override {
+    if (Refused(path, nullptr))
+      return Fail(Code::kPermissionDenied, "GETATTR " + path + " refused");
+    return StatOf(path);
+  }
+  Result<FileAttr> StatOf(const std::string& path) {
     stats++;
     if (down_) return Down("GETATTR");
     MutexLock lock(mu_);
@@ -131,6 +163,12 @@ class FakeRemoteFs : public RemoteFs {
     return it->second.attr;
   }
   Result<std::vector<DirEntry>> ReadDir(const std::string& path) override {
+    if (Refused(path + "/", nullptr)) {
+      return Fail(Code::kPermissionDenied, "READDIR " + path + " refused");
+    }
+    return ListingOf(path);
+  }
+  Result<std::vector<DirEntry>> ListingOf(const std::string& path) {
     readdirs++;
     if (down_) return Down("READDIRPLUS");
     MutexLock lock(mu_);
@@ -146,6 +184,10 @@ class FakeRemoteFs : public RemoteFs {
   }
   void ReadAsync(const std::string& path, uint64_t offset, uint32_t length,
                  ReadDone done) override {
+    ReadOf(path, offset, length, std::move(done), Refused(path, nullptr));
+  }
+  void ReadOf(const std::string& path, uint64_t offset, uint32_t length, ReadDone done,
+              bool refused) {
     reads++;
     {
       MutexLock lock(mu_);
@@ -154,7 +196,7 @@ class FakeRemoteFs : public RemoteFs {
       max_reads_in_flight_ = std::max(max_reads_in_flight_, reads_in_flight_);
       read_log_.push_back(path + "@" + std::to_string(offset));
     }
-    std::thread([this, path, offset, length, done = std::move(done)] {
+    std::thread([this, path, offset, length, refused, done = std::move(done)] {
       {
         MutexLock lock(mu_);
         cv_.wait(lock, [&]() REQUIRES(mu_) { return !hold_; });
@@ -163,6 +205,8 @@ class FakeRemoteFs : public RemoteFs {
       Result<std::vector<char>> r = std::unexpected(Error(Code::kInternal, ""));
       if (down_) {
         r = Down("READ");
+      } else if (refused) {
+        r = Fail(Code::kPermissionDenied, "READ " + path + " refused");
       } else {
         MutexLock lock(mu_);
         auto it = nodes_.find(path);
@@ -193,21 +237,27 @@ class FakeRemoteFs : public RemoteFs {
   // mix versions when the file changed meanwhile: the caller's version check must catch it).
   void ReadCheckedAsync(const std::string& path, uint64_t file_id, uint64_t offset, uint32_t length,
                         CheckedReadDone done) override {
-    ReadAsync(path, offset, length,
-              [this, path, file_id, done = std::move(done)](Result<std::vector<char>> r) {
-                if (!r) return done(std::unexpected(r.error()));
-                FileAttr attr;
-                {
-                  MutexLock lock(mu_);
-                  auto it = nodes_.find(path);
-                  if (it == nodes_.end()) return done(Fail(Code::kNotFound, "gone: " + path));
-                  attr = it->second.attr;
-                }
-                if (attr.file_id != file_id) {
-                  return done(std::unexpected(Error::FromErrno(ESTALE, "another file: " + path)));
-                }
-                done(CheckedRead{std::move(*r), attr});
-              });
+    CheckedReadOf(path, file_id, offset, length, std::move(done), Refused(path, nullptr));
+  }
+  void CheckedReadOf(const std::string& path, uint64_t file_id, uint64_t offset, uint32_t length,
+                     CheckedReadDone done, bool refused) {
+    ReadOf(
+        path, offset, length,
+        [this, path, file_id, done = std::move(done)](Result<std::vector<char>> r) {
+          if (!r) return done(std::unexpected(r.error()));
+          FileAttr attr;
+          {
+            MutexLock lock(mu_);
+            auto it = nodes_.find(path);
+            if (it == nodes_.end()) return done(Fail(Code::kNotFound, "gone: " + path));
+            attr = it->second.attr;
+          }
+          if (attr.file_id != file_id) {
+            return done(std::unexpected(Error::FromErrno(ESTALE, "another file: " + path)));
+          }
+          done(CheckedRead{std::move(*r), attr});
+        },
+        refused);
   }
   Result<size_t> Write(const std::string& path, uint64_t offset, const char* data,
                        size_t length) override {
@@ -398,6 +448,13 @@ class FakeRemoteFs : public RemoteFs {
     MutexLock lock(mu_);
     last_who_ = who;
   }
+  bool Refused(const std::string& path, const Credentials* who) {
+    MutexLock lock(mu_);
+    for (const auto& [prefix, uid] : restricted_) {
+      if (path.starts_with(prefix + "/") && (who == nullptr || who->uid != uid)) return true;
+    }
+    return false;
+  }
   void Touch(Node& n) REQUIRES(mu_) {
     n.attr.size = n.data.size();
     ++tick_;
@@ -425,6 +482,7 @@ class FakeRemoteFs : public RemoteFs {
   std::atomic<bool> handles_{false};
   std::atomic<int64_t> latency_ms_{0};
   Credentials last_who_ GUARDED_BY(mu_);
+  std::map<std::string, uint32_t> restricted_ GUARDED_BY(mu_);
 };
 
 class FakeBlockCache : public BlockCache {

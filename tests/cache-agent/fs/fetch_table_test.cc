@@ -19,6 +19,30 @@ const std::string kPath = "data/a";
 BlockKey Key(uint64_t index) { return BlockKey{7, 1, 1, index}; }
 FetchTable::Block Block(uint64_t index) { return {kPath, index * 4096, 4096, false}; }
 
+// A block asked for in the background (no caller) takes the identity of the first reader
+// that joins it before it is sent; one already sent keeps the identity it went with.
+TEST(FetchTable, ABackgroundFetchTakesTheFirstReadersIdentityUntilSent) {
+  FetchTable table;
+  const Credentials alice{1000, 1000, {}}, bob{1001, 1001, {}};
+  auto warm = table.Join(Key(0), Block(0), {.cls = kPrefetchClass});
+  EXPECT_FALSE(warm.fetch->reader);
+  FetchTable::Block as_alice = Block(0);
+  as_alice.reader = &alice;
+  table.Join(Key(0), as_alice, {.cls = kDemandClass});
+  ASSERT_TRUE(warm.fetch->reader);
+  EXPECT_EQ(*warm.fetch->reader, alice);
+  FetchTable::Block as_bob = Block(0);
+  as_bob.reader = &bob;
+  table.Join(Key(0), as_bob, {.cls = kDemandClass});
+  EXPECT_EQ(*warm.fetch->reader, alice) << "the first reader's";
+  auto sent = table.Join(Key(1), Block(1), {.cls = kPrefetchClass});
+  sent.fetch->dispatched = true;
+  FetchTable::Block b1 = Block(1);
+  b1.reader = &bob;
+  table.Join(Key(1), b1, {.cls = kDemandClass});
+  EXPECT_FALSE(sent.fetch->reader) << "already on its way as the volume's identity";
+}
+
 TEST(FetchTable, AskersOfOneBlockShareOneFetch) {
   FetchTable table;
   const SteadyTime t0 = std::chrono::steady_clock::now();

@@ -625,6 +625,46 @@ TEST(VolumeFs, NamespaceChangesReachTheHubAsTheCaller) {
   EXPECT_FALSE(rig.remote.Exists("m"));
 }
 
+// Lookups, listings, attributes and block reads made for a caller go to the hub as that
+// caller: a private directory the volume's identity may not search is served to its owner.
+TEST(VolumeFs, LookupsListingsAndReadsReachTheHubAsTheCaller) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.remote.PutFile("private/f", "secret");
+  rig.remote.Restrict("private", 1000);
+  rig.Init();
+  const Credentials alice{1000, 1000, {27}}, bob{1001, 1001, {}};
+  auto d = rig.fs->Lookup(kRootIno, "private", &alice);
+  ASSERT_TRUE(d) << d.error().ToString();
+  auto refused = rig.fs->ReadDir(d->ino);
+  ASSERT_FALSE(refused) << "the hub refuses the volume's identity";
+  EXPECT_EQ(refused.error().code(), Code::kPermissionDenied);
+  auto listed = rig.fs->ReadDir(d->ino, &alice);
+  ASSERT_TRUE(listed) << listed.error().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(LookupCode(*rig.fs, d->ino, "f"), Code::kPermissionDenied);
+  auto f = rig.fs->Lookup(d->ino, "f", &alice);
+  ASSERT_TRUE(f) << f.error().ToString();
+  auto attr = rig.fs->GetAttr(f->ino, &alice);
+  ASSERT_TRUE(attr) << attr.error().ToString();
+  EXPECT_EQ(attr->size, 6u);
+  EXPECT_EQ(rig.remote.last_who(), alice);
+
+  auto h = rig.fs->Open(f->ino, O_RDONLY, alice);
+  ASSERT_TRUE(h) << h.error().ToString();
+  rig.remote.last_who_reset();
+  std::vector<char> buf(16);
+  auto n = rig.fs->Read(h->handle, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(std::string(buf.data(), *n), "secret");
+  EXPECT_GT(rig.remote.reads_as.load(), 0) << "the block was read as its opener";
+  EXPECT_EQ(rig.remote.last_who(), alice);
+  ASSERT_TRUE(rig.fs->Release(h->handle));
+  // Strict opens revalidate on the hub as the opener: another caller is refused there.
+  auto other = rig.fs->Open(f->ino, O_RDONLY, bob);
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code(), Code::kPermissionDenied);
+}
+
 TEST(VolumeFs, SymlinkReadLinkAndMknodOnScratchEroFsOnDatasets) {
   Rig rig(Consistency::kStrict, /*read_only=*/false);
   rig.remote.PutFile("t", "x");

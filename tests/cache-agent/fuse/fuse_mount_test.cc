@@ -1,6 +1,7 @@
 // The read path end to end: nfs-ganesha hub -> 30 ms each way WAN proxy -> LibnfsRemote ->
 // BlockCache (the real one, in a temp dir) -> VolumeFs -> a real FUSE mount read with
 // plain POSIX calls.
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -551,6 +552,53 @@ TEST_F(FuseMount, ANonRootOwnerFsyncsAndMapsSharedOnAStrictScratchVolume) {
   ::munmap(m, kSize);
   ::close(fd);
   ASSERT_EQ(::unlink(file.c_str()), 0);
+  ASSERT_TRUE(vol->Unmount());
+}
+
+// Lookups, listings, attributes and reads go to the hub as the caller (default hub identity),
+// not as the volume's hubUid: a non-root pod reads back its private directory and file. What
+// one caller fetched is shared, yet another caller is refused by the kernel's check, and a
+// member of the file's group reads it through a supplementary group.
+TEST_F(FuseMount, ANonRootCallerListsStatsAndReadsItsPrivateFiles) {
+  testing::TempDir mnt("spoke-mnt");
+  auto vol = MountAt("vol-private", StrictScratch(), mnt.path());
+  ASSERT_NE(vol, nullptr);
+  const std::string d = mnt.path() + "/private", f = d + "/f";
+  int rc = RunAsUser(1000, [&] {
+    if (::mkdir(d.c_str(), 0700) != 0) return 1;
+    int fd = ::open(f.c_str(), O_CREAT | O_WRONLY, 0644);
+    if (fd < 0 || ::write(fd, "x\n", 2) != 2 || ::close(fd) != 0) return 2;
+    if (::chmod(f.c_str(), 0600) != 0) return 3;
+    DIR* dir = ::opendir(d.c_str());  // ls d
+    if (dir == nullptr) return 4;
+    bool listed = false;
+    while (dirent* e = ::readdir(dir)) listed = listed || std::string(e->d_name) == "f";
+    ::closedir(dir);
+    if (!listed) return 5;
+    struct stat st;
+    if (::stat(f.c_str(), &st) != 0 || st.st_size != 2) return 6;  // stat d/f
+    return ReadWholeFile(f) == "x\n" ? 0 : 7;                      // cat d/f
+  });
+  ASSERT_EQ(rc, 0) << "step that failed in the uid-1000 child (4: ls, 6: stat, 7: cat)";
+  rc = RunAsUser(1001, [&] {
+    if (::opendir(d.c_str()) != nullptr || errno != EACCES) return 1;
+    struct stat st;
+    return ::stat(f.c_str(), &st) != 0 && errno == EACCES ? 0 : 2;
+  });
+  EXPECT_EQ(rc, 0) << "another uid is refused what the owner's requests fetched";
+  // A group's directory and file, read by a member through a supplementary group.
+  const std::string g = mnt.path() + "/team", gf = g + "/notes";
+  rc = RunAsUser(1000,
+                 [&] {
+                   if (::mkdir(g.c_str(), 0750) != 0 || ::chown(g.c_str(), -1, 2000) != 0) return 1;
+                   int fd = ::open(gf.c_str(), O_CREAT | O_WRONLY, 0640);
+                   if (fd < 0 || ::write(fd, "team", 4) != 4 || ::close(fd) != 0) return 2;
+                   return ::chown(gf.c_str(), -1, 2000) == 0 ? 0 : 3;
+                 },
+                 {2000});
+  ASSERT_EQ(rc, 0);
+  rc = RunAsUser(1002, [&] { return ReadWholeFile(gf) == "team" ? 0 : 1; }, {2000});
+  EXPECT_EQ(rc, 0) << "a member of the file's group reads it";
   ASSERT_TRUE(vol->Unmount());
 }
 
