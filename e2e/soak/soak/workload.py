@@ -26,7 +26,7 @@ def make_dataset(cluster, ledger, rng, files, max_kb):
     uid = cluster.args.caller_uid
     if uid:
         # The writers' own directory, as a pod's runAsUser owns its scratch directory; 0755,
-        # not 0700: the agent's listings, lookups and block reads go to the hub as hubUid.
+        # so that the agent's background reads (as hubUid) may list it too.
         os.chown(scratch, uid, uid)
         os.chmod(scratch, 0o755)
     else:
