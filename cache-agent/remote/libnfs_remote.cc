@@ -3,7 +3,10 @@
 // the shared libnfs plumbing in libnfs_calls.h.
 #include "cache-agent/remote/libnfs_remote.h"
 
+#include <unistd.h>
+
 #include <cstring>
+#include <functional>
 
 #include "cache-agent/remote/libnfs_calls.h"
 #include "cache-agent/remote/nfs_connection.h"
@@ -33,8 +36,8 @@ Status LibnfsRemote::Config::Validate() const {
     return bad("uid/gid: must be in 0..4294967294 (or -1, the process's own)");
   if (handle_cache_size < 16) return bad("handle_cache_size: must be >= 16");
   if (max_identities < 1) return bad("max_identities: must be >= 1");
-  if (write_lanes < 1 || write_lanes > 16) {
-    return bad("write_lanes: must be in 1..16, got " + std::to_string(write_lanes));
+  if (identity_lanes < 1 || identity_lanes > 16) {
+    return bad("identity_lanes: must be in 1..16, got " + std::to_string(identity_lanes));
   }
   return Ok();
 }
@@ -154,6 +157,18 @@ Credentials LibnfsRemote::EffectiveIdentity(const Credentials& who) const {
   return c;
 }
 
+bool LibnfsRemote::AsPool(const Credentials& who) const {
+  const Credentials e = EffectiveIdentity(who);
+  const int64_t uid = config_.uid >= 0 ? config_.uid : static_cast<int64_t>(::geteuid());
+  const int64_t gid = config_.gid >= 0 ? config_.gid : static_cast<int64_t>(::getegid());
+  return e.groups.empty() && e.uid == uid && e.gid == gid;
+}
+
+int LibnfsRemote::LaneFor(const std::string& path, uint64_t offset) const {
+  return static_cast<int>((std::hash<std::string>{}(path) + (offset >> 20)) %
+                          static_cast<size_t>(config_.identity_lanes));
+}
+
 size_t LibnfsRemote::IdentityConnections() const {
   MutexLock lock(identities_mu_);
   return identities_.size();
@@ -259,6 +274,7 @@ void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
 Result<FileAttr> LibnfsRemote::Stat(const std::string& path) { return StatOn(LeastLoaded(), path); }
 
 Result<FileAttr> LibnfsRemote::StatAs(const Credentials& who, const std::string& path) {
+  if (AsPool(who)) return Stat(path);
   auto conn = ForIdentity(who);
   return StatOn(*conn, path);
 }
@@ -269,6 +285,7 @@ Result<std::vector<DirEntry>> LibnfsRemote::ReadDir(const std::string& path) {
 
 Result<std::vector<DirEntry>> LibnfsRemote::ReadDirAs(const Credentials& who,
                                                       const std::string& path) {
+  if (AsPool(who)) return ReadDir(path);
   auto conn = ForIdentity(who);
   return ReadDirOn(*conn, path);
 }
@@ -403,9 +420,10 @@ void LibnfsRemote::ReadCheckedAsync(const std::string& path, uint64_t file_id, u
 void LibnfsRemote::ReadCheckedAsAsync(const Credentials& who, const std::string& path,
                                       uint64_t file_id, uint64_t offset, uint32_t length,
                                       CheckedReadDone done) {
+  if (AsPool(who)) return ReadCheckedAsync(path, file_id, offset, length, std::move(done));
   // The identity's connection stays in the table while the read is in flight: an idle one
   // only is closed (ForIdentity).
-  auto conn = ForIdentity(who);
+  auto conn = ForIdentity(who, LaneFor(path, offset));
   ReadCheckedOn(*conn, path, file_id, offset, length, std::move(done));
 }
 

@@ -87,9 +87,10 @@ class LibnfsRemote final : public RemoteFs {
     // Identity connections (one libnfs context carries one AUTH_SYS credential; each write
     // lane is one); the least recently used idle one is closed beyond this.
     size_t max_identities = 64;
-    // Connections per identity that pipelined WRITEs (WriteAsAsync) are spread over, by file
-    // and 1 MiB range: one connection's loop thread carries less than the link does.
-    int write_lanes = 4;
+    // Connections per caller identity that its block reads (ReadCheckedAsAsync) and pipelined
+    // WRITEs (WriteAsAsync) are spread over, by file and 1 MiB range: one connection's loop
+    // thread carries less than the link does.
+    int identity_lanes = 4;
     // kInvalidArgument naming the field.
     Status Validate() const;
   };
@@ -184,8 +185,13 @@ class LibnfsRemote final : public RemoteFs {
   NfsConnection& ForPath(const std::string& path);
   NfsConnection& Writer() { return *connections_[0]; }
   // The connection whose context carries `who` (mapped by EffectiveIdentity); opened on
-  // first use. `lane` (< write_lanes) picks one of the identity's write connections.
+  // first use. `lane` (< identity_lanes) picks one of the identity's connections.
   std::shared_ptr<NfsConnection> ForIdentity(const Credentials& who, int lane = 0);
+  // One of identity_lanes, by file and MiB: a big file's range and many small files both
+  // spread over them.
+  int LaneFor(const std::string& path, uint64_t offset) const;
+  // `who` reaches the hub as the pool's own credential (no groups): the pool may carry it.
+  bool AsPool(const Credentials& who) const;
   NfsConnection::Options BaseOptions(int index) const;
   // Shared bodies of the calls with and without Credentials.
   Result<FileAttr> CreateOn(NfsConnection& c, const std::string& path, uint32_t mode,

@@ -1,7 +1,6 @@
 // LibnfsRemote: changes to the hub (writes, creates, removals, renames, attributes, links),
 // as the agent or as a caller.
 #include <cstring>
-#include <functional>
 
 #include "cache-agent/remote/libnfs_calls.h"
 #include "cache-agent/remote/libnfs_remote.h"
@@ -50,11 +49,8 @@ Result<size_t> LibnfsRemote::WriteOn(NfsConnection& conn, const std::string& pat
 
 void LibnfsRemote::WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
                                 std::shared_ptr<const std::vector<char>> data, WriteDone done) {
-  // Lanes by file and MiB: a big file's range and many small files both spread over them.
   // Overlapping writes never race across lanes: WriteBack holds one until the other's reply.
-  const size_t lane =
-      (std::hash<std::string>{}(path) + (offset >> 20)) % static_cast<size_t>(config_.write_lanes);
-  auto conn = ForIdentity(who, static_cast<int>(lane));
+  auto conn = ForIdentity(who, LaneFor(path, offset));
   auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
   auto shared_done = std::make_shared<WriteDone>(std::move(done));
   // The identity's connection stays open while its job runs.
