@@ -84,8 +84,8 @@ class LibnfsRemote final : public RemoteFs {
     uint32_t fixed_uid = 65534;
     uint32_t fixed_gid = 65534;
     bool allow_root = false;
-    // Identity connections (one libnfs context carries one AUTH_SYS credential; each write
-    // lane is one); the least recently used idle one is closed beyond this.
+    // Identity connections (one libnfs context carries one AUTH_SYS credential; each of an
+    // identity's lanes is one); the least recently used idle one is closed beyond this.
     size_t max_identities = 64;
     // Connections per caller identity that its block reads (ReadCheckedAsAsync) and pipelined
     // WRITEs (WriteAsAsync) are spread over, by file and 1 MiB range: one connection's loop
