@@ -164,6 +164,31 @@ class PeerNodeTest : public ::testing::Test {
     }
   }
 
+  // An ask for block `index` of file_ in volume "data" of kHub with kAccess, as an agent
+  // sends it; tests change the fields they are about.
+  peer::v1::GetBlockRequest BlockAsk(uint64_t index = 0) const {
+    peer::v1::GetBlockRequest req;
+    req.set_hub(kHub);
+    req.set_volume_path("data");
+    req.set_access(kAccess);
+    req.set_file_path(file_.path);
+    req.set_file_id(file_.file_id);
+    req.set_version(file_.version);
+    req.set_block_index(index);
+    req.set_block_size(kBlock);
+    req.set_length(kBlock);
+    return req;
+  }
+  // Sends `req` with `token` (none when empty), bounded by `timeout`.
+  static grpc::Status Ask(peer::v1::Peer::Stub& stub, const peer::v1::GetBlockRequest& req,
+                          peer::v1::GetBlockResponse* resp, const std::string& token = kToken,
+                          std::chrono::seconds timeout = 5s) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    if (!token.empty()) ctx.AddMetadata(kPeerTokenHeader, token);
+    return stub.GetBlock(&ctx, req, resp);
+  }
+
   uint64_t Sum(const std::string& counter, metrics::Labels labels = {}) {
     uint64_t s = 0;
     for (auto& a : agents_) s += a->Counter(counter, labels);
@@ -233,22 +258,14 @@ TEST_F(PeerNodeTest, PeersServeOnlyPathsInsideVolumesTheyMounted) {
   uint64_t version = file_.version;
   auto ask = [&](std::string hub, std::string volume_path, std::string path,
                  std::string token = kToken, uint64_t index = 0, uint32_t length = kBlock) {
-    auto stub = PeerStub(a.node->port());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-    if (!token.empty()) ctx.AddMetadata(kPeerTokenHeader, token);
-    peer::v1::GetBlockRequest req;
+    auto req = BlockAsk(index);
     req.set_hub(hub);
     req.set_volume_path(volume_path);
-    req.set_access(kAccess);
     req.set_file_path(path);
-    req.set_file_id(file_.file_id);
     req.set_version(version);
-    req.set_block_index(index);
-    req.set_block_size(kBlock);
     req.set_length(length);
     peer::v1::GetBlockResponse resp;
-    return stub->GetBlock(&ctx, req, &resp).error_code();
+    return Ask(*PeerStub(a.node->port()), req, &resp, token).error_code();
   };
   EXPECT_EQ(ask(kHub, "data", "train/shard-0"), grpc::StatusCode::OK);
   EXPECT_EQ(ask(kHub, "data", "train/shard-0", ""), grpc::StatusCode::UNAUTHENTICATED);
@@ -287,22 +304,11 @@ TEST_F(PeerNodeTest, AVolumeReadingTheHubAsAnotherIdentityGetsNoBlocksFromPeers)
   EXPECT_EQ(Sum("spoke_peer_hits_total"), 0u);
   EXPECT_EQ(hub_.read_bytes.load(), 2 * want_.size());  // each read it as itself
   // Asked directly with the weaker access, the stronger volume's owner has nothing to serve.
-  auto stub = PeerStub(agents_[0]->node->port());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-  ctx.AddMetadata(kPeerTokenHeader, kToken);
-  peer::v1::GetBlockRequest req;
-  req.set_hub(kHub);
-  req.set_volume_path("data");
+  auto req = BlockAsk();
   req.set_access(PeerAccessName(weak));
-  req.set_file_path(file_.path);
-  req.set_file_id(file_.file_id);
-  req.set_version(file_.version);
-  req.set_block_index(0);
-  req.set_block_size(kBlock);
-  req.set_length(kBlock);
   peer::v1::GetBlockResponse resp;
-  EXPECT_EQ(stub->GetBlock(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Ask(*PeerStub(agents_[0]->node->port()), req, &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(resp.data().empty());
 }
 
@@ -335,23 +341,10 @@ TEST_F(PeerNodeTest, AnOwnerRefusesAsksBeyondItsQuotaAtOnceAndChargesEachToItsCl
   StartAgents(1);
   Agent& a = *agents_[0];
   auto ask = [&](uint64_t index, bool background) {
-    auto stub = PeerStub(a.node->port());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-    ctx.AddMetadata(kPeerTokenHeader, kToken);
-    peer::v1::GetBlockRequest req;
-    req.set_hub(kHub);
-    req.set_volume_path("data");
-    req.set_access(kAccess);
-    req.set_file_path(file_.path);
-    req.set_file_id(file_.file_id);
-    req.set_version(file_.version);
-    req.set_block_index(index);
-    req.set_block_size(kBlock);
-    req.set_length(kBlock);
+    auto req = BlockAsk(index);
     req.set_background(background);
     peer::v1::GetBlockResponse resp;
-    auto st = stub->GetBlock(&ctx, req, &resp);
+    auto st = Ask(*PeerStub(a.node->port()), req, &resp, kToken, 10s);
     EXPECT_TRUE(!st.ok() || resp.data() == want_.substr(index * kBlock, kBlock)) << index;
     return st.error_code();
   };
@@ -385,21 +378,8 @@ TEST_F(PeerNodeTest, ThePeerChannelRefusesPlaintextAndCertificatesOfAnotherCaOrN
   StartAgents(1);
   Agent& a = *agents_[0];
   auto ask = [&](std::unique_ptr<peer::v1::Peer::Stub> stub) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-    ctx.AddMetadata(kPeerTokenHeader, kToken);  // the right token: TLS refuses them anyway
-    peer::v1::GetBlockRequest req;
-    req.set_hub(kHub);
-    req.set_volume_path("data");
-    req.set_access(kAccess);
-    req.set_file_path(file_.path);
-    req.set_file_id(file_.file_id);
-    req.set_version(file_.version);
-    req.set_block_index(0);
-    req.set_block_size(kBlock);
-    req.set_length(kBlock);
-    peer::v1::GetBlockResponse resp;
-    auto st = stub->GetBlock(&ctx, req, &resp);
+    peer::v1::GetBlockResponse resp;  // the right token: TLS refuses them anyway
+    auto st = Ask(*stub, BlockAsk(), &resp);
     EXPECT_TRUE(st.ok() || resp.data().empty());
     return st.error_code();
   };
@@ -451,22 +431,10 @@ TEST_F(PeerNodeTest, TheOwnerDecidesTheBlockLengthAndRefusesAsksThatDisagree) {
   StartAgents(1);
   Agent& a = *agents_[0];
   auto ask = [&](uint64_t index, uint32_t length) {
-    auto stub = PeerStub(a.node->port());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-    ctx.AddMetadata(kPeerTokenHeader, kToken);
-    peer::v1::GetBlockRequest req;
-    req.set_hub(kHub);
-    req.set_volume_path("data");
-    req.set_access(kAccess);
-    req.set_file_path(file_.path);
-    req.set_file_id(file_.file_id);
-    req.set_version(file_.version);
-    req.set_block_index(index);
-    req.set_block_size(kBlock);
+    auto req = BlockAsk(index);
     req.set_length(length);
     peer::v1::GetBlockResponse resp;
-    auto st = stub->GetBlock(&ctx, req, &resp);
+    auto st = Ask(*PeerStub(a.node->port()), req, &resp);
     return std::make_pair(st.error_code(), resp.data());
   };
   const uint32_t last_length = static_cast<uint32_t>(want_.size() - (kBlocks - 1) * kBlock);
