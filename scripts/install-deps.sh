@@ -43,6 +43,9 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 APT_PACKAGES=("${DEMO_PACKAGES[@]}")
+# CMake runs `go mod download` for csi.proto (proto/CMakeLists.txt). Debian's Go (1.19) does
+# that; a newer Go already on PATH (e.g. /usr/local/go) is kept.
+command -v go >/dev/null || APT_PACKAGES+=(golang-go)
 [ $demo_only -eq 1 ] || APT_PACKAGES+=("${TEST_PACKAGES[@]}")
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
