@@ -42,12 +42,10 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
     : cache_(cache),
       volume_(volume_key),
       config_(config),
-      reader_(
-          remote, config.source, registry, labels,
-          [this](const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
-            OnFetched(f, std::move(r), from_hub);
-          },
-          [this](const FetchPtr& f, bool busy) { return RequeueAfterSource(f, busy); }),
+      reader_(remote, config.source, registry, labels,
+              [this](const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
+                OnFetched(f, std::move(r), from_hub);
+              }),
       dispatcher_({.max_inflight = config.max_hub_inflight,
                    .demand_reserved = config.demand_reserved,
                    .pacing = config.pacing},
@@ -69,11 +67,6 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
       "they leave (paced to the WAN link)",
       labels);
   window_gauge_->Set(static_cast<int64_t>(dispatcher_.window()));
-  source_window_gauge_ = &registry.GetGauge(
-      "spoke_fetch_peer_window_bytes",
-      "Bytes the fetcher lets on the cluster's peers at once (halved when an owner is busy)",
-      labels);
-  source_window_gauge_->Set(static_cast<int64_t>(dispatcher_.window(kSourceRoute)));
   miss_latency_ = &registry.GetHistogram("spoke_demand_miss_seconds",
                                          "Latency of reads that waited for the hub", labels);
   base_hits_ = hits_->Value();
@@ -145,20 +138,12 @@ double BlockFetcher::demand_miss_latency_ms_avg() const {
 BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index,
                                           const FetchTable::Ask& ask, bool* created,
                                           bool room_taken) {
-  const BlockKey key = Key(file, index);
-  FetchTable::Block block{.path = file.path,
-                          .offset = index * config_.block_size,
-                          .length = BlockLength(file, index),
-                          .written_here = file.written_here,
-                          .reader = file.reader ? &*file.reader : nullptr};
-  // A new fetch's route: the source's when it would take the block (a reader's ask is no
-  // background; a later promotion keeps the route).
-  if (config_.source != nullptr && !table_.Contains(key) &&
-      config_.source->Takes(
-          {key, file.path, block.offset, block.length, ask.cls != kDemandClass})) {
-    block.route = kSourceRoute;
-  }
-  FetchTable::Joined joined = table_.Join(key, block, ask);
+  const FetchTable::Block block{.path = file.path,
+                                .offset = index * config_.block_size,
+                                .length = BlockLength(file, index),
+                                .written_here = file.written_here,
+                                .reader = file.reader ? &*file.reader : nullptr};
+  FetchTable::Joined joined = table_.Join(Key(file, index), block, ask);
   BlockFetch& f = *joined.fetch;
   *created = joined.created;
   if (joined.promoted) {
@@ -204,24 +189,15 @@ BlockFetcher::FetchPtr BlockFetcher::NextToSendLocked(SteadyTime now) {
   if (!dispatcher_.HasSlot()) return nullptr;
   FetchPtr next;
   std::vector<FetchPtr> expired;
-  // Each route by its own window, most urgent class first. A background class a route's
-  // window holds back holds back the less urgent ones there too; readers held back leave
-  // background its one block.
-  bool held[kFetchRoutes] = {false, false};
-  bool no_slot = false;
-  for (int cls = kDemandClass; cls < kFetchClasses && !next && !no_slot; ++cls) {
-    for (FetchRoute route : {kSourceRoute, kHubRoute}) {
-      if (next || no_slot || held[route]) continue;
-      const FetchDispatcher::Gate gate = dispatcher_.GateFor(cls, route);
-      if (gate == FetchDispatcher::Gate::kNoSlot) {
-        no_slot = true;
-      } else if (gate == FetchDispatcher::Gate::kWindowFull) {
-        if (route == kHubRoute && table_.QueuedFrom(cls, route)) dispatcher_.OnHeldBack();
-        held[route] = cls != kDemandClass;
-      } else {
-        next = table_.PopQueued(cls, now, &expired, route);
-      }
+  for (int cls = kDemandClass; cls < kFetchClasses && !next; ++cls) {
+    const FetchDispatcher::Gate gate = dispatcher_.GateFor(cls);
+    if (gate == FetchDispatcher::Gate::kNoSlot) break;
+    if (gate == FetchDispatcher::Gate::kWindowFull) {
+      if (table_.QueuedFrom(cls)) dispatcher_.OnHeldBack();
+      if (cls == kDemandClass) continue;  // background may still send its one block
+      break;
     }
+    next = table_.PopQueued(cls, now, &expired);
   }
   for (auto& f : expired) {
     ReleaseMemoryLocked(*f);
@@ -260,12 +236,11 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   const SteadyTime now = std::chrono::steady_clock::now();
   {
     MutexLock lock(mu_);
-    // A good reply teaches the window of the route it came by.
-    const std::optional<uint64_t> reply = r ? std::optional<uint64_t>(r->size()) : std::nullopt;
-    if (dispatcher_.OnAnswered(*f, reply, from_hub, now)) {
+    // Only a hub reply times the link the pacer bounds.
+    const std::optional<uint64_t> hub_reply =
+        r && from_hub ? std::optional<uint64_t>(r->size()) : std::nullopt;
+    if (dispatcher_.OnAnswered(*f, hub_reply, now)) {
       window_gauge_->Set(static_cast<int64_t>(dispatcher_.window()));
-    } else if (reply) {
-      source_window_gauge_->Set(static_cast<int64_t>(dispatcher_.window(kSourceRoute)));
     }
     if (r) {
       if (from_hub) hub_bytes_->Inc(r->size());
@@ -325,19 +300,6 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   Dispatch();
   MutexLock lock(mu_);
   if (--callbacks_pending_ == 0 && stopping_) done_cv_.notify_all();
-}
-
-bool BlockFetcher::RequeueAfterSource(const FetchPtr& f, bool busy) {
-  {
-    MutexLock lock(mu_);
-    if (stopping_) return false;
-    dispatcher_.OnSourceFailed(*f, busy, std::chrono::steady_clock::now());
-    source_window_gauge_->Set(static_cast<int64_t>(dispatcher_.window(kSourceRoute)));
-    table_.Requeue(f);
-    callbacks_pending_--;  // this send's callback ends here; the next send counts again
-  }
-  Dispatch();
-  return true;
 }
 
 void BlockFetcher::Store(const FetchPtr& f) {

@@ -247,9 +247,6 @@ class BlockFetcher {
   FetchPtr NextToSendLocked(SteadyTime now) REQUIRES(mu_);
   // `from_hub`: false for a block the BlockSource gave (not counted as hub bytes).
   void OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub);
-  // `f`'s source ask failed: queued again, first of its class, on the route the dispatcher
-  // gives it; false (the reader reads the hub at once) while stopping.
-  bool RequeueAfterSource(const FetchPtr& f, bool busy) EXCLUDES(mu_);
   // On a store thread: puts the fetched block into the cache, then settles it.
   void Store(const FetchPtr& f);
   // Done with `f`: settled, its memory room given back, out of the table. mu_ held.
@@ -298,7 +295,6 @@ class BlockFetcher {
   metrics::Counter* cache_bytes_;
   metrics::Counter* put_failures_;
   metrics::Gauge* window_gauge_;
-  metrics::Gauge* source_window_gauge_;
   metrics::Histogram* miss_latency_;
   uint64_t base_hits_, base_misses_, base_hub_bytes_, base_cache_bytes_;
   // Made last, stopped first: its threads call Store.

@@ -3,7 +3,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <utility>
 
 #include "cache-agent/peer/peer_token.h"
@@ -437,45 +436,35 @@ grpc::Status PeerVolume::FetchForPeer(BlockFetcher* fetcher, const FileRef& file
 
 void PeerVolume::MarkAbsent(const std::string& member) {
   MutexLock lock(absent_mu_);
-  const auto now = std::chrono::steady_clock::now();
-  std::erase_if(absent_, [&](const auto& a) { return a.second <= now; });
-  absent_[member] = now + node_.config_.absent_period;
+  absent_[member] = std::chrono::steady_clock::now() + node_.config_.absent_period;
 }
 
-void PeerVolume::LeaveOutAbsent(PeerSet::View& view) const {
+void PeerVolume::LeaveOutAbsent(PeerSet::View& view) {
   MutexLock lock(absent_mu_);
   if (absent_.empty()) return;
   const auto now = std::chrono::steady_clock::now();
+  std::erase_if(absent_, [&](const auto& a) { return a.second <= now; });
+  if (absent_.empty()) return;
   const std::string self = view.self >= 0 ? view.members[view.self] : std::string();
-  std::erase_if(view.members, [&](const std::string& m) REQUIRES(absent_mu_) {
-    auto a = absent_.find(m);
-    return a != absent_.end() && a->second > now;
-  });
+  std::erase_if(view.members,
+                [&](const std::string& m) REQUIRES(absent_mu_) { return absent_.contains(m); });
   auto it = std::find(view.members.begin(), view.members.end(), self);
   view.self =
       self.empty() || it == view.members.end() ? -1 : static_cast<int>(it - view.members.begin());
 }
 
-std::string PeerVolume::OwnerOf(const Block& block) const {
+bool PeerVolume::FetchAsync(const Block& block, Done done) {
   {
     MutexLock lock(serving_mu_);
-    if (serving_.contains(block.key)) return {};  // a peer asked us: we read the hub
+    if (serving_.contains(block.key)) return false;  // a peer asked us: we read the hub
   }
-  if (node_.shut_down_.load()) return {};
+  if (node_.shut_down_.load()) return false;
   PeerSet::View view = node_.members_->Live();
   node_.m_.members->Set(static_cast<int64_t>(view.members.size()));
   LeaveOutAbsent(view);
   uint64_t h = PeerBlockHash(key_, block.key.file_id, block.key.version, block.key.index);
   int owner = RendezvousOwner(view.members, h);
-  if (owner < 0 || owner == view.self) return {};
-  return view.members[owner];
-}
-
-bool PeerVolume::Takes(const Block& block) const { return !OwnerOf(block).empty(); }
-
-bool PeerVolume::FetchAsync(const Block& block, Done done) {
-  std::string owner = OwnerOf(block);
-  if (owner.empty()) return false;
+  if (owner < 0 || owner == view.self) return false;
 
   struct Call {
     grpc::ClientContext ctx;
@@ -486,7 +475,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
     Done done;
   };
   auto call = std::make_shared<Call>();
-  call->member = std::move(owner);
+  call->member = view.members[owner];
   call->length = block.length;
   call->done = std::move(done);
   call->ctx.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
@@ -508,10 +497,9 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   node.StubFor(call->member)
       ->async()
       ->GetBlock(&call->ctx, &call->req, &call->resp, [call, &node, self](grpc::Status st) {
-        auto fail = [&](std::string why, int err = 0) {
-          std::string what = "peer " + call->member + ": " + why;
-          call->done(std::unexpected(err != 0 ? Error::FromErrno(err, std::move(what))
-                                              : Error(Code::kUnavailable, std::move(what))));
+        auto fail = [&](std::string why) {
+          call->done(
+              std::unexpected(Error(Code::kUnavailable, "peer " + call->member + ": " + why)));
         };
         if (!st.ok()) {
           // A refusal is an answer (the peer is alive); silence or a broken link is not.
@@ -532,9 +520,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
           if (log::Enabled(log::Level::kDebug)) {
             log::Debug("peer ask failed", {{"peer", call->member}, {"error", st.error_message()}});
           }
-          // Busy: the fetcher's source window halves.
-          const bool busy = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-          return fail(st.error_message(), busy ? EBUSY : 0);
+          return fail(st.error_message());
         }
         node.members_->ReportSuccess(call->member);
         const std::string& data = call->resp.data();

@@ -84,13 +84,10 @@ class PeerNode {
     // Bounds on the asks this owner serves at once, both classes together and background
     // (warm-up, prefetch) alone: asks beyond them are refused at once (the asker reads the
     // hub), so other nodes' reads never take more than this of the owner's threads and memory.
-    // Background gets half: in a cold fill most of its asks wait for the owner's hub read (a
-    // WAN round trip), and a cluster's askers share the owner (askers' windows halve when it
-    // refuses them, fetch_dispatcher.h).
     int serve_max_asks = 64;
     uint64_t serve_max_bytes = 64ull << 20;
-    int serve_background_max_asks = 32;
-    uint64_t serve_background_max_bytes = 32ull << 20;
+    int serve_background_max_asks = 8;
+    uint64_t serve_background_max_bytes = 8ull << 20;
     // How long a member that answered "not mounted" for a volume is left out of its owners.
     std::chrono::milliseconds absent_period{10000};
     // Test-only fault: flips a byte of every served block after its checksum is taken, so
@@ -189,7 +186,6 @@ class PeerVolume final : public BlockSource {
  public:
   ~PeerVolume() override;  // ServeBlocksFrom(nullptr), then leaves the node
 
-  bool Takes(const Block& block) const override;
   bool FetchAsync(const Block& block, Done done) override;
   bool keep_local_copy() const override { return node_.config_.keep_local_copy; }
 
@@ -236,16 +232,13 @@ class PeerVolume final : public BlockSource {
   // Config::absent_period, then asked again (it may have mounted it since).
   void MarkAbsent(const std::string& member) EXCLUDES(absent_mu_);
   // `view` without the members known not to serve this volume (self is never among them).
-  void LeaveOutAbsent(PeerSet::View& view) const EXCLUDES(absent_mu_);
-  // The member that owns `block` among those serving this volume; empty: none but this agent
-  // (or it is being read for a peer), so the hub is read.
-  std::string OwnerOf(const Block& block) const EXCLUDES(serving_mu_, absent_mu_);
-  mutable Mutex absent_mu_;
+  void LeaveOutAbsent(PeerSet::View& view) EXCLUDES(absent_mu_);
+  Mutex absent_mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> absent_ GUARDED_BY(absent_mu_);
 
   // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another
   // peer (no ask loops when two agents briefly disagree about the member set).
-  mutable Mutex serving_mu_;
+  Mutex serving_mu_;
   std::unordered_multiset<BlockKey, BlockKeyHash> serving_ GUARDED_BY(serving_mu_);
 };
 

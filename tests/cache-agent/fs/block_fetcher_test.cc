@@ -2,11 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <functional>
-#include <mutex>
 #include <thread>
-#include <vector>
 
 #include "common/interrupt.h"
 #include "tests/cache-agent/cache/cache_test_util.h"
@@ -23,7 +20,7 @@ constexpr uint32_t kBlock = 4096;
 
 struct FetchRig {
   explicit FetchRig(int max_inflight = 64, uint64_t prefetch_max = 64 * kBlock,
-                    int demand_reserved = 32, BlockSource* source = nullptr)
+                    int demand_reserved = 32)
       : cache(kBlock) {
     remote.PutFile("big", std::string(64 * kBlock, 'b'));
     remote.PutFile("other", std::string(8 * kBlock, 'o'));
@@ -33,7 +30,6 @@ struct FetchRig {
     c.max_hub_inflight = max_inflight;
     c.prefetch_bytes_max = prefetch_max;
     c.demand_reserved = demand_reserved;
-    c.source = source;
     fetcher = std::make_unique<BlockFetcher>(remote, &cache, 7, c, registry, metrics::Labels{});
   }
   ~FetchRig() {
@@ -50,67 +46,6 @@ struct FetchRig {
   metrics::Registry registry;
   std::unique_ptr<BlockFetcher> fetcher;
 };
-
-// A peer that answers from its own thread: even blocks with its copy ('p'), odd ones refused
-// as busy (its quota full).
-class BusyOnOddBlocks : public BlockSource {
- public:
-  ~BusyOnOddBlocks() override {
-    for (auto& t : threads_) t.join();
-  }
-  bool Takes(const Block&) const override { return true; }
-  bool FetchAsync(const Block& block, Done done) override {
-    asked++;
-    std::lock_guard lock(mu_);
-    threads_.emplace_back([block, done = std::move(done)] {
-      if (block.key.index % 2 == 0) return done(std::vector<char>(block.length, 'p'));
-      done(std::unexpected(Error::FromErrno(EBUSY, "peer busy: its quota is used up")));
-    });
-    return true;
-  }
-  std::atomic<int> asked{0};
-
- private:
-  std::mutex mu_;
-  std::vector<std::thread> threads_;
-};
-
-TEST(BlockFetcher, ABusyPeersBlocksAreQueuedAgainForTheHubAndHalveThePeerWindow) {
-  BusyOnOddBlocks source;
-  FetchRig rig(64, 64 * kBlock, 32, &source);
-  auto& window = rig.registry.GetGauge("spoke_fetch_peer_window_bytes", "", metrics::Labels{});
-  const int64_t first_window = window.Value();
-  auto f = rig.File("other");
-  auto blocks = rig.fetcher->GetBlocks(f, 0, 8);
-  for (uint64_t i = 0; i < 8; ++i) {
-    ASSERT_TRUE(blocks[i]) << i << ": " << blocks[i].error().ToString();
-    ASSERT_EQ((*blocks[i])->size(), kBlock);
-    EXPECT_EQ((**blocks[i])[0], i % 2 == 0 ? 'p' : 'o') << "block " << i;
-  }
-  // Each block asked of the peer once; only the refused ones read from the hub, once each.
-  EXPECT_EQ(source.asked.load(), 8);
-  EXPECT_EQ(rig.remote.reads.load(), 4);
-  EXPECT_EQ(rig.fetcher->hub_read_bytes(), 4u * kBlock);
-  EXPECT_LT(window.Value(), first_window);
-}
-
-TEST(BlockFetcher, ABusyPeerIsAskedOnceMoreForBackgroundBlocksBeforeTheHub) {
-  BusyOnOddBlocks source;
-  FetchRig rig(64, 64 * kBlock, 32, &source);
-  auto f = rig.File("other");
-  ASSERT_TRUE(rig.fetcher->Warm(f, 0, 8));
-  // Odd blocks: refused twice, then read from the hub; readers (above) never wait for a retry.
-  EXPECT_EQ(source.asked.load(), 12);
-  EXPECT_EQ(rig.remote.reads.load(), 4);
-  for (int i = 0; i < 1000 && rig.cache.blocks() < 8; ++i) std::this_thread::sleep_for(1ms);
-  uint64_t hits = 0;
-  auto blocks = rig.fetcher->GetBlocks(f, 0, 8, &hits);
-  EXPECT_EQ(hits, 8u);
-  for (uint64_t i = 0; i < 8; ++i) {
-    ASSERT_TRUE(blocks[i]);
-    EXPECT_EQ((**blocks[i])[0], i % 2 == 0 ? 'p' : 'o') << "block " << i;
-  }
-}
 
 TEST(BlockFetcher, AReadThatWaitsForTheHubIsOneDemandMiss) {
   FetchRig rig;
