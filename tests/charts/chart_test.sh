@@ -21,27 +21,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 
-K8S_VERSION=1.31
-TOOLS_VENV=${SPOKE_TOOLS_VENV:-/usr/local/share/spoke-tools/venv}
-HELM=${HELM:-$(command -v helm || echo /usr/local/bin/helm)}
-KUBE_VALIDATE=${KUBE_VALIDATE:-$TOOLS_VENV/bin/kubernetes-validate}
-PYTHON=${PYTHON:-$TOOLS_VENV/bin/python3}   # has PyYAML (a kubernetes-validate dependency)
-CHART=charts/spoke
+TEST_NAME=chart_test
+. tests/charts/lib.sh
 GOLDEN=tests/charts/golden
 DEPLOY=manifests/deploy/spoke.yaml
 RELEASE=spoke
 NAMESPACE=kube-system
-
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-
-failures=0
-fail() { echo "chart_test: FAIL: $*" >&2; failures=$((failures + 1)); }
-step() { echo "chart_test: $*"; }
-
-for tool in "$HELM" "$KUBE_VALIDATE" "$PYTHON"; do
-  [ -x "$tool" ] || { echo "chart_test: FAIL: $tool not found: run scripts/install-deps.sh" >&2; exit 1; }
-done
 
 # variant -> extra helm arguments
 declare -A VALUES=(
@@ -198,8 +183,4 @@ else
   step "shellcheck not installed: skipped"
 fi
 
-if [ "$failures" -ne 0 ]; then
-  echo "chart_test: $failures check(s) failed" >&2
-  exit 1
-fi
-step "all checks passed"
+finish

@@ -19,24 +19,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 
-K8S_VERSION=1.31
-TOOLS_VENV=${SPOKE_TOOLS_VENV:-/usr/local/share/spoke-tools/venv}
-HELM=${HELM:-$(command -v helm || echo /usr/local/bin/helm)}
-KUBE_VALIDATE=${KUBE_VALIDATE:-$TOOLS_VENV/bin/kubernetes-validate}
-PYTHON=${PYTHON:-$TOOLS_VENV/bin/python3}   # has PyYAML (a kubernetes-validate dependency)
-CHART=charts/spoke
+TEST_NAME=monitoring_test
+. tests/charts/lib.sh
 VALUES=tests/charts/values-monitoring.yaml
-
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-
-failures=0
-fail() { echo "monitoring_test: FAIL: $*" >&2; failures=$((failures + 1)); }
-step() { echo "monitoring_test: $*"; }
-
-for tool in "$HELM" "$KUBE_VALIDATE" "$PYTHON"; do
-  [ -x "$tool" ] || { echo "monitoring_test: FAIL: $tool not found: run scripts/install-deps.sh" >&2; exit 1; }
-done
 
 step "helm lint"
 if ! "$HELM" lint --strict "$CHART" -f "$VALUES" >"$WORK/lint" 2>&1; then
@@ -84,8 +69,4 @@ yaml.safe_dump(docs[0]["spec"], sys.stdout)' "$WORK/monitoring.yaml" >"$WORK/rul
   fi
 fi
 
-if [ "$failures" -ne 0 ]; then
-  echo "monitoring_test: $failures check(s) failed" >&2
-  exit 1
-fi
-step "all checks passed"
+finish
