@@ -257,17 +257,16 @@ Result<std::string> MetadataCache::DirPathLocked(uint64_t ino) const {
   return PathLocked(ino);
 }
 
-Result<FileAttr> MetadataCache::HubStat(const std::string& path, const Credentials* who) {
-  return who != nullptr ? remote_.StatAs(*who, path) : remote_.Stat(path);
+Result<FileAttr> MetadataCache::HubStat(const std::string& path, const Caller& who) {
+  return who.is_volume() ? remote_.Stat(path) : remote_.StatAs(who.credentials(), path);
 }
 
 Result<std::vector<DirEntry>> MetadataCache::HubReadDir(const std::string& path,
-                                                        const Credentials* who) {
-  return who != nullptr ? remote_.ReadDirAs(*who, path) : remote_.ReadDir(path);
+                                                        const Caller& who) {
+  return who.is_volume() ? remote_.ReadDir(path) : remote_.ReadDirAs(who.credentials(), path);
 }
 
-Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown,
-                                   const Credentials* who) {
+Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown, const Caller& who) {
   if (wait_unknown) SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
@@ -299,7 +298,7 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown,
 }
 
 Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name, bool hold,
-                                             const Credentials* who) {
+                                             const Caller& who) {
   SPOKE_RETURN_IF_ERROR(KnowInode(parent));
   std::string path;
   {
@@ -347,7 +346,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
 }
 
 Result<InodeAttr> MetadataCache::Lookup(uint64_t parent, const std::string& name, bool hold,
-                                        const Credentials* who) {
+                                        const Caller& who) {
   if (config_.consistency == Consistency::kStrict) return LookupOnHub(parent, name, hold, who);
   {
     MutexLock lock(mu_);
@@ -386,7 +385,7 @@ std::optional<InodeAttr> MetadataCache::Known(uint64_t parent, const std::string
   return InodeAttr{child, AttrLocked(child, c->second)};
 }
 
-Result<FileAttr> MetadataCache::GetAttr(uint64_t ino, const Credentials* who) {
+Result<FileAttr> MetadataCache::GetAttr(uint64_t ino, const Caller& who) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   {
     MutexLock lock(mu_);
@@ -397,7 +396,7 @@ Result<FileAttr> MetadataCache::GetAttr(uint64_t ino, const Credentials* who) {
   return Revalidate(ino, who);
 }
 
-Result<FileAttr> MetadataCache::Revalidate(uint64_t ino, const Credentials* who) {
+Result<FileAttr> MetadataCache::Revalidate(uint64_t ino, const Caller& who) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
   std::string path;
   {
@@ -439,7 +438,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino, const Credentials* who)
   return *st;
 }
 
-Result<Listing> MetadataCache::ReadDir(uint64_t ino, const Credentials* who) {
+Result<Listing> MetadataCache::ReadDir(uint64_t ino, const Caller& who) {
   // Strict: a listing (opendir) always reflects the hub now, as lookups do.
   bool force = config_.consistency == Consistency::kStrict;
   SPOKE_RETURN_IF_ERROR(EnsureListed(ino, force, /*wait_unknown=*/true, who));

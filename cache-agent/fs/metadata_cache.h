@@ -33,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache-agent/fs/caller.h"
 #include "cache-agent/fs/clock.h"
 #include "cache-agent/fs/dir_entries.h"
 #include "cache-agent/fs/inode_table.h"
@@ -137,27 +138,27 @@ class MetadataCache final : public HandleStore {
   // and ask the hub for the one name (LOOKUP) while the directory is not listed.
   // `hold`: the answer hands the kernel the inode (one reference, counted with the answer so
   // that the inode cannot be dropped in between); see AddKernelRef.
-  // `who`, in this and the calls below: the caller the hub is asked for (null: the volume's
+  // `who`, in this and the calls below: the caller the hub is asked for (none: the volume's
   // identity). What one caller's request fetched is shared with the others: the kernel
   // (default_permissions) checks each caller's search and read permission on the directory,
   // from the attributes the hub gave, before it asks for a lookup, a listing or an open.
   Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, bool hold = false,
-                           const Credentials* who = nullptr);
+                           const Caller& who = {});
   // The name as the hub has it now, whatever the consistency mode (one round trip); the
   // cache takes the answer.
   Result<InodeAttr> LookupOnHub(uint64_t parent, const std::string& name, bool hold,
-                                const Credentials* who = nullptr);
+                                const Caller& who = {});
   // The inode the cache has for `name` in `parent`, without asking the hub (nullopt when it has
   // none): for our own changes, which need the inode the kernel was handed by the lookup it
   // made right before them, not a fresh one (a strict Lookup costs a hub round trip).
   std::optional<InodeAttr> Known(uint64_t parent, const std::string& name) const;
-  Result<FileAttr> GetAttr(uint64_t ino, const Credentials* who = nullptr);
+  Result<FileAttr> GetAttr(uint64_t ino, const Caller& who = {});
   // Strict volumes list the directory on the hub on every call. Callers share one snapshot
   // while the directory does not change, and concurrent listings of a directory on the hub
   // are one listing (ListingFlights).
-  Result<Listing> ReadDir(uint64_t ino, const Credentials* who = nullptr);
+  Result<Listing> ReadDir(uint64_t ino, const Caller& who = {});
   // Re-stats now whatever the mode (strict open, after writes).
-  Result<FileAttr> Revalidate(uint64_t ino, const Credentials* who = nullptr);
+  Result<FileAttr> Revalidate(uint64_t ino, const Caller& who = {});
   // The inode's path relative to the volume root. kNotFound for an unknown inode.
   Result<std::string> PathOf(uint64_t ino) const;
   // Resolves a relative path ("" = root) through the cache (may list directories).
@@ -334,11 +335,10 @@ class MetadataCache final : public HandleStore {
   // The inode `path` names in the cached tree, 0 when none. Caller holds mu_.
   uint64_t ResolveCachedLocked(std::string_view path) const REQUIRES(mu_);
   // `wait_unknown`: an unknown inode waits for the walk (KnowInode); else it is kNotFound.
-  Status EnsureListed(uint64_t ino, bool force, bool wait_unknown = true,
-                      const Credentials* who = nullptr);
+  Status EnsureListed(uint64_t ino, bool force, bool wait_unknown = true, const Caller& who = {});
   // The hub's Stat / ReadDir, as `who` when there is one.
-  Result<FileAttr> HubStat(const std::string& path, const Credentials* who);
-  Result<std::vector<DirEntry>> HubReadDir(const std::string& path, const Credentials* who);
+  Result<FileAttr> HubStat(const std::string& path, const Caller& who);
+  Result<std::vector<DirEntry>> HubReadDir(const std::string& path, const Caller& who);
   void WalkWorker();
 
   RemoteFs& remote_;

@@ -1,8 +1,9 @@
-// OpenRecords: who opened each writable handle of a mount, and how, kept in a directory that
-// outlives the agent process. An agent that takes a FUSE connection over reopens an earlier
-// agent's handle exactly as it was opened (the caller's uid, gid and groups; O_APPEND) instead
-// of as the agent: a non-root writer keeps writing after a restart, and nobody's writes go to
-// the hub as root or at the kernel's idea of the end of file.
+// OpenRecords: who opened each handle of a mount, and how, kept in a directory that outlives
+// the agent process (every writer; readers the hub would not see as the agent itself). An agent
+// that takes a FUSE connection over reopens an earlier agent's handle exactly as it was opened (the
+// caller's uid, gid and groups; O_APPEND) instead of as the agent: a non-root writer keeps writing
+// after a restart, a reader keeps reading its private files, and nobody's writes go to the hub as
+// root or at the kernel's idea of the end of file.
 //
 // One small file per handle, written whole (temp file + rename) before the open is answered:
 // a crash leaves either no record or a complete one. Process crashes keep them (page cache);

@@ -90,12 +90,19 @@ uint64_t VolumeFs::NewHandle(std::shared_ptr<Handle> h) {
   return id;
 }
 
-void VolumeFs::RecordOpener(uint64_t id, const Handle& h) {
-  if (config_.open_records == nullptr || !h.writable || h.hints) return;
+void VolumeFs::RecordOpener(uint64_t id, Handle& h) {
+  if (config_.open_records == nullptr || h.hints) return;
+  // A reader the hub sees as the agent itself reads the same without a record.
+  if (!h.writable && remote_.ActsAsSelf(h.who)) return;
   if (auto st = config_.open_records->Put(id, OpenRecords::Record{h.who, h.append}); !st) {
-    log::Warn("cannot keep a writer's identity for a restart: after one its writes fail",
+    log::Warn(h.writable
+                  ? "cannot keep a writer's identity for a restart: after one its writes fail"
+                  : "cannot keep a reader's identity for a restart: after one its reads "
+                    "go to the hub as the volume's identity",
               {{"volume", config_.volume_id}, {"error", st.error().ToString()}});
+    return;
   }
+  h.recorded = true;
 }
 
 Status VolumeFs::CheckOpenerKnown(const Handle& h) {
@@ -125,15 +132,18 @@ Status VolumeFs::EnsureHandle(uint64_t handle, uint64_t ino) {
   } else {
     const bool writable = (handle & kHandleWritable) != 0;
     // The new handle acts as the old one did: for the caller that opened it (its reads too),
-    // and O_APPEND writes land at the hub's end of file. Read-only opens keep no record:
-    // theirs go as the volume's identity.
-    auto opener = writable && config_.open_records != nullptr ? config_.open_records->Find(handle)
-                                                              : std::nullopt;
+    // and O_APPEND writes land at the hub's end of file. A reader without a record is one
+    // the hub sees as the agent itself.
+    auto opener =
+        config_.open_records != nullptr ? config_.open_records->Find(handle) : std::nullopt;
     SPOKE_TRY_WRAP(h, MakeHandle(ino, writable, opener ? &opener->who : nullptr),
                    "reopening a handle of an earlier agent");
+    if (opener) {
+      h->who = opener->who;
+      h->recorded = true;
+    }
     if (h->writable) {
       if (opener) {
-        h->who = opener->who;
         h->append = opener->append;
         if (config_.open_records->Held(handle)) {
           h->marked = true;
@@ -332,8 +342,7 @@ VolumeFs::OpenFile VolumeFs::OpenHints() {
   return out;
 }
 
-Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name,
-                                   const Credentials* who) {
+Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name, const Caller& who) {
   SPOKE_RETURN_IF_ERROR(ValidName(name));
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
@@ -352,7 +361,7 @@ void VolumeFs::Forget(uint64_t ino, uint64_t count) {
   if (ino != kHintIno) metadata_.Forget(ino, count);
 }
 
-Result<FileAttr> VolumeFs::GetAttr(uint64_t ino, const Credentials* who) {
+Result<FileAttr> VolumeFs::GetAttr(uint64_t ino, const Caller& who) {
   if (ino == kHintIno) return HintAttr();
   SPOKE_RETURN_IF_ERROR(WaitForWrites(ino));  // the size and times of what was written
   auto attr = metadata_.GetAttr(ino, who);
@@ -364,7 +373,7 @@ Result<FileAttr> VolumeFs::GetAttr(uint64_t ino, const Credentials* who) {
   return attr;
 }
 
-Result<Listing> VolumeFs::ReadDir(uint64_t ino, const Credentials* who) {
+Result<Listing> VolumeFs::ReadDir(uint64_t ino, const Caller& who) {
   auto r = metadata_.ReadDir(ino, who);
   if (!r) return r;
   // Hidden names of unlinked open files, and the control file, which is ours: never listed
@@ -535,9 +544,10 @@ Status VolumeFs::Release(uint64_t handle) {
       handles_.erase(it);
     }
   }
-  // The id says whether a record was kept: also for an earlier agent's handle closed before
-  // any request reopened it here.
-  if (config_.open_records != nullptr && (handle & kHandleWritable) && !(handle & kHandleHints)) {
+  // Writers always have a record; a reader has one when it says so, or may have one when
+  // it is an earlier agent's handle closed before any request reopened it here.
+  if (config_.open_records != nullptr && !(handle & kHandleHints) &&
+      ((handle & kHandleWritable) || h == nullptr || h->recorded)) {
     config_.open_records->Forget(handle);
   }
   if (h == nullptr) return Fail(Code::kInvalidArgument, "unknown file handle");

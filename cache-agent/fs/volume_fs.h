@@ -92,13 +92,12 @@ class VolumeFs {
   VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metadata, BlockFetcher& fetcher,
            PrefetchDriver* prefetch, Clock& clock);
 
-  // `who`: the caller the hub is asked for, when the cache must ask (null: the volume's
+  // `who`: the caller the hub is asked for, when the cache must ask (none: the volume's
   // identity).
-  Result<InodeAttr> Lookup(uint64_t parent, const std::string& name,
-                           const Credentials* who = nullptr);
-  Result<FileAttr> GetAttr(uint64_t ino, const Credentials* who = nullptr);
+  Result<InodeAttr> Lookup(uint64_t parent, const std::string& name, const Caller& who = {});
+  Result<FileAttr> GetAttr(uint64_t ino, const Caller& who = {});
   // The metadata cache's shared snapshot; a copy only when names must be left out.
-  Result<Listing> ReadDir(uint64_t ino, const Credentials* who = nullptr);
+  Result<Listing> ReadDir(uint64_t ino, const Caller& who = {});
   // kInvalidArgument for a directory; kReadOnly for write access on a read-only volume.
   // O_TRUNC empties the file on the hub before returning (the kernel sends no SETATTR);
   // O_APPEND makes the handle's writes land at the hub's current size. `who` is the caller:
@@ -176,7 +175,8 @@ class VolumeFs {
   // symlink(target, parent/name): `target` is stored verbatim on the hub.
   Result<InodeAttr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
                             const Credentials& who);
-  Result<std::string> ReadLink(uint64_t ino);
+  // The link's target, read on the hub as `who` (a link in a directory only they may search).
+  Result<std::string> ReadLink(uint64_t ino, const Caller& who = {});
   // A new name for the file `ino` (NFSv3 LINK).
   Result<InodeAttr> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
                          const Credentials& who);
@@ -190,13 +190,16 @@ class VolumeFs {
   // no name. Renamed: a rename whose source is gone and whose target exists. Made: a mkdir,
   // symlink, mknod or exclusive create that found the name taken, by an entry of that type
   // owned by the caller (and, for a symlink, with its target), which is answered as made.
-  // Linked: a link whose new name is the file `ino`.
-  bool RemovedBefore(uint64_t parent, const std::string& name);
+  // Linked: a link whose new name is the file `ino`. Each asks as the caller `who`, who may be
+  // the only one allowed to search the directories.
+  bool RemovedBefore(uint64_t parent, const std::string& name, const Credentials& who);
+  // The target must be the file the source named when this agent knew it.
   bool RenamedBefore(uint64_t parent, const std::string& name, uint64_t new_parent,
-                     const std::string& new_name);
+                     const std::string& new_name, const Credentials& who);
   Result<InodeAttr> MadeBefore(uint64_t parent, const std::string& name, uint32_t type,
                                const Credentials& who, const std::string& symlink_target = "");
-  Result<InodeAttr> LinkedBefore(uint64_t ino, uint64_t new_parent, const std::string& new_name);
+  Result<InodeAttr> LinkedBefore(uint64_t ino, uint64_t new_parent, const std::string& new_name,
+                                 const Credentials& who);
 
   // Kernel references (the FUSE lookup count, docs in metadata_cache.h): Lookup, Create, Mkdir,
   // Symlink, Link and Mknod hand the caller one reference on the inode they answer; AddKernelRef
@@ -230,7 +233,8 @@ class VolumeFs {
     // An earlier agent's writable handle whose opener is not known (no open record): its
     // writes are refused rather than made as anyone else.
     bool opener_unknown = false;
-    Credentials who;  // the opener: the handle's writes reach the hub as this caller
+    Credentials who;  // the opener: the handle's reads and writes reach the hub as this caller
+    std::atomic<bool> recorded{false};  // OpenRecords holds the opener (for a takeover)
     // Write-back: the open record carries the held mark (OpenRecords::MarkHeld).
     std::atomic<bool> marked{false};
     // An earlier agent's handle that had answered writes not known to be on the hub: the next
@@ -249,7 +253,7 @@ class VolumeFs {
   Result<std::string> ChildPath(uint64_t parent, const std::string& name) const;
   uint64_t NewHandle(std::shared_ptr<Handle> h);
   // Keeps the opener of a writable handle for a successor agent (OpenRecords).
-  void RecordOpener(uint64_t id, const Handle& h);
+  void RecordOpener(uint64_t id, Handle& h);
   static Status CheckOpenerKnown(const Handle& h);
   // `who`: the opener; the handle's hub reads go as them (null: as the volume's identity).
   Result<std::shared_ptr<Handle>> MakeHandle(uint64_t ino, bool write, const Credentials* who);

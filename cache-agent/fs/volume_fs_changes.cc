@@ -271,10 +271,10 @@ Result<InodeAttr> VolumeFs::Symlink(uint64_t parent, const std::string& name,
   return metadata_.Added(parent, name, attr, /*hold=*/true);
 }
 
-Result<std::string> VolumeFs::ReadLink(uint64_t ino) {
+Result<std::string> VolumeFs::ReadLink(uint64_t ino, const Caller& who) {
   if (ino == kHintIno) return Fail(Code::kInvalidArgument, "not a symbolic link");
   SPOKE_TRY(auto path, metadata_.PathOf(ino));
-  return remote_.ReadLink(path);
+  return who.is_volume() ? remote_.ReadLink(path) : remote_.ReadLinkAs(who.credentials(), path);
 }
 
 Result<InodeAttr> VolumeFs::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
@@ -301,15 +301,18 @@ Result<InodeAttr> VolumeFs::Mknod(uint64_t parent, const std::string& name, uint
   return metadata_.Added(parent, name, attr, /*hold=*/true);
 }
 
-bool VolumeFs::RemovedBefore(uint64_t parent, const std::string& name) {
-  auto r = metadata_.LookupOnHub(parent, name, /*hold=*/false);
+bool VolumeFs::RemovedBefore(uint64_t parent, const std::string& name, const Credentials& who) {
+  auto r = metadata_.LookupOnHub(parent, name, /*hold=*/false, &who);
   return !r && r.error().code() == Code::kNotFound;
 }
 
 bool VolumeFs::RenamedBefore(uint64_t parent, const std::string& name, uint64_t new_parent,
-                             const std::string& new_name) {
-  return RemovedBefore(parent, name) &&
-         metadata_.LookupOnHub(new_parent, new_name, /*hold=*/false).has_value();
+                             const std::string& new_name, const Credentials& who) {
+  const auto moving = metadata_.Known(parent, name);  // before the hub lookup forgets it
+  if (!RemovedBefore(parent, name, who)) return false;
+  auto target = metadata_.LookupOnHub(new_parent, new_name, /*hold=*/false, &who);
+  if (!target) return false;
+  return !moving || moving->attr.file_id == target->attr.file_id;
 }
 
 Result<InodeAttr> VolumeFs::MadeBefore(uint64_t parent, const std::string& name, uint32_t type,
@@ -318,7 +321,7 @@ Result<InodeAttr> VolumeFs::MadeBefore(uint64_t parent, const std::string& name,
   bool same = (e.attr.mode & S_IFMT) == (type & S_IFMT) && e.attr.uid == who.uid;
   if (same && S_ISLNK(type)) {
     auto path = metadata_.PathOf(e.ino);
-    same = path && remote_.ReadLink(*path) == symlink_target;
+    same = path && remote_.ReadLinkAs(who, *path) == symlink_target;
   }
   if (!same) {
     metadata_.Forget(e.ino, 1);
@@ -328,8 +331,8 @@ Result<InodeAttr> VolumeFs::MadeBefore(uint64_t parent, const std::string& name,
 }
 
 Result<InodeAttr> VolumeFs::LinkedBefore(uint64_t ino, uint64_t new_parent,
-                                         const std::string& new_name) {
-  SPOKE_TRY(auto e, metadata_.LookupOnHub(new_parent, new_name, /*hold=*/true));
+                                         const std::string& new_name, const Credentials& who) {
+  SPOKE_TRY(auto e, metadata_.LookupOnHub(new_parent, new_name, /*hold=*/true, &who));
   if (e.ino != ino) {
     metadata_.Forget(e.ino, 1);
     return Fail(Code::kAlreadyExists, new_name + " exists, and is another file");

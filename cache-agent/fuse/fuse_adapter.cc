@@ -163,19 +163,29 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
 // The process behind a request, as the hub should see it (AUTH_SYS): every request that may
 // reach the hub carries it, lookups and reads too. Supplementary groups come from /proc
 // (fuse_req_getgroups): a file readable through one of them must be readable on the hub.
-Credentials Caller(fuse_req_t req) {
-  const fuse_ctx* ctx = fuse_req_ctx(req);
-  Credentials who{ctx->uid, ctx->gid, {}};
+std::vector<uint32_t> CallerGroups(fuse_req_t req) {
   gid_t groups[32];
   int n = fuse_req_getgroups(req, 32, groups);
-  if (n > 0) who.groups.assign(groups, groups + std::min(n, 32));
-  return who;
+  if (n <= 0) return {};
+  return std::vector<uint32_t>(groups, groups + std::min(n, 32));
+}
+
+Credentials CallerOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  return Credentials{ctx->uid, ctx->gid, CallerGroups(req)};
+}
+
+// The caller of a lookup, getattr or listing, which the cache mostly answers: its groups are
+// read only if the request goes to the hub.
+Caller LazyCaller(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  return Caller(ctx->uid, ctx->gid, [req] { return CallerGroups(req); });
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto* self = Self(req);
-  const Credentials who = Caller(req);
-  auto r = Interruptible(req, [&] { return self->fs().Lookup(parent, name, &who); });
+  const Caller who = LazyCaller(req);
+  auto r = Interruptible(req, [&] { return self->fs().Lookup(parent, name, who); });
   if (!r) return ReplyError(req, "lookup", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
@@ -194,8 +204,8 @@ void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   auto* self = Self(req);
-  const Credentials who = Caller(req);
-  auto r = Interruptible(req, [&] { return self->fs().GetAttr(ino, &who); });
+  const Caller who = LazyCaller(req);
+  auto r = Interruptible(req, [&] { return self->fs().GetAttr(ino, who); });
   if (!r) return ReplyError(req, "getattr", r.error());
   auto st = ToStat(ino, *r);
   fuse_reply_attr(req, &st, self->entry_timeout());
@@ -218,15 +228,15 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   if (!s.mode && !s.uid && !s.gid && !s.size && !s.atime && !s.mtime) {
     return OpGetattr(req, ino, nullptr);  // e.g. ctime only
   }
-  auto r = self->fs().SetAttr(ino, s, Caller(req));
+  auto r = self->fs().SetAttr(ino, s, CallerOf(req));
   if (!r) return ReplyError(req, "setattr", r.error());
   auto st = ToStat(ino, *r);
   fuse_reply_attr(req, &st, self->entry_timeout());
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const Credentials who = Caller(req);
-  auto r = Interruptible(req, [&] { return Self(req)->fs().ReadDir(ino, &who); });
+  const Caller who = LazyCaller(req);
+  auto r = Interruptible(req, [&] { return Self(req)->fs().ReadDir(ino, who); });
   if (!r) return ReplyError(req, "opendir", r.error());
   // A snapshot per opendir keeps offsets stable across readdir calls.
   fi->fh = Self(req)->dirs_->Add(std::make_shared<DirListing>(DirListing{std::move(*r)}));
@@ -240,8 +250,8 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   auto* self = Self(req);
   auto listing = self->dirs_->Find(fi->fh);
   if (listing == nullptr) {
-    const Credentials who = Caller(req);
-    auto r = Interruptible(req, [&] { return self->fs().ReadDir(ino, &who); });
+    const Caller who = LazyCaller(req);
+    auto r = Interruptible(req, [&] { return self->fs().ReadDir(ino, who); });
     if (!r) return ReplyError(req, plus ? "readdirplus" : "readdir", r.error());
     listing = self->dirs_->Rebuild(fi->fh, std::move(*r));
   }
@@ -296,8 +306,8 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const Credentials who = Caller(req);  // reads of the handle go as the opener too
-  FuseAdapter* self = Self(req);        // a reply frees `req`
+  const Credentials who = CallerOf(req);  // reads of the handle go as the opener too
+  FuseAdapter* self = Self(req);          // a reply frees `req`
   auto open = [&] { return self->fs().Open(ino, fi->flags, who); };
   auto r = Modifies(fi->flags) ? open() : Interruptible(req, open);
   if (!r) return ReplyError(req, "open", r.error());
@@ -381,12 +391,12 @@ bool ResentAndFailedAs(const Error& e, Code code) {
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   auto* self = Self(req);
-  auto r = self->fs().Create(parent, name, mode, fi->flags, Caller(req));
+  auto r = self->fs().Create(parent, name, mode, fi->flags, CallerOf(req));
   if (!r && (fi->flags & O_EXCL) && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
     // The earlier agent's exclusive create: open what it made (never truncated again).
-    if (auto made = self->fs().MadeBefore(parent, name, S_IFREG, Caller(req)); made) {
+    if (auto made = self->fs().MadeBefore(parent, name, S_IFREG, CallerOf(req)); made) {
       auto opened =
-          self->fs().Open(made->ino, fi->flags & ~(O_CREAT | O_EXCL | O_TRUNC), Caller(req));
+          self->fs().Open(made->ino, fi->flags & ~(O_CREAT | O_EXCL | O_TRUNC), CallerOf(req));
       if (opened) {
         r = std::make_pair(*made, *opened);
       } else {
@@ -408,27 +418,29 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   auto* self = Self(req);
-  auto r = self->fs().Mkdir(parent, name, mode, Caller(req));
+  auto r = self->fs().Mkdir(parent, name, mode, CallerOf(req));
   if (!r && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
-    if (auto made = self->fs().MadeBefore(parent, name, S_IFDIR, Caller(req))) r = made;
+    if (auto made = self->fs().MadeBefore(parent, name, S_IFDIR, CallerOf(req))) r = made;
   }
   if (!r) return ReplyError(req, "mkdir", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  auto r = Self(req)->fs().Unlink(parent, name, Caller(req));
+  const Credentials who = CallerOf(req);
+  auto r = Self(req)->fs().Unlink(parent, name, who);
   if (!r && ResentAndFailedAs(r.error(), Code::kNotFound) &&
-      Self(req)->fs().RemovedBefore(parent, name)) {
+      Self(req)->fs().RemovedBefore(parent, name, who)) {
     r = Ok();
   }
   ReplyStatus(req, "unlink", r);
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  auto r = Self(req)->fs().Rmdir(parent, name, Caller(req));
+  const Credentials who = CallerOf(req);
+  auto r = Self(req)->fs().Rmdir(parent, name, who);
   if (!r && ResentAndFailedAs(r.error(), Code::kNotFound) &&
-      Self(req)->fs().RemovedBefore(parent, name)) {
+      Self(req)->fs().RemovedBefore(parent, name, who)) {
     r = Ok();
   }
   ReplyStatus(req, "rmdir", r);
@@ -436,9 +448,10 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned flags) {
-  auto r = Self(req)->fs().Rename(parent, name, newparent, newname, flags, Caller(req));
+  const Credentials who = CallerOf(req);
+  auto r = Self(req)->fs().Rename(parent, name, newparent, newname, flags, who);
   if (!r && ResentAndFailedAs(r.error(), Code::kNotFound) &&
-      Self(req)->fs().RenamedBefore(parent, name, newparent, newname)) {
+      Self(req)->fs().RenamedBefore(parent, name, newparent, newname, who)) {
     r = Ok();
   }
   ReplyStatus(req, "rename", r);
@@ -446,25 +459,27 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 
 void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
   auto* self = Self(req);
-  auto r = self->fs().Symlink(parent, name, target, Caller(req));
+  auto r = self->fs().Symlink(parent, name, target, CallerOf(req));
   if (!r && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
-    if (auto made = self->fs().MadeBefore(parent, name, S_IFLNK, Caller(req), target)) r = made;
+    if (auto made = self->fs().MadeBefore(parent, name, S_IFLNK, CallerOf(req), target)) r = made;
   }
   if (!r) return ReplyError(req, "symlink", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
 }
 
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
-  auto r = Interruptible(req, [&] { return Self(req)->fs().ReadLink(ino); });
+  const Caller who = LazyCaller(req);
+  auto r = Interruptible(req, [&] { return Self(req)->fs().ReadLink(ino, who); });
   if (!r) return ReplyError(req, "readlink", r.error());
   fuse_reply_readlink(req, r->c_str());
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   auto* self = Self(req);
-  auto r = self->fs().Link(ino, newparent, newname, Caller(req));
+  const Credentials who = CallerOf(req);
+  auto r = self->fs().Link(ino, newparent, newname, who);
   if (!r && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
-    if (auto made = self->fs().LinkedBefore(ino, newparent, newname)) r = made;
+    if (auto made = self->fs().LinkedBefore(ino, newparent, newname, who)) r = made;
   }
   if (!r) return ReplyError(req, "link", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));
@@ -472,9 +487,9 @@ void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* ne
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   auto* self = Self(req);
-  auto r = self->fs().Mknod(parent, name, mode, rdev, Caller(req));
+  auto r = self->fs().Mknod(parent, name, mode, rdev, CallerOf(req));
   if (!r && ResentAndFailedAs(r.error(), Code::kAlreadyExists)) {
-    if (auto made = self->fs().MadeBefore(parent, name, mode, Caller(req))) r = made;
+    if (auto made = self->fs().MadeBefore(parent, name, mode, CallerOf(req))) r = made;
   }
   if (!r) return ReplyError(req, "mknod", r.error());
   ReplyEntry(req, Entry(self, r->ino, r->attr));

@@ -135,6 +135,8 @@ class LibnfsRemote final : public RemoteFs {
   Result<FileAttr> SymlinkAs(const Credentials& who, const std::string& target,
                              const std::string& path) override;
   Result<std::string> ReadLink(const std::string& path) override;
+  Result<std::string> ReadLinkAs(const Credentials& who, const std::string& path) override;
+  bool ActsAsSelf(const Credentials& who) const override { return AsPool(who); }
   Result<FileAttr> LinkAs(const Credentials& who, const std::string& existing,
                           const std::string& path) override;
   Result<FileAttr> MknodAs(const Credentials& who, const std::string& path, uint32_t mode,
@@ -212,6 +214,7 @@ class LibnfsRemote final : public RemoteFs {
   Status RenameOn(NfsConnection& c, const std::string& from, const std::string& to);
   Status FsyncOn(NfsConnection& c, const std::string& path);
   Result<FileAttr> StatOn(NfsConnection& c, const std::string& path);
+  Result<std::string> ReadLinkOn(NfsConnection& c, const std::string& path);
   Result<std::vector<DirEntry>> ReadDirOn(NfsConnection& c, const std::string& path);
   void ReadCheckedOn(NfsConnection& c, const std::string& path, uint64_t file_id, uint64_t offset,
                      uint32_t length, CheckedReadDone done);

@@ -349,10 +349,20 @@ Result<FileAttr> LibnfsRemote::SymlinkAs(const Credentials& who, const std::stri
 }
 
 Result<std::string> LibnfsRemote::ReadLink(const std::string& path) {
+  return ReadLinkOn(LeastLoaded(), path);
+}
+
+Result<std::string> LibnfsRemote::ReadLinkAs(const Credentials& who, const std::string& path) {
+  if (AsPool(who)) return ReadLink(path);
+  auto conn = ForIdentity(who);
+  return ReadLinkOn(*conn, path);
+}
+
+Result<std::string> LibnfsRemote::ReadLinkOn(NfsConnection& conn, const std::string& path) {
   auto job = NewJob("READLINK", path, true, config_.request_timeout_seconds);
   std::string p = Full(path);
   return RunBlocking<std::string>(
-      LeastLoaded(), in_flight_, job,
+      conn, in_flight_, job,
       [p](NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j,
           const std::function<void(std::string)>& deliver) {
         c.Call([&](nfs_context* ctx, auto tramp,

@@ -68,6 +68,9 @@ Result<FileAttr> RemoteFs::SymlinkAs(const Credentials&, const std::string&, con
 Result<std::string> RemoteFs::ReadLink(const std::string&) {
   return std::unexpected(NotSupported("readlink"));
 }
+Result<std::string> RemoteFs::ReadLinkAs(const Credentials&, const std::string& path) {
+  return ReadLink(path);
+}
 Result<FileAttr> RemoteFs::LinkAs(const Credentials&, const std::string&, const std::string&) {
   return std::unexpected(NotSupported("link"));
 }

@@ -183,6 +183,9 @@ class RemoteFs {
   virtual Result<FileAttr> SymlinkAs(const Credentials& who, const std::string& target,
                                      const std::string& path);
   virtual Result<std::string> ReadLink(const std::string& path);
+  // readlink for a caller: a link inside a directory only they may search. The default (a
+  // RemoteFs without identities) is ReadLink(path).
+  virtual Result<std::string> ReadLinkAs(const Credentials& who, const std::string& path);
   // link(existing, path): a new name for the same file (same file_id, nlink + 1).
   virtual Result<FileAttr> LinkAs(const Credentials& who, const std::string& existing,
                                   const std::string& path);
@@ -210,6 +213,14 @@ class RemoteFs {
   virtual Result<std::vector<DirEntry>> ReadDirAs(const Credentials& who, const std::string& path);
   virtual void ReadCheckedAsAsync(const Credentials& who, const std::string& path, uint64_t file_id,
                                   uint64_t offset, uint32_t length, CheckedReadDone done);
+
+  // True when the hub sees a request made for `who` as one made with the client's own
+  // identity (no identities at all, root squashed to it, or the same uid, gid and no groups):
+  // such a request need not carry the caller.
+  virtual bool ActsAsSelf(const Credentials& who) const {
+    (void)who;
+    return true;
+  }
 
   // From now on, handles are looked up in `store` (which records those of the listings it
   // applies); nullptr: back to the RemoteFs's own (if any). The store must outlive its use:

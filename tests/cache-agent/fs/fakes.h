@@ -371,11 +371,36 @@ class FakeRemoteFs : public RemoteFs {
     Node& n = nodes_[path];
     n.attr.file_id = next_id_++;
     n.attr.mode = S_IFLNK | 0777;
+    n.attr.uid = who.uid;
+    n.attr.gid = who.gid;
     n.data = target;
     Touch(n);
     return n.attr;
   }
+  // The hub sees only the default (root) caller as the client itself.
+  bool ActsAsSelf(const Credentials& who) const override { return who == Credentials{}; }
+  // A second name for the file (same file id); the copies' bytes are not kept in step.
+  Result<FileAttr> LinkAs(const Credentials& who, const std::string& existing,
+                          const std::string& path) override {
+    Remember(who);
+    MutexLock lock(mu_);
+    auto it = nodes_.find(existing);
+    if (it == nodes_.end()) return Fail(Code::kNotFound, existing);
+    if (nodes_.contains(path)) return Fail(Code::kAlreadyExists, path);
+    nodes_[path] = it->second;
+    return it->second.attr;
+  }
+  Result<std::string> ReadLinkAs(const Credentials& who, const std::string& path) override {
+    Remember(who);
+    if (Refused(path, &who)) return Fail(Code::kPermissionDenied, "READLINK " + path + " refused");
+    return LinkTarget(path);
+  }
   Result<std::string> ReadLink(const std::string& path) override {
+    if (Refused(path, nullptr))
+      return Fail(Code::kPermissionDenied, "READLINK " + path + " refused");
+    return LinkTarget(path);
+  }
+  Result<std::string> LinkTarget(const std::string& path) {
     MutexLock lock(mu_);
     auto it = nodes_.find(path);
     if (it == nodes_.end()) return Fail(Code::kNotFound, path);

@@ -665,6 +665,77 @@ TEST(VolumeFs, LookupsListingsAndReadsReachTheHubAsTheCaller) {
   EXPECT_EQ(other.error().code(), Code::kPermissionDenied);
 }
 
+// A symlink in a directory only its owner may search is read as that owner, and the outcome
+// checks of a resent request (after a takeover) ask the hub as the caller too: else a
+// rename, unlink or link the earlier agent carried out is answered as failed.
+TEST(VolumeFs, ReadLinkAndResentChecksAskTheHubAsTheCaller) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false);
+  rig.remote.PutFile("private/f", "x");
+  rig.remote.PutFile("private/g", "y");
+  rig.remote.Restrict("private", 1000);
+  rig.Init();
+  const Credentials alice{1000, 1000, {}};
+  auto d = rig.fs->Lookup(kRootIno, "private", &alice);
+  ASSERT_TRUE(d) << d.error().ToString();
+  auto l = rig.fs->Symlink(d->ino, "l", "f", alice);
+  ASSERT_TRUE(l) << l.error().ToString();
+  EXPECT_EQ(rig.fs->ReadLink(l->ino).error().code(), Code::kPermissionDenied);
+  auto target = rig.fs->ReadLink(l->ino, &alice);
+  ASSERT_TRUE(target) << target.error().ToString();
+  EXPECT_EQ(*target, "f");
+  // The symlink check of MadeBefore: a resent symlink that found its name taken by itself.
+  EXPECT_TRUE(rig.fs->MadeBefore(d->ino, "l", S_IFLNK, alice, "f"));
+
+  // What the earlier agent did on the hub before it died, seen by the new one.
+  auto f = rig.fs->Lookup(d->ino, "f", &alice);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(rig.remote.RenameAs(alice, "private/f", "private/f2"));
+  ASSERT_TRUE(rig.remote.UnlinkAs(alice, "private/g"));
+  ASSERT_TRUE(rig.remote.LinkAs(alice, "private/f2", "private/f3"));
+  EXPECT_TRUE(rig.fs->RenamedBefore(d->ino, "f", d->ino, "f2", alice));
+  EXPECT_TRUE(rig.fs->RemovedBefore(d->ino, "g", alice));
+  auto f2 = rig.fs->Lookup(d->ino, "f2", &alice);
+  ASSERT_TRUE(f2);
+  EXPECT_TRUE(rig.fs->LinkedBefore(f2->ino, d->ino, "f3", alice));
+  EXPECT_EQ(rig.remote.last_who(), alice);
+
+  // A rename whose target is another file than the source named did not happen.
+  ASSERT_TRUE(rig.remote.CreateAs(alice, "private/h", 0600, CreateMode::kExclusive));
+  ASSERT_TRUE(rig.fs->Lookup(d->ino, "h", &alice));
+  ASSERT_TRUE(rig.remote.UnlinkAs(alice, "private/h"));
+  EXPECT_FALSE(rig.fs->RenamedBefore(d->ino, "h", d->ino, "f2", alice));
+}
+
+// A caller's supplementary groups cost a /proc read: they are read when a request for the
+// caller goes to the hub, once per request, and never for an answer from the cache.
+TEST(VolumeFs, ACallersGroupsAreReadOnlyWhenTheHubIsAsked) {
+  Rig rig(Consistency::kTtl);
+  rig.remote.PutFile("team/notes", "x");
+  rig.remote.Restrict("team", 1000);
+  rig.Init();
+  int reads = 0;
+  auto lazy = [&] {
+    return Caller(1000, 1000, [&] {
+      ++reads;
+      return std::vector<uint32_t>{2000};
+    });
+  };
+  auto d = rig.fs->Lookup(kRootIno, "team", lazy());
+  ASSERT_TRUE(d) << d.error().ToString();
+  auto f = rig.fs->Lookup(d->ino, "notes", lazy());
+  ASSERT_TRUE(f) << f.error().ToString();
+  EXPECT_EQ(rig.remote.last_who(), (Credentials{1000, 1000, {2000}}));
+  const int after_hub = reads;
+  EXPECT_GE(after_hub, 1);
+  ASSERT_TRUE(rig.fs->Lookup(d->ino, "notes", lazy()));
+  ASSERT_TRUE(rig.fs->GetAttr(f->ino, lazy()));
+  EXPECT_EQ(reads, after_hub) << "answered from the cache without reading the groups";
+  const Caller once = lazy();
+  EXPECT_EQ(once.credentials().groups, std::vector<uint32_t>{2000});
+  EXPECT_EQ(once.credentials().groups, std::vector<uint32_t>{2000});
+  EXPECT_EQ(reads, after_hub + 1);
+}
+
 TEST(VolumeFs, SymlinkReadLinkAndMknodOnScratchEroFsOnDatasets) {
   Rig rig(Consistency::kStrict, /*read_only=*/false);
   rig.remote.PutFile("t", "x");
@@ -892,6 +963,58 @@ TEST(VolumeFs, AReopenedWritableHandleWritesAsItsOpenerAndAppendsAtTheHubsEnd) {
   EXPECT_EQ(first.remote.Data("other.txt"), "x");
   EXPECT_TRUE(second.fs->Release(unknown->handle));
   EXPECT_TRUE(first.fs->Release(unknown->handle));
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
+}
+
+// A reader's handle reopened by the next agent reads as its opener too: a private file it
+// had open stays readable on the hub after a takeover. Readers the hub sees as the agent
+// itself keep no record.
+TEST(VolumeFs, AReopenedReadHandleReadsAsItsOpener) {
+  char tmpl[] = "/tmp/spoke-volume-fs-XXXXXX";
+  const std::string dir = std::string(::mkdtemp(tmpl)) + "/open-files";
+  auto first_records = OpenRecords::Open(dir, /*clear=*/true);
+  ASSERT_TRUE(first_records);
+  Rig first(Consistency::kTtl, /*read_only=*/true, /*with_cache=*/false);
+  VolumeFs::Config vc = first.fs->config();
+  vc.open_records = first_records->get();
+  first.fs = std::make_unique<VolumeFs>(vc, first.remote, *first.meta, *first.fetcher, nullptr,
+                                        first.clock);
+  first.remote.PutFile("private/f", "secret");
+  first.remote.PutFile("open", "public");
+  first.remote.Restrict("private", 1000);
+  first.Init();
+  const Credentials alice{1000, 1000, {27}};
+  auto d = first.fs->Lookup(kRootIno, "private", &alice);
+  ASSERT_TRUE(d) << d.error().ToString();
+  auto f = first.fs->Lookup(d->ino, "f", &alice);
+  ASSERT_TRUE(f) << f.error().ToString();
+  auto h = first.fs->Open(f->ino, O_RDONLY, alice);
+  ASSERT_TRUE(h) << h.error().ToString();
+  auto plain = first.fs->Open(first.Ino("open"), O_RDONLY, Credentials{});
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE((*first_records)->Find(plain->handle)) << "no record for the agent's identity";
+
+  auto second_records = OpenRecords::Open(dir, /*clear=*/false);
+  ASSERT_TRUE(second_records);
+  SecondAgent second(first, Consistency::kTtl);
+  vc.open_records = second_records->get();
+  second.fs = std::make_unique<VolumeFs>(vc, first.remote, *second.meta, *second.fetcher, nullptr,
+                                         first.clock);
+  // The kernel's inodes are known again (in the agent: from the kernel inode log).
+  ASSERT_TRUE(second.fs->Lookup(kRootIno, "private", &alice));
+  ASSERT_TRUE(second.fs->Lookup(d->ino, "f", &alice));
+  ASSERT_TRUE(second.fs->EnsureHandle(h->handle, f->ino));
+  first.remote.last_who_reset();
+  std::vector<char> buf(16);
+  auto n = second.fs->Read(h->handle, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n) << n.error().ToString();
+  EXPECT_EQ(std::string(buf.data(), *n), "secret");
+  EXPECT_EQ(first.remote.last_who(), alice);
+  ASSERT_TRUE(second.fs->Release(h->handle));
+  EXPECT_FALSE((*second_records)->Find(h->handle)) << "the record goes with the handle";
+  ASSERT_TRUE(second.fs->EnsureHandle(plain->handle, first.Ino("open")));
+  ASSERT_TRUE(second.fs->Read(plain->handle, 0, buf.size(), buf.data()));
+  ASSERT_TRUE(second.fs->Release(plain->handle));
   std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
 }
 

@@ -602,6 +602,25 @@ TEST_F(FuseMount, ANonRootCallerListsStatsAndReadsItsPrivateFiles) {
   ASSERT_TRUE(vol->Unmount());
 }
 
+// readlink goes to the hub as the caller too: a symlink in a 0700 directory reads for its
+// owner (the hub refuses the agent's identity the search of that directory).
+TEST_F(FuseMount, ANonRootCallerReadsItsSymlinkInAPrivateDirectory) {
+  testing::TempDir mnt("spoke-mnt");
+  auto vol = MountAt("vol-private-link", StrictScratch(), mnt.path());
+  ASSERT_NE(vol, nullptr);
+  const std::string d = mnt.path() + "/private-links", l = d + "/latest";
+  int rc = RunAsUser(1000, [&] {
+    if (::mkdir(d.c_str(), 0700) != 0) return 1;
+    if (::symlink("ckpt-0042.pt", l.c_str()) != 0) return 2;
+    char buf[64];
+    ssize_t n = ::readlink(l.c_str(), buf, sizeof buf);
+    if (n < 0) return 3;
+    return std::string(buf, static_cast<size_t>(n)) == "ckpt-0042.pt" ? 0 : 4;
+  });
+  EXPECT_EQ(rc, 0) << "step that failed in the uid-1000 child (3: readlink)";
+  ASSERT_TRUE(vol->Unmount());
+}
+
 // A pod's fsGroup (CSI VOLUME_MOUNT_GROUP) on a scratch volume provisioned as hubUid: the
 // mount gives the root the group on the hub, setgid and group-writable as kubelet would, and
 // what a uid-1000 pod with the group creates in it belongs to the group on the hub.
