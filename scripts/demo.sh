@@ -14,8 +14,8 @@
 #   SPOKE_DEMO_BUILD=<dir> scripts/demo.sh    (build dir; default build/demo)
 #
 # Must run as root: it installs packages, mounts FUSE filesystems and drops the page cache.
-# About 14 minutes on 2 cores after the packages are installed: ~4 for the build (less with
-# ccache), ~10 for the experiment (five 2-minute epochs, the remote sample, set-up).
+# About 13 minutes on a fresh 2-core machine: under a minute of packages, ~3.5 for the build
+# (less with ccache), ~9.5 for the experiment (five 2-minute epochs, the remote sample, set-up).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
