@@ -338,6 +338,35 @@ Result<BlockData> BlockFetcher::Wait(const FetchPtr& f, SteadyTime deadline) {
   return f->result;
 }
 
+std::optional<BlockData> BlockFetcher::LocalBlock(const FileRef& file, uint64_t index,
+                                                  uint32_t len) {
+  if (cache_ == nullptr) return std::nullopt;
+  // Sized to the block's own length (a small file's block is ~100 KB, not 1 MiB), aligned and
+  // padded so that the cache's O_DIRECT read lands in it: no bounce buffer and copy, no
+  // zero-fill first (the read fills it; Get fails unless the block verified). The FUSE reply
+  // gathers from it as it is.
+  if (BlockBytes::ReadBuffer buf = BlockBytes::AllocateForRead(len)) {
+    auto got = cache_->Get(Key(file, index), buf.get(), BlockBytes::ReadCapacity(len));
+    if (got && *got < len && !file.written_here) {
+      // Not this block under this file size (a hub file's blocks are immutable under its
+      // version): never a short read. The file's blocks go; this one is fetched again.
+      log::Warn("cached block of the wrong length dropped",
+                {{"path", file.path}, {"cached", *got}, {"expected", len}});
+      cache_->Evict(volume_, file.file_id);
+      got = std::unexpected(Error(Code::kNotFound, "wrong length"));
+    }
+    if (got) {
+      cache_bytes_->Inc(*got);
+      return std::make_shared<const BlockBytes>(std::move(buf), *got);
+    }
+  }
+  // Staged blocks have the key's file version (checked when fetched), like the cache's.
+  if (staging_ == nullptr) return std::nullopt;
+  auto staged = staging_->Take(Key(file, index));
+  if (staged) AdmitTaken(Key(file, index), *staged);
+  return staged;
+}
+
 std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
     const FileRef& file, uint64_t first, uint64_t count, uint64_t* hits,
     const std::function<void(uint64_t hits)>& before_wait, std::optional<SteadyTime> deadline) {
@@ -358,37 +387,10 @@ std::vector<Result<BlockData>> BlockFetcher::GetBlocks(
       out[i] = std::make_shared<const BlockBytes>();
       continue;
     }
-    if (cache_ != nullptr) {
-      // Sized to the block's own length (a small file's block is ~100 KB, not 1 MiB), aligned
-      // and padded so that the cache's O_DIRECT read lands in it: no bounce buffer and copy,
-      // no zero-fill first (the read fills it; Get fails unless the block verified). The FUSE
-      // reply gathers from it as it is.
-      if (BlockBytes::ReadBuffer buf = BlockBytes::AllocateForRead(len)) {
-        auto got = cache_->Get(Key(file, index), buf.get(), BlockBytes::ReadCapacity(len));
-        if (got && *got < len && !file.written_here) {
-          // Not this block under this file size (a hub file's blocks are immutable under its
-          // version): never a short read. The file's blocks go; this one is fetched again.
-          log::Warn("cached block of the wrong length dropped",
-                    {{"path", file.path}, {"cached", *got}, {"expected", len}});
-          cache_->Evict(volume_, file.file_id);
-          got = std::unexpected(Error(Code::kNotFound, "wrong length"));
-        }
-        if (got) {
-          cache_bytes_->Inc(*got);
-          out[i] = std::make_shared<const BlockBytes>(std::move(buf), *got);
-          nhits++;
-          continue;
-        }
-      }
-      // Staged blocks have the key's file version (checked when fetched), like the cache's.
-      if (staging_ != nullptr) {
-        if (auto staged = staging_->Take(Key(file, index))) {
-          AdmitTaken(Key(file, index), *staged);
-          out[i] = std::move(*staged);
-          nhits++;
-          continue;
-        }
-      }
+    if (auto local = LocalBlock(file, index, len)) {
+      out[i] = std::move(*local);
+      nhits++;
+      continue;
     }
     bool created;
     MutexLock lock(mu_);

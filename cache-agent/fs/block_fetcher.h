@@ -264,6 +264,9 @@ class BlockFetcher {
   // it), unless it is being fetched already or there is no room to queue it. Returns the
   // queued fetch (settled once stored), or null.
   FetchPtr AdmitTaken(const BlockKey& key, const BlockData& data);
+  // The block from the cache or the staging buffer, without the hub; nullopt if neither has
+  // it. A cached block of the wrong length is dropped with its file's blocks.
+  std::optional<BlockData> LocalBlock(const FileRef& file, uint64_t index, uint32_t len);
 
   BlockCache* cache_;
   uint64_t volume_;

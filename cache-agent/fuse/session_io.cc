@@ -265,32 +265,49 @@ void SessionIo::Stop() {
   cv_.notify_all();
 }
 
-ssize_t SessionIo::Read(void* buf, size_t len) {
-  NoCancel no_cancel;
-  {
-    MutexLock lock(mu_);
-    if (ended_) {
-      errno = ENODEV;
+std::optional<ssize_t> SessionIo::BeforeKernelReads(void* buf, size_t len) {
+  MutexLock lock(mu_);
+  if (ended_) {
+    errno = ENODEV;
+    return -1;
+  }
+  if (mode_ == Mode::kTakeover && !init_replayed_) {
+    // The first read of a takeover is the recorded INIT: libfuse negotiates exactly what the
+    // kernel agreed with the first process.
+    init_replayed_ = true;
+    if (init_.request.size() > len) {
+      errno = EIO;
       return -1;
     }
-    if (mode_ == Mode::kTakeover && !init_replayed_) {
-      // The first read of a takeover is the recorded INIT: libfuse negotiates exactly what the
-      // kernel agreed with the first process.
-      init_replayed_ = true;
-      if (init_.request.size() > len) {
-        errno = EIO;
-        return -1;
-      }
-      std::memcpy(buf, init_.request.data(), init_.request.size());
-      return static_cast<ssize_t>(init_.request.size());
-    }
-    // Until libfuse has answered INIT it rejects every other request with EIO; on a takeover
-    // the kernel has requests queued already, so other readers wait here. (On a new mount the
-    // kernel itself sends nothing else before INIT is answered.)
-    if (mode_ == Mode::kTakeover) {
-      cv_.wait(lock, [&]() REQUIRES(mu_) { return init_done_ || draining_ || ended_; });
-    }
+    std::memcpy(buf, init_.request.data(), init_.request.size());
+    return static_cast<ssize_t>(init_.request.size());
   }
+  // Until libfuse has answered INIT it rejects every other request with EIO; on a takeover
+  // the kernel has requests queued already, so other readers wait here. (On a new mount the
+  // kernel itself sends nothing else before INIT is answered.)
+  if (mode_ == Mode::kTakeover) {
+    cv_.wait(lock, [&]() REQUIRES(mu_) { return init_done_ || draining_ || ended_; });
+  }
+  return std::nullopt;
+}
+
+void SessionIo::NoteRequestRead(const void* buf, size_t got) {
+  fuse_in_header h;
+  std::memcpy(&h, buf, sizeof(h));
+  MutexLock lock(mu_);
+  if (mode_ == Mode::kNewMount && h.opcode == FUSE_INIT && !init_done_) {
+    init_.request.assign(static_cast<const char*>(buf), got);
+    init_unique_ = h.unique;
+  }
+  if (ExpectsReply(h.opcode)) in_flight_.insert(h.unique);
+  t_request_resent = (h.unique & kUniqueResend) != 0;
+  --active_reads_;
+  cv_.notify_all();
+}
+
+ssize_t SessionIo::Read(void* buf, size_t len) {
+  NoCancel no_cancel;
+  if (auto early = BeforeKernelReads(buf, len)) return *early;
   for (;;) {
     {
       MutexLock lock(mu_);
@@ -331,17 +348,7 @@ ssize_t SessionIo::Read(void* buf, size_t len) {
       return -1;
     }
     if (static_cast<size_t>(got) >= sizeof(fuse_in_header)) {
-      fuse_in_header h;
-      std::memcpy(&h, buf, sizeof(h));
-      MutexLock lock(mu_);
-      if (mode_ == Mode::kNewMount && h.opcode == FUSE_INIT && !init_done_) {
-        init_.request.assign(static_cast<const char*>(buf), static_cast<size_t>(got));
-        init_unique_ = h.unique;
-      }
-      if (ExpectsReply(h.opcode)) in_flight_.insert(h.unique);
-      t_request_resent = (h.unique & kUniqueResend) != 0;
-      --active_reads_;
-      cv_.notify_all();
+      NoteRequestRead(buf, static_cast<size_t>(got));
     } else {
       leave();
     }

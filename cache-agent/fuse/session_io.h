@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -129,6 +130,11 @@ class SessionIo {
   static ssize_t ReadThunk(int fd, void* buf, size_t len, void* userdata);
   static ssize_t WritevThunk(int fd, struct iovec* iov, int count, void* userdata);
   ssize_t Read(void* buf, size_t len);
+  // Read's start: ended, the replayed INIT of a takeover, or the wait for INIT's answer.
+  // A value when Read returns it without reading the kernel.
+  std::optional<ssize_t> BeforeKernelReads(void* buf, size_t len);
+  // A request just read (`got` bytes, a whole header): INIT kept, in-flight count, resend bit.
+  void NoteRequestRead(const void* buf, size_t got);
   ssize_t Writev(struct iovec* iov, int count);
   void SendResendLocked() REQUIRES(mu_);
 

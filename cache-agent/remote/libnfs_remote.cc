@@ -444,89 +444,96 @@ void LibnfsRemote::ReadCheckedOn(NfsConnection& conn, const std::string& path, u
     if (auto e = length < kMaxRead ? FindHandle(key) : std::nullopt; e && e->file_id == file_id) {
       return ReadByHandle(c, j, key, e->fh, file_id, offset, length, shared_done);
     }
-    c.GetHandle(
-        key, false,
-        [&c, j, key, file_id, offset, length, shared_done](int err, const char* msg,
-                                                           std::shared_ptr<NfsHandle> h) {
-          if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
-          // The READs and a GETATTR of the same handle go out together; the reply is delivered
-          // when both are back, and only when the handle is the file the caller means.
-          struct State {
-            std::vector<char> buf;
-            FileAttr attr;
-            int pending = 2;
-            int err = 0;
-            std::string msg;
-          };
-          auto st = std::make_shared<State>();
-          st->buf.reserve(length);
-          auto part_done = [&c, j, h, key, file_id, st, shared_done]() {
-            if (--st->pending > 0) return;
-            c.ReleaseHandle(h);
-            if (st->err < 0) {
-              // A READ of a handle whose file is gone (replaced by a rename on another node)
-              // fails with EFAULT in libnfs 4.0: the retry must open the name again.
-              c.DropHandle(key);
-              return c.AttemptFailed(j, st->err, st->msg);
-            }
-            if (st->attr.file_id != file_id) {
-              // The cached handle (or the name) is another file now: never its bytes.
-              c.DropHandle(key);
-              if (j->attempts < 2) {
-                return c.AttemptFailed(j, -ESTALE, "the name now refers to another file");
-              }
-              return c.FinishWithError(
-                  j, Error::FromErrno(ESTALE, "hub " + c.hub() + ": READ of " + key +
-                                                  ": the name now refers to another file (fileid " +
-                                                  std::to_string(st->attr.file_id) + ", expected " +
-                                                  std::to_string(file_id) + ")"));
-            }
-            if (c.Finish(j)) (*shared_done)(CheckedRead{std::move(st->buf), st->attr});
-          };
-          auto fail = [st](int e, const std::string& m) {
-            if (st->err == 0 || e == -ESTALE) {  // ESTALE says the most
-              st->err = e;
-              st->msg = m;
-            }
-          };
-          c.Call([&](nfs_context* ctx, auto tramp,
-                     void* priv) { return nfs_fstat64_async(ctx, h->fh, tramp, priv); },
-                 [st, part_done, fail](int e, void* data) {
-                   if (e < 0) {
-                     fail(e, Msg(data));
-                   } else {
-                     st->attr = FromStat(*static_cast<nfs_stat_64*>(data));
-                   }
-                   part_done();
-                 });
-          auto step = std::make_shared<std::function<void()>>();
-          *step = [&c, j, h, offset, length, st, step, part_done, fail]() {
-            uint64_t at = offset + st->buf.size();
-            uint64_t want = std::min<uint64_t>(length - st->buf.size(), c.read_max());
-            c.Call([&](nfs_context* ctx, auto tramp,
-                       void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
-                   [j, length, st, step, part_done, fail](int e, void* data) {
-                     auto keep = *step;  // the chain ends unless re-armed below
-                     if (e < 0) {
-                       fail(e, Msg(data));
-                     } else {
-                       const char* bytes = static_cast<const char*>(data);
-                       st->buf.insert(st->buf.end(), bytes, bytes + e);
-                       // Short replies mid-file are continued; an empty one is the end.
-                       if (e > 0 && st->buf.size() < length && !j->finished && st->err == 0) {
-                         (*step)();
-                         return;
-                       }
-                     }
-                     *step = nullptr;
-                     part_done();
-                   });
-          };
-          (*step)();
-        });
+    c.GetHandle(key, false,
+                [&c, j, key, file_id, offset, length, shared_done](int err, const char* msg,
+                                                                   std::shared_ptr<NfsHandle> h) {
+                  if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
+                  ReadOpenedChecked(c, j, std::move(h), key, file_id, offset, length, shared_done);
+                });
   };
   in_flight_->Add(1);
   conn.Submit(job);
+}
+
+// Loop thread of `c`: the READs of `h` (continued past short replies) and a GETATTR go out
+// together; the reply is delivered when both are back, and only when the handle is the file
+// the caller means.
+void LibnfsRemote::ReadOpenedChecked(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                     std::shared_ptr<NfsHandle> h, const std::string& key,
+                                     uint64_t file_id, uint64_t offset, uint32_t length,
+                                     std::shared_ptr<CheckedReadDone> shared_done) {
+  struct State {
+    std::vector<char> buf;
+    FileAttr attr;
+    int pending = 2;
+    int err = 0;
+    std::string msg;
+  };
+  auto st = std::make_shared<State>();
+  st->buf.reserve(length);
+  auto part_done = [&c, j, h, key, file_id, st, shared_done]() {
+    if (--st->pending > 0) return;
+    c.ReleaseHandle(h);
+    if (st->err < 0) {
+      // A READ of a handle whose file is gone (replaced by a rename on another node)
+      // fails with EFAULT in libnfs 4.0: the retry must open the name again.
+      c.DropHandle(key);
+      return c.AttemptFailed(j, st->err, st->msg);
+    }
+    if (st->attr.file_id != file_id) {
+      // The cached handle (or the name) is another file now: never its bytes.
+      c.DropHandle(key);
+      if (j->attempts < 2) {
+        return c.AttemptFailed(j, -ESTALE, "the name now refers to another file");
+      }
+      return c.FinishWithError(
+          j, Error::FromErrno(ESTALE, "hub " + c.hub() + ": READ of " + key +
+                                          ": the name now refers to another file (fileid " +
+                                          std::to_string(st->attr.file_id) + ", expected " +
+                                          std::to_string(file_id) + ")"));
+    }
+    if (c.Finish(j)) (*shared_done)(CheckedRead{std::move(st->buf), st->attr});
+  };
+  auto fail = [st](int e, const std::string& m) {
+    if (st->err == 0 || e == -ESTALE) {  // ESTALE says the most
+      st->err = e;
+      st->msg = m;
+    }
+  };
+  c.Call([&](nfs_context* ctx, auto tramp,
+             void* priv) { return nfs_fstat64_async(ctx, h->fh, tramp, priv); },
+         [st, part_done, fail](int e, void* data) {
+           if (e < 0) {
+             fail(e, Msg(data));
+           } else {
+             st->attr = FromStat(*static_cast<nfs_stat_64*>(data));
+           }
+           part_done();
+         });
+  auto step = std::make_shared<std::function<void()>>();
+  *step = [&c, j, h, offset, length, st, step, part_done, fail]() {
+    uint64_t at = offset + st->buf.size();
+    uint64_t want = std::min<uint64_t>(length - st->buf.size(), c.read_max());
+    c.Call([&](nfs_context* ctx, auto tramp,
+               void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
+           [j, length, st, step, part_done, fail](int e, void* data) {
+             auto keep = *step;  // the chain ends unless re-armed below
+             if (e < 0) {
+               fail(e, Msg(data));
+             } else {
+               const char* bytes = static_cast<const char*>(data);
+               st->buf.insert(st->buf.end(), bytes, bytes + e);
+               // Short replies mid-file are continued; an empty one is the end.
+               if (e > 0 && st->buf.size() < length && !j->finished && st->err == 0) {
+                 (*step)();
+                 return;
+               }
+             }
+             *step = nullptr;
+             part_done();
+           });
+  };
+  (*step)();
 }
 
 Status LibnfsRemote::Fsync(const std::string& path) { return FsyncOn(Writer(), path); }

@@ -231,6 +231,7 @@ class LibnfsRemote final : public RemoteFs {
   // READDIRPLUS pages by handle; with `keep_handles`, records the entries' handles. Each page
   // that arrives moves the job's deadline to a request timeout from then. A stale handle, an
   // entry without attributes or a device entry hands over to `by_path`.
+  void RecordListedHandles(const std::string& path, const std::vector<DirEntry>& entries);
   void ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
                        const std::string& fh, std::function<void(std::vector<DirEntry>)> deliver,
                        std::function<void()> by_path, bool keep_handles);
@@ -239,6 +240,10 @@ class LibnfsRemote final : public RemoteFs {
   void ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
                     const std::string& fh, uint64_t file_id, uint64_t offset, uint32_t length,
                     std::shared_ptr<CheckedReadDone> done);
+  static void ReadOpenedChecked(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                std::shared_ptr<NfsHandle> h, const std::string& key,
+                                uint64_t file_id, uint64_t offset, uint32_t length,
+                                std::shared_ptr<CheckedReadDone> done);
   // Loop thread of `c`. Calls k with the handle of the directory holding `path` (DirHandle:
   // the volume root's, or a listed directory's) and the last name; an empty handle when none
   // is known or `path` is the root (the caller goes by path).

@@ -210,6 +210,46 @@ void LibnfsRemote::RemoveByHandle(NfsConnection& c, const std::shared_ptr<NfsJob
       });
 }
 
+namespace {
+
+// One READDIRPLUS page's entries appended to `out` (without "." and ".."), `cookie` at the
+// last one. False when the page must be listed by path instead: entries without attributes,
+// and device numbers (kept in libnfs' encoding on the other path).
+bool AppendPlusEntries(const entryplus3* entries, bool keep_handles, cookie3* cookie,
+                       std::vector<DirEntry>* out) {
+  for (const entryplus3* next = entries; next != nullptr;) {
+    // libnfs' decoder lays entries out at 4-byte alignment; entryplus3 needs 8: each is
+    // copied out before a field is read (UBSan: misaligned member access).
+    entryplus3 e;
+    std::memcpy(&e, next, sizeof e);
+    next = e.nextentry;
+    *cookie = e.cookie;
+    if (std::strcmp(e.name, ".") == 0 || std::strcmp(e.name, "..") == 0) continue;
+    if (!e.name_attributes.attributes_follow) return false;
+    const fattr3& f = e.name_attributes.post_op_attr_u.attributes;
+    if (f.type == NF3CHR || f.type == NF3BLK) return false;
+    out->push_back(DirEntry{e.name, FromFattr3(f), {}});
+    if (keep_handles && e.name_handle.handle_follows && (f.type == NF3REG || f.type == NF3DIR)) {
+      const auto& h = e.name_handle.post_op_fh3_u.handle.data;
+      out->back().fh.assign(h.data_val, h.data_len);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// The remote's own table records a listing's handles; an attached store (the metadata
+// cache) takes them from the entries it applies.
+void LibnfsRemote::RecordListedHandles(const std::string& path,
+                                       const std::vector<DirEntry>& entries) {
+  MutexLock lock(store_mu_);
+  if (store_ != &fh_table_) return;
+  for (const auto& e : entries) {
+    if (!e.fh.empty()) fh_table_.Put(Joined(path, e.name.c_str()), e.fh, e.attr.file_id);
+  }
+}
+
 void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
                                    const std::string& path, const std::string& fh,
                                    std::function<void(std::vector<DirEntry>)> deliver,
@@ -252,26 +292,8 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
           }
           const auto& ok = r->READDIRPLUS3res_u.resok;
           std::memcpy(st->verf, ok.cookieverf, NFS3_COOKIEVERFSIZE);
-          for (const entryplus3* next = ok.reply.entries; next != nullptr;) {
-            // libnfs' decoder lays entries out at 4-byte alignment; entryplus3 needs 8: each
-            // is copied out before a field is read (UBSan: misaligned member access).
-            entryplus3 copy;
-            std::memcpy(&copy, next, sizeof copy);
-            const entryplus3* e = &copy;
-            next = copy.nextentry;
-            st->cookie = e->cookie;
-            if (std::strcmp(e->name, ".") == 0 || std::strcmp(e->name, "..") == 0) continue;
-            // Entries without attributes, and device numbers (kept in libnfs' encoding on the
-            // other path), are listed by path.
-            if (!e->name_attributes.attributes_follow) return by_path();
-            const fattr3& f = e->name_attributes.post_op_attr_u.attributes;
-            if (f.type == NF3CHR || f.type == NF3BLK) return by_path();
-            st->out.push_back(DirEntry{e->name, FromFattr3(f), {}});
-            if (keep_handles && e->name_handle.handle_follows &&
-                (f.type == NF3REG || f.type == NF3DIR)) {
-              const auto& h = e->name_handle.post_op_fh3_u.handle.data;
-              st->out.back().fh.assign(h.data_val, h.data_len);
-            }
+          if (!AppendPlusEntries(ok.reply.entries, keep_handles, &st->cookie, &st->out)) {
+            return by_path();
           }
           if (!ok.reply.eof) {
             if (ok.reply.entries == nullptr) return by_path();  // no progress: never loop
@@ -282,17 +304,7 @@ void LibnfsRemote::ReadDirByHandle(NfsConnection& c, const std::shared_ptr<NfsJo
             *page = keep;
             return keep();
           }
-          {
-            // The remote's own table records them; an attached store (the metadata cache)
-            // takes them from the entries it applies.
-            MutexLock lock(store_mu_);
-            if (store_ == &fh_table_) {
-              for (const auto& e : st->out) {
-                if (!e.fh.empty())
-                  fh_table_.Put(Joined(path, e.name.c_str()), e.fh, e.attr.file_id);
-              }
-            }
-          }
+          RecordListedHandles(path, st->out);
           if (c.Finish(j)) deliver(std::move(st->out));
         });
   };
