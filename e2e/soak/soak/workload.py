@@ -25,10 +25,11 @@ def make_dataset(cluster, ledger, rng, files, max_kb):
     os.makedirs(scratch)
     uid = cluster.args.caller_uid
     if uid:
-        # The writers' own directory, as a pod's runAsUser owns its scratch directory; 0755,
-        # so that the agent's background reads (as hubUid) may list it too.
+        # The writers' own private directory, as a pod's runAsUser keeps its checkpoints: the
+        # agent's own identity (hubUid) may not even list it, so every request the writers
+        # need (lookups, creates, writes, fsyncs, reopens after a restart) must go as them.
         os.chown(scratch, uid, uid)
-        os.chmod(scratch, 0o755)
+        os.chmod(scratch, 0o700)
     else:
         # Without allowRoot the hub sees root writers as hubUid 65534: like a real scratch
         # share, the directory is writable by everyone, sticky.
