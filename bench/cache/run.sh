@@ -10,10 +10,13 @@
 # The warm and passthrough_ll passes alternate REPS times (after the cold passes, once the
 # agent is idle) and the table gives their medians: one pass on a shared 2-core machine
 # moves by +-30%.
-# Writes bench/cache/RESULTS.md and prints the same table.
+# Writes bench/cache/results/RESULTS.md (not committed; current figures go to bench/RESULTS.md)
+# and prints the same table.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$here/results"
+table_file="$here/results/RESULTS.md"
 src=$(cd "$here/../.." && pwd)
 . "$src/e2e/lib/common.sh"
 build=$(cd "${1:-$src/build-agent}" && pwd)
@@ -176,6 +179,6 @@ ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] 
   echo '```'
   cat "$work/stats.txt"
   echo '```'
-} > "$here/RESULTS.md"
+} > "$table_file"
 echo
-cat "$here/RESULTS.md"
+cat "$table_file"
