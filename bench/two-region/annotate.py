@@ -93,6 +93,88 @@ def fill_time(rows, dataset_bytes, t0, share=0.99):
     return None
 
 
+def load_batches(path):
+    """The loader's per-batch CSV: (seq, compute_ms, completion_s, window rate, epoch, batch)
+    rows, and each epoch's last completion."""
+    epoch_end = {}
+    batches = []
+    with open(path) as f:
+        for rec in csv.DictReader(f):
+            e = int(rec["epoch"])
+            c = float(rec["completion_s"])
+            epoch_end[e] = max(epoch_end.get(e, 0.0), c)
+            batches.append((int(rec["seq"]), float(rec["compute_ms"]), c,
+                            float(rec["window_samples_per_s"]), e, int(rec["batch"])))
+    return batches, epoch_end
+
+
+def add_wan_bytes(summary, rows, epoch_end, t0):
+    """WAN and hub bytes in all and per epoch, from the trace's counters at epoch bounds."""
+    epochs = sorted(epoch_end)
+    start, end = rows[0][0], rows[-1][0]
+    bounds = [start] + [t0 + epoch_end[e] for e in epochs[:-1]] + [end]
+
+    def deltas(col):
+        vals = [value_at(rows, col, t) for t in bounds]
+        if any(v is None for v in vals):
+            return None
+        return [max(0.0, vals[i + 1] - vals[i]) for i in range(len(vals) - 1)]
+
+    up, down, hub = deltas(1), deltas(2), deltas(3)
+    if up is not None and down is not None:
+        summary["wan_bytes_up"] = sum(up)
+        summary["wan_bytes_down"] = sum(down)
+        summary["wan_bytes"] = sum(up) + sum(down)
+        summary["wan_bytes_per_epoch"] = [u + d for u, d in zip(up, down)]
+    if hub is not None:
+        summary["hub_bytes"] = sum(hub)
+        summary["hub_bytes_per_epoch"] = hub
+
+
+def add_sustained_warmup(summary, batches):
+    """Batches before the window rate reaches 95 % of steady and stays there to the end of
+    the run (the loader's warm-up counts the batches before the *start* of the first window
+    that reaches 95 %, and one lucky burst is enough)."""
+    steady = float(summary.get("steady_samples_per_s", 0))
+    ordered = sorted(batches, key=lambda r: r[0])
+    # Windows that hold the first batch of a later epoch are skipped: the loader's workers
+    # restart there (non-persistent workers), a dip co-located pays too.
+    window = int(summary.get("config", {}).get("window", 10) or 10)
+    restarts = [i for i, r in enumerate(ordered) if r[5] == 0 and i > 0]
+
+    def spans_restart(i):
+        return any(i - window < k <= i for k in restarts)
+
+    bad = [i for i, r in enumerate(ordered) if r[3] < 0.95 * steady and not spans_restart(i)]
+    summary["warmup_sustained_batches"] = (bad[-1] + 1) if bad else 0
+
+
+def add_au_after_warmup(summary, batches):
+    """Compute time of the batches from the warm-up on, over the time from when the
+    accelerators finished the last warm-up batch to the end of the run."""
+    w = int(summary.get("warmup_batches", 0))
+    accel = int(summary.get("config", {}).get("accelerators", 1) or 1)
+    recs = sorted(batches, key=lambda r: r[0])
+    if recs and w < len(recs):
+        start = recs[w - 1][2] if w > 0 else 0.0
+        end = max(r[2] for r in recs)
+        compute = sum(r[1] for r in recs[w:]) / 1000.0
+        if end > start:
+            summary["au_after_warmup"] = compute / ((end - start) * accel)
+
+
+def apply_sets(summary, sets):
+    """--set KEY=VALUE fields, numbers where they parse as one."""
+    for kv in sets:
+        if "=" not in kv:
+            sys.exit(f"annotate.py: --set wants key=value, got {kv!r}")
+        k, v = kv.split("=", 1)
+        try:
+            summary[k] = float(v) if any(ch in v for ch in ".eE") else int(v)
+        except ValueError:
+            summary[k] = v
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -106,73 +188,13 @@ def main(argv):
     with open(args.json) as f:
         summary = json.load(f)
     rows = load_trace(args.trace)
-
-    epoch_end = {}
-    batches = []  # (seq, compute_ms, completion_s)
-    with open(args.csv) as f:
-        for rec in csv.DictReader(f):
-            e = int(rec["epoch"])
-            c = float(rec["completion_s"])
-            epoch_end[e] = max(epoch_end.get(e, 0.0), c)
-            batches.append((int(rec["seq"]), float(rec["compute_ms"]), c,
-                            float(rec["window_samples_per_s"]), e, int(rec["batch"])))
-    epochs = sorted(epoch_end)
-
+    batches, epoch_end = load_batches(args.csv)
     if rows:
-        start, end = rows[0][0], rows[-1][0]
-        bounds = [start] + [args.t0 + epoch_end[e] for e in epochs[:-1]] + [end]
-
-        def deltas(col):
-            vals = [value_at(rows, col, t) for t in bounds]
-            if any(v is None for v in vals):
-                return None
-            return [max(0.0, vals[i + 1] - vals[i]) for i in range(len(vals) - 1)]
-
-        up, down, hub = deltas(1), deltas(2), deltas(3)
-        if up is not None and down is not None:
-            summary["wan_bytes_up"] = sum(up)
-            summary["wan_bytes_down"] = sum(down)
-            summary["wan_bytes"] = sum(up) + sum(down)
-            summary["wan_bytes_per_epoch"] = [u + d for u, d in zip(up, down)]
-        if hub is not None:
-            summary["hub_bytes"] = sum(hub)
-            summary["hub_bytes_per_epoch"] = hub
-    summary["epoch_end_s"] = [epoch_end[e] for e in epochs]
-
-    # Sustained warm-up: batches before the window rate reaches 95 % of steady and stays there
-    # to the end of the run (the loader's warm-up counts the batches before the *start* of the
-    # first window that reaches 95 %, and one lucky burst is enough).
-    steady = float(summary.get("steady_samples_per_s", 0))
-    ordered = sorted(batches, key=lambda r: r[0])
-    # Windows that hold the first batch of a later epoch are skipped: the loader's workers
-    # restart there (non-persistent workers), a dip co-located pays too.
-    window = int(summary.get("config", {}).get("window", 10) or 10)
-    restarts = [i for i, r in enumerate(ordered) if r[5] == 0 and i > 0]
-    def spans_restart(i):
-        return any(i - window < k <= i for k in restarts)
-    bad = [i for i, r in enumerate(ordered) if r[3] < 0.95 * steady and not spans_restart(i)]
-    summary["warmup_sustained_batches"] = (bad[-1] + 1) if bad else 0
-
-    # AU after the warm-up: compute time of the batches from the warm-up on, over the time
-    # from when the accelerators finished the last warm-up batch to the end of the run.
-    w = int(summary.get("warmup_batches", 0))
-    accel = int(summary.get("config", {}).get("accelerators", 1) or 1)
-    recs = sorted(batches, key=lambda r: r[0])
-    if recs and w < len(recs):
-        start = recs[w - 1][2] if w > 0 else 0.0
-        end = max(r[2] for r in recs)
-        compute = sum(r[1] for r in recs[w:]) / 1000.0
-        if end > start:
-            summary["au_after_warmup"] = compute / ((end - start) * accel)
-
-    for kv in args.set:
-        if "=" not in kv:
-            sys.exit(f"annotate.py: --set wants key=value, got {kv!r}")
-        k, v = kv.split("=", 1)
-        try:
-            summary[k] = float(v) if any(ch in v for ch in ".eE") else int(v)
-        except ValueError:
-            summary[k] = v
+        add_wan_bytes(summary, rows, epoch_end, args.t0)
+    summary["epoch_end_s"] = [epoch_end[e] for e in sorted(epoch_end)]
+    add_sustained_warmup(summary, batches)
+    add_au_after_warmup(summary, batches)
+    apply_sets(summary, args.set)
     dataset = summary.get("dataset_bytes")
     fill = fill_time(rows, float(dataset), args.t0) if rows and dataset else None
     if fill is not None:
