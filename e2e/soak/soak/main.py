@@ -92,14 +92,92 @@ def sanitizer_build(build_dir):
         return False
 
 
+def skip_reason(args):
+    """Why this machine cannot run the soak, or None."""
+    if os.geteuid() != 0 or not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "needs root and /dev/fuse"
+    if args.caller_uid and credential_syscalls() is None:
+        return ("no per-thread uid switch known on %s (--caller-uid 0 runs the workload as "
+                "root)" % platform.machine())
+    return None
+
+
+def start_cluster(cluster, ledger, rng, args):
+    """Hub, dataset, WAN proxy, keeper, agent and mounts; returns the dataset's names."""
+    cluster.start_hub()
+    names = make_dataset(cluster, ledger, rng, args.files, args.max_file_kb)
+    cluster.start_proxy()
+    cluster.start_keeper()
+    cluster.write_agent_config()
+    cluster.start_agent()
+    cluster.mount()
+    log("hub ports %s, proxy %d/%d, agent pid %d; dataset %d files"
+        % (cluster.hub_ports, cluster.wan_nfs, cluster.wan_mnt, cluster.agent.pid, len(names)))
+    return names
+
+
+def run_workload(cluster, ledger, names, writers, counts, rng, args):
+    """Readers and writers for the whole duration, faults between a warm-up (readers fill the
+    cache) and a quiet tail (recovery); then every request must have ended."""
+    stop = threading.Event()
+    threads = []
+    for i in range(args.readers):
+        threads.append(threading.Thread(
+            target=reader, args=(cluster, ledger, names, stop, random.Random(rng.random())),
+            daemon=True, name="reader-%d" % i))
+    for w in writers:
+        threads.append(threading.Thread(
+            target=w.run, args=(cluster, ledger, stop, random.Random(rng.random())),
+            daemon=True, name="writer-%d" % w.wid))
+    for t in threads:
+        t.start()
+    end_at = time.monotonic() + args.duration
+    warmup = min(15.0, args.duration * 0.15)
+    tail = max(15.0, args.request_bound)
+    time.sleep(warmup)
+    driver = threading.Thread(target=drive_faults, daemon=True, args=(
+        cluster, ledger, names, args.kinds, end_at - tail, random.Random(rng.random()), counts))
+    driver.start()
+    while time.monotonic() < end_at:
+        with cluster.agent_lock:
+            cluster.sample_rss()
+        time.sleep(1)
+    driver.join(timeout=120)
+    stop.set()
+    for t in threads:
+        t.join(timeout=args.request_bound + 5)
+    with ledger.lock:
+        stuck = list(ledger.inflight.values())
+    for op, path, start in stuck:
+        ledger.add_violation("%s %s still blocked after %.0f s at the end"
+                             % (op, path, time.monotonic() - start))
+
+
+def check_outcome(cluster, ledger, names, writers, args):
+    """The final reads, the writers' records on the hub and the memory budget; returns the
+    number of acknowledged records lost."""
+    final_pass(cluster, ledger, names)
+    # Unmount the scratch volume so that its bare mountpoint can be looked at.
+    r = cluster.spokectl("unmount", cluster.sc_mnt, timeout=60)
+    if r.returncode != 0:
+        ledger.add_violation("spokectl unmount %s failed: %s%s"
+                             % (cluster.sc_mnt, r.stdout, r.stderr))
+        cluster.launcher.run(["umount", "-l", cluster.sc_mnt], timeout=30)
+    lost = sum(lost_records(w, os.path.join(cluster.export, "scratch"), cluster.sc_mnt, ledger)
+               for w in writers)
+    if cluster.rss_max_kb / 1024 > args.rss_budget_mb:
+        ledger.add_violation("agent RSS peaked at %.0f MiB, budget %.0f MiB"
+                             % (cluster.rss_max_kb / 1024, args.rss_budget_mb))
+    # Since the last agent start: the flips it detected (the rest were never re-read).
+    ledger.checksum_failures = cluster.metric("spoke_checksum_failures_total")
+    return lost
+
+
 def main():
     args = parse_args()
-    if os.geteuid() != 0 or not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        print("soak: SKIP: needs root and /dev/fuse", file=sys.stderr)
-        return 77
-    if args.caller_uid and credential_syscalls() is None:
-        print("soak: SKIP: no per-thread uid switch known on %s (--caller-uid 0 runs the "
-              "workload as root)" % platform.machine(), file=sys.stderr)
+    reason = skip_reason(args)
+    if reason:
+        print("soak: SKIP: " + reason, file=sys.stderr)
         return 77
     # Files the hub serves are world-readable, whatever umask the soak was started with.
     os.umask(0o022)
@@ -121,65 +199,10 @@ def main():
     writers = [Writer(i) for i in range(args.writers)]
     ok = False
     try:
-        cluster.start_hub()
-        names = make_dataset(cluster, ledger, rng, args.files, args.max_file_kb)
-        cluster.start_proxy()
-        cluster.start_keeper()
-        cluster.write_agent_config()
-        cluster.start_agent()
-        cluster.mount()
-        log("hub ports %s, proxy %d/%d, agent pid %d; dataset %d files"
-            % (cluster.hub_ports, cluster.wan_nfs, cluster.wan_mnt, cluster.agent.pid,
-               len(names)))
+        names = start_cluster(cluster, ledger, rng, args)
         start_watchdog(args, cluster, ledger, work)
-        stop = threading.Event()
-        threads = []
-        for i in range(args.readers):
-            threads.append(threading.Thread(
-                target=reader, args=(cluster, ledger, names, stop, random.Random(rng.random())),
-                daemon=True, name="reader-%d" % i))
-        for w in writers:
-            threads.append(threading.Thread(
-                target=w.run, args=(cluster, ledger, stop, random.Random(rng.random())),
-                daemon=True, name="writer-%d" % w.wid))
-        for t in threads:
-            t.start()
-        end_at = time.monotonic() + args.duration
-        # Faults between a warm-up (readers fill the cache) and a quiet tail (recovery).
-        warmup = min(15.0, args.duration * 0.15)
-        tail = max(15.0, args.request_bound)
-        time.sleep(warmup)
-        driver = threading.Thread(target=drive_faults, daemon=True, args=(
-            cluster, ledger, names, args.kinds, end_at - tail, random.Random(rng.random()),
-            counts))
-        driver.start()
-        while time.monotonic() < end_at:
-            with cluster.agent_lock:
-                cluster.sample_rss()
-            time.sleep(1)
-        driver.join(timeout=120)
-        stop.set()
-        for t in threads:
-            t.join(timeout=args.request_bound + 5)
-        with ledger.lock:
-            stuck = list(ledger.inflight.values())
-        for op, path, start in stuck:
-            ledger.add_violation("%s %s still blocked after %.0f s at the end"
-                                 % (op, path, time.monotonic() - start))
-        final_pass(cluster, ledger, names)
-        # Unmount the scratch volume so that its bare mountpoint can be looked at.
-        r = cluster.spokectl("unmount", cluster.sc_mnt, timeout=60)
-        if r.returncode != 0:
-            ledger.add_violation("spokectl unmount %s failed: %s%s"
-                                 % (cluster.sc_mnt, r.stdout, r.stderr))
-            cluster.launcher.run(["umount", "-l", cluster.sc_mnt], timeout=30)
-        lost = sum(lost_records(w, os.path.join(cluster.export, "scratch"), cluster.sc_mnt,
-                                ledger) for w in writers)
-        if cluster.rss_max_kb / 1024 > args.rss_budget_mb:
-            ledger.add_violation("agent RSS peaked at %.0f MiB, budget %.0f MiB"
-                                 % (cluster.rss_max_kb / 1024, args.rss_budget_mb))
-        # Since the last agent start: the flips it detected (the rest were never re-read).
-        ledger.checksum_failures = cluster.metric("spoke_checksum_failures_total")
+        run_workload(cluster, ledger, names, writers, counts, rng, args)
+        lost = check_outcome(cluster, ledger, names, writers, args)
         report(args, ledger, counts, cluster, lost)
         ok = not ledger.violations
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
