@@ -10,6 +10,7 @@
 
 #include "cache-agent/cache/block_key.h"
 #include "tests/cache-agent/fs/fakes.h"
+#include "tests/support/temp_dir.h"
 
 namespace spoke::agent {
 namespace {
@@ -860,6 +861,14 @@ struct SecondAgent {
   std::unique_ptr<VolumeFs> fs;
 };
 
+// A VolumeFs over `first`'s hub, with `first`'s config, whose openers go to `records`.
+std::unique_ptr<VolumeFs> FsWithRecords(Rig& first, MetadataCache& meta, BlockFetcher& fetcher,
+                                        OpenRecords* records) {
+  VolumeFs::Config vc = first.fs->config();
+  vc.open_records = records;
+  return std::make_unique<VolumeFs>(vc, first.remote, meta, fetcher, nullptr, first.clock);
+}
+
 // The kernel holds pages an earlier agent's handle read of the version it was opened on. A
 // new agent reopening that handle after the hub file changed must not serve the new bytes
 // beside them: its reads fail (ESTALE), as the earlier agent's would have. Unchanged files
@@ -913,15 +922,12 @@ TEST(VolumeFs, AReopenedHandleOfAFileChangedSinceItWasOpenedFailsInsteadOfMixing
 // writes land at the hub's end of file, not at the kernel's idea of it. A writable handle
 // whose opener the next agent cannot know writes nothing.
 TEST(VolumeFs, AReopenedWritableHandleWritesAsItsOpenerAndAppendsAtTheHubsEnd) {
-  char tmpl[] = "/tmp/spoke-volume-fs-XXXXXX";
-  const std::string dir = std::string(::mkdtemp(tmpl)) + "/open-files";
+  spoke::testing::TempDir tmp("spoke-volume-fs");
+  const std::string dir = tmp.path() + "/open-files";
   auto first_records = OpenRecords::Open(dir, /*clear=*/true);
   ASSERT_TRUE(first_records);
   Rig first(Consistency::kStrict, /*read_only=*/false);
-  VolumeFs::Config vc = first.fs->config();
-  vc.open_records = first_records->get();
-  first.fs = std::make_unique<VolumeFs>(vc, first.remote, *first.meta, *first.fetcher, nullptr,
-                                        first.clock);
+  first.fs = FsWithRecords(first, *first.meta, *first.fetcher, first_records->get());
   first.remote.PutFile("log.txt", "a\n");
   first.remote.PutFile("other.txt", "x");
   first.Init();
@@ -933,9 +939,7 @@ TEST(VolumeFs, AReopenedWritableHandleWritesAsItsOpenerAndAppendsAtTheHubsEnd) {
   auto second_records = OpenRecords::Open(dir, /*clear=*/false);
   ASSERT_TRUE(second_records);
   SecondAgent second(first, Consistency::kStrict);
-  vc.open_records = second_records->get();
-  second.fs = std::make_unique<VolumeFs>(vc, first.remote, *second.meta, *second.fetcher, nullptr,
-                                         first.clock);
+  second.fs = FsWithRecords(first, *second.meta, *second.fetcher, second_records->get());
   const uint64_t ino = first.Ino("log.txt");
   ASSERT_TRUE(second.fs->EnsureHandle(h->handle, ino));
   auto n = second.fs->Write(h->handle, /*kernel's end of file=*/2, "c\n", 2);
@@ -963,22 +967,18 @@ TEST(VolumeFs, AReopenedWritableHandleWritesAsItsOpenerAndAppendsAtTheHubsEnd) {
   EXPECT_EQ(first.remote.Data("other.txt"), "x");
   EXPECT_TRUE(second.fs->Release(unknown->handle));
   EXPECT_TRUE(first.fs->Release(unknown->handle));
-  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
 }
 
 // A reader's handle reopened by the next agent reads as its opener too: a private file it
 // had open stays readable on the hub after a takeover. Readers the hub sees as the agent
 // itself keep no record.
 TEST(VolumeFs, AReopenedReadHandleReadsAsItsOpener) {
-  char tmpl[] = "/tmp/spoke-volume-fs-XXXXXX";
-  const std::string dir = std::string(::mkdtemp(tmpl)) + "/open-files";
+  spoke::testing::TempDir tmp("spoke-volume-fs");
+  const std::string dir = tmp.path() + "/open-files";
   auto first_records = OpenRecords::Open(dir, /*clear=*/true);
   ASSERT_TRUE(first_records);
   Rig first(Consistency::kTtl, /*read_only=*/true, /*with_cache=*/false);
-  VolumeFs::Config vc = first.fs->config();
-  vc.open_records = first_records->get();
-  first.fs = std::make_unique<VolumeFs>(vc, first.remote, *first.meta, *first.fetcher, nullptr,
-                                        first.clock);
+  first.fs = FsWithRecords(first, *first.meta, *first.fetcher, first_records->get());
   first.remote.PutFile("private/f", "secret");
   first.remote.PutFile("open", "public");
   first.remote.Restrict("private", 1000);
@@ -997,9 +997,7 @@ TEST(VolumeFs, AReopenedReadHandleReadsAsItsOpener) {
   auto second_records = OpenRecords::Open(dir, /*clear=*/false);
   ASSERT_TRUE(second_records);
   SecondAgent second(first, Consistency::kTtl);
-  vc.open_records = second_records->get();
-  second.fs = std::make_unique<VolumeFs>(vc, first.remote, *second.meta, *second.fetcher, nullptr,
-                                         first.clock);
+  second.fs = FsWithRecords(first, *second.meta, *second.fetcher, second_records->get());
   // The kernel's inodes are known again (in the agent: from the kernel inode log).
   ASSERT_TRUE(second.fs->Lookup(kRootIno, "private", &alice));
   ASSERT_TRUE(second.fs->Lookup(d->ino, "f", &alice));
@@ -1015,7 +1013,6 @@ TEST(VolumeFs, AReopenedReadHandleReadsAsItsOpener) {
   ASSERT_TRUE(second.fs->EnsureHandle(plain->handle, first.Ino("open")));
   ASSERT_TRUE(second.fs->Read(plain->handle, 0, buf.size(), buf.data()));
   ASSERT_TRUE(second.fs->Release(plain->handle));
-  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
 }
 
 // A new agent (a fresh MetadataCache and VolumeFs over the same hub) resolves the node ids and
