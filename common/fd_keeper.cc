@@ -97,17 +97,22 @@ void FdKeeperServer::Stop() {
   listen_fd_.Reset();
 }
 
-void FdKeeperServer::PollLoop() {
-  using Clock = std::chrono::steady_clock;
-  std::vector<UniqueFd> clients;
+struct FdKeeperServer::Clients {
+  std::vector<UniqueFd> fds;
   std::set<int> denied;   // accepted, but from a uid that may not use the keeper
   std::set<int> holders;  // clients holding the agent's lease
-  Clock::time_point last_seen = Clock::now();  // of a lease or a request
+  std::chrono::steady_clock::time_point last_seen;  // of a lease or a request
+};
+
+void FdKeeperServer::PollLoop() {
+  using Clock = std::chrono::steady_clock;
+  Clients clients;
+  clients.last_seen = Clock::now();
   while (!stopping_) {
     int timeout_ms = -1;
-    if (config_.orphan_timeout.count() > 0 && holders.empty() && size() > 0) {
+    if (config_.orphan_timeout.count() > 0 && clients.holders.empty() && size() > 0) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          last_seen + config_.orphan_timeout - Clock::now());
+          clients.last_seen + config_.orphan_timeout - Clock::now());
       if (left.count() <= 0) {
         ReleaseOrphans(config_.orphan_timeout);
         continue;
@@ -117,8 +122,8 @@ void FdKeeperServer::PollLoop() {
     std::vector<pollfd> fds;
     fds.push_back({wake_fd_.get(), POLLIN, 0});
     fds.push_back({listen_fd_.get(),
-                   static_cast<short>(clients.size() < config_.max_clients ? POLLIN : 0), 0});
-    for (auto& c : clients) fds.push_back({c.get(), POLLIN, 0});
+                   static_cast<short>(clients.fds.size() < config_.max_clients ? POLLIN : 0), 0});
+    for (auto& c : clients.fds) fds.push_back({c.get(), POLLIN, 0});
     int n = ::poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -128,58 +133,66 @@ void FdKeeperServer::PollLoop() {
     if (n == 0) continue;  // the orphan clock is checked at the top
     if (fds[0].revents) break;
     // Serve existing clients first (indices shift once we erase, so walk backwards).
-    for (size_t i = clients.size(); i-- > 0;) {
+    for (size_t i = clients.fds.size(); i-- > 0;) {
       short re = fds[i + 2].revents;
       if (re == 0) continue;
-      int fd = clients[i].get();
-      bool keep = false;
-      if ((re & POLLIN) && denied.contains(fd)) {
-        (void)RecvFdMessage(fd, std::chrono::milliseconds(0));  // closes any descriptors sent
-        (void)Reply(
-            fd, json{{"ok", false},
-                     {"error", "permission denied: only uid " +
-                                   std::to_string(config_.allowed_uid) + " may use the fd keeper"}}
-                    .dump());
-      } else if (re & POLLIN) {
-        bool hold = false;
-        keep = HandleRequest(fd, &hold);
-        last_seen = Clock::now();
-        if (keep && hold && holders.insert(fd).second) {
-          log::Info("fd keeper: an agent holds the kept connections",
-                    {{"kept", static_cast<int64_t>(size())}});
-        }
-      }
-      if (!keep) {
-        denied.erase(fd);
-        if (holders.erase(fd) > 0) {
-          last_seen = Clock::now();
-          if (holders.empty() && size() > 0) {
-            log::Warn(
-                "fd keeper: the agent serving the kept connections went away; they are "
-                "released unless an agent takes them back in time",
-                {{"kept", static_cast<int64_t>(size())},
-                 {"orphan_timeout_ms", static_cast<int64_t>(config_.orphan_timeout.count())}});
-          }
-        }
-        clients.erase(clients.begin() + static_cast<ptrdiff_t>(i));
+      if (!ServeClient(clients, clients.fds[i].get(), re)) {
+        DropClient(clients, clients.fds[i].get());
+        clients.fds.erase(clients.fds.begin() + static_cast<ptrdiff_t>(i));
       }
     }
-    if (fds[1].revents & POLLIN) {
-      UniqueFd client(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!client.valid()) continue;
-      auto cred = PeerCredentials(client.get());
-      uid_t uid = cred ? cred->uid : static_cast<uid_t>(-1);
-      if (uid != config_.allowed_uid) {
-        log::Warn("fd keeper refused a client",
-                  {{"uid", static_cast<int64_t>(uid)},
-                   {"allowed_uid", static_cast<int64_t>(config_.allowed_uid)}});
-        // Answered once its request arrives: closing with the request unread would reset the
-        // connection before the client sees why.
-        denied.insert(client.get());
-      }
-      clients.push_back(std::move(client));
-    }
+    if (fds[1].revents & POLLIN) AcceptClient(clients);
   }
+}
+
+bool FdKeeperServer::ServeClient(Clients& clients, int fd, short revents) {
+  if ((revents & POLLIN) && clients.denied.contains(fd)) {
+    (void)RecvFdMessage(fd, std::chrono::milliseconds(0));  // closes any descriptors sent
+    (void)Reply(
+        fd, json{{"ok", false},
+                 {"error", "permission denied: only uid " + std::to_string(config_.allowed_uid) +
+                               " may use the fd keeper"}}
+                .dump());
+    return false;
+  }
+  if (!(revents & POLLIN)) return false;
+  bool hold = false;
+  const bool keep = HandleRequest(fd, &hold);
+  clients.last_seen = std::chrono::steady_clock::now();
+  if (keep && hold && clients.holders.insert(fd).second) {
+    log::Info("fd keeper: an agent holds the kept connections",
+              {{"kept", static_cast<int64_t>(size())}});
+  }
+  return keep;
+}
+
+void FdKeeperServer::DropClient(Clients& clients, int fd) {
+  clients.denied.erase(fd);
+  if (clients.holders.erase(fd) == 0) return;
+  clients.last_seen = std::chrono::steady_clock::now();
+  if (clients.holders.empty() && size() > 0) {
+    log::Warn(
+        "fd keeper: the agent serving the kept connections went away; they are "
+        "released unless an agent takes them back in time",
+        {{"kept", static_cast<int64_t>(size())},
+         {"orphan_timeout_ms", static_cast<int64_t>(config_.orphan_timeout.count())}});
+  }
+}
+
+void FdKeeperServer::AcceptClient(Clients& clients) {
+  UniqueFd client(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!client.valid()) return;
+  auto cred = PeerCredentials(client.get());
+  uid_t uid = cred ? cred->uid : static_cast<uid_t>(-1);
+  if (uid != config_.allowed_uid) {
+    log::Warn("fd keeper refused a client",
+              {{"uid", static_cast<int64_t>(uid)},
+               {"allowed_uid", static_cast<int64_t>(config_.allowed_uid)}});
+    // Answered once its request arrives: closing with the request unread would reset the
+    // connection before the client sees why.
+    clients.denied.insert(client.get());
+  }
+  clients.fds.push_back(std::move(client));
 }
 
 Status FdKeeperServer::Reply(int client, const std::string& text, std::span<const int> fds) {

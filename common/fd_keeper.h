@@ -74,6 +74,13 @@ class FdKeeperServer {
  private:
   // The serving thread: accepts clients and answers their requests until Stop().
   void PollLoop();
+  // PollLoop's clients: their sockets, and what is known of each.
+  struct Clients;
+  // Answers what arrived on client `fd`; false when the client is to be dropped.
+  bool ServeClient(Clients& clients, int fd, short revents);
+  // Forgets client `fd` (the caller closes it); the orphan clock starts when it held the lease.
+  void DropClient(Clients& clients, int fd);
+  void AcceptClient(Clients& clients);
   // Releases every kept descriptor (the orphan timeout passed).
   void ReleaseOrphans(std::chrono::milliseconds idle);
   // Handles one request on `client`; false when the client should be dropped. Sets `*hold`

@@ -135,6 +135,111 @@ bool OnlyLeftovers(const std::vector<std::string>& names) {
   return true;
 }
 
+// CreateVolume's checks of the request itself, before its parameters.
+grpc::Status CheckCreateRequest(const csi::v1::CreateVolumeRequest& req) {
+  if (req.name().empty()) return Invalid("name is required");
+  if (auto s = CheckCapabilityShape(req.volume_capabilities(), "volume_capabilities"); !s) {
+    return ToGrpcStatus(s.error());
+  }
+  if (req.has_volume_content_source()) {
+    return Invalid("volume_content_source: Spoke cannot create a volume from a snapshot or clone");
+  }
+  if (!req.mutable_parameters().empty()) {
+    return Invalid("mutable_parameters: Spoke has no mutable parameters");
+  }
+  int64_t required = req.capacity_range().required_bytes();
+  int64_t limit = req.capacity_range().limit_bytes();
+  if (required < 0) return Invalid("capacity_range.required_bytes must not be negative");
+  if (limit < 0) return Invalid("capacity_range.limit_bytes must not be negative");
+  if (limit > 0 && required > limit) {
+    return Invalid("capacity_range: required_bytes " + std::to_string(required) +
+                   " exceeds limit_bytes " + std::to_string(limit));
+  }
+  return grpc::Status::OK;
+}
+
+bool HasExplicitHubTimeout(const StringMap& raw) {
+  auto it = raw.find(std::string(kParamHubTimeout));
+  return it != raw.end() && !it->second.empty();
+}
+
+// The volume's directory: subDir, expanded for a scratch volume.
+Result<std::string> VolumePath(const VolumeParams& params, const StringMap& raw,
+                               const std::string& name) {
+  if (params.mode == VolumeMode::kScratch) return ExpandSubDir(params.sub_dir, raw, name);
+  return params.sub_dir;
+}
+
+csi::v1::Volume ToVolume(const VolumeRecord& r) {
+  csi::v1::Volume v;
+  v.set_volume_id(r.volume_id);
+  v.set_capacity_bytes(r.capacity_bytes);
+  return v;
+}
+
+// A new scratch directory at `path`, with its record.
+Result<csi::v1::Volume> MakeScratchDir(ExportSession& hub, const std::string& path,
+                                       const std::string& where, uint32_t mode,
+                                       const VolumeRecord& record) {
+  SPOKE_RETURN_IF_ERROR_WRAP(hub.MakeDirs(Parent(path), mode), "creating the parent of " + where);
+  if (auto s = hub.MakeDir(path, mode); !s) {
+    if (s.error().code() == Code::kAlreadyExists) {
+      return Fail(Code::kCancelled, where + " appeared while creating it; retry");
+    }
+    return std::unexpected(s.error().Wrap("creating " + where));
+  }
+  // A crash here leaves an empty directory without a record: the retry adopts it.
+  SPOKE_RETURN_IF_ERROR_WRAP(hub.WriteFile(Join(path, kRecordFile), record.Encode()),
+                             "writing the volume record");
+  return ToVolume(record);
+}
+
+// A directory without a record, adopted only when it holds nothing but a half-finished
+// Create's leftovers.
+Result<csi::v1::Volume> AdoptScratchDir(ExportSession& hub, const std::string& path,
+                                        const std::string& where, const VolumeRecord& record) {
+  SPOKE_TRY(auto names, hub.List(path));
+  if (!OnlyLeftovers(names)) {
+    return Fail(Code::kReadOnly,
+                where + " already exists, is not empty and was not created by Spoke (no " +
+                    std::string(kRecordFile) +
+                    "); refusing to adopt it, since deleting the volume would delete that "
+                    "data. Choose another subDir or move the directory away");
+  }
+  // Ours, half-created by an earlier attempt (or an empty directory someone made).
+  SPOKE_RETURN_IF_ERROR_WRAP(hub.WriteFile(Join(path, kRecordFile), record.Encode()),
+                             "writing the volume record");
+  return ToVolume(record);
+}
+
+// The volume the record `text` found in the directory describes, when it is `wanted`'s (same
+// name and parameters) and its capacity fits the requested range.
+Result<csi::v1::Volume> VolumeOfRecord(const std::string& text, const std::string& where,
+                                       const VolumeRecord& wanted, int64_t required,
+                                       int64_t limit) {
+  const std::string& name = wanted.name;
+  auto existing = VolumeRecord::Decode(text);
+  if (!existing) {
+    return Fail(Code::kReadOnly, where + "/" + std::string(kRecordFile) +
+                                     " is not readable: " + existing.error().message());
+  }
+  if (existing->name != name) {
+    return Fail(Code::kReadOnly, where + " already belongs to volume '" + existing->name +
+                                     "' (two volumes' subDir expand to the same directory)");
+  }
+  if (existing->parameters != wanted.parameters) {
+    return Fail(Code::kAlreadyExists,
+                "volume '" + name + "' already exists with other parameters (" +
+                    FirstDifference(existing->parameters, wanted.parameters) + ")");
+  }
+  if (!CapacityFits(existing->capacity_bytes, required, limit)) {
+    return Fail(Code::kAlreadyExists, "volume '" + name + "' already exists with capacity " +
+                                          std::to_string(existing->capacity_bytes) +
+                                          " bytes, which does not fit the requested range");
+  }
+  return ToVolume(*existing);
+}
+
 }  // namespace
 
 ControllerServer::ControllerServer(ControllerConfig config, std::unique_ptr<ExportAdmin> admin,
@@ -173,67 +278,30 @@ Result<std::unique_ptr<ExportSession>> ControllerServer::Open(const HubAddress& 
 grpc::Status ControllerServer::CreateVolume(grpc::ServerContext*,
                                             const csi::v1::CreateVolumeRequest* req,
                                             csi::v1::CreateVolumeResponse* resp) {
+  if (auto s = CheckCreateRequest(*req); !s.ok()) return s;
   const std::string& name = req->name();
-  if (name.empty()) return Invalid("name is required");
-  if (auto s = CheckCapabilityShape(req->volume_capabilities(), "volume_capabilities"); !s) {
-    return ToGrpcStatus(s.error());
-  }
-  if (req->has_volume_content_source()) {
-    return Invalid("volume_content_source: Spoke cannot create a volume from a snapshot or clone");
-  }
-  if (!req->mutable_parameters().empty()) {
-    return Invalid("mutable_parameters: Spoke has no mutable parameters");
-  }
   int64_t required = req->capacity_range().required_bytes();
   int64_t limit = req->capacity_range().limit_bytes();
-  if (required < 0) return Invalid("capacity_range.required_bytes must not be negative");
-  if (limit < 0) return Invalid("capacity_range.limit_bytes must not be negative");
-  if (limit > 0 && required > limit) {
-    return Invalid("capacity_range: required_bytes " + std::to_string(required) +
-                   " exceeds limit_bytes " + std::to_string(limit));
-  }
   // NFS has no per-directory quota: the capacity is recorded, not enforced.
   int64_t capacity = required > 0 ? required : limit;
 
   StringMap raw(req->parameters().begin(), req->parameters().end());
   auto params = ParseVolumeParams(raw);
   if (!params) return ToGrpcStatus(params.error());
-  auto timeout_it = raw.find(std::string(kParamHubTimeout));
-  bool explicit_timeout = timeout_it != raw.end() && !timeout_it->second.empty();
+  const bool explicit_timeout = HasExplicitHubTimeout(raw);
   if (!explicit_timeout) params->hub_timeout_seconds = config_.hub_timeout_seconds;
   if (auto s =
           CheckCapabilitySupport(req->volume_capabilities(), params->mode, "volume_capabilities");
       !s) {
     return ToGrpcStatus(s.error());
   }
-
-  std::string path = params->sub_dir;
-  if (params->mode == VolumeMode::kScratch) {
-    auto expanded = ExpandSubDir(params->sub_dir, raw, name);
-    if (!expanded) return ToGrpcStatus(expanded.error());
-    path = *expanded;
-  }
+  auto expanded = VolumePath(*params, raw, name);
+  if (!expanded) return ToGrpcStatus(expanded.error());
+  const std::string& path = *expanded;
   StringMap canonical = CanonicalParameters(*params, path, explicit_timeout);
   VolumeId id{params->hub, params->mode, params->on_delete, path, IdIdentity(params->identity)};
   std::string id_text = id.Encode();
-
-  {
-    MutexLock lock(mu_);
-    auto it = known_.find(name);
-    if (it != known_.end()) {
-      if (it->second.parameters != canonical) {
-        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                            "volume '" + name + "' already exists with other parameters (" +
-                                FirstDifference(it->second.parameters, canonical) + ")");
-      }
-      if (!CapacityFits(it->second.capacity_bytes, required, limit)) {
-        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                            "volume '" + name + "' already exists with capacity " +
-                                std::to_string(it->second.capacity_bytes) +
-                                " bytes, which does not fit the requested range");
-      }
-    }
-  }
+  if (auto s = CheckSameAsKnown(name, canonical, required, limit); !s.ok()) return s;
 
   Guard guard(this, GuardKey(params->hub, path));
   if (!guard.held()) {
@@ -263,6 +331,25 @@ grpc::Status ControllerServer::CreateVolume(grpc::ServerContext*,
                                {"mode", ToString(params->mode)},
                                {"capacity", volume.capacity_bytes()}});
   *resp->mutable_volume() = std::move(volume);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerServer::CheckSameAsKnown(const std::string& name, const StringMap& canonical,
+                                                int64_t required, int64_t limit) {
+  MutexLock lock(mu_);
+  auto it = known_.find(name);
+  if (it == known_.end()) return grpc::Status::OK;
+  if (it->second.parameters != canonical) {
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                        "volume '" + name + "' already exists with other parameters (" +
+                            FirstDifference(it->second.parameters, canonical) + ")");
+  }
+  if (!CapacityFits(it->second.capacity_bytes, required, limit)) {
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                        "volume '" + name + "' already exists with capacity " +
+                            std::to_string(it->second.capacity_bytes) +
+                            " bytes, which does not fit the requested range");
+  }
   return grpc::Status::OK;
 }
 
@@ -310,71 +397,18 @@ Result<csi::v1::Volume> ControllerServer::CreateScratch(const std::string& name,
       VolumeId{params.hub, params.mode, params.on_delete, path, IdIdentity(params.identity)}
           .Encode(),
       canonical, capacity, Rfc3339(clock_())};
-  std::string record_path = Join(path, kRecordFile);
   std::string where = params.hub.server + ":" + params.hub.share + "/" + path;
-
-  auto to_volume = [](const VolumeRecord& r) {
-    csi::v1::Volume v;
-    v.set_volume_id(r.volume_id);
-    v.set_capacity_bytes(r.capacity_bytes);
-    return v;
-  };
 
   auto st = hub.Stat(path);
   if (!st && st.error().code() != Code::kNotFound) return std::unexpected(st.error());
-  if (!st) {
-    SPOKE_RETURN_IF_ERROR_WRAP(hub.MakeDirs(Parent(path), config_.scratch_dir_mode),
-                               "creating the parent of " + where);
-    if (auto s = hub.MakeDir(path, config_.scratch_dir_mode); !s) {
-      if (s.error().code() == Code::kAlreadyExists) {
-        return Fail(Code::kCancelled, where + " appeared while creating it; retry");
-      }
-      return std::unexpected(s.error().Wrap("creating " + where));
-    }
-    // A crash here leaves an empty directory without a record: the retry adopts it.
-    SPOKE_RETURN_IF_ERROR_WRAP(hub.WriteFile(record_path, record.Encode()),
-                               "writing the volume record");
-    return to_volume(record);
-  }
+  if (!st) return MakeScratchDir(hub, path, where, config_.scratch_dir_mode, record);
   if (!st->is_dir) {
     return Fail(Code::kReadOnly, where + " exists on the hub and is not a directory");
   }
-  auto text = hub.ReadFile(record_path, kMaxRecordBytes);
+  auto text = hub.ReadFile(Join(path, kRecordFile), kMaxRecordBytes);
   if (!text && text.error().code() != Code::kNotFound) return std::unexpected(text.error());
-  if (!text) {
-    SPOKE_TRY(auto names, hub.List(path));
-    if (!OnlyLeftovers(names)) {
-      return Fail(Code::kReadOnly,
-                  where + " already exists, is not empty and was not created by Spoke (no " +
-                      std::string(kRecordFile) +
-                      "); refusing to adopt it, since deleting the volume would delete that "
-                      "data. Choose another subDir or move the directory away");
-    }
-    // Ours, half-created by an earlier attempt (or an empty directory someone made).
-    SPOKE_RETURN_IF_ERROR_WRAP(hub.WriteFile(record_path, record.Encode()),
-                               "writing the volume record");
-    return to_volume(record);
-  }
-  auto existing = VolumeRecord::Decode(*text);
-  if (!existing) {
-    return Fail(Code::kReadOnly, where + "/" + std::string(kRecordFile) +
-                                     " is not readable: " + existing.error().message());
-  }
-  if (existing->name != name) {
-    return Fail(Code::kReadOnly, where + " already belongs to volume '" + existing->name +
-                                     "' (two volumes' subDir expand to the same directory)");
-  }
-  if (existing->parameters != canonical) {
-    return Fail(Code::kAlreadyExists, "volume '" + name +
-                                          "' already exists with other parameters (" +
-                                          FirstDifference(existing->parameters, canonical) + ")");
-  }
-  if (!CapacityFits(existing->capacity_bytes, required, limit)) {
-    return Fail(Code::kAlreadyExists, "volume '" + name + "' already exists with capacity " +
-                                          std::to_string(existing->capacity_bytes) +
-                                          " bytes, which does not fit the requested range");
-  }
-  return to_volume(*existing);
+  if (!text) return AdoptScratchDir(hub, path, where, record);
+  return VolumeOfRecord(*text, where, record, required, limit);
 }
 
 grpc::Status ControllerServer::DeleteVolume(grpc::ServerContext*,

@@ -87,6 +87,10 @@ class ControllerServer final : public csi::v1::Controller::Service {
                                         const std::string& path, const StringMap& canonical,
                                         int64_t required, int64_t limit);
   Status CreateDataset(const VolumeParams& params);
+  // ALREADY_EXISTS when this process made volume `name` with other parameters or a capacity
+  // outside the range.
+  grpc::Status CheckSameAsKnown(const std::string& name, const StringMap& canonical,
+                                int64_t required, int64_t limit) EXCLUDES(mu_);
   Status DeleteScratch(const VolumeId& id, const std::string& id_text);
 
   ControllerConfig config_;

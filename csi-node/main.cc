@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "common/csi_identity.h"
@@ -35,17 +36,19 @@ int Die(const std::string& msg) {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace spoke;
-  node::NodeConfig config;
+// What the command line gives besides NodeConfig fields; state_dir and keeper_socket override
+// the config file.
+struct Flags {
   std::string config_path;
-  std::string state_dir_flag;
-  std::string keeper_flag;
+  std::string state_dir;
+  std::string keeper_socket;
   std::string level = "info";
-  if (const char* n = std::getenv("NODE_NAME")) config.node_id = n;
+};
 
+// Fills `flags` and the config's flag-only fields from argv; returns an exit code when the
+// process should end now (--version, --help, a bad argument).
+std::optional<int> ParseFlags(int argc, char** argv, Flags& flags,
+                              spoke::node::NodeConfig& config) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -62,7 +65,7 @@ int main(int argc, char** argv) {
       return true;
     };
     if (arg == "--version") {
-      std::cout << "spoke-csi-node " << Version() << "\n";
+      std::cout << "spoke-csi-node " << spoke::Version() << "\n";
       return 0;
     } else if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
@@ -74,43 +77,46 @@ int main(int argc, char** argv) {
       if (arg == "--endpoint") config.endpoint = value;
       if (arg == "--node-id") config.node_id = value;
       if (arg == "--agent-socket") config.agent_socket = value;
-      if (arg == "--config") config_path = value;
-      if (arg == "--state-dir") state_dir_flag = value;
-      if (arg == "--log-level") level = value;
-      if (arg == "--fuse-keeper-socket") keeper_flag = value;
+      if (arg == "--config") flags.config_path = value;
+      if (arg == "--state-dir") flags.state_dir = value;
+      if (arg == "--log-level") flags.level = value;
+      if (arg == "--fuse-keeper-socket") flags.keeper_socket = value;
     } else {
       return Die("unknown argument '" + arg + "'\n" + kUsage);
     }
   }
+  return std::nullopt;
+}
 
-  auto parsed_level = log::ParseLevel(level);
-  if (!parsed_level) return Die("--log-level must be debug|info|warn|error, got '" + level + "'");
-  log::SetLevel(*parsed_level);
+// The config file, then the flags over it, validated.
+spoke::Status LoadConfig(const Flags& flags, spoke::node::NodeConfig& config) {
+  SPOKE_RETURN_IF_ERROR(spoke::node::LoadNodeConfigFile(
+      flags.config_path, &config,
+      [](const char* k) { return static_cast<const char*>(std::getenv(k)); }));
+  if (!flags.state_dir.empty()) config.state_dir = flags.state_dir;
+  if (!flags.keeper_socket.empty()) config.fuse_keeper_socket = flags.keeper_socket;
+  SPOKE_RETURN_IF_ERROR(config.Validate());
+  if (auto s = spoke::UnixSocketPath(config.endpoint); !s) return std::unexpected(s.error());
+  return spoke::Ok();
+}
 
-  if (auto s = node::LoadNodeConfigFile(
-          config_path, &config,
-          [](const char* k) { return static_cast<const char*>(std::getenv(k)); });
-      !s) {
-    return Die(s.error().message());
-  }
-  if (!state_dir_flag.empty()) config.state_dir = state_dir_flag;
-  if (!keeper_flag.empty()) config.fuse_keeper_socket = keeper_flag;
-  if (auto s = config.Validate(); !s) return Die(s.error().message());
-  if (auto s = UnixSocketPath(config.endpoint); !s) return Die(s.error().message());
+void LogStart(const spoke::node::NodeConfig& config) {
+  spoke::log::Info(
+      "spoke-csi-node starting",
+      {{"version", spoke::Version()},
+       {"node_id", config.node_id},
+       {"endpoint", config.endpoint},
+       {"agent_socket", config.agent_socket},
+       {"kubelet_dir", config.kubelet_dir_enforced ? config.kubelet_dir : "(not enforced)"},
+       {"state_dir", config.state_dir},
+       {"region", config.region},
+       {"zone", config.zone},
+       {"agent_timeout_ms", static_cast<int64_t>(config.agent_timeout.count())}});
+}
 
-  log::Info("spoke-csi-node starting",
-            {{"version", Version()},
-             {"node_id", config.node_id},
-             {"endpoint", config.endpoint},
-             {"agent_socket", config.agent_socket},
-             {"kubelet_dir", config.kubelet_dir_enforced ? config.kubelet_dir : "(not enforced)"},
-             {"state_dir", config.state_dir},
-             {"region", config.region},
-             {"zone", config.zone},
-             {"agent_timeout_ms", static_cast<int64_t>(config.agent_timeout.count())}});
-
-  // Threads started below (gRPC) inherit the blocked signals.
-  BlockShutdownSignals();
+// Starts the fd keeper and serves CSI Identity and Node until a signal; the exit code.
+int Serve(const spoke::node::NodeConfig& config) {
+  using namespace spoke;
   // Before serving CSI: the agent may already be waiting to hand its connections over.
   auto keeper = node::StartFuseKeeper(config);
   if (!keeper) return Die(keeper.error().message());
@@ -132,4 +138,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace spoke;
+  node::NodeConfig config;
+  Flags flags;
+  if (const char* n = std::getenv("NODE_NAME")) config.node_id = n;
+  if (auto exit_code = ParseFlags(argc, argv, flags, config)) return *exit_code;
+
+  auto parsed_level = log::ParseLevel(flags.level);
+  if (!parsed_level) {
+    return Die("--log-level must be debug|info|warn|error, got '" + flags.level + "'");
+  }
+  log::SetLevel(*parsed_level);
+  if (auto s = LoadConfig(flags, config); !s) return Die(s.error().message());
+  LogStart(config);
+  // Threads started below (gRPC) inherit the blocked signals.
+  BlockShutdownSignals();
+  return Serve(config);
 }

@@ -144,6 +144,77 @@ std::string HubName(const StringMap& ctx, const std::string& volume_id) {
   return "the hub";
 }
 
+using spoke::agent::v1::MountInfo;
+using spoke::agent::v1::VolumeStatsResponse;
+
+// An agent that does not answer is the volume's condition, not the call's error.
+grpc::Status AgentErrorAsCondition(const AgentError& e, csi::v1::VolumeCondition* cond) {
+  if (!e.unreachable) return ToGrpc(e);
+  cond->set_abnormal(true);
+  cond->set_message(e.message);
+  return grpc::Status::OK;
+}
+
+// Which agent mount backs the mount `here`: the path itself (staging) or the mount it binds.
+// Null when none does.
+const MountInfo* BackingAgentMount(Mounter& mounter, const std::vector<MountInfo>& agent_mounts,
+                                   const std::vector<MountEntry>& mounts, const MountEntry& here,
+                                   const std::string& volume_id) {
+  const MountInfo* backing = nullptr;
+  for (const auto& m : agent_mounts) {
+    std::string mp = mounter.CanonicalPath(m.target_path());
+    if (mp == here.mount_point) return &m;
+    auto e = FindMount(mounts, mp);
+    if (e && e->SameTree(here) && (!backing || m.volume_id() == volume_id)) backing = &m;
+  }
+  return backing;
+}
+
+void AddHubUsage(const VolumeStatsResponse& stats, csi::v1::NodeGetVolumeStatsResponse* resp) {
+  auto* bytes = resp->add_usage();
+  bytes->set_unit(csi::v1::VolumeUsage::BYTES);
+  bytes->set_total(static_cast<int64_t>(stats.hub_total_bytes()));
+  bytes->set_available(static_cast<int64_t>(stats.hub_available_bytes()));
+  bytes->set_used(static_cast<int64_t>(stats.hub_used_bytes()));
+  auto* inodes = resp->add_usage();
+  inodes->set_unit(csi::v1::VolumeUsage::INODES);
+  inodes->set_total(static_cast<int64_t>(stats.hub_total_inodes()));
+  inodes->set_available(static_cast<int64_t>(stats.hub_free_inodes()));
+  inodes->set_used(static_cast<int64_t>(stats.hub_total_inodes() >= stats.hub_free_inodes()
+                                            ? stats.hub_total_inodes() - stats.hub_free_inodes()
+                                            : 0));
+}
+
+// "cache: 1.0 GiB cached, hit ratio 97.0% (...)", for the volume condition's message.
+std::string CacheSummary(const VolumeStatsResponse& stats) {
+  uint64_t reads = stats.cache_hits() + stats.cache_misses();
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.1f%%",
+                reads ? 100.0 * static_cast<double>(stats.cache_hits()) / reads : 0.0);
+  std::string cache = "cache: " + HumanBytes(stats.cache_bytes()) + " cached, hit ratio " + ratio +
+                      " (" + std::to_string(stats.cache_hits()) + " hits, " +
+                      std::to_string(stats.cache_misses()) + " misses), " +
+                      HumanBytes(stats.hub_read_bytes()) + " read from the hub";
+  if (stats.checksum_failures() > 0) {
+    cache += ", " + std::to_string(stats.checksum_failures()) + " bad blocks dropped";
+  }
+  return cache;
+}
+
+void SetHubCondition(const VolumeStatsResponse& stats, const std::string& hub,
+                     csi::v1::VolumeCondition* cond) {
+  const std::string cache = CacheSummary(stats);
+  if (!stats.hub_reachable()) {
+    cond->set_abnormal(true);
+    cond->set_message("hub " + hub + " unreachable: " +
+                      (stats.last_hub_error().empty() ? "no answer" : stats.last_hub_error()) +
+                      "; " + cache);
+  } else {
+    cond->set_abnormal(false);
+    cond->set_message("hub " + hub + " reachable; " + cache);
+  }
+}
+
 }  // namespace
 
 NodeServer::PathLock::PathLock(NodeServer* server, std::string key)
@@ -550,24 +621,9 @@ grpc::Status NodeServer::NodeGetVolumeStats(grpc::ServerContext*,
     return grpc::Status::OK;
   }
 
-  // Which agent mount backs this path: the path itself (staging) or the mount it binds.
   auto agent_mounts = agent_.ListMounts();
-  if (!agent_mounts) {
-    if (!agent_mounts.error().unreachable) return ToGrpc(agent_mounts.error());
-    cond->set_abnormal(true);
-    cond->set_message(agent_mounts.error().message);
-    return grpc::Status::OK;
-  }
-  const spoke::agent::v1::MountInfo* backing = nullptr;
-  for (const auto& m : *agent_mounts) {
-    std::string mp = mounter_.CanonicalPath(m.target_path());
-    if (mp == here->mount_point) {
-      backing = &m;
-      break;
-    }
-    auto e = FindMount(*mounts, mp);
-    if (e && e->SameTree(*here) && (!backing || m.volume_id() == volume_id)) backing = &m;
-  }
+  if (!agent_mounts) return AgentErrorAsCondition(agent_mounts.error(), cond);
+  const MountInfo* backing = BackingAgentMount(mounter_, *agent_mounts, *mounts, *here, volume_id);
   if (!backing) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "volume " + volume_id + " is not mounted at " +
                                                          path + " (no cache agent mount backs it)");
@@ -577,48 +633,14 @@ grpc::Status NodeServer::NodeGetVolumeStats(grpc::ServerContext*,
                         path + " holds volume " + backing->volume_id() + ", not " + volume_id);
   }
   auto stats = agent_.VolumeStats("", backing->target_path());
-  if (!stats) {
-    if (!stats.error().unreachable) return ToGrpc(stats.error());
-    cond->set_abnormal(true);
-    cond->set_message(stats.error().message);
-    return grpc::Status::OK;
-  }
+  if (!stats) return AgentErrorAsCondition(stats.error(), cond);
 
-  auto* bytes = resp->add_usage();
-  bytes->set_unit(csi::v1::VolumeUsage::BYTES);
-  bytes->set_total(static_cast<int64_t>(stats->hub_total_bytes()));
-  bytes->set_available(static_cast<int64_t>(stats->hub_available_bytes()));
-  bytes->set_used(static_cast<int64_t>(stats->hub_used_bytes()));
-  auto* inodes = resp->add_usage();
-  inodes->set_unit(csi::v1::VolumeUsage::INODES);
-  inodes->set_total(static_cast<int64_t>(stats->hub_total_inodes()));
-  inodes->set_available(static_cast<int64_t>(stats->hub_free_inodes()));
-  inodes->set_used(static_cast<int64_t>(stats->hub_total_inodes() >= stats->hub_free_inodes()
-                                            ? stats->hub_total_inodes() - stats->hub_free_inodes()
-                                            : 0));
-
-  uint64_t reads = stats->cache_hits() + stats->cache_misses();
-  char ratio[32];
-  std::snprintf(ratio, sizeof ratio, "%.1f%%",
-                reads ? 100.0 * static_cast<double>(stats->cache_hits()) / reads : 0.0);
-  std::string cache = "cache: " + HumanBytes(stats->cache_bytes()) + " cached, hit ratio " + ratio +
-                      " (" + std::to_string(stats->cache_hits()) + " hits, " +
-                      std::to_string(stats->cache_misses()) + " misses), " +
-                      HumanBytes(stats->hub_read_bytes()) + " read from the hub";
-  if (stats->checksum_failures() > 0) {
-    cache += ", " + std::to_string(stats->checksum_failures()) + " bad blocks dropped";
-  }
-  std::string hub = HubName(
-      StringMap(backing->volume_context().begin(), backing->volume_context().end()), volume_id);
-  if (!stats->hub_reachable()) {
-    cond->set_abnormal(true);
-    cond->set_message("hub " + hub + " unreachable: " +
-                      (stats->last_hub_error().empty() ? "no answer" : stats->last_hub_error()) +
-                      "; " + cache);
-  } else {
-    cond->set_abnormal(false);
-    cond->set_message("hub " + hub + " reachable; " + cache);
-  }
+  AddHubUsage(*stats, resp);
+  SetHubCondition(
+      *stats,
+      HubName(StringMap(backing->volume_context().begin(), backing->volume_context().end()),
+              volume_id),
+      cond);
   log::Debug("volume stats", {{"volume", volume_id},
                               {"path", path},
                               {"cache_bytes", stats->cache_bytes()},

@@ -163,6 +163,40 @@ class ShardStream {
   uint64_t len_ = 0;     // valid bytes in buf_
 };
 
+// A worker's reader of whole-file samples: opens, reads and (with --verify) checks each file.
+class FileSampleReader {
+ public:
+  FileSampleReader(const Manifest& manifest, Storage& storage, const LoaderConfig& config)
+      : manifest_(manifest), storage_(storage), config_(config) {}
+
+  void Read(const ReadItem& item, BatchOutcome& out) {
+    const ManifestEntry& entry = manifest_.entries[item.file];
+    ++out.samples;
+    auto file = storage_.Open(entry.path);
+    if (!file) {
+      ReportError(out.read_errors, file.error().ToString());
+      return;
+    }
+    auto n = ReadWhole(**file, entry.size, 0, buf_);
+    if (!n) {
+      ReportError(out.read_errors, n.error().ToString());
+      return;
+    }
+    out.bytes += *n;
+    if (config_.verify && (*n != entry.size || Checksum(std::span<const std::byte>(
+                                                   buf_.data(), *n)) != entry.checksum)) {
+      ReportError(out.verify_failures, entry.path + ": checksum or size mismatch");
+    }
+    if (config_.drop_cache) (*file)->DropCache(0, entry.size);
+  }
+
+ private:
+  const Manifest& manifest_;
+  Storage& storage_;
+  const LoaderConfig& config_;
+  std::vector<std::byte> buf_;
+};
+
 // Writes the epoch's file order to the hints file. False = failed (warned).
 bool WriteHints(const std::string& path, const std::vector<std::string>& files) {
   std::string text;
@@ -227,116 +261,124 @@ Loader::Loader(LoaderConfig config, const Manifest& manifest, Storage& storage, 
       clock_(clock),
       hooks_(std::move(hooks)) {}
 
-RunResult Loader::Run() {
-  RunResult result;
-  const Nanos t0 = clock_.Now();
-  const Nanos compute = FromSeconds(config_.compute_ms / 1e3);
-  const uint64_t outstanding = uint64_t{config_.prefetch_factor} * config_.workers;
-  std::vector<Nanos> free_at(config_.accelerators, t0);
+// What the epochs share: the run's clock origin, when each accelerator is free again, and
+// what was delivered so far.
+struct Loader::RunState {
+  Nanos t0{0};
+  Nanos compute{0};          // one batch's computation
+  uint64_t outstanding = 0;  // batches built ahead of the consumer (prefetch_factor x workers)
+  std::vector<Nanos> free_at;
   uint64_t seq = 0;
+  RunResult result;
+};
 
-  for (uint32_t epoch = 0; epoch < config_.epochs; ++epoch) {
-    const EpochPlan plan =
-        TruncatePlan(PlanEpoch(manifest_, config_.seed, epoch, config_.batch, config_.workers),
-                     config_.max_batches);
-    EpochState state(plan.batches.size());
-    std::vector<std::thread> workers;
+// One epoch: its plan, and what its workers share with the dispatcher.
+struct Loader::Epoch {
+  Epoch(uint32_t epoch, EpochPlan p)
+      : index(epoch), plan(std::move(p)), state(plan.batches.size()) {}
+  uint32_t index;
+  const EpochPlan plan;
+  EpochState state;
+};
 
-    auto worker_main = [&](uint32_t k) {
-      std::vector<std::byte> buf;
-      ShardStream stream(manifest_, storage_, config_);
-      for (const uint32_t idx : plan.per_worker[k]) {
-        uint64_t consumed;
-        {
-          MutexLock lock(state.mu);
-          state.cv.wait(lock,
-                        [&]() REQUIRES(state.mu) { return idx < state.consumed + outstanding; });
-          consumed = state.consumed;
-        }
-        if (hooks_.on_batch_start) hooks_.on_batch_start(epoch, idx, consumed);
-        BatchOutcome out;
-        out.index = idx;
-        for (const ReadItem& item : plan.batches[idx].items) {
-          if (manifest_.sharded()) {
-            stream.Next(item, out);
-            continue;
-          }
-          const ManifestEntry& entry = manifest_.entries[item.file];
-          ++out.samples;
-          auto file = storage_.Open(entry.path);
-          if (!file) {
-            ReportError(out.read_errors, file.error().ToString());
-            continue;
-          }
-          auto n = ReadWhole(**file, entry.size, 0, buf);
-          if (!n) {
-            ReportError(out.read_errors, n.error().ToString());
-            continue;
-          }
-          out.bytes += *n;
-          if (config_.verify && (*n != entry.size || Checksum(std::span<const std::byte>(
-                                                         buf.data(), *n)) != entry.checksum)) {
-            ReportError(out.verify_failures, entry.path + ": checksum or size mismatch");
-          }
-          if (config_.drop_cache) (*file)->DropCache(0, entry.size);
-        }
-        out.ready = clock_.Now();
-        {
-          MutexLock lock(state.mu);
-          state.done[idx] = out;
-        }
-        state.cv.notify_all();
-      }
-    };
-
-    for (uint32_t b = 0; b < plan.batches.size(); ++b) {
-      // The next free accelerator asks for a batch.
-      const auto acc =
-          static_cast<uint32_t>(std::min_element(free_at.begin(), free_at.end()) - free_at.begin());
-      clock_.SleepUntil(free_at[acc]);
-      if (b == 0) {
-        if (!config_.hints_file.empty() &&
-            !WriteHints(config_.hints_file, HintPaths(manifest_, plan))) {
-          ++result.hint_failures;
-        }
-        for (uint32_t k = 0; k < config_.workers; ++k) workers.emplace_back(worker_main, k);
-      }
-      BatchOutcome out;
-      {
-        MutexLock lock(state.mu);
-        state.cv.wait(lock, [&]() REQUIRES(state.mu) { return state.done[b].has_value(); });
-        out = *state.done[b];
-        state.consumed = b + 1;
-      }
-      state.cv.notify_all();
-      const Nanos now = clock_.Now();
-      BatchRecord r;
-      r.seq = seq++;
-      r.epoch = epoch;
-      r.batch = out.index;
-      r.worker = plan.batches[out.index].worker;
-      r.accelerator = acc;
-      r.samples = out.samples;
-      r.bytes = out.bytes;
-      r.data_wait_s = ToSeconds(now - free_at[acc]);
-      r.compute_s = ToSeconds(compute);
-      r.ready_s = ToSeconds(out.ready - t0);
-      r.dispatch_s = ToSeconds(now - t0);
-      r.completion_s = ToSeconds(now + compute - t0);
-      free_at[acc] = now + compute;
-      result.read_errors += out.read_errors;
-      result.verify_failures += out.verify_failures;
-      if (hooks_.on_dispatch) hooks_.on_dispatch(r);
-      result.records.push_back(r);
-    }
-    for (auto& t : workers) t.join();
-    log::Info("epoch done", {{"epoch", epoch},
-                             {"batches", plan.batches.size()},
-                             {"elapsed_s", ToSeconds(clock_.Now() - t0)}});
-  }
+RunResult Loader::Run() {
+  RunState run;
+  run.t0 = clock_.Now();
+  run.compute = FromSeconds(config_.compute_ms / 1e3);
+  run.outstanding = uint64_t{config_.prefetch_factor} * config_.workers;
+  run.free_at.assign(config_.accelerators, run.t0);
+  for (uint32_t epoch = 0; epoch < config_.epochs; ++epoch) RunEpoch(epoch, run);
   // Wait for the last computations so the run ends when the accelerators do.
-  clock_.SleepUntil(*std::max_element(free_at.begin(), free_at.end()));
-  return result;
+  clock_.SleepUntil(*std::max_element(run.free_at.begin(), run.free_at.end()));
+  return std::move(run.result);
+}
+
+void Loader::RunEpoch(uint32_t epoch, RunState& run) {
+  Epoch e(epoch,
+          TruncatePlan(PlanEpoch(manifest_, config_.seed, epoch, config_.batch, config_.workers),
+                       config_.max_batches));
+  std::vector<std::thread> workers;
+  for (uint32_t b = 0; b < e.plan.batches.size(); ++b) {
+    // The next free accelerator asks for a batch.
+    const auto acc = static_cast<uint32_t>(
+        std::min_element(run.free_at.begin(), run.free_at.end()) - run.free_at.begin());
+    clock_.SleepUntil(run.free_at[acc]);
+    if (b == 0) {
+      if (!config_.hints_file.empty() &&
+          !WriteHints(config_.hints_file, HintPaths(manifest_, e.plan))) {
+        ++run.result.hint_failures;
+      }
+      for (uint32_t k = 0; k < config_.workers; ++k) {
+        workers.emplace_back(
+            [this, &e, k, outstanding = run.outstanding] { BuildBatches(e, k, outstanding); });
+      }
+    }
+    Dispatch(e, b, acc, run);
+  }
+  for (auto& t : workers) t.join();
+  log::Info("epoch done", {{"epoch", epoch},
+                           {"batches", e.plan.batches.size()},
+                           {"elapsed_s", ToSeconds(clock_.Now() - run.t0)}});
+}
+
+void Loader::BuildBatches(Epoch& e, uint32_t worker, uint64_t outstanding) {
+  FileSampleReader files(manifest_, storage_, config_);
+  ShardStream stream(manifest_, storage_, config_);
+  for (const uint32_t idx : e.plan.per_worker[worker]) {
+    uint64_t consumed;
+    {
+      MutexLock lock(e.state.mu);
+      e.state.cv.wait(lock,
+                      [&]() REQUIRES(e.state.mu) { return idx < e.state.consumed + outstanding; });
+      consumed = e.state.consumed;
+    }
+    if (hooks_.on_batch_start) hooks_.on_batch_start(e.index, idx, consumed);
+    BatchOutcome out;
+    out.index = idx;
+    for (const ReadItem& item : e.plan.batches[idx].items) {
+      if (manifest_.sharded()) {
+        stream.Next(item, out);
+      } else {
+        files.Read(item, out);
+      }
+    }
+    out.ready = clock_.Now();
+    {
+      MutexLock lock(e.state.mu);
+      e.state.done[idx] = out;
+    }
+    e.state.cv.notify_all();
+  }
+}
+
+void Loader::Dispatch(Epoch& e, uint32_t b, uint32_t acc, RunState& run) {
+  BatchOutcome out;
+  {
+    MutexLock lock(e.state.mu);
+    e.state.cv.wait(lock, [&]() REQUIRES(e.state.mu) { return e.state.done[b].has_value(); });
+    out = *e.state.done[b];
+    e.state.consumed = b + 1;
+  }
+  e.state.cv.notify_all();
+  const Nanos now = clock_.Now();
+  BatchRecord r;
+  r.seq = run.seq++;
+  r.epoch = e.index;
+  r.batch = out.index;
+  r.worker = e.plan.batches[out.index].worker;
+  r.accelerator = acc;
+  r.samples = out.samples;
+  r.bytes = out.bytes;
+  r.data_wait_s = ToSeconds(now - run.free_at[acc]);
+  r.compute_s = ToSeconds(run.compute);
+  r.ready_s = ToSeconds(out.ready - run.t0);
+  r.dispatch_s = ToSeconds(now - run.t0);
+  r.completion_s = ToSeconds(now + run.compute - run.t0);
+  run.free_at[acc] = now + run.compute;
+  run.result.read_errors += out.read_errors;
+  run.result.verify_failures += out.verify_failures;
+  if (hooks_.on_dispatch) hooks_.on_dispatch(r);
+  run.result.records.push_back(r);
 }
 
 }  // namespace spoke::bench

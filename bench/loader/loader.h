@@ -72,6 +72,14 @@ class Loader {
   RunResult Run();
 
  private:
+  struct RunState;
+  struct Epoch;
+  void RunEpoch(uint32_t epoch, RunState& run);
+  // A worker: builds its batches of the epoch, at most `outstanding` ahead of the consumer.
+  void BuildBatches(Epoch& e, uint32_t worker, uint64_t outstanding);
+  // Waits for batch `b`, hands it to accelerator `acc` and records it.
+  void Dispatch(Epoch& e, uint32_t b, uint32_t acc, RunState& run);
+
   LoaderConfig config_;
   const Manifest& manifest_;
   Storage& storage_;

@@ -144,38 +144,33 @@ int Gen(int argc, char** argv) {
   return 0;
 }
 
-int Run(int argc, char** argv) {
-  Args args = Parse(argc, argv, 2, {"verify", "drop-cache"});
-  if (int rc = CheckUnknown(
-          args,
-          {"dir",           "workload",   "epochs",     "batch",     "workers", "prefetch-factor",
-           "accelerators",  "compute-ms", "seed",       "csv",       "json",    "label",
-           "hints-file",    "verify",     "drop-cache", "chunk-kib", "window",  "log-level",
-           "open-delay-ms", "max-batches"})) {
-    return rc;
+// What a run does: the flags over the dataset's MANIFEST and its workload's preset.
+struct RunPlan {
+  std::string dir;
+  Manifest manifest;
+  Workload workload = Workload::kReport;
+  LoaderConfig config;
+  SummaryOptions summary_options;
+  double open_delay_ms = 0;
+};
+
+// --workload, checked against the dataset's layout; an exit code when it does not fit.
+std::optional<int> ChooseWorkload(const Args& args, RunPlan& plan) {
+  plan.workload = plan.manifest.workload;
+  auto name = args.Get("workload");
+  if (!name) return std::nullopt;
+  auto w = ParseWorkload(*name);
+  if (!w) return Usage({"--workload must be report, resnet50, unet3d or shards"});
+  if ((*w == Workload::kShards) != plan.manifest.sharded()) {
+    return Usage({"--workload " + *name + " does not match the dataset's layout (" +
+                  std::string(WorkloadName(plan.manifest.workload)) + ")"});
   }
-  if (auto level = args.Get("log-level")) {
-    auto l = log::ParseLevel(*level);
-    if (!l) return Usage({"--log-level must be debug, info, warn or error"});
-    log::SetLevel(*l);
-  }
-  const std::string dir = args.Get("dir").value_or("");
-  if (dir.empty()) return Usage({"--dir is required"});
-  auto manifest = ReadManifest(dir);
-  if (!manifest) {
-    std::cerr << "spoke-loader run: " << manifest.error().ToString() << "\n";
-    return 1;
-  }
-  Workload workload = manifest->workload;
-  if (auto name = args.Get("workload")) {
-    auto w = ParseWorkload(*name);
-    if (!w) return Usage({"--workload must be report, resnet50, unet3d or shards"});
-    if ((*w == Workload::kShards) != manifest->sharded()) {
-      return Usage({"--workload " + *name + " does not match the dataset's layout (" +
-                    std::string(WorkloadName(manifest->workload)) + ")"});
-    }
-    workload = *w;
-  }
+  plan.workload = *w;
+  return std::nullopt;
+}
+
+// The workload's preset with the loader flags over it; bad numbers go to args.errors.
+LoaderConfig LoaderConfigFor(Args& args, Workload workload) {
   const Preset preset = PresetFor(workload);
   LoaderConfig config;
   config.batch = preset.batch;
@@ -194,34 +189,51 @@ int Run(int argc, char** argv) {
   uint64_t chunk_kib = config.chunk_bytes >> 10;
   args.Number("chunk-kib", chunk_kib);
   config.chunk_bytes = chunk_kib << 10;
-  SummaryOptions summary_options;
-  args.Number("window", summary_options.window);
   config.verify = args.Has("verify");
   config.drop_cache = args.Has("drop-cache");
   config.hints_file = args.Get("hints-file").value_or("");
-  if (!args.errors.empty()) return Usage(args.errors);
-  if (auto st = config.Validate(); !st) return Usage({st.error().message()});
-  if (summary_options.window == 0) return Usage({"--window must be >= 1"});
+  return config;
+}
 
-  double open_delay_ms = 0;
-  args.Number("open-delay-ms", open_delay_ms);
-  if (!args.errors.empty()) return Usage(args.errors);
-  PosixStorage posix(dir);
-  SteadyClock clock;
-  DelayedStorage delayed(posix, clock, FromSeconds(open_delay_ms / 1e3));
-  Storage& storage = open_delay_ms > 0 ? static_cast<Storage&>(delayed) : posix;
-  Loader loader(config, *manifest, storage, clock);
-  const RunResult result = loader.Run();
-  const Summary summary = Summarize(result.records, config.accelerators, summary_options);
-
-  if (auto csv = args.Get("csv")) {
-    std::ofstream out(*csv, std::ios::trunc);
-    WriteCsv(out, result.records, summary_options.window);
-    if (!out) std::cerr << "spoke-loader: cannot write " << *csv << "\n";
+// Fills `plan` from the flags and the dataset; an exit code when something is wrong.
+std::optional<int> PlanRun(Args& args, RunPlan& plan) {
+  if (auto level = args.Get("log-level")) {
+    auto l = log::ParseLevel(*level);
+    if (!l) return Usage({"--log-level must be debug, info, warn or error"});
+    log::SetLevel(*l);
   }
-  const auto json_path = args.Get("json");
-  std::ostream& text = (json_path && *json_path == "-") ? std::cerr : std::cout;
-  text << "workload " << WorkloadName(workload) << ": batch " << config.batch << ", workers "
+  plan.dir = args.Get("dir").value_or("");
+  if (plan.dir.empty()) return Usage({"--dir is required"});
+  auto manifest = ReadManifest(plan.dir);
+  if (!manifest) {
+    std::cerr << "spoke-loader run: " << manifest.error().ToString() << "\n";
+    return 1;
+  }
+  plan.manifest = std::move(*manifest);
+  if (auto rc = ChooseWorkload(args, plan)) return rc;
+  plan.config = LoaderConfigFor(args, plan.workload);
+  args.Number("window", plan.summary_options.window);
+  if (!args.errors.empty()) return Usage(args.errors);
+  if (auto st = plan.config.Validate(); !st) return Usage({st.error().message()});
+  if (plan.summary_options.window == 0) return Usage({"--window must be >= 1"});
+  args.Number("open-delay-ms", plan.open_delay_ms);
+  if (!args.errors.empty()) return Usage(args.errors);
+  return std::nullopt;
+}
+
+RunResult RunLoader(const RunPlan& plan) {
+  PosixStorage posix(plan.dir);
+  SteadyClock clock;
+  DelayedStorage delayed(posix, clock, FromSeconds(plan.open_delay_ms / 1e3));
+  Storage& storage = plan.open_delay_ms > 0 ? static_cast<Storage&>(delayed) : posix;
+  Loader loader(plan.config, plan.manifest, storage, clock);
+  return loader.Run();
+}
+
+void PrintRun(std::ostream& text, const RunPlan& plan, const Summary& summary,
+              const RunResult& result) {
+  const LoaderConfig& config = plan.config;
+  text << "workload " << WorkloadName(plan.workload) << ": batch " << config.batch << ", workers "
        << config.workers << ", prefetch " << config.prefetch_factor << ", accelerators "
        << config.accelerators << ", compute " << config.compute_ms << " ms, epochs "
        << config.epochs << "\n";
@@ -230,38 +242,72 @@ int Run(int argc, char** argv) {
     text << "read errors " << result.read_errors << ", verify failures " << result.verify_failures
          << ", hint failures " << result.hint_failures << "\n";
   }
-  if (json_path) {
-    nlohmann::json j = SummaryToJson(summary);
-    j["label"] = args.Get("label").value_or(std::string(WorkloadName(workload)));
-    j["workload"] = WorkloadName(workload);
-    j["dir"] = dir;
-    j["csv"] = args.Get("csv").value_or("");
-    j["read_errors"] = result.read_errors;
-    j["verify_failures"] = result.verify_failures;
-    j["hint_failures"] = result.hint_failures;
-    j["config"] = {
-        {"epochs", config.epochs},
-        {"batch", config.batch},
-        {"workers", config.workers},
-        {"prefetch_factor", config.prefetch_factor},
-        {"accelerators", config.accelerators},
-        {"compute_ms", config.compute_ms},
-        {"seed", config.seed},
-        {"verify", config.verify},
-        {"hints", !config.hints_file.empty()},
-        {"window", summary_options.window},
-        {"max_batches", config.max_batches},
-        {"ideal_samples_per_s", config.compute_ms > 0
-                                    ? config.batch * config.accelerators / (config.compute_ms / 1e3)
-                                    : 0.0}};
-    if (*json_path == "-") {
-      std::cout << j.dump(2) << "\n";
-    } else {
-      std::ofstream out(*json_path, std::ios::trunc);
-      out << j.dump(2) << "\n";
-      if (!out) std::cerr << "spoke-loader: cannot write " << *json_path << "\n";
-    }
+}
+
+nlohmann::json RunJson(const Args& args, const RunPlan& plan, const Summary& summary,
+                       const RunResult& result) {
+  const LoaderConfig& config = plan.config;
+  nlohmann::json j = SummaryToJson(summary);
+  j["label"] = args.Get("label").value_or(std::string(WorkloadName(plan.workload)));
+  j["workload"] = WorkloadName(plan.workload);
+  j["dir"] = plan.dir;
+  j["csv"] = args.Get("csv").value_or("");
+  j["read_errors"] = result.read_errors;
+  j["verify_failures"] = result.verify_failures;
+  j["hint_failures"] = result.hint_failures;
+  j["config"] = {
+      {"epochs", config.epochs},
+      {"batch", config.batch},
+      {"workers", config.workers},
+      {"prefetch_factor", config.prefetch_factor},
+      {"accelerators", config.accelerators},
+      {"compute_ms", config.compute_ms},
+      {"seed", config.seed},
+      {"verify", config.verify},
+      {"hints", !config.hints_file.empty()},
+      {"window", plan.summary_options.window},
+      {"max_batches", config.max_batches},
+      {"ideal_samples_per_s", config.compute_ms > 0
+                                  ? config.batch * config.accelerators / (config.compute_ms / 1e3)
+                                  : 0.0}};
+  return j;
+}
+
+// To stdout for "-", else into the file.
+void WriteJson(const std::string& json_path, const nlohmann::json& j) {
+  if (json_path == "-") {
+    std::cout << j.dump(2) << "\n";
+    return;
   }
+  std::ofstream out(json_path, std::ios::trunc);
+  out << j.dump(2) << "\n";
+  if (!out) std::cerr << "spoke-loader: cannot write " << json_path << "\n";
+}
+
+int Run(int argc, char** argv) {
+  Args args = Parse(argc, argv, 2, {"verify", "drop-cache"});
+  if (int rc = CheckUnknown(
+          args,
+          {"dir",           "workload",   "epochs",     "batch",     "workers", "prefetch-factor",
+           "accelerators",  "compute-ms", "seed",       "csv",       "json",    "label",
+           "hints-file",    "verify",     "drop-cache", "chunk-kib", "window",  "log-level",
+           "open-delay-ms", "max-batches"})) {
+    return rc;
+  }
+  RunPlan plan;
+  if (auto rc = PlanRun(args, plan)) return *rc;
+  const RunResult result = RunLoader(plan);
+  const Summary summary = Summarize(result.records, plan.config.accelerators, plan.summary_options);
+
+  if (auto csv = args.Get("csv")) {
+    std::ofstream out(*csv, std::ios::trunc);
+    WriteCsv(out, result.records, plan.summary_options.window);
+    if (!out) std::cerr << "spoke-loader: cannot write " << *csv << "\n";
+  }
+  const auto json_path = args.Get("json");
+  std::ostream& text = (json_path && *json_path == "-") ? std::cerr : std::cout;
+  PrintRun(text, plan, summary, result);
+  if (json_path) WriteJson(*json_path, RunJson(args, plan, summary, result));
   return (result.read_errors || result.verify_failures) ? 1 : 0;
 }
 

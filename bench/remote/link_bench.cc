@@ -95,6 +95,112 @@ bool ListTree(LibnfsRemote& remote, const std::string& top, int parallel, std::v
   return !failed;
 }
 
+struct BenchFlags {
+  LibnfsRemote::Config config;  // the agent's defaults unless told otherwise
+  std::string prefix;
+  int list_parallel = 16;  // the agent's walk lists 16 directories at once
+  uint32_t block_size = 1u << 20;
+};
+
+// The flags after the URL; false on an unknown flag or one without its value.
+bool ParseFlags(int argc, char** argv, BenchFlags& flags) {
+  flags.config.request_timeout_seconds = 30;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) return false;
+    const char* v = argv[++i];
+    if (a == "--connections") {
+      flags.config.connections = std::atoi(v);
+    } else if (a == "--inflight-per-connection") {
+      flags.config.inflight_per_connection = std::atoi(v);
+    } else if (a == "--prefix") {
+      flags.prefix = v;
+    } else if (a == "--list-parallel") {
+      flags.list_parallel = std::atoi(v);
+    } else if (a == "--block-size") {
+      flags.block_size = static_cast<uint32_t>(std::atoll(v));
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+struct ReadFigures {
+  uint64_t bytes = 0, reads = 0, errors = 0;
+  std::string first_error;
+};
+
+// One read per block, as the BlockFetcher asks for a cold block; at most `depth` in flight.
+ReadFigures ReadEveryBlock(LibnfsRemote& remote, const std::vector<File>& files,
+                           uint32_t block_size, int depth) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0;
+  ReadFigures figures;
+  for (const File& f : files) {
+    for (uint64_t off = 0; off < f.size; off += block_size) {
+      uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(block_size, f.size - off));
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return in_flight < depth; });
+        in_flight++;
+      }
+      remote.ReadCheckedAsync(
+          f.path, f.file_id, off, len, [&, len](spoke::Result<RemoteFs::CheckedRead> r) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!r || r->data.size() != len) {
+              if (figures.errors++ == 0) {
+                figures.first_error = r ? "short read: " + std::to_string(r->data.size()) + " of " +
+                                              std::to_string(len)
+                                        : r.error().ToString();
+              }
+            } else {
+              figures.bytes += len;
+              figures.reads++;
+            }
+            in_flight--;
+            cv.notify_all();
+          });
+    }
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return in_flight == 0; });
+  return figures;
+}
+
+struct Report {
+  std::string url;
+  int connections = 0, inflight_per_connection = 0;
+  int depth = 0;  // reads in flight
+  size_t files = 0;
+  uint64_t dirs = 0;
+  ReadFigures read;
+  uint64_t by_handle = 0;
+  double connect_s = 0, list_s = 0, read_s = 0;
+};
+
+void PrintReport(const Report& r) {
+  const double total_s = r.list_s + r.read_s;
+  const uint64_t bytes = r.read.bytes;
+  std::printf("link %s, %d connections x %d in flight = %d reads in flight\n", r.url.c_str(),
+              r.connections, r.inflight_per_connection, r.depth);
+  std::printf("  connect %.2f s; listed %lu files in %lu directories in %.2f s\n", r.connect_s,
+              static_cast<unsigned long>(r.files), static_cast<unsigned long>(r.dirs), r.list_s);
+  std::printf("  read %lu bytes (%lu reads, %lu by handle) in %.2f s: %.1f MB/s, %.0f files/s\n",
+              static_cast<unsigned long>(bytes), static_cast<unsigned long>(r.read.reads),
+              static_cast<unsigned long>(r.by_handle), r.read_s, bytes / r.read_s / 1e6,
+              r.files / r.read_s);
+  std::printf("  list + read %.2f s: %.1f MB/s, %.0f files/s\n", total_s, bytes / total_s / 1e6,
+              r.files / total_s);
+  std::printf(
+      "RESULT files=%lu dirs=%lu bytes=%lu reads=%lu reads_by_handle=%lu depth=%d connect_s=%.3f "
+      "list_s=%.3f read_s=%.3f total_s=%.3f\n",
+      static_cast<unsigned long>(r.files), static_cast<unsigned long>(r.dirs),
+      static_cast<unsigned long>(bytes), static_cast<unsigned long>(r.read.reads),
+      static_cast<unsigned long>(r.by_handle), r.depth, r.connect_s, r.list_s, r.read_s, total_s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,110 +210,47 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", argv[1], hub.error().ToString().c_str());
     return 2;
   }
-  LibnfsRemote::Config config;  // the agent's defaults unless told otherwise
-  config.request_timeout_seconds = 30;
-  std::string prefix;
-  int list_parallel = 16;  // the agent's walk lists 16 directories at once
-  uint32_t block_size = 1u << 20;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) return Usage(argv[0]);
-    const char* v = argv[++i];
-    if (a == "--connections") {
-      config.connections = std::atoi(v);
-    } else if (a == "--inflight-per-connection") {
-      config.inflight_per_connection = std::atoi(v);
-    } else if (a == "--prefix") {
-      prefix = v;
-    } else if (a == "--list-parallel") {
-      list_parallel = std::atoi(v);
-    } else if (a == "--block-size") {
-      block_size = static_cast<uint32_t>(std::atoll(v));
-    } else {
-      return Usage(argv[0]);
-    }
-  }
+  BenchFlags flags;
+  if (!ParseFlags(argc, argv, flags)) return Usage(argv[0]);
+  const LibnfsRemote::Config& config = flags.config;
   if (auto s = config.Validate(); !s) {
     std::fprintf(stderr, "%s\n", s.error().ToString().c_str());
     return 2;
   }
-  if (list_parallel < 1 || block_size < 4096 || block_size > (1u << 20)) return Usage(argv[0]);
+  if (flags.list_parallel < 1 || flags.block_size < 4096 || flags.block_size > (1u << 20)) {
+    return Usage(argv[0]);
+  }
 
+  Report report;
+  report.url = hub->NfsUrl();
+  report.connections = config.connections;
+  report.inflight_per_connection = config.inflight_per_connection;
   auto connect_start = Clock::now();
   auto remote = LibnfsRemote::Connect(*hub, "", config, nullptr);
   if (!remote) {
     std::fprintf(stderr, "connect: %s\n", remote.error().ToString().c_str());
     return 1;
   }
-  double connect_s = Since(connect_start);
+  report.connect_s = Since(connect_start);
 
   auto list_start = Clock::now();
   std::vector<File> files;
   uint64_t dirs = 0;
-  if (!ListTree(**remote, prefix, list_parallel, &files, &dirs)) return 1;
-  double list_s = Since(list_start);
+  if (!ListTree(**remote, flags.prefix, flags.list_parallel, &files, &dirs)) return 1;
+  report.list_s = Since(list_start);
 
-  // One read per block, as the BlockFetcher asks for a cold block; at most `depth` in flight.
-  const int depth = config.connections * config.inflight_per_connection;
-  std::mutex mu;
-  std::condition_variable cv;
-  int in_flight = 0;
-  uint64_t bytes = 0, reads = 0, errors = 0;
-  std::string first_error;
+  report.depth = config.connections * config.inflight_per_connection;
   auto read_start = Clock::now();
-  for (const File& f : files) {
-    for (uint64_t off = 0; off < f.size; off += block_size) {
-      uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(block_size, f.size - off));
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return in_flight < depth; });
-        in_flight++;
-      }
-      (*remote)->ReadCheckedAsync(
-          f.path, f.file_id, off, len, [&, len](spoke::Result<RemoteFs::CheckedRead> r) {
-            std::lock_guard<std::mutex> lock(mu);
-            if (!r || r->data.size() != len) {
-              if (errors++ == 0) {
-                first_error = r ? "short read: " + std::to_string(r->data.size()) + " of " +
-                                      std::to_string(len)
-                                : r.error().ToString();
-              }
-            } else {
-              bytes += len;
-              reads++;
-            }
-            in_flight--;
-            cv.notify_all();
-          });
-    }
-  }
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return in_flight == 0; });
-  }
-  double read_s = Since(read_start);
-  if (errors > 0) {
-    std::fprintf(stderr, "%lu reads failed; first: %s\n", static_cast<unsigned long>(errors),
-                 first_error.c_str());
+  report.read = ReadEveryBlock(**remote, files, flags.block_size, report.depth);
+  report.read_s = Since(read_start);
+  if (report.read.errors > 0) {
+    std::fprintf(stderr, "%lu reads failed; first: %s\n",
+                 static_cast<unsigned long>(report.read.errors), report.read.first_error.c_str());
     return 1;
   }
-  double total_s = list_s + read_s;
-  uint64_t by_handle = (*remote)->reads_by_handle();
-  std::printf("link %s, %d connections x %d in flight = %d reads in flight\n",
-              hub->NfsUrl().c_str(), config.connections, config.inflight_per_connection, depth);
-  std::printf("  connect %.2f s; listed %lu files in %lu directories in %.2f s\n", connect_s,
-              static_cast<unsigned long>(files.size()), static_cast<unsigned long>(dirs), list_s);
-  std::printf("  read %lu bytes (%lu reads, %lu by handle) in %.2f s: %.1f MB/s, %.0f files/s\n",
-              static_cast<unsigned long>(bytes), static_cast<unsigned long>(reads),
-              static_cast<unsigned long>(by_handle), read_s, bytes / read_s / 1e6,
-              files.size() / read_s);
-  std::printf("  list + read %.2f s: %.1f MB/s, %.0f files/s\n", total_s, bytes / total_s / 1e6,
-              files.size() / total_s);
-  std::printf(
-      "RESULT files=%lu dirs=%lu bytes=%lu reads=%lu reads_by_handle=%lu depth=%d connect_s=%.3f "
-      "list_s=%.3f read_s=%.3f total_s=%.3f\n",
-      static_cast<unsigned long>(files.size()), static_cast<unsigned long>(dirs),
-      static_cast<unsigned long>(bytes), static_cast<unsigned long>(reads),
-      static_cast<unsigned long>(by_handle), depth, connect_s, list_s, read_s, total_s);
+  report.files = files.size();
+  report.dirs = dirs;
+  report.by_handle = (*remote)->reads_by_handle();
+  PrintReport(report);
   return 0;
 }

@@ -33,40 +33,41 @@ std::string Experts(const SimResult& r) {
   return out.empty() ? "-" : out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct SimFlags {
   double scale = 1;
   std::string only;
   bool markdown = false;
   bool epochs = false;
   bool admission_before_fetch = true;
   WanConfig wan;
+};
+
+// False on an unknown flag, one without its value, or a scale that is not positive.
+bool ParseFlags(int argc, char** argv, SimFlags& f) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--scale" && i + 1 < argc) {
-      scale = std::atof(argv[++i]);
+      f.scale = std::atof(argv[++i]);
     } else if (a == "--trace" && i + 1 < argc) {
-      only = argv[++i];
+      f.only = argv[++i];
     } else if (a == "--epochs") {
-      epochs = true;
+      f.epochs = true;
     } else if (a == "--fetch-then-admit") {
-      admission_before_fetch = false;
+      f.admission_before_fetch = false;
     } else if (a == "--markdown") {
-      markdown = true;
+      f.markdown = true;
     } else if (a == "--rtt-ms" && i + 1 < argc) {
-      wan.rtt_seconds = std::atof(argv[++i]) / 1e3;
+      f.wan.rtt_seconds = std::atof(argv[++i]) / 1e3;
     } else if (a == "--gbps" && i + 1 < argc) {
-      wan.bandwidth_bytes_per_s = std::atof(argv[++i]) * 1e9 / 8;
+      f.wan.bandwidth_bytes_per_s = std::atof(argv[++i]) * 1e9 / 8;
     } else {
-      Usage();
-      return 2;
+      return false;
     }
   }
-  if (!(scale > 0)) {
-    Usage();
-    return 2;
-  }
+  return f.scale > 0;
+}
+
+void PrintHeader(const WanConfig& wan, bool markdown) {
   std::printf("WAN: RTT %.0f ms, %.1f Gbit/s, %u requests in flight; block 1 MiB\n\n",
               wan.rtt_seconds * 1e3, wan.bandwidth_bytes_per_s * 8 / 1e9, wan.max_requests);
   const char* header =
@@ -77,41 +78,57 @@ int main(int argc, char** argv) {
   } else {
     std::printf("%s\n", header);
   }
-  for (const Trace& t : StandardTraces(scale)) {
-    if (!only.empty() && t.name != only) continue;
+}
+
+void PrintRow(const Trace& t, Mode m, Policy p, const SimResult& r) {
+  uint64_t reads = 0, hits = 0;
+  for (size_t e = 1; e < r.epochs.size(); ++e) {
+    reads += r.epochs[e].block_reads;
+    hits += r.epochs[e].hit_blocks;
+  }
+  std::printf("| %s | %s | %s | %.4f | %.3f | %llu | %.2f | %.1f | %.2f | %.0f | %.2f | %s |\n",
+              t.name.c_str(), std::string(ModeName(m)).c_str(), std::string(PolicyName(p)).c_str(),
+              r.DemandMissRate(), reads ? double(hits) / reads : 0.0,
+              static_cast<unsigned long long>(r.late_blocks), r.stall_seconds / r.workers,
+              r.elapsed_seconds, double(r.wan_bytes) / (1ull << 30),
+              double(r.prefetch.prefetched_bytes_wasted) / (1 << 20), r.epochs.back().churn,
+              Experts(r).c_str());
+}
+
+void PrintEpochRows(const SimResult& r) {
+  for (size_t e = 0; e < r.epochs.size(); ++e) {
+    const auto& x = r.epochs[e];
+    std::printf(
+        "|   epoch %zu | reads %llu | hit %.3f | late %llu | miss %llu | stall "
+        "%.2f s | end %.1f s | churn %.2f | WAN %.0f MiB |\n",
+        e + 1, static_cast<unsigned long long>(x.block_reads), x.HitRate(),
+        static_cast<unsigned long long>(x.late_blocks),
+        static_cast<unsigned long long>(x.demand_miss_blocks), x.stall_seconds / r.workers,
+        x.end_seconds, x.churn, static_cast<double>(x.wan_bytes) / (1 << 20));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SimFlags flags;
+  if (!ParseFlags(argc, argv, flags)) {
+    Usage();
+    return 2;
+  }
+  PrintHeader(flags.wan, flags.markdown);
+  for (const Trace& t : StandardTraces(flags.scale)) {
+    if (!flags.only.empty() && t.name != flags.only) continue;
     for (Mode m : {Mode::kOff, Mode::kReadAhead, Mode::kExperts, Mode::kExpertsHints}) {
       for (Policy p : {Policy::kLru, Policy::kNoThrash}) {
         SimConfig c;
-        c.wan = wan;
+        c.wan = flags.wan;
         c.mode = m;
         c.policy = p;
-        c.admission_before_fetch = admission_before_fetch;
+        c.admission_before_fetch = flags.admission_before_fetch;
         const SimResult r = RunSim(t, c);
-        uint64_t reads = 0, hits = 0;
-        for (size_t e = 1; e < r.epochs.size(); ++e) {
-          reads += r.epochs[e].block_reads;
-          hits += r.epochs[e].hit_blocks;
-        }
-        std::printf(
-            "| %s | %s | %s | %.4f | %.3f | %llu | %.2f | %.1f | %.2f | %.0f | %.2f | %s |\n",
-            t.name.c_str(), std::string(ModeName(m)).c_str(), std::string(PolicyName(p)).c_str(),
-            r.DemandMissRate(), reads ? double(hits) / reads : 0.0,
-            static_cast<unsigned long long>(r.late_blocks), r.stall_seconds / r.workers,
-            r.elapsed_seconds, double(r.wan_bytes) / (1ull << 30),
-            double(r.prefetch.prefetched_bytes_wasted) / (1 << 20), r.epochs.back().churn,
-            Experts(r).c_str());
-        if (epochs) {
-          for (size_t e = 0; e < r.epochs.size(); ++e) {
-            const auto& x = r.epochs[e];
-            std::printf(
-                "|   epoch %zu | reads %llu | hit %.3f | late %llu | miss %llu | stall "
-                "%.2f s | end %.1f s | churn %.2f | WAN %.0f MiB |\n",
-                e + 1, static_cast<unsigned long long>(x.block_reads), x.HitRate(),
-                static_cast<unsigned long long>(x.late_blocks),
-                static_cast<unsigned long long>(x.demand_miss_blocks), x.stall_seconds / r.workers,
-                x.end_seconds, x.churn, static_cast<double>(x.wan_bytes) / (1 << 20));
-          }
-        }
+        PrintRow(t, m, p, r);
+        if (flags.epochs) PrintEpochRows(r);
         std::fflush(stdout);
       }
     }

@@ -159,24 +159,31 @@ uint64_t DefaultPrefetchBytesMax(uint64_t cache_size_bytes, uint64_t read_ahead_
   return std::min(kDefaultPrefetchBytesMax, std::max(cache_size_bytes / 4, read_ahead_max_bytes));
 }
 
-Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& source) {
-  SPOKE_TRY(ConfigReader r, ConfigReader::LoadString(yaml, source));
-  AgentConfig c;
+namespace {
 
-  auto absolute_path = [&](std::string_view key, std::string def) {
-    std::string v = r.String(key, std::move(def));
-    if (v.empty() || v.front() != '/') {
-      r.Reject(key, "must be an absolute path, got '" + v + "'");
-    }
-    return v;
-  };
-  c.socket = absolute_path("socket", c.socket);
-  if (c.socket.size() >= 108) {
-    r.Reject("socket", "must be at most 107 characters (a unix socket path), got " +
-                           std::to_string(c.socket.size()) + ": '" + c.socket + "'");
+std::string AbsolutePath(ConfigReader& r, std::string_view key, std::string def) {
+  std::string v = r.String(key, std::move(def));
+  if (v.empty() || v.front() != '/') {
+    r.Reject(key, "must be an absolute path, got '" + v + "'");
   }
-  c.cache_dir = absolute_path("cacheDir", c.cache_dir);
-  c.state_dir = absolute_path("stateDir", c.state_dir);
+  return v;
+}
+
+void CheckSocketPathLength(ConfigReader& r, std::string_view key, const std::string& path) {
+  if (path.size() >= 108) {
+    r.Reject(key, "must be at most 107 characters (a unix socket path), got " +
+                      std::to_string(path.size()) + ": '" + path + "'");
+  }
+}
+
+void ParseDirectories(ConfigReader& r, AgentConfig& c) {
+  c.socket = AbsolutePath(r, "socket", c.socket);
+  CheckSocketPathLength(r, "socket", c.socket);
+  c.cache_dir = AbsolutePath(r, "cacheDir", c.cache_dir);
+  c.state_dir = AbsolutePath(r, "stateDir", c.state_dir);
+}
+
+void ParseCacheSize(ConfigReader& r, AgentConfig& c) {
   // The cache's lower bound; the upper one is libnfs' largest NFSv3 read (one request/block).
   c.block_size_bytes = static_cast<uint32_t>(
       r.Size("blockSizeBytes", c.block_size_bytes, BlockCache::Config::kMinBlockSize, 1u << 20));
@@ -194,6 +201,9 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
                                    FormatSize(kMinCacheBlocks * c.block_size_bytes) + "; got " +
                                    FormatSize(c.cache_size_bytes));
   }
+}
+
+void ParseMetricsAddress(ConfigReader& r, AgentConfig& c) {
   c.metrics_address = r.String("metricsAddress", c.metrics_address);
   if (auto expanded = ExpandMetricsAddress(
           c.metrics_address, [](const char* n) -> const char* { return std::getenv(n); });
@@ -202,26 +212,22 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
   } else {
     c.metrics_address = *expanded;
   }
-  if (!c.metrics_address.empty()) {
-    if (auto s = ParseHostPort(c.metrics_address, "metricsAddress", nullptr, nullptr); !s) {
-      // The reader prefixes the file name; keep ParseHostPort's "metricsAddress: why".
-      std::string why = s.error().message();
-      r.Reject("metricsAddress", why.substr(why.find(": ") + 2));
-    }
-  }
-  std::string level = r.Enum("logLevel", "info", {"debug", "info", "warn", "error"});
-  c.log_level = log::ParseLevel(level).value_or(log::Level::kInfo);
+  if (!c.metrics_address.empty()) CheckHostPort(r, "metricsAddress", c.metrics_address);
+}
 
+void ParseHubPool(ConfigReader& r, HubPoolConfig& hub_config) {
   ConfigReader hub = r.Child("hub");
-  c.hub.connections = static_cast<int>(hub.Int("connections", c.hub.connections, 1, 64));
-  c.hub.inflight_per_connection =
-      static_cast<int>(hub.Int("inflightPerConnection", c.hub.inflight_per_connection, 1, 1024));
-  c.hub.request_timeout_seconds =
-      hub.Seconds("requestTimeoutSeconds", c.hub.request_timeout_seconds, 1, 600);
-  c.hub.retries =
-      static_cast<int>(hub.Int("retries", c.hub.retries, 0, LibnfsRemote::Config::kMaxRetries));
+  hub_config.connections = static_cast<int>(hub.Int("connections", hub_config.connections, 1, 64));
+  hub_config.inflight_per_connection = static_cast<int>(
+      hub.Int("inflightPerConnection", hub_config.inflight_per_connection, 1, 1024));
+  hub_config.request_timeout_seconds =
+      hub.Seconds("requestTimeoutSeconds", hub_config.request_timeout_seconds, 1, 600);
+  hub_config.retries = static_cast<int>(
+      hub.Int("retries", hub_config.retries, 0, LibnfsRemote::Config::kMaxRetries));
   (void)hub.Finish();
+}
 
+void ParseReadAhead(ConfigReader& r, AgentConfig& c) {
   // Unset, the window follows the cache (at most half of it), so that a small cache starts;
   // a value set is checked against the same bound and refused when it breaks it.
   c.read_ahead_max_bytes =
@@ -249,21 +255,21 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
                    FormatSize(*c.kernel_read_ahead_bytes));
     }
   }
-  c.eviction_policy = r.Enum("evictionPolicy", c.eviction_policy, EvictionPolicyNames());
-  c.mount_roots = ParseMountRoots(r);
+}
+
+void ParseFuseKeeper(ConfigReader& r, AgentConfig& c) {
   c.fuse_keeper_socket = r.String("fuseKeeperSocket", c.fuse_keeper_socket);
   if (!c.fuse_keeper_socket.empty() && c.fuse_keeper_socket.front() != '/') {
     r.Reject("fuseKeeperSocket",
              "must be an absolute path or \"\" (no keeper), got '" + c.fuse_keeper_socket + "'");
   }
-  if (c.fuse_keeper_socket.size() >= 108) {
-    r.Reject("fuseKeeperSocket", "must be at most 107 characters (a unix socket path), got " +
-                                     std::to_string(c.fuse_keeper_socket.size()) + ": '" +
-                                     c.fuse_keeper_socket + "'");
-  }
+  CheckSocketPathLength(r, "fuseKeeperSocket", c.fuse_keeper_socket);
   c.fuse_keeper_start = r.Bool("fuseKeeperStart", c.fuse_keeper_start);
   c.handover_timeout_seconds =
       r.Seconds("handoverTimeoutSeconds", c.handover_timeout_seconds, 0, 600);
+}
+
+void ParseMemoryBudget(ConfigReader& r, AgentConfig& c) {
   c.memory_budget_bytes = r.Size("memoryBudgetBytes", c.memory_budget_bytes, 0, UINT64_MAX);
   // Room for a few blocks in flight, queued for the cache and kept for readers.
   if (c.memory_budget_bytes != 0 &&
@@ -274,9 +280,26 @@ Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& s
                                       FormatSize(kMinMemoryBudgetBlocks * c.block_size_bytes) +
                                       "; got " + FormatSize(c.memory_budget_bytes));
   }
+}
 
+}  // namespace
+
+// The order of the steps is the order of the checks: Finish() reports the first error seen.
+Result<AgentConfig> ParseAgentConfig(std::string_view yaml, const std::string& source) {
+  SPOKE_TRY(ConfigReader r, ConfigReader::LoadString(yaml, source));
+  AgentConfig c;
+  ParseDirectories(r, c);
+  ParseCacheSize(r, c);
+  ParseMetricsAddress(r, c);
+  std::string level = r.Enum("logLevel", "info", {"debug", "info", "warn", "error"});
+  c.log_level = log::ParseLevel(level).value_or(log::Level::kInfo);
+  ParseHubPool(r, c.hub);
+  ParseReadAhead(r, c);
+  c.eviction_policy = r.Enum("evictionPolicy", c.eviction_policy, EvictionPolicyNames());
+  c.mount_roots = ParseMountRoots(r);
+  ParseFuseKeeper(r, c);
+  ParseMemoryBudget(r, c);
   ParsePeerConfig(r, &c.peer);
-
   SPOKE_RETURN_IF_ERROR(r.Finish());
   return c;
 }

@@ -224,89 +224,111 @@ Status MountManager::Mount(const std::string& volume_id, const StringMap& volume
   auto target_lock = TargetLock(target_path);
   std::unique_lock<std::mutex> tl(*target_lock, std::try_to_lock);
   if (!tl.owns_lock()) return Busy(target_path);
-  std::shared_ptr<MountedVolume> existing;  // this volume, mounted here already
+  SPOKE_TRY(std::shared_ptr<MountedVolume> existing, MountedAt(record));
+  if (existing) {
+    if (KernelServes(target_path)) return Ok();  // idempotent
+    DropVanishedMount(record, std::move(existing));
+  }
+  SPOKE_TRY(std::unique_ptr<MountedVolume> volume,
+            MountUnlessCallerGone(record, *context, caller_gone));
+  AddMounted(record, std::move(volume));
+  return PersistMounted(record);
+}
+
+Result<std::shared_ptr<MountedVolume>> MountManager::MountedAt(const MountRecord& record) {
+  const std::string& target_path = record.target_path;
+  MutexLock lock(mu_);
+  auto it = entries_.find(target_path);
+  if (it == entries_.end()) return nullptr;
+  if (it->second.record.volume_id != record.volume_id) {
+    return Fail(Code::kAlreadyExists, "target_path: " + target_path + " already has volume " +
+                                          it->second.record.volume_id + " mounted");
+  }
+  // No volume: a restore is pending; mount now, with the caller's (newer) parameters.
+  if (!it->second.volume) return nullptr;
+  if (it->second.record.read_only != record.read_only) {
+    return Fail(Code::kAlreadyExists,
+                "target_path: volume already mounted there with read_only=" +
+                    std::string(it->second.record.read_only ? "true" : "false"));
+  }
+  return it->second.volume;
+}
+
+void MountManager::DropVanishedMount(const MountRecord& record,
+                                     std::shared_ptr<MountedVolume> existing) {
+  const std::string& target_path = record.target_path;
+  log::Warn("a mount of this agent left the kernel's mount table; mounting it again",
+            {{"volume", record.volume_id}, {"target", target_path}});
   {
     MutexLock lock(mu_);
     auto it = entries_.find(target_path);
-    if (it != entries_.end()) {
-      if (it->second.record.volume_id != volume_id) {
-        return Fail(Code::kAlreadyExists, "target_path: " + target_path + " already has volume " +
-                                              it->second.record.volume_id + " mounted");
-      }
-      if (it->second.volume) {
-        if (it->second.record.read_only != read_only) {
-          return Fail(Code::kAlreadyExists,
-                      "target_path: volume already mounted there with read_only=" +
-                          std::string(it->second.record.read_only ? "true" : "false"));
-        }
-        existing = it->second.volume;
-      }
-      // A restore is pending: mount now, with the caller's (newer) parameters.
-    }
+    if (it != entries_.end() && it->second.volume == existing) it->second.volume.reset();
   }
-  if (existing) {
-    if (KernelServes(target_path)) return Ok();  // idempotent
-    log::Warn("a mount of this agent left the kernel's mount table; mounting it again",
-              {{"volume", volume_id}, {"target", target_path}});
-    {
-      MutexLock lock(mu_);
-      auto it = entries_.find(target_path);
-      if (it != entries_.end() && it->second.volume == existing) it->second.volume.reset();
-    }
-    ForgetInKeeper(target_path);
-    (void)existing->Unmount();
-    existing.reset();
-    UpdateGauges();
-  }
-  auto volume = DoMount(record, *context);
+  ForgetInKeeper(target_path);
+  (void)existing->Unmount();
+  existing.reset();
+  UpdateGauges();
+}
+
+Result<std::unique_ptr<MountedVolume>> MountManager::MountUnlessCallerGone(
+    const MountRecord& record, const VolumeContext& context,
+    const std::function<bool()>& caller_gone) {
+  const std::string& target_path = record.target_path;
+  auto volume = DoMount(record, context);
   if (volume && caller_gone && caller_gone()) {
     log::Warn("the caller gave up before the mount was made; undoing it",
-              {{"volume", volume_id}, {"target", target_path}});
+              {{"volume", record.volume_id}, {"target", target_path}});
     (void)(*volume)->Unmount();
     volume = Fail(Code::kCancelled, "mount of " + target_path +
                                         " undone: the caller gave up (deadline or cancel) "
                                         "before it was made");
   }
   if (!volume) {
-    log::Warn(
-        "mount failed",
-        {{"volume", volume_id}, {"target", target_path}, {"error", volume.error().message()}});
-    return std::unexpected(volume.error());
+    log::Warn("mount failed", {{"volume", record.volume_id},
+                               {"target", target_path},
+                               {"error", volume.error().message()}});
   }
+  return volume;
+}
+
+void MountManager::AddMounted(const MountRecord& record, std::unique_ptr<MountedVolume> volume) {
   {
     MutexLock lock(mu_);
-    Entry& e = entries_[target_path];
+    Entry& e = entries_[record.target_path];
     e.record = record;
-    e.volume = std::shared_ptr<MountedVolume>(std::move(*volume));
+    e.volume = std::shared_ptr<MountedVolume>(std::move(volume));
     e.attempts = 0;
     e.last_error.clear();
     e.hub_reachable = true;
   }
   UpdateGauges();
-  log::Info("volume mounted",
-            {{"volume", volume_id}, {"target", target_path}, {"read_only", read_only}});
+  log::Info("volume mounted", {{"volume", record.volume_id},
+                               {"target", record.target_path},
+                               {"read_only", record.read_only}});
+}
+
+Status MountManager::PersistMounted(const MountRecord& record) {
+  const std::string& target_path = record.target_path;
   auto persisted = Persist();
   if (persisted) {
     std::shared_ptr<MountedVolume> v = FindByTarget(target_path);
     bool kept = v && PutToKeeper(record, *v);
     MutexLock lock(mu_);
     entries_[target_path].kept = kept;
+    return Ok();
   }
-  if (auto s = persisted; !s) {
-    // Unpersisted mounts would be lost on restart without kubelet knowing: undo.
-    log::Error("cannot persist the mount table; undoing the mount",
-               {{"target", target_path}, {"error", s.error().message()}});
-    std::shared_ptr<MountedVolume> v;
-    {
-      MutexLock lock(mu_);
-      v = entries_[target_path].volume;
-      entries_.erase(target_path);
-    }
-    if (v) (void)v->Unmount();
-    UpdateGauges();
-    return s;
+  // Unpersisted mounts would be lost on restart without kubelet knowing: undo.
+  log::Error("cannot persist the mount table; undoing the mount",
+             {{"target", target_path}, {"error", persisted.error().message()}});
+  std::shared_ptr<MountedVolume> v;
+  {
+    MutexLock lock(mu_);
+    v = entries_[target_path].volume;
+    entries_.erase(target_path);
   }
-  return Ok();
+  if (v) (void)v->Unmount();
+  UpdateGauges();
+  return persisted;
 }
 
 Status MountManager::Unmount(const std::string& target_path) {

@@ -146,6 +146,20 @@ class MountManager {
   // Mounts at `target` (creating it, cleaning a stale mount). Caller holds the target lock.
   Result<std::unique_ptr<MountedVolume>> DoMount(const MountRecord& record,
                                                  const VolumeContext& context);
+  // Mount's steps. The volume mounted at the record's target, null when none is (or a restore
+  // is pending); kAlreadyExists when another volume or another read_only is there.
+  Result<std::shared_ptr<MountedVolume>> MountedAt(const MountRecord& record) EXCLUDES(mu_);
+  // Forgets and unmounts `existing`, a mount the kernel's mount table no longer has.
+  void DropVanishedMount(const MountRecord& record, std::shared_ptr<MountedVolume> existing)
+      EXCLUDES(mu_);
+  // DoMount, undone (kCancelled) when the caller gave up meanwhile.
+  Result<std::unique_ptr<MountedVolume>> MountUnlessCallerGone(
+      const MountRecord& record, const VolumeContext& context,
+      const std::function<bool()>& caller_gone);
+  void AddMounted(const MountRecord& record, std::unique_ptr<MountedVolume> volume) EXCLUDES(mu_);
+  // Persists the mount table and hands the mount to the keeper; undoes the mount when the
+  // table cannot be written.
+  Status PersistMounted(const MountRecord& record) EXCLUDES(mu_);
   Status Persist();
   void UpdateGauges();
   void BackgroundLoop();

@@ -55,55 +55,42 @@ double Run(unsigned threads, uint64_t n, Fn fn) {
   return static_cast<double>(n) * kBlock / s / 1e6;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct BenchArgs {
   std::string base = "/var/tmp";
   uint64_t blocks = 256;
   int rounds = 4;
   uint64_t capacity_mib = 0;
   double small_fill = 1.5;
+};
+
+BenchArgs ParseArgs(int argc, char** argv) {
+  BenchArgs args;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--dir") base = argv[i + 1];
-    if (a == "--blocks") blocks = std::strtoull(argv[i + 1], nullptr, 10);
-    if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
-    if (a == "--capacity-mib") capacity_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    if (a == "--small-fill") small_fill = std::strtod(argv[i + 1], nullptr);
+    if (a == "--dir") args.base = argv[i + 1];
+    if (a == "--blocks") args.blocks = std::strtoull(argv[i + 1], nullptr, 10);
+    if (a == "--rounds") args.rounds = std::atoi(argv[i + 1]);
+    if (a == "--capacity-mib") args.capacity_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    if (a == "--small-fill") args.small_fill = std::strtod(argv[i + 1], nullptr);
   }
-  log::SetLevel(log::Level::kWarn);
-  std::string tmpl = base + "/spoke-cache-bench-XXXXXX";
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
-  }
-  const std::string dir = tmpl;
+  return args;
+}
 
-  BlockCache::Config cfg;
-  cfg.dir = dir;
-  cfg.block_size = kBlock;
-  // Default: both the 1- and 8-thread sets stay cached.
-  cfg.capacity_bytes = capacity_mib > 0 ? capacity_mib << 20 : 2 * blocks * kBlock;
-  auto opened = OpenBlockCache(cfg, MakeLruPolicy(), nullptr);
-  if (!opened) {
-    std::fprintf(stderr, "open: %s\n", opened.error().ToString().c_str());
-    return 1;
-  }
-  BlockCache& cache = **opened;
-
-  // Source data: aligned (the zero-copy path a FUSE reader with aligned buffers takes).
+// Source data: aligned (the zero-copy path a FUSE reader with aligned buffers takes).
+AlignedBuffer RandomBlock() {
   AlignedBuffer src = AllocateAligned(kBlock);
   std::mt19937_64 rng(1);
   for (size_t i = 0; i < kBlock; i += 8) {
     uint64_t v = rng();
     std::memcpy(src.get() + i, &v, 8);
   }
+  return src;
+}
+
+// 1 MiB Puts, then warm Gets into aligned and unaligned buffers, at 1 and 8 threads.
+void BenchLargeBlocks(BlockCache& cache, const AlignedBuffer& src, uint64_t blocks, int rounds) {
   std::vector<AlignedBuffer> outs;
   for (int t = 0; t < 8; ++t) outs.push_back(AllocateAligned(kBlock + kIoAlign));
-
-  std::printf("spoke-cache-bench: dir=%s blocks=%llu x 1 MiB, warm gets x%d rounds\n", dir.c_str(),
-              static_cast<unsigned long long>(blocks), rounds);
-  std::printf("%-8s %-28s %10s\n", "threads", "operation", "MB/s");
   for (unsigned threads : {1u, 8u}) {
     const uint64_t version = threads;  // a fresh key set per run
     auto key = [&](uint64_t i) { return BlockKey{1, 1, version, i}; };
@@ -120,47 +107,56 @@ int main(int argc, char** argv) {
     std::printf("%-8u %-28s %10.0f\n", threads, "get (aligned, zero-copy)", get_aligned);
     std::printf("%-8u %-28s %10.0f\n", threads, "get (unaligned, bounce)", get_unaligned);
   }
-  if (small_fill > 0) {
-    // Small files: 110 KB blocks through the same quota (evicting the 1 MiB ones first).
-    constexpr size_t kSmall = 110000;
-    const auto n =
-        static_cast<uint64_t>(small_fill * static_cast<double>(cfg.capacity_bytes) / (112 << 10));
-    auto start = std::chrono::steady_clock::now();
-    for (uint64_t i = 0; i < n; ++i) {
-      if (!cache.Put(BlockKey{2, i, 1, 0}, src.get(), kSmall, AdmissionHint{})) {
-        std::fprintf(stderr, "small put failed\n");
-        return 1;
-      }
+}
+
+// Small files: 110 KB blocks through the same quota (evicting the 1 MiB ones first). False
+// when a Put failed.
+bool BenchSmallBlocks(BlockCache& cache, const AlignedBuffer& src, uint64_t capacity_bytes,
+                      double small_fill) {
+  constexpr size_t kSmall = 110000;
+  const auto n =
+      static_cast<uint64_t>(small_fill * static_cast<double>(capacity_bytes) / (112 << 10));
+  auto start = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!cache.Put(BlockKey{2, i, 1, 0}, src.get(), kSmall, AdmissionHint{})) {
+      std::fprintf(stderr, "small put failed\n");
+      return false;
     }
-    double secs = Seconds(start);
-    auto st = cache.Stats();
-    std::printf("%-8u %-28s %10.0f  (%.0f puts/s)\n", 1u, "put 110 KB (evicting)",
-                static_cast<double>(n) * kSmall / secs / 1e6, static_cast<double>(n) / secs);
-    std::printf(
-        "110 KB blocks held: %llu (quota %llu MiB / 1 MiB slot = %llu), disk charged "
-        "%llu MiB of %llu MiB\n",
-        static_cast<unsigned long long>(st.blocks),
-        static_cast<unsigned long long>(cfg.capacity_bytes >> 20),
-        static_cast<unsigned long long>(cfg.capacity_bytes / kBlock),
-        static_cast<unsigned long long>(st.disk_bytes >> 20),
-        static_cast<unsigned long long>(st.disk_quota_bytes >> 20));
   }
+  double secs = Seconds(start);
+  auto st = cache.Stats();
+  std::printf("%-8u %-28s %10.0f  (%.0f puts/s)\n", 1u, "put 110 KB (evicting)",
+              static_cast<double>(n) * kSmall / secs / 1e6, static_cast<double>(n) / secs);
+  std::printf(
+      "110 KB blocks held: %llu (quota %llu MiB / 1 MiB slot = %llu), disk charged "
+      "%llu MiB of %llu MiB\n",
+      static_cast<unsigned long long>(st.blocks),
+      static_cast<unsigned long long>(capacity_bytes >> 20),
+      static_cast<unsigned long long>(capacity_bytes / kBlock),
+      static_cast<unsigned long long>(st.disk_bytes >> 20),
+      static_cast<unsigned long long>(st.disk_quota_bytes >> 20));
+  return true;
+}
+
+void PrintCounters(BlockCache& cache) {
   auto s = cache.Stats();
   std::printf("hits=%llu misses=%llu checksum_failures=%llu disk_errors=%llu\n",
               static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.misses),
               static_cast<unsigned long long>(s.checksum_failures),
               static_cast<unsigned long long>(s.disk_errors));
-  (void)cache.Close();
-  opened->reset();
-  // Restart: from the saved index, then as after a crash (no clean marker: header scan).
+}
+
+// Restart: from the saved index, then as after a crash (no clean marker: header scan). False
+// when a reopen failed.
+bool BenchReopen(const BlockCache::Config& cfg) {
   for (bool crash : {false, true}) {
-    if (crash) std::filesystem::remove(dir + "/clean");
+    if (crash) std::filesystem::remove(cfg.dir + "/clean");
     auto start = std::chrono::steady_clock::now();
     auto again = OpenBlockCache(cfg, MakeLruPolicy(), nullptr);
     double secs = Seconds(start);
     if (!again) {
       std::fprintf(stderr, "reopen: %s\n", again.error().ToString().c_str());
-      return 1;
+      return false;
     }
     std::printf("reopen %-22s %8.1f ms, %llu blocks, quota %llu MiB\n",
                 crash ? "after crash (scan)" : "after Close (index)", secs * 1e3,
@@ -168,6 +164,45 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(cfg.capacity_bytes >> 20));
     (void)(*again)->Close();
   }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const BenchArgs args = ParseArgs(argc, argv);
+  log::SetLevel(log::Level::kWarn);
+  std::string tmpl = args.base + "/spoke-cache-bench-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl;
+
+  BlockCache::Config cfg;
+  cfg.dir = dir;
+  cfg.block_size = kBlock;
+  // Default: both the 1- and 8-thread sets stay cached.
+  cfg.capacity_bytes = args.capacity_mib > 0 ? args.capacity_mib << 20 : 2 * args.blocks * kBlock;
+  auto opened = OpenBlockCache(cfg, MakeLruPolicy(), nullptr);
+  if (!opened) {
+    std::fprintf(stderr, "open: %s\n", opened.error().ToString().c_str());
+    return 1;
+  }
+  BlockCache& cache = **opened;
+  const AlignedBuffer src = RandomBlock();
+
+  std::printf("spoke-cache-bench: dir=%s blocks=%llu x 1 MiB, warm gets x%d rounds\n", dir.c_str(),
+              static_cast<unsigned long long>(args.blocks), args.rounds);
+  std::printf("%-8s %-28s %10s\n", "threads", "operation", "MB/s");
+  BenchLargeBlocks(cache, src, args.blocks, args.rounds);
+  if (args.small_fill > 0 && !BenchSmallBlocks(cache, src, cfg.capacity_bytes, args.small_fill)) {
+    return 1;
+  }
+  PrintCounters(cache);
+  (void)cache.Close();
+  opened->reset();
+  if (!BenchReopen(cfg)) return 1;
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   return 0;

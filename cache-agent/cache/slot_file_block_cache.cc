@@ -150,55 +150,62 @@ Status SlotFileBlockCache::Put(const BlockKey& key, const char* data, size_t len
     return Fail(Code::kInvalidArgument, "Put: length must be in 1..block_size");
   }
   std::vector<Event> events;
-  uint64_t slot = 0;
-  uint64_t seq = 0;
-  uint32_t charge = 0;
-  uint32_t old_extent = 0;
   bool clear_victims = false;
-  {
-    MutexLock lock(mu_);
-    if (closed_) return Fail(Code::kUnavailable, "cache closed");
-    if (stats_.degraded) return Fail(Code::kIo, "cache degraded: disk failed");
-    if (index_.contains(key) || writing_.contains(key)) return Ok();
-    charge = ChargeLocked(static_cast<uint32_t>(length));
-    Result<uint64_t> room = MakeRoomLocked(key, hint, charge, events);
-    if (!room) {
-      const bool clear = slots_->has_to_clear();
-      lock.unlock();
-      Fire(events);
-      if (clear) ClearReleased();
-      return std::unexpected(room.error());
-    }
-    slot = *room;
-    writing_[key] = Writing{slot, charge, false};
-    SetDiskBytesLocked(stats_.disk_bytes + charge);  // reserved: concurrent Puts see it
-    seq = next_seq_++;
-    ++inflight_;
-    // A reader still on the victim's old contents finishes first.
-    cv_.wait(lock, [&]() REQUIRES(mu_) { return !slots_->pinned(slot); });
-    old_extent = slots_->extent(slot);
-    clear_victims = slots_->has_to_clear();
-  }
+  Result<std::optional<PendingPut>> reserved =
+      ReserveForPut(key, length, hint, events, clear_victims);
   Fire(events);
-  events.clear();
   // Space of the other victims back first, so the disk stays within the quota.
   if (clear_victims) ClearReleased();
+  if (!reserved) return std::unexpected(reserved.error());
+  if (!*reserved) return Ok();  // cached, or being written
+  PendingPut& put = **reserved;
+  WriteForPut(key, data, length, hint, put);
+  return FinishPut(key, length, hint, put);
+}
 
+Result<std::optional<SlotFileBlockCache::PendingPut>> SlotFileBlockCache::ReserveForPut(
+    const BlockKey& key, size_t length, const AdmissionHint& hint, std::vector<Event>& events,
+    bool& clear_victims) {
+  MutexLock lock(mu_);
+  if (closed_) return Fail(Code::kUnavailable, "cache closed");
+  if (stats_.degraded) return Fail(Code::kIo, "cache degraded: disk failed");
+  if (index_.contains(key) || writing_.contains(key)) return std::nullopt;
+  PendingPut put;
+  put.charge = ChargeLocked(static_cast<uint32_t>(length));
+  Result<uint64_t> room = MakeRoomLocked(key, hint, put.charge, events);
+  clear_victims = slots_->has_to_clear();
+  if (!room) return std::unexpected(room.error());
+  put.slot = *room;
+  writing_[key] = Writing{put.slot, put.charge, false};
+  SetDiskBytesLocked(stats_.disk_bytes + put.charge);  // reserved: concurrent Puts see it
+  put.seq = next_seq_++;
+  ++inflight_;
+  // A reader still on the victim's old contents finishes first.
+  cv_.wait(lock, [&]() REQUIRES(mu_) { return !slots_->pinned(put.slot); });
+  put.old_extent = slots_->extent(put.slot);
+  clear_victims = slots_->has_to_clear();
+  return put;
+}
+
+void SlotFileBlockCache::WriteForPut(const BlockKey& key, const char* data, size_t length,
+                                     const AdmissionHint& hint, PendingPut& put) {
   BlockHeader h;
   h.block_size = config_.block_size;
   h.key = key;
-  h.seq = seq;
+  h.seq = put.seq;
   h.length = static_cast<uint32_t>(length);
   h.origin = hint.origin;
-  const auto extent = static_cast<uint32_t>(kHeaderBytes + AlignUp(length, kIoAlign));
-  Status io = WriteBlock(*store_, buffers_, slot, h, data);
+  put.extent = static_cast<uint32_t>(kHeaderBytes + AlignUp(length, kIoAlign));
+  put.io = WriteBlock(*store_, buffers_, put.slot, h, data);
   // A longer block held this slot before: give its tail back (never with whole-slot charges:
   // no holes, or a full block).
-  Status tail = Ok();
-  if (io && charge < slot_size_ && old_extent > extent) {
-    tail = store_->Punch(slot, extent, old_extent - extent);
+  if (put.io && put.charge < slot_size_ && put.old_extent > put.extent) {
+    put.tail = store_->Punch(put.slot, put.extent, put.old_extent - put.extent);
   }
+}
 
+Status SlotFileBlockCache::FinishPut(const BlockKey& key, size_t length, const AdmissionHint& hint,
+                                     const PendingPut& put) {
   Status result = Ok();
   bool clear = false;
   {
@@ -208,23 +215,27 @@ Status SlotFileBlockCache::Put(const BlockKey& key, const char* data, size_t len
     SetDiskBytesLocked(stats_.disk_bytes - w->second.charge);
     writing_.erase(w);
     // A failed write may have allocated anything; a failed punch kept the old tail.
-    slots_->set_extent(slot, !io ? slot_size_ : tail ? extent : std::max(extent, old_extent));
-    if (!tail && tail.error().ToErrno() == EOPNOTSUPP) {
+    slots_->set_extent(put.slot, !put.io    ? slot_size_
+                                 : put.tail ? put.extent
+                                            : std::max(put.extent, put.old_extent));
+    if (!put.tail && put.tail.error().ToErrno() == EOPNOTSUPP) {
       StopPunchingLocked();
-    } else if (!tail) {
-      RecordIoLocked(tail, "punch block tail");
+    } else if (!put.tail) {
+      RecordIoLocked(put.tail, "punch block tail");
     }
-    if (!io) {
-      RecordIoLocked(io, "write block");
-      slots_->Free(slot);
-      result = Fail(Code::kIo, "cache write failed: " + io.error().message());
+    if (!put.io) {
+      RecordIoLocked(put.io, "write block");
+      slots_->Free(put.slot);
+      result = Fail(Code::kIo, "cache write failed: " + put.io.error().message());
     } else if (cancelled || closed_) {
-      if (tail) consecutive_errors_ = 0;
-      slots_->Free(slot);
+      if (put.tail) consecutive_errors_ = 0;
+      slots_->Free(put.slot);
     } else {
-      if (tail) consecutive_errors_ = 0;
-      Publish(key, Entry{slot, seq, ++tick_, static_cast<uint32_t>(length), hint.origin, false, 0},
-              hint);
+      if (put.tail) consecutive_errors_ = 0;
+      Publish(
+          key,
+          Entry{put.slot, put.seq, ++tick_, static_cast<uint32_t>(length), hint.origin, false, 0},
+          hint);
     }
     clear = slots_->has_to_clear();
     --inflight_;

@@ -116,6 +116,16 @@ class SlotFileBlockCache final : public BlockCache {
     ExpertId expert;
   };
   using Index = std::unordered_map<BlockKey, Entry, BlockKeyHash>;
+  // A Put between its reservation of a slot and its publication.
+  struct PendingPut {
+    uint64_t slot = 0;
+    uint64_t seq = 0;
+    uint32_t charge = 0;
+    uint32_t old_extent = 0;  // of the block the slot held before
+    uint32_t extent = 0;      // of this block
+    Status io = Ok();         // the write
+    Status tail = Ok();       // giving the old block's longer tail back
+  };
 
   SlotFileBlockCache(const Config& config, const Options& options, metrics::Registry* metrics);
   // Opens the store (see above for the geometry); sets slot_count_, slots_, store_fresh_.
@@ -159,6 +169,19 @@ class SlotFileBlockCache final : public BlockCache {
   void RecordIoLocked(const Status& s, std::string_view what) REQUIRES(mu_);
   // Tells the listener, without mu_ (the listener may call back into the cache).
   void Fire(const std::vector<Event>& events) EXCLUDES(mu_);
+
+  // Put's steps. Reserves a slot (evicting for it) and the disk charge; nullopt when the block
+  // is cached or being written. `clear_victims`: freed slots wait for ClearReleased.
+  Result<std::optional<PendingPut>> ReserveForPut(const BlockKey& key, size_t length,
+                                                  const AdmissionHint& hint,
+                                                  std::vector<Event>& events, bool& clear_victims)
+      EXCLUDES(mu_);
+  // Writes the block into the reserved slot, without mu_; punches the old block's tail.
+  void WriteForPut(const BlockKey& key, const char* data, size_t length, const AdmissionHint& hint,
+                   PendingPut& put) EXCLUDES(mu_);
+  // Publishes the written block, or frees the slot when the write failed or Evict/Close ran.
+  Status FinishPut(const BlockKey& key, size_t length, const AdmissionHint& hint,
+                   const PendingPut& put) EXCLUDES(mu_);
 
   const Config config_;
   const Options options_;

@@ -221,13 +221,21 @@ Status UringBlockStore::Transfer(bool write, uint64_t offset_bytes,
                                  std::span<const iovec> segments) {
   const uint64_t file_bytes = slots_per_file_ * slot_size();
   const int fd = fds_[offset_bytes / file_bytes];
-  uint64_t file_off = offset_bytes % file_bytes;
+  const std::vector<Piece> pieces = SplitIntoPieces(offset_bytes % file_bytes, segments);
 
-  struct Piece {
-    char* data;
-    uint32_t len;
-    uint64_t off;
-  };
+  RingLease lease(*this);
+  Ring& r = lease.ring();
+  r.mu.AssertHeld();
+  if (Status s = InitRing(r); !s) return s;
+  for (size_t first = 0; first < pieces.size(); first += options_.ring_entries) {
+    const size_t n = std::min<size_t>(options_.ring_entries, pieces.size() - first);
+    SPOKE_RETURN_IF_ERROR(TransferBatch(r, write, fd, pieces, first, n));
+  }
+  return Ok();
+}
+
+std::vector<UringBlockStore::Piece> UringBlockStore::SplitIntoPieces(
+    uint64_t file_off, std::span<const iovec> segments) const {
   // A transfer is at most one slot: a handful of chunks (16 MiB / 256 KiB = 64 at most).
   std::vector<Piece> pieces;
   for (const iovec& seg : segments) {
@@ -240,72 +248,80 @@ Status UringBlockStore::Transfer(bool write, uint64_t offset_bytes,
       file_off += len;
     }
   }
+  return pieces;
+}
 
-  RingLease lease(*this);
-  Ring& r = lease.ring();
-  r.mu.AssertHeld();
-  if (Status s = InitRing(r); !s) return s;
-
-  std::optional<Error> failure;
-  for (size_t first = 0; first < pieces.size(); first += options_.ring_entries) {
-    const size_t n = std::min<size_t>(options_.ring_entries, pieces.size() - first);
-    for (size_t i = 0; i < n; ++i) {
-      const Piece& pc = pieces[first + i];
-      io_uring_sqe* sqe = io_uring_get_sqe(&r.ring);
-      if (sqe == nullptr) return Fail(Code::kInternal, "io_uring: no free submission entry");
-      if (write) {
-        io_uring_prep_write(sqe, fd, pc.data, pc.len, pc.off);
-      } else {
-        io_uring_prep_read(sqe, fd, pc.data, pc.len, pc.off);
-      }
-      io_uring_sqe_set_data64(sqe, first + i);
+Status UringBlockStore::TransferBatch(Ring& r, bool write, int fd, std::span<const Piece> pieces,
+                                      size_t first, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const Piece& pc = pieces[first + i];
+    io_uring_sqe* sqe = io_uring_get_sqe(&r.ring);
+    if (sqe == nullptr) return Fail(Code::kInternal, "io_uring: no free submission entry");
+    if (write) {
+      io_uring_prep_write(sqe, fd, pc.data, pc.len, pc.off);
+    } else {
+      io_uring_prep_read(sqe, fd, pc.data, pc.len, pc.off);
     }
-    // Submit everything, then reap exactly what the kernel took, so the ring is clean for the
-    // next user whatever happens.
-    size_t submitted = 0;
-    int submit_err = 0;
-    for (int attempt = 0; submitted < n; ++attempt) {
-      int rc = io_uring_submit(&r.ring);
-      if ((rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && attempt < 1000) {
-        std::this_thread::yield();
-        continue;
-      }
-      if (rc <= 0) {
-        submit_err = rc < 0 ? -rc : EIO;
-        break;
-      }
-      submitted += static_cast<size_t>(rc);
-    }
-    for (size_t reaped = 0; reaped < submitted;) {
-      io_uring_cqe* cqe = nullptr;
-      int rc = io_uring_wait_cqe(&r.ring, &cqe);
-      if (rc == -EINTR) continue;
-      if (rc < 0) {
-        // The ring itself is broken; nothing sane left to do with in-flight buffers.
-        log::Error("io_uring_wait_cqe failed", {{"error", std::strerror(-rc)}});
-        std::abort();
-      }
-      const Piece& pc = pieces[io_uring_cqe_get_data64(cqe)];
-      if (!failure) {
-        if (cqe->res < 0) {
-          failure = ErrnoError(-cqe->res, write ? "cache write" : "cache read");
-        } else if (static_cast<uint32_t>(cqe->res) != pc.len) {
-          failure = Error(Code::kIo, std::string(write ? "short cache write" : "short cache read") +
-                                         " at offset " + std::to_string(pc.off));
-        }
-      }
-      io_uring_cqe_seen(&r.ring, cqe);
-      ++reaped;
-    }
-    if (submit_err != 0) {
-      // Unsubmitted entries would leak into the next user's batch: start a fresh ring.
-      io_uring_queue_exit(&r.ring);
-      r.ready = false;
-      if (!failure) failure = ErrnoError(submit_err, "io_uring_submit");
-    }
-    if (failure) return std::unexpected(*failure);
+    io_uring_sqe_set_data64(sqe, first + i);
   }
+  // Submit everything, then reap exactly what the kernel took, so the ring is clean for the
+  // next user whatever happens.
+  int submit_err = 0;
+  const size_t submitted = SubmitQueued(r, n, submit_err);
+  std::optional<Error> failure = ReapCompleted(r, write, pieces, submitted);
+  if (submit_err != 0) {
+    // Unsubmitted entries would leak into the next user's batch: start a fresh ring.
+    io_uring_queue_exit(&r.ring);
+    r.ready = false;
+    if (!failure) failure = ErrnoError(submit_err, "io_uring_submit");
+  }
+  if (failure) return std::unexpected(*failure);
   return Ok();
+}
+
+size_t UringBlockStore::SubmitQueued(Ring& r, size_t n, int& submit_err) {
+  size_t submitted = 0;
+  for (int attempt = 0; submitted < n; ++attempt) {
+    int rc = io_uring_submit(&r.ring);
+    if ((rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && attempt < 1000) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (rc <= 0) {
+      submit_err = rc < 0 ? -rc : EIO;
+      break;
+    }
+    submitted += static_cast<size_t>(rc);
+  }
+  return submitted;
+}
+
+std::optional<Error> UringBlockStore::ReapCompleted(Ring& r, bool write,
+                                                    std::span<const Piece> pieces,
+                                                    size_t submitted) {
+  std::optional<Error> failure;
+  for (size_t reaped = 0; reaped < submitted;) {
+    io_uring_cqe* cqe = nullptr;
+    int rc = io_uring_wait_cqe(&r.ring, &cqe);
+    if (rc == -EINTR) continue;
+    if (rc < 0) {
+      // The ring itself is broken; nothing sane left to do with in-flight buffers.
+      log::Error("io_uring_wait_cqe failed", {{"error", std::strerror(-rc)}});
+      std::abort();
+    }
+    const Piece& pc = pieces[io_uring_cqe_get_data64(cqe)];
+    if (!failure) {
+      if (cqe->res < 0) {
+        failure = ErrnoError(-cqe->res, write ? "cache write" : "cache read");
+      } else if (static_cast<uint32_t>(cqe->res) != pc.len) {
+        failure = Error(Code::kIo, std::string(write ? "short cache write" : "short cache read") +
+                                       " at offset " + std::to_string(pc.off));
+      }
+    }
+    io_uring_cqe_seen(&r.ring, cqe);
+    ++reaped;
+  }
+  return failure;
 }
 
 }  // namespace spoke::agent

@@ -27,6 +27,8 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,6 +81,21 @@ class UringBlockStore final : public BlockStore {
 
   UringBlockStore(uint64_t slot_count, uint32_t slot_size, const Options& options);
   Status Transfer(bool write, uint64_t offset_bytes, std::span<const iovec> segments);
+  // One io_uring request of a Transfer: at most chunk_bytes at `off` in the slot's file.
+  struct Piece {
+    char* data;
+    uint32_t len;
+    uint64_t off;
+  };
+  std::vector<Piece> SplitIntoPieces(uint64_t file_off, std::span<const iovec> segments) const;
+  // Queues pieces [first, first + n) on the ring, submits them and reaps what the kernel took.
+  Status TransferBatch(Ring& r, bool write, int fd, std::span<const Piece> pieces, size_t first,
+                       size_t n) REQUIRES(r.mu);
+  // Submits the n queued entries; returns how many the kernel took, the error in `submit_err`.
+  size_t SubmitQueued(Ring& r, size_t n, int& submit_err) REQUIRES(r.mu);
+  // Waits for `submitted` completions; the first failed or short one is the error.
+  std::optional<Error> ReapCompleted(Ring& r, bool write, std::span<const Piece> pieces,
+                                     size_t submitted) REQUIRES(r.mu);
   Status InitRing(Ring& r) REQUIRES(r.mu);
 
   Options options_;

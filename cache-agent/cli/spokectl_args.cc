@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <iterator>
+#include <optional>
+#include <string_view>
 
 namespace spoke::cli {
 namespace {
@@ -59,29 +61,37 @@ bool IsKnownFlag(std::string_view flag) {
   return false;
 }
 
-}  // namespace
-
-Result<Command> ParseArgs(const std::vector<std::string>& args) {
-  Command cmd;
-  // Help and version win wherever they appear, as in most tools; the usage text is ours.
+// Help and version win wherever they appear, as in most tools; the usage text is ours.
+std::optional<Command> HelpOrVersion(const std::vector<std::string>& args) {
   for (const auto& a : args) {
-    if (a == "-h" || a == "--help") return cmd;
+    if (a == "-h" || a == "--help") return Command{};
     if (a == "--version") {
+      Command cmd;
       cmd.verb = Verb::kVersion;
       return cmd;
     }
   }
-  if (args.empty()) return std::unexpected(Usage("no command given"));
+  return std::nullopt;
+}
 
-  CLI::App app("spokectl: the spoke-cache-agent client", "spokectl");
-  app.set_help_flag();  // handled above
-  app.allow_extras();   // unknown words and flags are reported below, in our words
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--socket", cmd.socket);
+// spokectl's grammar in CLI11, and the variables its options fill besides those of `cmd`.
+struct Grammar {
+  explicit Grammar(Command& cmd);
 
+  CLI::App app{"spokectl: the spoke-cache-agent client", "spokectl"};
   std::vector<std::string> positional;
   std::string mount_values[std::size(kMountFlags)];
   std::vector<CLI::Option*> mount_opts;
+  // Root callers reach the hub as root (volume option allowRoot), not as hubUid/hubGid.
+  bool allow_root = false;
+  std::vector<Verbs> verbs;
+};
+
+Grammar::Grammar(Command& cmd) {
+  app.set_help_flag();  // handled by HelpOrVersion
+  app.allow_extras();   // unknown words and flags are reported by ChosenVerb, in our words
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--socket", cmd.socket);
   auto verb = [&](const char* name, Verb v, const char* positionals, size_t min, size_t max) {
     CLI::App* sub = app.add_subcommand(name);
     sub->set_help_flag();
@@ -90,7 +100,7 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
     if (max > 0) sub->add_option("args", positional);
     return Verbs{sub, v, positionals, min, max};
   };
-  std::vector<Verbs> verbs = {
+  verbs = {
       verb("mount", Verb::kMount, "NFS-URL DIR", 2, 2),
       verb("unmount", Verb::kUnmount, "DIR", 1, 1),
       verb("status", Verb::kStatus, "no arguments", 0, 0),
@@ -107,11 +117,12 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
     mount_opts.push_back(mount->add_option(kMountFlags[i].flag, mount_values[i]));
   }
   mount->add_flag("--read-only", cmd.read_only);
-  // Root callers reach the hub as root (volume option allowRoot), not as hubUid/hubGid.
-  bool allow_root = false;
   mount->add_flag("--allow-root", allow_root);
   verbs[3].app->add_option("--volume", cmd.volume_id);
+}
 
+// CLI11's parse, its exceptions turned into usage errors.
+Status ParseWithCli11(CLI::App& app, const std::vector<std::string>& args) {
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
     app.parse(reversed);
@@ -124,12 +135,17 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     return std::unexpected(Usage(e.what()));
   }
+  return Ok();
+}
 
+// The command given; a usage error for a missing or unknown command, a flag of another
+// command, or words CLI11 left unparsed.
+Result<const Verbs*> ChosenVerb(Grammar& g) {
   const Verbs* chosen = nullptr;
-  for (const auto& v : verbs) {
+  for (const auto& v : g.verbs) {
     if (v.app->parsed()) chosen = &v;
   }
-  for (const std::string& extra : app.remaining(true)) {
+  for (const std::string& extra : g.app.remaining(true)) {
     if (extra.size() > 1 && extra.front() == '-') {
       std::string flag = extra.substr(0, extra.find('='));
       if (chosen && IsKnownFlag(flag)) {
@@ -142,18 +158,20 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
     return std::unexpected(Usage(chosen->app->get_name() + ": expected " + chosen->positionals));
   }
   if (!chosen) return std::unexpected(Usage("no command given"));
-  const std::string name = chosen->app->get_name();
-  if (cmd.socket.empty() || cmd.socket.front() != '/') {
-    return std::unexpected(Usage("--socket: must be an absolute path"));
+  return chosen;
+}
+
+// The mount flags given, as volume-context keys.
+void CopyMountOptions(const Grammar& g, Command& cmd) {
+  for (size_t i = 0; i < g.mount_opts.size(); ++i) {
+    if (g.mount_opts[i]->count() > 0) cmd.mount_options[kMountFlags[i].key] = g.mount_values[i];
   }
-  if (positional.size() < chosen->min_args || positional.size() > chosen->max_args) {
-    return std::unexpected(Usage(name + ": expected " + chosen->positionals));
-  }
-  cmd.verb = chosen->verb;
-  for (size_t i = 0; i < mount_opts.size(); ++i) {
-    if (mount_opts[i]->count() > 0) cmd.mount_options[kMountFlags[i].key] = mount_values[i];
-  }
-  if (allow_root) cmd.mount_options[std::string(kParamAllowRoot)] = "true";
+  if (g.allow_root) cmd.mount_options[std::string(kParamAllowRoot)] = "true";
+}
+
+// Puts the command's positional arguments (their number already checked) into `cmd`.
+Status AssignPositionals(const std::vector<std::string>& positional, const std::string& name,
+                         Command& cmd) {
   switch (cmd.verb) {
     case Verb::kMount:
       cmd.nfs_url = positional[0];
@@ -186,6 +204,29 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
     case Verb::kHelp:
       break;
   }
+  return Ok();
+}
+
+}  // namespace
+
+Result<Command> ParseArgs(const std::vector<std::string>& args) {
+  if (auto cmd = HelpOrVersion(args)) return *cmd;
+  if (args.empty()) return std::unexpected(Usage("no command given"));
+
+  Command cmd;
+  Grammar g(cmd);
+  SPOKE_RETURN_IF_ERROR(ParseWithCli11(g.app, args));
+  SPOKE_TRY(const Verbs* chosen, ChosenVerb(g));
+  const std::string name = chosen->app->get_name();
+  if (cmd.socket.empty() || cmd.socket.front() != '/') {
+    return std::unexpected(Usage("--socket: must be an absolute path"));
+  }
+  if (g.positional.size() < chosen->min_args || g.positional.size() > chosen->max_args) {
+    return std::unexpected(Usage(name + ": expected " + chosen->positionals));
+  }
+  cmd.verb = chosen->verb;
+  CopyMountOptions(g, cmd);
+  SPOKE_RETURN_IF_ERROR(AssignPositionals(g.positional, name, cmd));
   return cmd;
 }
 

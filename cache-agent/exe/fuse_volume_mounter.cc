@@ -149,17 +149,11 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::Adopt(const std::strin
                       takeover_json);
 }
 
-Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
-    const std::string& volume_id, const VolumeContext& context, const std::string& target_path,
-    bool read_only, UniqueFd fuse_fd, const std::string& takeover_json) {
-  SPOKE_RETURN_IF_ERROR(config_.Validate());
-  if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
-  if (context.hub.server.empty())
-    return Fail(Code::kInvalidArgument, "server: the hub is not set in the volume context");
-  SPOKE_TRY(auto path, NormalizeRelativePath(context.path, "path"));
-  metrics::Labels labels{{"volume", VolumeMetricsLabel(volume_id)}};
+namespace {
 
-  LibnfsRemote::Config hub = config_.hub;
+// The mounter's hub pool settings, with the volume's hub timeout and identity.
+LibnfsRemote::Config VolumeHubConfig(LibnfsRemote::Config hub, const VolumeContext& context,
+                                     bool adopting) {
   if (context.hub_timeout_seconds > 0) hub.request_timeout_seconds = context.hub_timeout_seconds;
   if (!context.identity.allow_root) {  // no request as root unless the StorageClass allows it
     hub.uid = context.identity.uid;
@@ -180,14 +174,32 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
   // A connection taken over is served whether or not the hub answers now (a restart while the
   // WAN is down): the pool mounts in the background, and calls meanwhile fail within their
   // bound. Detaching it would end every pod's bind mount of it.
-  if (fuse_fd.valid()) hub.wait_for_mount = false;
-  SPOKE_TRY(auto remote, LibnfsRemote::Connect(context.hub, path, hub, registry_, labels));
-  std::string hub_name = remote->hub_name();
+  if (adopting) hub.wait_for_mount = false;
+  return hub;
+}
 
+FuseAdapter::Options FuseOptions(const FuseVolumeMounter::Config& config,
+                                 const std::string& target_path, const VolumeContext& context,
+                                 bool read_only, int max_hub_inflight,
+                                 metrics::Registry* registry) {
+  FuseAdapter::Options fo;
+  fo.mountpoint = target_path;
+  fo.read_only = read_only;
+  fo.consistency = context.cache.consistency;
+  fo.ttl_seconds = context.cache.ttl_seconds;
+  fo.allow_other = config.allow_other;
+  // A worker per read the hub may have in flight, and room beside them for cached reads and
+  // metadata requests.
+  fo.max_threads = std::clamp(max_hub_inflight + 32, 64, 1024);
+  fo.registry = registry;
+  fo.kernel_read_ahead_bytes = config.kernel_read_ahead_bytes;
+  return fo;
+}
+
+}  // namespace
+
+Volume::Config FuseVolumeMounter::VolumeSettings(const LibnfsRemote::Config& hub) const {
   Volume::Config vc;
-  vc.volume_id = volume_id;
-  vc.context = context;
-  vc.read_only = read_only;
   vc.read_ahead_max_bytes = config_.read_ahead_max_bytes;
   vc.prefetch_bytes_max = config_.prefetch_bytes_max;
   vc.max_hub_inflight = hub.connections * hub.inflight_per_connection;
@@ -201,43 +213,57 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
   vc.memory = config_.memory;
   vc.hints_max_lines = config_.hints_max_lines;
   vc.hints_max_bytes = config_.hints_max_bytes;
+  return vc;
+}
+
+// Cache sharing: the cluster's peers are asked before the hub, and answered for this volume,
+// by hub identity (the hub export, the volume's path under it and who it reads the hub as).
+// Read-only volumes only: a writable one holds blocks written here that no peer may be given.
+std::unique_ptr<PeerVolume> FuseVolumeMounter::AttachPeer(const VolumeContext& context,
+                                                          const std::string& path, bool read_only) {
+  if (peers_ == nullptr || !(read_only || context.read_only())) return nullptr;
+  return peers_->AttachVolume(
+      PeerHubName(context.hub.server, context.hub.nfs_port, context.hub.share), path,
+      PeerAccessName(context.identity),
+      cache_ != nullptr ? cache_->block_size() : config_.block_size);
+}
+
+Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
+    const std::string& volume_id, const VolumeContext& context, const std::string& target_path,
+    bool read_only, UniqueFd fuse_fd, const std::string& takeover_json) {
+  SPOKE_RETURN_IF_ERROR(config_.Validate());
+  if (volume_id.empty()) return Fail(Code::kInvalidArgument, "volume_id: is required");
+  if (context.hub.server.empty())
+    return Fail(Code::kInvalidArgument, "server: the hub is not set in the volume context");
+  SPOKE_TRY(auto path, NormalizeRelativePath(context.path, "path"));
+  metrics::Labels labels{{"volume", VolumeMetricsLabel(volume_id)}};
+  const bool adopting = fuse_fd.valid();
+  const LibnfsRemote::Config hub = VolumeHubConfig(config_.hub, context, adopting);
+  SPOKE_TRY(auto remote, LibnfsRemote::Connect(context.hub, path, hub, registry_, labels));
+  std::string hub_name = remote->hub_name();
+
+  Volume::Config vc = VolumeSettings(hub);
+  vc.volume_id = volume_id;
+  vc.context = context;
+  vc.read_only = read_only;
   if (!config_.state_dir.empty()) {
     vc.state_dir = config_.state_dir + "/mounts/" + MountManager::KeeperKey(target_path);
   }
-  vc.adopted = fuse_fd.valid();
-  // Cache sharing: the cluster's peers are asked before the hub, and answered for this
-  // volume, by hub identity (the hub export, the volume's path under it and who it reads
-  // the hub as). Read-only volumes only: a writable one holds blocks written here that no
-  // peer may be given.
-  std::unique_ptr<PeerVolume> peer;
-  if (peers_ != nullptr && (read_only || context.read_only())) {
-    peer = peers_->AttachVolume(
-        PeerHubName(context.hub.server, context.hub.nfs_port, context.hub.share), path,
-        PeerAccessName(context.identity),
-        cache_ != nullptr ? cache_->block_size() : config_.block_size);
-    vc.block_source = peer.get();
-  }
+  vc.adopted = adopting;
+  std::unique_ptr<PeerVolume> peer = AttachPeer(context, path, read_only);
+  vc.block_source = peer.get();
   SPOKE_TRY(auto volume,
             Volume::Open(vc, std::move(remote), cache_, listeners_, registry_, SystemClock::Get()));
   auto vol = std::make_unique<FuseMountedVolume>(std::move(volume), target_path);
   vol->ServePeers(std::move(peer));
 
-  FuseAdapter::Options fo;
-  fo.mountpoint = target_path;
-  fo.read_only = vol->read_only();
-  fo.consistency = context.cache.consistency;
-  fo.ttl_seconds = context.cache.ttl_seconds;
-  fo.allow_other = config_.allow_other;
-  // A worker per read the hub may have in flight, and room beside them for cached reads and
-  // metadata requests.
-  fo.max_threads = std::clamp(static_cast<int>(vc.max_hub_inflight) + 32, 64, 1024);
-  fo.registry = registry_;
-  fo.kernel_read_ahead_bytes = config_.kernel_read_ahead_bytes;
+  const FuseAdapter::Options fo =
+      FuseOptions(config_, target_path, context, vol->read_only(), vc.max_hub_inflight, registry_);
   // A taken-over connection: the kernel holds numbers with counts this process never saw.
-  if (fuse_fd.valid()) vol->volume().metadata().AdoptKernelReferences();
-  SPOKE_TRY(auto fuse, fuse_fd.valid() ? FuseAdapter::Adopt(vol->volume().fs(), fo,
-                                                            std::move(fuse_fd), takeover_json)
-                                       : FuseAdapter::Mount(vol->volume().fs(), fo));
+  if (adopting) vol->volume().metadata().AdoptKernelReferences();
+  SPOKE_TRY(auto fuse,
+            adopting ? FuseAdapter::Adopt(vol->volume().fs(), fo, std::move(fuse_fd), takeover_json)
+                     : FuseAdapter::Mount(vol->volume().fs(), fo));
   vol->AttachSession(std::move(fuse));
   log::Info("volume ready", {{"volume", volume_id},
                              {"target", target_path},

@@ -86,6 +86,11 @@ class FuseVolumeMounter final : public VolumeMounter {
                                                       const std::string& target_path,
                                                       bool read_only, UniqueFd fuse_fd,
                                                       const std::string& takeover_json);
+  // The volume settings the mounter's config and the volume's hub pool give.
+  Volume::Config VolumeSettings(const LibnfsRemote::Config& hub) const;
+  // The volume's side in the peer node; null without cache sharing.
+  std::unique_ptr<PeerVolume> AttachPeer(const VolumeContext& context, const std::string& path,
+                                         bool read_only);
 
   Config config_;
   BlockCache* cache_;

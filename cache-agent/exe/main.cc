@@ -14,7 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "cache-agent/agent/agent_config.h"
 #include "cache-agent/agent/agent_service.h"
@@ -33,11 +36,16 @@ constexpr char kUsage[] =
     "usage: spoke-cache-agent --config FILE [--log-level debug|info|warn|error]\n"
     "       spoke-cache-agent --version\n";
 
-int Run(int argc, char** argv) {
-  using namespace spoke;
-  using namespace spoke::agent;
+using spoke::agent::AgentConfig;
+
+struct CommandLine {
   std::string config_path = "/etc/spoke/agent.yaml";
   std::string log_level;
+};
+
+// Fills `out` from argv; returns an exit code when the process should end now (--version,
+// --help, a bad argument).
+std::optional<int> ParseCommandLine(int argc, char** argv, CommandLine& out) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string_view flag) -> std::string {
@@ -51,11 +59,11 @@ int Run(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--config" || a.starts_with("--config=")) {
-      config_path = value("--config");
+      out.config_path = value("--config");
     } else if (a == "--log-level" || a.starts_with("--log-level=")) {
-      log_level = value("--log-level");
+      out.log_level = value("--log-level");
     } else if (a == "--version") {
-      std::printf("spoke-cache-agent %s\n", std::string(Version()).c_str());
+      std::printf("spoke-cache-agent %s\n", std::string(spoke::Version()).c_str());
       return 0;
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
@@ -65,99 +73,149 @@ int Run(int argc, char** argv) {
       return 2;
     }
   }
-  // Before any thread exists, so that all of them inherit the blocked SIGTERM/SIGINT.
-  BlockShutdownSignals();
+  return std::nullopt;
+}
 
-  auto config = LoadAgentConfig(config_path);
+// The config file with --log-level applied; reports what is wrong on stderr.
+std::optional<AgentConfig> LoadConfig(const CommandLine& cl) {
+  auto config = spoke::agent::LoadAgentConfig(cl.config_path);
   if (!config) {
     std::fprintf(stderr, "spoke-cache-agent: %s\n", config.error().message().c_str());
-    return 2;
+    return std::nullopt;
   }
-  if (!log_level.empty()) {
-    auto level = log::ParseLevel(log_level);
+  if (!cl.log_level.empty()) {
+    auto level = spoke::log::ParseLevel(cl.log_level);
     if (!level) {
       std::fprintf(stderr, "--log-level: must be debug | info | warn | error, got '%s'\n",
-                   log_level.c_str());
-      return 2;
+                   cl.log_level.c_str());
+      return std::nullopt;
     }
     config->log_level = *level;
   }
-  log::SetLevel(config->log_level);
-  log::Info("starting spoke-cache-agent", {{"version", std::string(Version())},
-                                           {"config", config_path},
-                                           {"socket", config->socket},
-                                           {"cache_dir", config->cache_dir},
-                                           {"cache_bytes", config->cache_size_bytes}});
+  return std::move(*config);
+}
 
+bool CreateAgentDirectories(const AgentConfig& config) {
   std::error_code ec;
-  for (const std::string& dir : {config->state_dir, config->cache_dir}) {
+  for (const std::string& dir : {config.state_dir, config.cache_dir}) {
     std::filesystem::create_directories(dir, ec);
     if (ec) {
-      log::Error("cannot create directory", {{"dir", dir}, {"error", ec.message()}});
-      return 1;
+      spoke::log::Error("cannot create directory", {{"dir", dir}, {"error", ec.message()}});
+      return false;
     }
   }
-  ::chmod(config->state_dir.c_str(), 0700);
+  ::chmod(config.state_dir.c_str(), 0700);
+  return true;
+}
 
-  if (!config->fuse_keeper_socket.empty() && config->fuse_keeper_start) {
-    if (auto s = EnsureFuseKeeper(config->fuse_keeper_socket,
-                                  config->state_dir + "/fuse-keeper.log", std::chrono::seconds(5));
-        !s) {
-      log::Warn("no fd keeper: mounts will not outlive this agent",
-                {{"error", s.error().message()}});
-    }
+void StartFuseKeeperIfAsked(const AgentConfig& config) {
+  if (config.fuse_keeper_socket.empty() || !config.fuse_keeper_start) return;
+  if (auto s = spoke::agent::EnsureFuseKeeper(config.fuse_keeper_socket,
+                                              config.state_dir + "/fuse-keeper.log",
+                                              std::chrono::seconds(5));
+      !s) {
+    spoke::log::Warn("no fd keeper: mounts will not outlive this agent",
+                     {{"error", s.error().message()}});
   }
+}
 
-  metrics::Registry registry;
-  auto cache = OpenAgentCache(*config, registry);
-  if (!cache) {
-    log::Error("cannot open the block cache", {{"error", cache.error().message()}});
-    return 1;
-  }
-  auto memory = MakeMemoryBudget(*config, registry);
-  if (!memory) {
-    log::Error("invalid memory budget", {{"error", memory.error().message()}});
-    return 1;
-  }
-  log::Info("memory budget",
-            {{"bytes", (*memory)->total()}, {"background_limit", (*memory)->background_limit()}});
-  bool corrupt_served_blocks = false;
+bool CorruptServedBlocksFault() {
 #ifdef SPOKE_TEST_FAULTS
   // Test-only fault (tests/cache-agent/peer): this agent corrupts the blocks it serves peers.
   // Release builds do not have it (SPOKE_TEST_FAULTS).
   const char* fault = std::getenv("SPOKE_TEST_FAULT_PEER_CORRUPT_SERVED_BLOCKS");
-  corrupt_served_blocks = fault != nullptr && std::string(fault) == "1";
+  return fault != nullptr && std::string(fault) == "1";
+#else
+  return false;
 #endif
-  auto peers = StartAgentPeers(*config, registry, corrupt_served_blocks);
+}
+
+// The data plane under the mount manager. Members are destroyed in reverse order: the
+// mounter before the peers, the cache last.
+struct DataPlane {
+  std::unique_ptr<spoke::agent::BlockCache> cache;
+  std::unique_ptr<spoke::MemoryBudget> memory;
+  std::unique_ptr<spoke::agent::PeerNode> peers;
+  std::unique_ptr<spoke::agent::VolumeMounter> mounter;
+};
+
+// Opens the cache, the memory budget, the peer node and the FUSE mounter; logs what failed.
+bool StartDataPlane(const AgentConfig& config, spoke::metrics::Registry& registry, DataPlane& out) {
+  using namespace spoke;
+  using namespace spoke::agent;
+  auto cache = OpenAgentCache(config, registry);
+  if (!cache) {
+    log::Error("cannot open the block cache", {{"error", cache.error().message()}});
+    return false;
+  }
+  out.cache = std::move(*cache);
+  auto memory = MakeMemoryBudget(config, registry);
+  if (!memory) {
+    log::Error("invalid memory budget", {{"error", memory.error().message()}});
+    return false;
+  }
+  out.memory = std::move(*memory);
+  log::Info("memory budget",
+            {{"bytes", out.memory->total()}, {"background_limit", out.memory->background_limit()}});
+  auto peers = StartAgentPeers(config, registry, CorruptServedBlocksFault());
   if (!peers) {
     log::Error("cannot start the peer node", {{"error", peers.error().message()}});
-    return 1;
+    return false;
   }
-  auto mounter = MakeAgentMounter(*config, **cache, registry, **memory, peers->get());
+  out.peers = std::move(*peers);
+  auto mounter = MakeAgentMounter(config, *out.cache, registry, *out.memory, out.peers.get());
   if (!mounter) {
     log::Error("cannot create the FUSE mounter", {{"error", mounter.error().message()}});
-    return 1;
+    return false;
   }
+  out.mounter = std::move(*mounter);
+  return true;
+}
+
+spoke::agent::MountManager::Options MountManagerOptions(const AgentConfig& config) {
+  spoke::agent::MountManager::Options mo;
+  mo.state_file = config.state_dir + "/mounts.json";
+  mo.mount_roots = config.mount_roots;
+  mo.keeper_socket = config.fuse_keeper_socket;
+  return mo;
+}
+
+// On a signal: stop HTTP and the peers, then hand the mounts over (or end them without a
+// keeper).
+void StopServing(const AgentConfig& config, spoke::agent::HttpServer& http,
+                 spoke::agent::PeerNode* peers, spoke::agent::MountManager& manager) {
+  http.Stop();
+  if (peers) peers->Shutdown();
+  // An upgrade or restart must not end the mounts: only NodeUnstage / spokectl unmount do.
+  if (!config.fuse_keeper_socket.empty()) {
+    const auto drain =
+        std::chrono::milliseconds(static_cast<int64_t>(config.handover_timeout_seconds * 1000));
+    manager.HandOver(drain);
+  } else {
+    manager.Shutdown();
+  }
+}
+
+// Restores the mounts and serves the agent API and /metrics until a signal, then closes the
+// data plane; returns the exit code.
+int ServeAgent(const AgentConfig& config, spoke::metrics::Registry& registry, DataPlane& plane) {
+  using namespace spoke;
+  using namespace spoke::agent;
   LinuxHostMounts host;
-  MountManager::Options mo;
-  mo.state_file = config->state_dir + "/mounts.json";
-  mo.mount_roots = config->mount_roots;
-  mo.keeper_socket = config->fuse_keeper_socket;
-  const auto drain =
-      std::chrono::milliseconds(static_cast<int64_t>(config->handover_timeout_seconds * 1000));
-  auto manager = std::make_unique<MountManager>(**mounter, host, registry, mo);
+  auto manager =
+      std::make_unique<MountManager>(*plane.mounter, host, registry, MountManagerOptions(config));
   if (auto s = manager->Start(); !s) {
     log::Error("cannot restore mounts", {{"error", s.error().message()}});
   }
 
   AgentService::Options so;
-  so.cache_capacity_bytes = (*cache)->Stats().capacity_bytes;
-  so.block_size = (*cache)->block_size();
+  so.cache_capacity_bytes = plane.cache->Stats().capacity_bytes;
+  so.block_size = plane.cache->block_size();
   AgentService service(*manager, so);
 
   HttpServer http(registry, *manager);
-  if (!config->metrics_address.empty()) {
-    if (auto s = http.Start(config->MetricsHost(), config->MetricsPort()); !s) {
+  if (!config.metrics_address.empty()) {
+    if (auto s = http.Start(config.MetricsHost(), config.MetricsPort()); !s) {
       log::Error("cannot serve metrics", {{"error", s.error().message()}});
       manager->Shutdown();
       return 1;
@@ -165,18 +223,10 @@ int Run(int argc, char** argv) {
   }
 
   GrpcServerOptions go;
-  go.endpoint = "unix://" + config->socket;
+  go.endpoint = "unix://" + config.socket;
   go.socket_mode = 0600;  // root only: the API mounts file systems
-  auto served = ServeUntilSignal(go, {&service}, [&] {
-    http.Stop();
-    if (*peers) (*peers)->Shutdown();
-    // An upgrade or restart must not end the mounts: only NodeUnstage / spokectl unmount do.
-    if (!config->fuse_keeper_socket.empty()) {
-      manager->HandOver(drain);
-    } else {
-      manager->Shutdown();
-    }
-  });
+  auto served = ServeUntilSignal(go, {&service},
+                                 [&] { StopServing(config, http, plane.peers.get(), *manager); });
   int rc = 0;
   if (!served) {
     log::Error("cannot serve the agent API", {{"error", served.error().message()}});
@@ -185,14 +235,38 @@ int Run(int argc, char** argv) {
     rc = 1;
   }
   manager.reset();
-  mounter->reset();
-  peers->reset();  // after every volume (each leaves the peer node when it closes)
-  if (auto s = (*cache)->Close(); !s) {
+  plane.mounter.reset();
+  plane.peers.reset();  // after every volume (each leaves the peer node when it closes)
+  if (auto s = plane.cache->Close(); !s) {
     log::Error("cannot persist the cache index (the next start rebuilds it by scanning)",
                {{"error", s.error().message()}});
   }
   log::Info("stopped");
   return rc;
+}
+
+int Run(int argc, char** argv) {
+  using namespace spoke;
+  CommandLine cl;
+  if (auto exit_code = ParseCommandLine(argc, argv, cl)) return *exit_code;
+  // Before any thread exists, so that all of them inherit the blocked SIGTERM/SIGINT.
+  BlockShutdownSignals();
+
+  auto config = LoadConfig(cl);
+  if (!config) return 2;
+  log::SetLevel(config->log_level);
+  log::Info("starting spoke-cache-agent", {{"version", std::string(Version())},
+                                           {"config", cl.config_path},
+                                           {"socket", config->socket},
+                                           {"cache_dir", config->cache_dir},
+                                           {"cache_bytes", config->cache_size_bytes}});
+  if (!CreateAgentDirectories(*config)) return 1;
+  StartFuseKeeperIfAsked(*config);
+
+  metrics::Registry registry;
+  DataPlane plane;
+  if (!StartDataPlane(*config, registry, plane)) return 1;
+  return ServeAgent(*config, registry, plane);
 }
 
 }  // namespace

@@ -453,29 +453,48 @@ void PeerVolume::LeaveOutAbsent(PeerSet::View& view) {
       self.empty() || it == view.members.end() ? -1 : static_cast<int>(it - view.members.begin());
 }
 
+struct PeerVolume::Call {
+  grpc::ClientContext ctx;
+  peer::v1::GetBlockRequest req;
+  peer::v1::GetBlockResponse resp;
+  std::string member;
+  uint32_t length = 0;
+  Done done;
+};
+
 bool PeerVolume::FetchAsync(const Block& block, Done done) {
+  std::optional<std::string> owner = PeerToAsk(block);
+  if (!owner) return false;
+  std::shared_ptr<Call> call = MakeCall(block, std::move(*owner), std::move(done));
+  PeerNode& node = node_;  // outlives every call (volumes leave before the node goes)
+  // Outlives the call too: its fetcher waits for every fetch it started before it goes.
+  PeerVolume* self = this;
+  node.StubFor(call->member)
+      ->async()
+      ->GetBlock(&call->ctx, &call->req, &call->resp,
+                 [call, self](grpc::Status st) { self->OnAnswer(*call, st); });
+  return true;
+}
+
+std::optional<std::string> PeerVolume::PeerToAsk(const Block& block) {
   {
     MutexLock lock(serving_mu_);
-    if (serving_.contains(block.key)) return false;  // a peer asked us: we read the hub
+    if (serving_.contains(block.key)) return std::nullopt;  // a peer asked us: we read the hub
   }
-  if (node_.shut_down_.load()) return false;
+  if (node_.shut_down_.load()) return std::nullopt;
   PeerSet::View view = node_.members_->Live();
   node_.m_.members->Set(static_cast<int64_t>(view.members.size()));
   LeaveOutAbsent(view);
   uint64_t h = PeerBlockHash(key_, block.key.file_id, block.key.version, block.key.index);
   int owner = RendezvousOwner(view.members, h);
-  if (owner < 0 || owner == view.self) return false;
+  if (owner < 0 || owner == view.self) return std::nullopt;
+  return view.members[owner];
+}
 
-  struct Call {
-    grpc::ClientContext ctx;
-    peer::v1::GetBlockRequest req;
-    peer::v1::GetBlockResponse resp;
-    std::string member;
-    uint32_t length = 0;
-    Done done;
-  };
+std::shared_ptr<PeerVolume::Call> PeerVolume::MakeCall(const Block& block, std::string member,
+                                                       Done done) {
   auto call = std::make_shared<Call>();
-  call->member = view.members[owner];
+  call->member = std::move(member);
   call->length = block.length;
   call->done = std::move(done);
   call->ctx.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
@@ -491,51 +510,49 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   r.set_block_index(block.key.index);
   r.set_block_size(block_size_);
   r.set_length(block.length);
-  PeerNode& node = node_;  // outlives every call (volumes leave before the node goes)
-  // Outlives the call too: its fetcher waits for every fetch it started before it goes.
-  PeerVolume* self = this;
-  node.StubFor(call->member)
-      ->async()
-      ->GetBlock(&call->ctx, &call->req, &call->resp, [call, &node, self](grpc::Status st) {
-        auto fail = [&](std::string why) {
-          call->done(
-              std::unexpected(Error(Code::kUnavailable, "peer " + call->member + ": " + why)));
-        };
-        if (!st.ok()) {
-          // A refusal is an answer (the peer is alive); silence or a broken link is not.
-          bool refused = st.error_code() == grpc::StatusCode::NOT_FOUND ||
-                         st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-                         st.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
-          if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-            node.members_->ReportSuccess(call->member);  // alive, only busy
-            node.m_.fallback_busy->Inc();
-          } else if (refused) {
-            node.members_->ReportSuccess(call->member);
-            node.m_.fallback_refused->Inc();
-            if (st.error_code() == grpc::StatusCode::NOT_FOUND) self->MarkAbsent(call->member);
-          } else {
-            node.members_->ReportFailure(call->member);
-            node.m_.fallback_error->Inc();
-          }
-          if (log::Enabled(log::Level::kDebug)) {
-            log::Debug("peer ask failed", {{"peer", call->member}, {"error", st.error_message()}});
-          }
-          return fail(st.error_message());
-        }
-        node.members_->ReportSuccess(call->member);
-        const std::string& data = call->resp.data();
-        if (data.size() != call->length ||
-            XXH3_64bits(data.data(), data.size()) != call->resp.xxh3()) {
-          node.m_.checksum_rejects->Inc();
-          log::Warn("block from peer rejected: checksum or length mismatch",
-                    {{"peer", call->member}, {"path", call->req.file_path()}});
-          return fail("checksum mismatch");
-        }
-        node.m_.hits->Inc();
-        node.m_.hit_bytes->Inc(data.size());
-        call->done(std::vector<char>(data.begin(), data.end()));
-      });
-  return true;
+  return call;
+}
+
+void PeerVolume::OnAnswer(Call& call, const grpc::Status& st) {
+  auto fail = [&](std::string why) {
+    call.done(std::unexpected(Error(Code::kUnavailable, "peer " + call.member + ": " + why)));
+  };
+  if (!st.ok()) {
+    CountFailedAsk(call.member, st);
+    return fail(st.error_message());
+  }
+  node_.members_->ReportSuccess(call.member);
+  const std::string& data = call.resp.data();
+  if (data.size() != call.length || XXH3_64bits(data.data(), data.size()) != call.resp.xxh3()) {
+    node_.m_.checksum_rejects->Inc();
+    log::Warn("block from peer rejected: checksum or length mismatch",
+              {{"peer", call.member}, {"path", call.req.file_path()}});
+    return fail("checksum mismatch");
+  }
+  node_.m_.hits->Inc();
+  node_.m_.hit_bytes->Inc(data.size());
+  call.done(std::vector<char>(data.begin(), data.end()));
+}
+
+void PeerVolume::CountFailedAsk(const std::string& member, const grpc::Status& st) {
+  // A refusal is an answer (the peer is alive); silence or a broken link is not.
+  bool refused = st.error_code() == grpc::StatusCode::NOT_FOUND ||
+                 st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                 st.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+  if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    node_.members_->ReportSuccess(member);  // alive, only busy
+    node_.m_.fallback_busy->Inc();
+  } else if (refused) {
+    node_.members_->ReportSuccess(member);
+    node_.m_.fallback_refused->Inc();
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) MarkAbsent(member);
+  } else {
+    node_.members_->ReportFailure(member);
+    node_.m_.fallback_error->Inc();
+  }
+  if (log::Enabled(log::Level::kDebug)) {
+    log::Debug("peer ask failed", {{"peer", member}, {"error", st.error_message()}});
+  }
 }
 
 }  // namespace spoke::agent

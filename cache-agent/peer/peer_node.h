@@ -233,6 +233,17 @@ class PeerVolume final : public BlockSource {
   void MarkAbsent(const std::string& member) EXCLUDES(absent_mu_);
   // `view` without the members known not to serve this volume (self is never among them).
   void LeaveOutAbsent(PeerSet::View& view) EXCLUDES(absent_mu_);
+
+  // FetchAsync's steps. One ask in flight: its request, answer and callback.
+  struct Call;
+  // The member that owns `block`; nullopt when the hub is read instead (a peer asked this
+  // agent for it, the node is shutting down, or this agent owns it).
+  std::optional<std::string> PeerToAsk(const Block& block) EXCLUDES(serving_mu_, absent_mu_);
+  std::shared_ptr<Call> MakeCall(const Block& block, std::string member, Done done);
+  // Completes `call` with the peer's block, or an error that sends the read to the hub.
+  void OnAnswer(Call& call, const grpc::Status& st) EXCLUDES(absent_mu_);
+  // Tells the member set and the metrics what a failed ask says of the member.
+  void CountFailedAsk(const std::string& member, const grpc::Status& st) EXCLUDES(absent_mu_);
   Mutex absent_mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> absent_ GUARDED_BY(absent_mu_);
 

@@ -375,15 +375,33 @@ void PrefetchScheduler::UpdateAllowancesLocked(uint64_t space_limit) {
   }
 }
 
+struct PrefetchScheduler::SchedulePass {
+  uint64_t inflight = 0;  // the sink's bytes in flight, read again after each submit
+  uint64_t space = 0;     // SpaceLimitLocked at the start of the pass
+  uint64_t now = 0;       // the block clock
+  uint64_t submitted = 0;
+};
+
 void PrefetchScheduler::ScheduleLocked() {
   last_pass_idle_ = false;  // until the pass below has looked at every expert
   if (experts_.empty()) return;
-  const uint64_t bs = config_.block_size;
-  uint64_t inflight = sink_.InFlightBytes();
-  const uint64_t space = SpaceLimitLocked(inflight);
-  UpdateAllowancesLocked(space);
-  if (inflight + bs > config_.max_inflight_bytes) return;
+  SchedulePass pass;
+  pass.inflight = sink_.InFlightBytes();
+  pass.space = SpaceLimitLocked(pass.inflight);
+  UpdateAllowancesLocked(pass.space);
+  if (pass.inflight + config_.block_size > config_.max_inflight_bytes) return;
 
+  const std::vector<Expert*> order = ExpertsProvenFirstLocked();
+  pass.now = tracker_.blocks_read();
+  ForgetStaleDeclinesLocked(pass.now);
+  for (Expert* x : order) {
+    if (!ScheduleExpertLocked(*x, pass)) return;
+  }
+  last_pass_idle_ = pass.submitted == 0;
+  idle_epoch_ = tracker_.epoch();
+}
+
+std::vector<PrefetchScheduler::Expert*> PrefetchScheduler::ExpertsProvenFirstLocked() {
   std::vector<Expert*> order;
   order.reserve(experts_.size());
   for (Expert& x : experts_) order.push_back(&x);
@@ -393,110 +411,139 @@ void PrefetchScheduler::ScheduleLocked() {
     if (pa != pb) return pa;  // proven experts first
     return a->precision > b->precision;
   });
+  return order;
+}
 
-  const uint64_t now = tracker_.blocks_read();
+void PrefetchScheduler::ForgetStaleDeclinesLocked(uint64_t now) {
   if (!declined_.empty() && (now >= declined_until_ || tracker_.epoch() != declined_epoch_)) {
     declined_.clear();  // the cache moved on: ask again
   }
-  // Asks the cache before the block crosses the WAN; remembers a refusal (docs/design.md,
-  // "Admission before fetch"). Disclosed orders (hints) are exact: their blocks are fetched and
-  // the policy decides at store time, because a rank compared now against ranks given earlier
-  // would refuse blocks that are due soon.
-  const auto admitted = [&](const PrefetchRequest& p, uint64_t block,
-                            const Expert& by) REQUIRES(mu_) {
-    if (by.predictor->disclosed()) return true;
-    const BlockKey key = Key(p.file_id, p.version, block);
-    const double use = p.predicted_use + static_cast<double>(block - p.first_block);
-    if (sink_.WouldAdmit(key, AdmissionHint{by.id, use})) return true;
-    if (declined_.empty()) {
-      declined_until_ = now + config_.min_horizon_blocks;
-      declined_epoch_ = tracker_.epoch();
-    }
-    declined_.insert(key);
-    ++declined_total_;
-    return false;
-  };
-  uint64_t submitted = 0;
-  for (Expert* x : order) {
-    if (outstanding_bytes_ + bs > space) return;
-    if (x->outstanding_bytes + bs > x->allowance) continue;
-    const uint64_t budget =
-        std::min({x->allowance - x->outstanding_bytes, space - outstanding_bytes_,
-                  config_.max_inflight_bytes - inflight});
-    proposals_.clear();
-    x->predictor->Predict(budget, static_cast<uint32_t>(bs), &proposals_);
-    for (const PrefetchRequest& p : proposals_) {
-      const uint64_t file_blocks = (p.file_size + bs - 1) / bs;
-      const uint64_t end = std::min(p.first_block + p.block_count, file_blocks);
-      const auto length = [&](uint64_t b) { return std::min(bs, p.file_size - b * bs); };
-      uint64_t b = p.first_block;
-      while (b < end) {
-        // Skip what is outstanding, cached or being fetched (de-dup across experts).
-        if (PresentLocked(Key(p.file_id, p.version, b)) || !admitted(p, b, *x)) {
-          ++b;
-          continue;
-        }
-        // The longest run of absent blocks that fits every budget.
-        uint64_t n = 0, bytes = 0;
-        while (b + n < end && n < config_.max_request_blocks) {
-          const uint64_t len = length(b + n);
-          if (inflight + bytes + len > config_.max_inflight_bytes ||
-              outstanding_bytes_ + bytes + len > space ||
-              x->outstanding_bytes + bytes + len > x->allowance ||
-              PresentLocked(Key(p.file_id, p.version, b + n)) ||
-              (n > 0 && !admitted(p, b + n, *x))) {
-            break;
-          }
-          bytes += len;
-          ++n;
-        }
-        if (n == 0) break;
-        PrefetchRequest r = p;
-        r.first_block = b;
-        r.block_count = n;
-        r.predicted_use = p.predicted_use + static_cast<double>(b - p.first_block);
-        r.expert = x->id;
-        if (!sink_.Submit(r)) {
-          ++sink_refusals_;
-          return;  // the fetcher is full: retry on the next event or Tick
-        }
-        ++submitted;
-        inflight = sink_.InFlightBytes();
-        for (uint64_t i = 0; i < n; ++i) {
-          const BlockKey key = Key(p.file_id, p.version, b + i);
-          if (r.within_epoch) {
-            pending_[key] = Pending{x->id, 0, length(b + i), tracker_.epoch()};
-            std::vector<BlockKey>& list = epoch_pending_[tracker_.epoch()];
-            // Blocks read since stay listed: compact so a long epoch does not grow it.
-            if (list.size() >= 2 * outstanding_blocks_ + 1024) {
-              std::erase_if(list, [&](const BlockKey& k) REQUIRES(mu_) {
-                auto p = pending_.find(k);
-                return p == pending_.end() || p->second.epoch != tracker_.epoch();
-              });
-            }
-            list.push_back(key);
-            continue;
-          }
-          const double rank = std::max(0.0, r.predicted_use + static_cast<double>(i));
-          const uint64_t deadline =
-              now + config_.min_horizon_blocks + static_cast<uint64_t>(2 * rank);
-          pending_[key] = Pending{x->id, deadline, length(b + i), kOrdered};
-          deadlines_.push(Deadline{deadline, key});
-        }
-        outstanding_blocks_ += n;
-        outstanding_bytes_ += bytes;
-        x->outstanding += n;
-        x->outstanding_bytes += bytes;
-        x->predicted += n;
-        b += n;
-      }
-      if (inflight + bs > config_.max_inflight_bytes) return;
-      if (outstanding_bytes_ + bs > space) return;
-      if (x->outstanding_bytes + bs > x->allowance) break;
-    }
+}
+
+// Asks the cache before the block crosses the WAN; remembers a refusal (docs/design.md,
+// "Admission before fetch"). Disclosed orders (hints) are exact: their blocks are fetched and
+// the policy decides at store time, because a rank compared now against ranks given earlier
+// would refuse blocks that are due soon.
+bool PrefetchScheduler::AdmittedLocked(const PrefetchRequest& p, uint64_t block, const Expert& by,
+                                       uint64_t now) {
+  if (by.predictor->disclosed()) return true;
+  const BlockKey key = Key(p.file_id, p.version, block);
+  const double use = p.predicted_use + static_cast<double>(block - p.first_block);
+  if (sink_.WouldAdmit(key, AdmissionHint{by.id, use})) return true;
+  if (declined_.empty()) {
+    declined_until_ = now + config_.min_horizon_blocks;
+    declined_epoch_ = tracker_.epoch();
   }
-  last_pass_idle_ = submitted == 0;
-  idle_epoch_ = tracker_.epoch();
+  declined_.insert(key);
+  ++declined_total_;
+  return false;
+}
+
+bool PrefetchScheduler::ScheduleExpertLocked(Expert& x, SchedulePass& pass) {
+  const uint64_t bs = config_.block_size;
+  if (outstanding_bytes_ + bs > pass.space) return false;
+  if (x.outstanding_bytes + bs > x.allowance) return true;
+  const uint64_t budget =
+      std::min({x.allowance - x.outstanding_bytes, pass.space - outstanding_bytes_,
+                config_.max_inflight_bytes - pass.inflight});
+  proposals_.clear();
+  x.predictor->Predict(budget, static_cast<uint32_t>(bs), &proposals_);
+  for (const PrefetchRequest& p : proposals_) {
+    if (!SubmitProposalLocked(p, x, pass)) return false;
+    if (pass.inflight + bs > config_.max_inflight_bytes) return false;
+    if (outstanding_bytes_ + bs > pass.space) return false;
+    if (x.outstanding_bytes + bs > x.allowance) break;
+  }
+  return true;
+}
+
+bool PrefetchScheduler::SubmitProposalLocked(const PrefetchRequest& p, Expert& x,
+                                             SchedulePass& pass) {
+  const uint64_t bs = config_.block_size;
+  const uint64_t file_blocks = (p.file_size + bs - 1) / bs;
+  const uint64_t end = std::min(p.first_block + p.block_count, file_blocks);
+  uint64_t b = p.first_block;
+  while (b < end) {
+    // Skip what is outstanding, cached or being fetched (de-dup across experts).
+    if (PresentLocked(Key(p.file_id, p.version, b)) || !AdmittedLocked(p, b, x, pass.now)) {
+      ++b;
+      continue;
+    }
+    uint64_t bytes = 0;
+    const uint64_t n = AbsentRunLocked(p, b, end, x, pass, bytes);
+    if (n == 0) break;
+    PrefetchRequest r = p;
+    r.first_block = b;
+    r.block_count = n;
+    r.predicted_use = p.predicted_use + static_cast<double>(b - p.first_block);
+    r.expert = x.id;
+    if (!sink_.Submit(r)) {
+      ++sink_refusals_;
+      return false;  // the fetcher is full: retry on the next event or Tick
+    }
+    ++pass.submitted;
+    pass.inflight = sink_.InFlightBytes();
+    TrackSubmittedLocked(r, x, pass.now);
+    outstanding_blocks_ += n;
+    outstanding_bytes_ += bytes;
+    x.outstanding += n;
+    x.outstanding_bytes += bytes;
+    x.predicted += n;
+    b += n;
+  }
+  return true;
+}
+
+uint64_t PrefetchScheduler::AbsentRunLocked(const PrefetchRequest& p, uint64_t b, uint64_t end,
+                                            const Expert& x, const SchedulePass& pass,
+                                            uint64_t& bytes) {
+  const uint64_t bs = config_.block_size;
+  uint64_t n = 0;
+  bytes = 0;
+  while (b + n < end && n < config_.max_request_blocks) {
+    const uint64_t len = std::min(bs, p.file_size - (b + n) * bs);
+    if (pass.inflight + bytes + len > config_.max_inflight_bytes ||
+        outstanding_bytes_ + bytes + len > pass.space ||
+        x.outstanding_bytes + bytes + len > x.allowance ||
+        PresentLocked(Key(p.file_id, p.version, b + n)) ||
+        (n > 0 && !AdmittedLocked(p, b + n, x, pass.now))) {
+      break;
+    }
+    bytes += len;
+    ++n;
+  }
+  return n;
+}
+
+void PrefetchScheduler::TrackSubmittedLocked(const PrefetchRequest& r, const Expert& x,
+                                             uint64_t now) {
+  const uint64_t bs = config_.block_size;
+  for (uint64_t i = 0; i < r.block_count; ++i) {
+    const uint64_t block = r.first_block + i;
+    const BlockKey key = Key(r.file_id, r.version, block);
+    const uint64_t length = std::min(bs, r.file_size - block * bs);
+    if (r.within_epoch) {
+      pending_[key] = Pending{x.id, 0, length, tracker_.epoch()};
+      ListInEpochLocked(key);
+      continue;
+    }
+    const double rank = std::max(0.0, r.predicted_use + static_cast<double>(i));
+    const uint64_t deadline = now + config_.min_horizon_blocks + static_cast<uint64_t>(2 * rank);
+    pending_[key] = Pending{x.id, deadline, length, kOrdered};
+    deadlines_.push(Deadline{deadline, key});
+  }
+}
+
+void PrefetchScheduler::ListInEpochLocked(const BlockKey& key) {
+  std::vector<BlockKey>& list = epoch_pending_[tracker_.epoch()];
+  // Blocks read since stay listed: compact so a long epoch does not grow it.
+  if (list.size() >= 2 * outstanding_blocks_ + 1024) {
+    std::erase_if(list, [&](const BlockKey& k) REQUIRES(mu_) {
+      auto p = pending_.find(k);
+      return p == pending_.end() || p->second.epoch != tracker_.epoch();
+    });
+  }
+  list.push_back(key);
 }
 
 PrefetchStats PrefetchScheduler::Stats() const {

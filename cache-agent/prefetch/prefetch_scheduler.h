@@ -241,6 +241,25 @@ class PrefetchScheduler final : public CacheListener {
   uint64_t SpaceLimitLocked(uint64_t inflight) const REQUIRES(mu_);
   void UpdateAllowancesLocked(uint64_t space_limit) REQUIRES(mu_);
   void ScheduleLocked() REQUIRES(mu_);
+  // ScheduleLocked's steps. A pass's budgets and clock, kept across its experts.
+  struct SchedulePass;
+  std::vector<Expert*> ExpertsProvenFirstLocked() REQUIRES(mu_);
+  void ForgetStaleDeclinesLocked(uint64_t now) REQUIRES(mu_);
+  // Asks one expert for proposals within its allowance and submits them. False when the pass
+  // must stop (no room left, or the fetcher is full).
+  bool ScheduleExpertLocked(Expert& x, SchedulePass& pass) REQUIRES(mu_);
+  // Submits the absent, admitted blocks of `p` in runs; false when the fetcher refused one.
+  bool SubmitProposalLocked(const PrefetchRequest& p, Expert& x, SchedulePass& pass) REQUIRES(mu_);
+  // Whether the cache would keep `block` of `p`; remembers a refusal.
+  bool AdmittedLocked(const PrefetchRequest& p, uint64_t block, const Expert& by, uint64_t now)
+      REQUIRES(mu_);
+  // The number of blocks from `b` (absent and admitted) that fit every budget; their bytes
+  // in `bytes`.
+  uint64_t AbsentRunLocked(const PrefetchRequest& p, uint64_t b, uint64_t end, const Expert& x,
+                           const SchedulePass& pass, uint64_t& bytes) REQUIRES(mu_);
+  // Makes the blocks of a submitted request pending, until their epoch ends or a deadline.
+  void TrackSubmittedLocked(const PrefetchRequest& r, const Expert& x, uint64_t now) REQUIRES(mu_);
+  void ListInEpochLocked(const BlockKey& key) REQUIRES(mu_);
   // OnOpen/OnRead: a schedule pass unless nothing it looks at changed since the last one,
   // which went through every expert and found nothing to fetch (a warm working set: every
   // prediction is cached). Skipped passes would only re-check what is present; a miss, a

@@ -7,6 +7,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cache-agent/fs/kept_root.h"
 #include "cache-agent/fs/kernel_inode_log.h"
@@ -96,73 +97,18 @@ void Volume::ApplyMountGroup(uint32_t group, const std::string& root_file) {
             {{"volume", config_.volume_id}, {"group", group}});
 }
 
-Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_ptr<RemoteFs> remote,
-                                             BlockCache* cache,
-                                             std::shared_ptr<CacheListenerFanout> listeners,
-                                             metrics::Registry* registry, Clock& clock) {
-  SPOKE_RETURN_IF_ERROR(config.Validate());
-  if (remote == nullptr) return Fail(Code::kInvalidArgument, "remote: is required");
-  const VolumeContext& context = config.context;
-  std::unique_ptr<Volume> vol(new Volume(config, cache, std::move(listeners)));
-  metrics::Registry& reg = registry != nullptr ? *registry : vol->own_registry_;
-  // Hashed: metric labels carry no volume ids (share paths) or pod UIDs.
-  metrics::Labels labels{{"volume", VolumeMetricsLabel(config.volume_id)}};
-  vol->remote_ = std::move(remote);
+namespace {
 
+MetadataCache::Config MetadataConfig(const Volume::Config& config) {
   MetadataCache::Config mc;
-  mc.consistency = context.cache.consistency;
-  mc.ttl_seconds = context.cache.ttl_seconds;
+  mc.consistency = config.context.cache.consistency;
+  mc.ttl_seconds = config.context.cache.ttl_seconds;
   mc.walk_concurrency = config.walk_concurrency;
-  SPOKE_RETURN_IF_ERROR(mc.Validate());
-  vol->metadata_ = std::make_unique<MetadataCache>(*vol->remote_, mc, clock);
-  if (!config.state_dir.empty()) {
-    auto records = OpenRecords::Open(config.state_dir + "/open-files", /*clear=*/!config.adopted);
-    if (!records) {
-      // Without them a writer's handle would reach the hub as the agent after a restart.
-      return std::unexpected(records.error().Wrap("volume " + config.volume_id +
-                                                  ": the state directory's open records"));
-    }
-    vol->open_records_ = std::move(*records);
-  }
-  const std::string root_file = config.state_dir.empty() ? "" : config.state_dir + "/root";
-  auto kept_root = config.adopted && !root_file.empty() ? LoadRootAttr(root_file) : std::nullopt;
-  if (kept_root) {
-    vol->metadata_->InitFrom(*kept_root);
-  } else if (auto st = vol->metadata_->Init(); !st) {
-    Error e = st.error();
-    if (e.code() == Code::kTimeout) e = Error(Code::kUnavailable, e.message());
-    return std::unexpected(e.Wrap("volume " + config.volume_id + ": root of the volume"));
-  } else if (!root_file.empty()) {
-    if (auto saved = SaveRootAttr(root_file, vol->metadata_->RootAttr()); !saved) {
-      log::Warn("cannot keep the volume root for a restart: one while the hub is down fails",
-                {{"volume", config.volume_id}, {"error", saved.error().ToString()}});
-    }
-  }
-  if (context.mount_group && !kept_root && !vol->read_only_) {
-    vol->ApplyMountGroup(*context.mount_group, root_file);
-  }
-  if (!config.state_dir.empty()) {
-    // Every inode the kernel holds is known to the next agent at once, hub or no hub.
-    const std::string inode_file = config.state_dir + "/inodes";
-    if (config.adopted) {
-      size_t known = vol->metadata_->AdoptLoggedInodes(KernelInodeLog::Load(inode_file));
-      log::Info("inodes the kernel holds, known from the last agent",
-                {{"volume", config.volume_id}, {"inodes", known}});
-    }
-    if (auto inode_log = KernelInodeLog::Open(inode_file, /*fresh=*/!config.adopted); inode_log) {
-      vol->metadata_->LogKernelInodes(std::move(*inode_log));
-    } else {
-      log::Warn(
-          "cannot keep the kernel's inodes for a restart: after one while the hub is "
-          "down, files met before answer once the walk reaches them",
-          {{"volume", config.volume_id}, {"error", inode_log.error().ToString()}});
-    }
-  }
-  // Listed handles live in the metadata cache's inodes. Strict volumes read by path (their
-  // remote ignores the store).
-  if (mc.consistency != Consistency::kStrict) vol->remote_->UseHandleStore(vol->metadata_.get());
-  vol->metadata_->StartWalk();
+  return mc;
+}
 
+BlockFetcher::Config FetcherConfig(const Volume::Config& config, const BlockCache* cache,
+                                   Clock& clock) {
   BlockFetcher::Config fc;
   fc.block_size = cache != nullptr ? cache->block_size() : config.block_size;
   fc.max_hub_inflight = config.max_hub_inflight;
@@ -181,44 +127,137 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   // Pacing only ever narrows what the slots and the prefetch bound allow on a fast link.
   fc.pacing.max_window = std::max<uint64_t>(
       fc.prefetch_bytes_max, static_cast<uint64_t>(fc.max_hub_inflight) * fc.block_size);
-  SPOKE_RETURN_IF_ERROR(fc.Validate());
-  vol->fetcher_ = std::make_unique<BlockFetcher>(*vol->remote_, cache, VolumeKey(config.volume_id),
-                                                 fc, reg, labels);
+  return fc;
+}
 
+PrefetchDriver::Config DriverConfig(const Volume::Config& config, BlockCache* cache) {
   PrefetchDriver::Config pc;
   pc.volume_id = VolumeMetricsLabel(config.volume_id);  // labels its metrics
-  pc.mode = context.cache.prefetch;
+  pc.mode = config.context.cache.prefetch;
   pc.read_ahead_max_bytes = config.read_ahead_max_bytes;
   // The volume's share of the cache for unverified prefetches: a quarter of it (as
   // NoThrashPolicy's largest transient share), at least the read-ahead window.
   uint64_t capacity = cache != nullptr ? cache->Stats().capacity_bytes : 0;
   pc.space_budget_bytes = std::max<uint64_t>(capacity / 4, config.read_ahead_max_bytes);
-  pc.max_inflight_bytes = std::min<uint64_t>(64ull << 20, fc.prefetch_bytes_max);
+  pc.max_inflight_bytes = std::min<uint64_t>(64ull << 20, config.prefetch_bytes_max);
   pc.memory = config.memory;
   pc.hints_max_lines = config.hints_max_lines;
   pc.hints_max_bytes = config.hints_max_bytes;
-  vol->driver_ =
-      std::make_unique<PrefetchDriver>(pc, *vol->fetcher_, clock, vol->metadata_.get(), &reg);
-  if (vol->listeners_ && vol->driver_->listener() != nullptr)
-    vol->listeners_->Add(vol->fetcher_->volume_key(), vol->driver_->listener());
+  return pc;
+}
 
+VolumeFs::Config FsConfig(const Volume::Config& config, OpenRecords* open_records, bool read_only) {
+  const VolumeContext& context = config.context;
   VolumeFs::Config vc;
-  vc.open_records = vol->open_records_.get();
+  vc.open_records = open_records;
   vc.volume_id = config.volume_id;
-  vc.read_only = vol->read_only_;
+  vc.read_only = read_only;
   vc.consistency = context.cache.consistency;
   vc.write_back = context.write_mode == WriteMode::kWriteBack;
-  {
-    // A hub restart (a few request timeouts) is ridden out; waits sit above the retries.
-    auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(std::max(1.0, context.hub_timeout_seconds) * 1000));
-    vc.write_back_config.retry_bound =
-        std::max<std::chrono::milliseconds>(std::chrono::seconds(30), 3 * timeout);
-    vc.write_back_config.wait_bound = vc.write_back_config.retry_bound + 2 * timeout;
+  // A hub restart (a few request timeouts) is ridden out; waits sit above the retries.
+  auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(1.0, context.hub_timeout_seconds) * 1000));
+  vc.write_back_config.retry_bound =
+      std::max<std::chrono::milliseconds>(std::chrono::seconds(30), 3 * timeout);
+  vc.write_back_config.wait_bound = vc.write_back_config.retry_bound + 2 * timeout;
+  return vc;
+}
+
+}  // namespace
+
+Status Volume::OpenRecordsInStateDir() {
+  if (config_.state_dir.empty()) return Ok();
+  auto records = OpenRecords::Open(config_.state_dir + "/open-files", /*clear=*/!config_.adopted);
+  if (!records) {
+    // Without them a writer's handle would reach the hub as the agent after a restart.
+    return std::unexpected(records.error().Wrap("volume " + config_.volume_id +
+                                                ": the state directory's open records"));
   }
-  vol->fs_ =
-      std::make_unique<VolumeFs>(vc, *vol->remote_, *vol->metadata_, *vol->fetcher_,
-                                 vol->driver_->empty() ? nullptr : vol->driver_.get(), clock);
+  open_records_ = std::move(*records);
+  return Ok();
+}
+
+Result<bool> Volume::InitRoot(const std::string& root_file) {
+  auto kept_root = config_.adopted && !root_file.empty() ? LoadRootAttr(root_file) : std::nullopt;
+  if (kept_root) {
+    metadata_->InitFrom(*kept_root);
+    return true;
+  }
+  if (auto st = metadata_->Init(); !st) {
+    Error e = st.error();
+    if (e.code() == Code::kTimeout) e = Error(Code::kUnavailable, e.message());
+    return std::unexpected(e.Wrap("volume " + config_.volume_id + ": root of the volume"));
+  }
+  if (!root_file.empty()) {
+    if (auto saved = SaveRootAttr(root_file, metadata_->RootAttr()); !saved) {
+      log::Warn("cannot keep the volume root for a restart: one while the hub is down fails",
+                {{"volume", config_.volume_id}, {"error", saved.error().ToString()}});
+    }
+  }
+  return false;
+}
+
+// Every inode the kernel holds is known to the next agent at once, hub or no hub.
+void Volume::KeepKernelInodes() {
+  const std::string inode_file = config_.state_dir + "/inodes";
+  if (config_.adopted) {
+    size_t known = metadata_->AdoptLoggedInodes(KernelInodeLog::Load(inode_file));
+    log::Info("inodes the kernel holds, known from the last agent",
+              {{"volume", config_.volume_id}, {"inodes", known}});
+  }
+  if (auto inode_log = KernelInodeLog::Open(inode_file, /*fresh=*/!config_.adopted); inode_log) {
+    metadata_->LogKernelInodes(std::move(*inode_log));
+  } else {
+    log::Warn(
+        "cannot keep the kernel's inodes for a restart: after one while the hub is "
+        "down, files met before answer once the walk reaches them",
+        {{"volume", config_.volume_id}, {"error", inode_log.error().ToString()}});
+  }
+}
+
+Status Volume::OpenMetadata(Clock& clock) {
+  const MetadataCache::Config mc = MetadataConfig(config_);
+  SPOKE_RETURN_IF_ERROR(mc.Validate());
+  metadata_ = std::make_unique<MetadataCache>(*remote_, mc, clock);
+  SPOKE_RETURN_IF_ERROR(OpenRecordsInStateDir());
+  const std::string root_file = config_.state_dir.empty() ? "" : config_.state_dir + "/root";
+  SPOKE_TRY(const bool kept_root, InitRoot(root_file));
+  const VolumeContext& context = config_.context;
+  if (context.mount_group && !kept_root && !read_only_) {
+    ApplyMountGroup(*context.mount_group, root_file);
+  }
+  if (!config_.state_dir.empty()) KeepKernelInodes();
+  // Listed handles live in the metadata cache's inodes. Strict volumes read by path (their
+  // remote ignores the store).
+  if (mc.consistency != Consistency::kStrict) remote_->UseHandleStore(metadata_.get());
+  metadata_->StartWalk();
+  return Ok();
+}
+
+Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_ptr<RemoteFs> remote,
+                                             BlockCache* cache,
+                                             std::shared_ptr<CacheListenerFanout> listeners,
+                                             metrics::Registry* registry, Clock& clock) {
+  SPOKE_RETURN_IF_ERROR(config.Validate());
+  if (remote == nullptr) return Fail(Code::kInvalidArgument, "remote: is required");
+  std::unique_ptr<Volume> vol(new Volume(config, cache, std::move(listeners)));
+  metrics::Registry& reg = registry != nullptr ? *registry : vol->own_registry_;
+  // Hashed: metric labels carry no volume ids (share paths) or pod UIDs.
+  metrics::Labels labels{{"volume", VolumeMetricsLabel(config.volume_id)}};
+  vol->remote_ = std::move(remote);
+  SPOKE_RETURN_IF_ERROR(vol->OpenMetadata(clock));
+
+  const BlockFetcher::Config fc = FetcherConfig(config, cache, clock);
+  SPOKE_RETURN_IF_ERROR(fc.Validate());
+  vol->fetcher_ = std::make_unique<BlockFetcher>(*vol->remote_, cache, VolumeKey(config.volume_id),
+                                                 fc, reg, labels);
+  vol->driver_ = std::make_unique<PrefetchDriver>(DriverConfig(config, cache), *vol->fetcher_,
+                                                  clock, vol->metadata_.get(), &reg);
+  if (vol->listeners_ && vol->driver_->listener() != nullptr)
+    vol->listeners_->Add(vol->fetcher_->volume_key(), vol->driver_->listener());
+  vol->fs_ = std::make_unique<VolumeFs>(
+      FsConfig(config, vol->open_records_.get(), vol->read_only_), *vol->remote_, *vol->metadata_,
+      *vol->fetcher_, vol->driver_->empty() ? nullptr : vol->driver_.get(), clock);
   return vol;
 }
 
@@ -278,6 +317,150 @@ VolumeFigures Volume::Figures() {
   return f;
 }
 
+namespace {
+
+// Warm-up's tickets in flight. One thread keeps a window of warm tickets (each: up to 64
+// blocks of one file, queued in the fetcher's warm-up class): it starts tickets while the
+// window has room and finishes the oldest, so the hub sees every block the window holds at
+// once, not one file per thread. The window is bounded in blocks by twice the fetcher's hub
+// depth (the queued half refills slots as the older blocks come back, while finished tickets
+// wait their turn to be collected) and in bytes by its store queue (stored blocks must fit
+// it), and by the memory budget StartWarm takes room in; it always holds at least one ticket.
+class WarmupWindow {
+ public:
+  WarmupWindow(BlockFetcher& fetcher, const std::vector<WalkedFile>& files,
+               const std::function<void(const WarmupFigures&)>& progress);
+
+  bool empty() const { return window_.empty(); }
+  const std::optional<Error>& first_error() const { return first_error_; }
+
+  // Starts tickets while the window has room (or is empty).
+  void StartTickets(const std::atomic<bool>& cancelled);
+  // Waits for the oldest ticket, waking now and then to report and to notice a cancel.
+  // Returns false when cancelled.
+  bool WaitOldest(const std::atomic<bool>& cancelled);
+  void FinishOldest();
+  void Report();
+  // Reports when the last report is 200 ms old.
+  void MaybeReport();
+
+ private:
+  static constexpr uint64_t kTicketBlocks = 64;
+  struct Pending {
+    size_t file;
+    uint64_t bytes;  // of the file's range the ticket covers
+    BlockFetcher::WarmTicket ticket;
+  };
+
+  // Starts the current file's next ticket; false when the window has no room for it.
+  bool StartNextTicket();
+
+  BlockFetcher& fetcher_;
+  const std::vector<WalkedFile>& files_;
+  const std::function<void(const WarmupFigures&)>& progress_;
+  const uint32_t bs_;
+  const uint64_t window_blocks_;
+  const uint64_t window_bytes_;
+  WarmupFigures figures_;
+  std::deque<Pending> window_;
+  uint64_t window_used_blocks_ = 0, window_used_bytes_ = 0;
+  std::vector<uint32_t> outstanding_;  // unfinished tickets per file
+  std::vector<bool> failed_;
+  uint64_t files_done_ = 0, bytes_done_ = 0, hub_bytes_ = 0;
+  std::optional<Error> first_error_;
+  size_t cur_ = 0;      // file whose blocks are being started
+  uint64_t block_ = 0;  // its next block
+  std::chrono::steady_clock::time_point next_report_;
+};
+
+WarmupWindow::WarmupWindow(BlockFetcher& fetcher, const std::vector<WalkedFile>& files,
+                           const std::function<void(const WarmupFigures&)>& progress)
+    : fetcher_(fetcher),
+      files_(files),
+      progress_(progress),
+      bs_(fetcher.block_size()),
+      window_blocks_(2 * static_cast<uint64_t>(fetcher.max_hub_inflight())),
+      window_bytes_(fetcher.store_queue_bytes_max()),
+      outstanding_(files.size(), 0),
+      failed_(files.size(), false),
+      next_report_(std::chrono::steady_clock::now() + 200ms) {
+  figures_.files_total = files.size();
+  for (const auto& f : files) figures_.bytes_total += f.size;
+}
+
+void WarmupWindow::StartTickets(const std::atomic<bool>& cancelled) {
+  while (cur_ < files_.size() && !cancelled.load()) {
+    if (!StartNextTicket()) break;
+  }
+}
+
+bool WarmupWindow::StartNextTicket() {
+  const auto& wf = files_[cur_];
+  const uint64_t blocks = (wf.size + bs_ - 1) / bs_;
+  if (block_ >= blocks || failed_[cur_]) {
+    if (outstanding_[cur_] == 0) files_done_++;
+    cur_++;
+    block_ = 0;
+    return true;
+  }
+  const uint64_t n = std::min<uint64_t>(kTicketBlocks, blocks - block_);
+  const uint64_t n_bytes = std::min<uint64_t>(n * bs_, wf.size - block_ * bs_);
+  if (!window_.empty() &&
+      (window_used_blocks_ + n > window_blocks_ || window_used_bytes_ + n_bytes > window_bytes_)) {
+    return false;
+  }
+  FileRef ref{wf.path, wf.file_id, wf.version, wf.size};
+  Pending p{cur_, n_bytes, fetcher_.StartWarm(ref, block_, n)};
+  window_used_blocks_ += p.ticket.blocks();
+  window_used_bytes_ += p.ticket.bytes();
+  outstanding_[cur_]++;
+  window_.push_back(std::move(p));
+  block_ += n;
+  MaybeReport();
+  return true;
+}
+
+bool WarmupWindow::WaitOldest(const std::atomic<bool>& cancelled) {
+  while (!cancelled.load() &&
+         !fetcher_.WaitWarm(window_.front().ticket, std::chrono::steady_clock::now() + 200ms)) {
+    MaybeReport();
+  }
+  return !cancelled.load();
+}
+
+void WarmupWindow::FinishOldest() {
+  Pending p = std::move(window_.front());
+  window_.pop_front();
+  window_used_blocks_ -= p.ticket.blocks();
+  window_used_bytes_ -= p.ticket.bytes();
+  auto r = fetcher_.FinishWarm(std::move(p.ticket));
+  if (r) {
+    hub_bytes_ += *r;
+    if (!failed_[p.file]) bytes_done_ += p.bytes;
+  } else {
+    if (!first_error_) first_error_ = r.error().Wrap("warm-up of " + files_[p.file].path);
+    failed_[p.file] = true;  // its later blocks are not started
+  }
+  // A file is done when its last ticket is finished and the starter has moved past it
+  // (files start in order: every file before `cur_` has all its tickets started).
+  if (--outstanding_[p.file] == 0 && p.file != cur_) files_done_++;
+}
+
+void WarmupWindow::Report() {
+  figures_.files_done = files_done_;
+  figures_.bytes_done = bytes_done_;
+  figures_.bytes_from_hub = hub_bytes_;
+  if (progress_) progress_(figures_);
+}
+
+void WarmupWindow::MaybeReport() {
+  if (std::chrono::steady_clock::now() < next_report_) return;
+  Report();
+  next_report_ = std::chrono::steady_clock::now() + 200ms;
+}
+
+}  // namespace
+
 Status Volume::Warmup(const std::string& path_prefix,
                       const std::function<void(const WarmupFigures&)>& progress,
                       const std::atomic<bool>& cancelled) {
@@ -289,102 +472,18 @@ Status Volume::Warmup(const std::string& path_prefix,
   if (files.empty() && !prefix.empty()) {
     SPOKE_RETURN_IF_ERROR(metadata_->Resolve(prefix));
   }
-  WarmupFigures figures;
-  figures.files_total = files.size();
-  for (const auto& f : files) figures.bytes_total += f.size;
-  // One thread keeps a window of warm tickets in flight (each: up to 64 blocks of one file,
-  // queued in the fetcher's warm-up class): it starts tickets while the window has room and
-  // finishes the oldest, so the hub sees every block the window holds at once, not one file
-  // per thread. The window is bounded in blocks by twice the fetcher's hub depth (the
-  // queued half refills slots as the older blocks come back, while finished tickets wait
-  // their turn to be collected) and in bytes by its store queue (stored blocks must fit it),
-  // and by the memory budget StartWarm takes room in; it always holds at least one ticket.
-  const uint32_t bs = fetcher_->block_size();
-  const uint64_t window_blocks = 2 * static_cast<uint64_t>(fetcher_->max_hub_inflight());
-  const uint64_t window_bytes = fetcher_->store_queue_bytes_max();
-  constexpr uint64_t kTicketBlocks = 64;
-  struct Pending {
-    size_t file;
-    uint64_t bytes;  // of the file's range the ticket covers
-    BlockFetcher::WarmTicket ticket;
-  };
-  std::deque<Pending> window;
-  uint64_t window_used_blocks = 0, window_used_bytes = 0;
-  std::vector<uint32_t> outstanding(files.size(), 0);  // unfinished tickets per file
-  std::vector<bool> failed(files.size(), false);
-  uint64_t files_done = 0, bytes_done = 0, hub_bytes = 0;
-  std::optional<Error> first_error;
-  size_t cur = 0;      // file whose blocks are being started
-  uint64_t block = 0;  // its next block
-  auto report = [&] {
-    figures.files_done = files_done;
-    figures.bytes_done = bytes_done;
-    figures.bytes_from_hub = hub_bytes;
-    if (progress) progress(figures);
-  };
-  auto next_report = std::chrono::steady_clock::now() + 200ms;
-  auto maybe_report = [&] {
-    if (std::chrono::steady_clock::now() < next_report) return;
-    report();
-    next_report = std::chrono::steady_clock::now() + 200ms;
-  };
-  auto finish_oldest = [&] {
-    Pending p = std::move(window.front());
-    window.pop_front();
-    window_used_blocks -= p.ticket.blocks();
-    window_used_bytes -= p.ticket.bytes();
-    auto r = fetcher_->FinishWarm(std::move(p.ticket));
-    if (r) {
-      hub_bytes += *r;
-      if (!failed[p.file]) bytes_done += p.bytes;
-    } else {
-      if (!first_error) first_error = r.error().Wrap("warm-up of " + files[p.file].path);
-      failed[p.file] = true;  // its later blocks are not started
-    }
-    // A file is done when its last ticket is finished and the starter has moved past it
-    // (files start in order: every file before `cur` has all its tickets started).
-    if (--outstanding[p.file] == 0 && p.file != cur) files_done++;
-  };
+  WarmupWindow window(*fetcher_, files, progress);
   while (!cancelled.load()) {
-    // Start tickets while the window has room (or is empty).
-    while (cur < files.size() && !cancelled.load()) {
-      const auto& wf = files[cur];
-      const uint64_t blocks = (wf.size + bs - 1) / bs;
-      if (block >= blocks || failed[cur]) {
-        if (outstanding[cur] == 0) files_done++;
-        cur++;
-        block = 0;
-        continue;
-      }
-      const uint64_t n = std::min<uint64_t>(kTicketBlocks, blocks - block);
-      const uint64_t n_bytes = std::min<uint64_t>(n * bs, wf.size - block * bs);
-      if (!window.empty() &&
-          (window_used_blocks + n > window_blocks || window_used_bytes + n_bytes > window_bytes)) {
-        break;
-      }
-      FileRef ref{wf.path, wf.file_id, wf.version, wf.size};
-      Pending p{cur, n_bytes, fetcher_->StartWarm(ref, block, n)};
-      window_used_blocks += p.ticket.blocks();
-      window_used_bytes += p.ticket.bytes();
-      outstanding[cur]++;
-      window.push_back(std::move(p));
-      block += n;
-      maybe_report();
-    }
+    window.StartTickets(cancelled);
     if (window.empty()) break;  // every file started and finished
-    // Collect the oldest ticket, waking now and then to report and to notice a cancel.
-    while (!cancelled.load() &&
-           !fetcher_->WaitWarm(window.front().ticket, std::chrono::steady_clock::now() + 200ms)) {
-      maybe_report();
-    }
-    if (cancelled.load()) break;
-    finish_oldest();
-    maybe_report();
+    if (!window.WaitOldest(cancelled)) break;
+    window.FinishOldest();
+    window.MaybeReport();
   }
   // Tickets left unfinished on a cancel: their fetches complete and are cached on their own.
-  report();
+  window.Report();
   if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
-  if (first_error) return std::unexpected(*first_error);
+  if (window.first_error()) return std::unexpected(*window.first_error());
   return Ok();
 }
 

@@ -121,6 +121,14 @@ class Volume {
   Volume(const Config& config, BlockCache* cache, std::shared_ptr<CacheListenerFanout> listeners);
   // Gives the volume's root the pod's fsGroup on the hub (VolumeContext::mount_group).
   void ApplyMountGroup(uint32_t group, const std::string& root_file);
+  // Open's steps up to the metadata walk: the metadata cache, the records of open handles,
+  // the root (its group), the kernel's inodes.
+  Status OpenMetadata(Clock& clock);
+  Status OpenRecordsInStateDir();
+  // Reads the root: the kept one when adopted (no hub round trip), else the hub's (and keeps
+  // it). Returns whether the kept root was used.
+  Result<bool> InitRoot(const std::string& root_file);
+  void KeepKernelInodes();
 
   Config config_;
   bool read_only_;

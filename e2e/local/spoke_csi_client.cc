@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -133,9 +134,7 @@ int Finish(const grpc::Status& s, const json& out) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -163,100 +162,124 @@ int main(int argc, char** argv) {
   }
   if (a.endpoint.empty()) Usage("--endpoint is required");
   if (a.command.empty()) Usage("a command is required");
+  return a;
+}
+
+int Info(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& ctx, const Args& a) {
+  auto identity = csi::v1::Identity::NewStub(channel);
+  csi::v1::GetPluginInfoResponse info;
+  auto s = identity->GetPluginInfo(&ctx, {}, &info);
+  if (!s.ok()) return Finish(s, {});
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(a.timeout_seconds));
+  csi::v1::NodeGetInfoResponse node;
+  s = csi::v1::Node::NewStub(channel)->NodeGetInfo(&ctx2, {}, &node);
+  return Finish(s, {{"name", info.name()},
+                    {"vendor_version", info.vendor_version()},
+                    {"node_id", node.node_id()},
+                    {"topology", ToJson(node.accessible_topology().segments())}});
+}
+
+int CreateVolume(csi::v1::Controller::Stub& controller, grpc::ClientContext& ctx, const Args& a) {
+  csi::v1::CreateVolumeRequest req;
+  req.set_name(Need(a, "name"));
+  for (const auto& [k, v] : a.params) (*req.mutable_parameters())[k] = v;
+  *req.add_volume_capabilities() = Capability(a);
+  if (std::string c = Opt(a, "capacity"); !c.empty()) {
+    req.mutable_capacity_range()->set_required_bytes(std::stoll(c));
+  }
+  csi::v1::CreateVolumeResponse resp;
+  auto s = controller.CreateVolume(&ctx, req, &resp);
+  return Finish(s, {{"volume_id", resp.volume().volume_id()},
+                    {"capacity_bytes", resp.volume().capacity_bytes()},
+                    {"volume_context", ToJson(resp.volume().volume_context())}});
+}
+
+int DeleteVolume(csi::v1::Controller::Stub& controller, grpc::ClientContext& ctx, const Args& a) {
+  csi::v1::DeleteVolumeRequest req;
+  req.set_volume_id(Need(a, "volume-id"));
+  csi::v1::DeleteVolumeResponse resp;
+  return Finish(controller.DeleteVolume(&ctx, req, &resp), json::object());
+}
+
+int Stage(csi::v1::Node::Stub& node, grpc::ClientContext& ctx, const Args& a) {
+  csi::v1::NodeStageVolumeRequest req;
+  req.set_volume_id(Need(a, "volume-id"));
+  req.set_staging_target_path(Need(a, "staging"));
+  *req.mutable_volume_capability() = Capability(a);
+  for (const auto& [k, v] : Context(a)) (*req.mutable_volume_context())[k] = v;
+  csi::v1::NodeStageVolumeResponse resp;
+  return Finish(node.NodeStageVolume(&ctx, req, &resp), json::object());
+}
+
+int Unstage(csi::v1::Node::Stub& node, grpc::ClientContext& ctx, const Args& a) {
+  csi::v1::NodeUnstageVolumeRequest req;
+  req.set_volume_id(Need(a, "volume-id"));
+  req.set_staging_target_path(Need(a, "staging"));
+  csi::v1::NodeUnstageVolumeResponse resp;
+  return Finish(node.NodeUnstageVolume(&ctx, req, &resp), json::object());
+}
+
+int Publish(csi::v1::Node::Stub& node, grpc::ClientContext& ctx, const Args& a) {
+  csi::v1::NodePublishVolumeRequest req;
+  req.set_volume_id(Need(a, "volume-id"));
+  req.set_target_path(Need(a, "target"));
+  req.set_staging_target_path(Opt(a, "staging"));
+  req.set_readonly(a.readonly);
+  *req.mutable_volume_capability() = Capability(a);
+  for (const auto& [k, v] : Context(a)) (*req.mutable_volume_context())[k] = v;
+  csi::v1::NodePublishVolumeResponse resp;
+  return Finish(node.NodePublishVolume(&ctx, req, &resp), json::object());
+}
+
+int Unpublish(csi::v1::Node::Stub& node, grpc::ClientContext& ctx, const Args& a) {
+  csi::v1::NodeUnpublishVolumeRequest req;
+  req.set_volume_id(Need(a, "volume-id"));
+  req.set_target_path(Need(a, "target"));
+  csi::v1::NodeUnpublishVolumeResponse resp;
+  return Finish(node.NodeUnpublishVolume(&ctx, req, &resp), json::object());
+}
+
+int Stats(csi::v1::Node::Stub& node, grpc::ClientContext& ctx, const Args& a) {
+  csi::v1::NodeGetVolumeStatsRequest req;
+  req.set_volume_id(Need(a, "volume-id"));
+  req.set_volume_path(Need(a, "path"));
+  csi::v1::NodeGetVolumeStatsResponse resp;
+  auto s = node.NodeGetVolumeStats(&ctx, req, &resp);
+  json usage = json::array();
+  for (const auto& u : resp.usage()) {
+    usage.push_back({{"unit", u.unit() == csi::v1::VolumeUsage::BYTES ? "BYTES" : "INODES"},
+                     {"total", u.total()},
+                     {"available", u.available()},
+                     {"used", u.used()}});
+  }
+  return Finish(s, {{"usage", usage},
+                    {"condition",
+                     {{"abnormal", resp.volume_condition().abnormal()},
+                      {"message", resp.volume_condition().message()}}}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = ParseArgs(argc, argv);
   std::string target = a.endpoint.starts_with("unix://") ? a.endpoint : "unix://" + a.endpoint;
   auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(a.timeout_seconds));
   ctx.set_wait_for_ready(true);  // the plugin may still be starting
 
-  if (a.command == "info") {
-    auto identity = csi::v1::Identity::NewStub(channel);
-    csi::v1::GetPluginInfoResponse info;
-    auto s = identity->GetPluginInfo(&ctx, {}, &info);
-    if (!s.ok()) return Finish(s, {});
-    grpc::ClientContext ctx2;
-    ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(a.timeout_seconds));
-    csi::v1::NodeGetInfoResponse node;
-    s = csi::v1::Node::NewStub(channel)->NodeGetInfo(&ctx2, {}, &node);
-    return Finish(s, {{"name", info.name()},
-                      {"vendor_version", info.vendor_version()},
-                      {"node_id", node.node_id()},
-                      {"topology", ToJson(node.accessible_topology().segments())}});
-  }
+  if (a.command == "info") return Info(channel, ctx, a);
   if (a.command == "create-volume" || a.command == "delete-volume") {
     auto controller = csi::v1::Controller::NewStub(channel);
-    if (a.command == "create-volume") {
-      csi::v1::CreateVolumeRequest req;
-      req.set_name(Need(a, "name"));
-      for (const auto& [k, v] : a.params) (*req.mutable_parameters())[k] = v;
-      *req.add_volume_capabilities() = Capability(a);
-      if (std::string c = Opt(a, "capacity"); !c.empty()) {
-        req.mutable_capacity_range()->set_required_bytes(std::stoll(c));
-      }
-      csi::v1::CreateVolumeResponse resp;
-      auto s = controller->CreateVolume(&ctx, req, &resp);
-      return Finish(s, {{"volume_id", resp.volume().volume_id()},
-                        {"capacity_bytes", resp.volume().capacity_bytes()},
-                        {"volume_context", ToJson(resp.volume().volume_context())}});
-    }
-    csi::v1::DeleteVolumeRequest req;
-    req.set_volume_id(Need(a, "volume-id"));
-    csi::v1::DeleteVolumeResponse resp;
-    return Finish(controller->DeleteVolume(&ctx, req, &resp), json::object());
+    if (a.command == "create-volume") return CreateVolume(*controller, ctx, a);
+    return DeleteVolume(*controller, ctx, a);
   }
-
   auto node = csi::v1::Node::NewStub(channel);
-  if (a.command == "stage") {
-    csi::v1::NodeStageVolumeRequest req;
-    req.set_volume_id(Need(a, "volume-id"));
-    req.set_staging_target_path(Need(a, "staging"));
-    *req.mutable_volume_capability() = Capability(a);
-    for (const auto& [k, v] : Context(a)) (*req.mutable_volume_context())[k] = v;
-    csi::v1::NodeStageVolumeResponse resp;
-    return Finish(node->NodeStageVolume(&ctx, req, &resp), json::object());
-  }
-  if (a.command == "unstage") {
-    csi::v1::NodeUnstageVolumeRequest req;
-    req.set_volume_id(Need(a, "volume-id"));
-    req.set_staging_target_path(Need(a, "staging"));
-    csi::v1::NodeUnstageVolumeResponse resp;
-    return Finish(node->NodeUnstageVolume(&ctx, req, &resp), json::object());
-  }
-  if (a.command == "publish") {
-    csi::v1::NodePublishVolumeRequest req;
-    req.set_volume_id(Need(a, "volume-id"));
-    req.set_target_path(Need(a, "target"));
-    req.set_staging_target_path(Opt(a, "staging"));
-    req.set_readonly(a.readonly);
-    *req.mutable_volume_capability() = Capability(a);
-    for (const auto& [k, v] : Context(a)) (*req.mutable_volume_context())[k] = v;
-    csi::v1::NodePublishVolumeResponse resp;
-    return Finish(node->NodePublishVolume(&ctx, req, &resp), json::object());
-  }
-  if (a.command == "unpublish") {
-    csi::v1::NodeUnpublishVolumeRequest req;
-    req.set_volume_id(Need(a, "volume-id"));
-    req.set_target_path(Need(a, "target"));
-    csi::v1::NodeUnpublishVolumeResponse resp;
-    return Finish(node->NodeUnpublishVolume(&ctx, req, &resp), json::object());
-  }
-  if (a.command == "stats") {
-    csi::v1::NodeGetVolumeStatsRequest req;
-    req.set_volume_id(Need(a, "volume-id"));
-    req.set_volume_path(Need(a, "path"));
-    csi::v1::NodeGetVolumeStatsResponse resp;
-    auto s = node->NodeGetVolumeStats(&ctx, req, &resp);
-    json usage = json::array();
-    for (const auto& u : resp.usage()) {
-      usage.push_back({{"unit", u.unit() == csi::v1::VolumeUsage::BYTES ? "BYTES" : "INODES"},
-                       {"total", u.total()},
-                       {"available", u.available()},
-                       {"used", u.used()}});
-    }
-    return Finish(s, {{"usage", usage},
-                      {"condition",
-                       {{"abnormal", resp.volume_condition().abnormal()},
-                        {"message", resp.volume_condition().message()}}}});
-  }
+  if (a.command == "stage") return Stage(*node, ctx, a);
+  if (a.command == "unstage") return Unstage(*node, ctx, a);
+  if (a.command == "publish") return Publish(*node, ctx, a);
+  if (a.command == "unpublish") return Unpublish(*node, ctx, a);
+  if (a.command == "stats") return Stats(*node, ctx, a);
   Usage("unknown command " + a.command);
 }
