@@ -245,6 +245,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const Config& config, std::unique_p
   // Hashed: metric labels carry no volume ids (share paths) or pod UIDs.
   metrics::Labels labels{{"volume", VolumeMetricsLabel(config.volume_id)}};
   vol->remote_ = std::move(remote);
+  vol->RegisterWarmupSeries(reg, labels);
   SPOKE_RETURN_IF_ERROR(vol->OpenMetadata(clock));
 
   const BlockFetcher::Config fc = FetcherConfig(config, cache, clock);
@@ -461,9 +462,70 @@ void WarmupWindow::MaybeReport() {
 
 }  // namespace
 
+void Volume::RegisterWarmupSeries(metrics::Registry& reg, const metrics::Labels& labels) {
+  auto result = [&](const char* r) {
+    metrics::Labels l = labels;
+    l["result"] = r;
+    return &reg.GetCounter("spoke_warmups_total", "Warm-ups ended, by result", l);
+  };
+  warmup_series_ = WarmupSeries{
+      .running = &reg.GetGauge("spoke_warmup_running", "Warm-ups running", labels),
+      .remaining_bytes = &reg.GetGauge("spoke_warmup_remaining_bytes",
+                                       "Bytes the running warm-ups have still to cache", labels),
+      .bytes = &reg.GetCounter("spoke_warmup_bytes_total", "Bytes warm-ups found or made cached",
+                               labels),
+      .files = &reg.GetCounter("spoke_warmup_files_total", "Files warm-ups finished", labels),
+      .ok = result("ok"),
+      .failed = result("failed"),
+      .cancelled = result("cancelled"),
+  };
+}
+
+// Its progress reports move the volume's warm-up series by what changed since its last one;
+// when it ends, its remaining bytes leave the gauge and its result is counted.
+class Volume::WarmupRun {
+ public:
+  WarmupRun(const WarmupSeries& series, const std::function<void(const WarmupFigures&)>& progress)
+      : series_(series), progress_(progress) {
+    series_.running->Add(1);
+  }
+  ~WarmupRun() {
+    series_.remaining_bytes->Add(-Remaining(last_));
+    series_.running->Add(-1);
+  }
+  void Report(const WarmupFigures& f) {
+    if (f.bytes_done > last_.bytes_done) series_.bytes->Inc(f.bytes_done - last_.bytes_done);
+    if (f.files_done > last_.files_done) series_.files->Inc(f.files_done - last_.files_done);
+    series_.remaining_bytes->Add(Remaining(f) - Remaining(last_));
+    last_ = f;
+    if (progress_) progress_(f);
+  }
+  Status End(Status s, bool cancelled) {
+    (s ? series_.ok : cancelled ? series_.cancelled : series_.failed)->Inc();
+    return s;
+  }
+
+ private:
+  static int64_t Remaining(const WarmupFigures& f) {
+    return f.bytes_total > f.bytes_done ? static_cast<int64_t>(f.bytes_total - f.bytes_done) : 0;
+  }
+  const WarmupSeries& series_;
+  const std::function<void(const WarmupFigures&)>& progress_;
+  WarmupFigures last_;
+};
+
 Status Volume::Warmup(const std::string& path_prefix,
                       const std::function<void(const WarmupFigures&)>& progress,
                       const std::atomic<bool>& cancelled) {
+  WarmupRun run(warmup_series_, progress);
+  return run.End(WarmupFiles(
+                     path_prefix, [&](const WarmupFigures& f) { run.Report(f); }, cancelled),
+                 cancelled.load());
+}
+
+Status Volume::WarmupFiles(const std::string& path_prefix,
+                           const std::function<void(const WarmupFigures&)>& progress,
+                           const std::atomic<bool>& cancelled) {
   SPOKE_TRY(auto prefix, NormalizeRelativePath(path_prefix, "path"));
   while (!metadata_->WaitWalk(200ms)) {
     if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");

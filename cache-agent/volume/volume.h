@@ -119,6 +119,10 @@ class Volume {
 
  private:
   Volume(const Config& config, BlockCache* cache, std::shared_ptr<CacheListenerFanout> listeners);
+  // Warmup's work, reporting to `progress` (which feeds the warm-up series).
+  Status WarmupFiles(const std::string& path_prefix,
+                     const std::function<void(const WarmupFigures&)>& progress,
+                     const std::atomic<bool>& cancelled);
   // Gives the volume's root the pod's fsGroup on the hub (VolumeContext::mount_group).
   void ApplyMountGroup(uint32_t group, const std::string& root_file);
   // Open's steps up to the metadata walk: the metadata cache, the records of open handles,
@@ -130,11 +134,26 @@ class Volume {
   Result<bool> InitRoot(const std::string& root_file);
   void KeepKernelInodes();
 
+  // Warm-up progress for dashboards and alerts: counters of what warm-ups cached (rate() is
+  // their speed) and the bytes the running ones still have to go (remaining / rate = ETA).
+  struct WarmupSeries {
+    metrics::Gauge* running = nullptr;
+    metrics::Gauge* remaining_bytes = nullptr;
+    metrics::Counter* bytes = nullptr;
+    metrics::Counter* files = nullptr;
+    metrics::Counter* ok = nullptr;
+    metrics::Counter* failed = nullptr;
+    metrics::Counter* cancelled = nullptr;
+  };
+  void RegisterWarmupSeries(metrics::Registry& reg, const metrics::Labels& labels);
+  class WarmupRun;  // one warm-up's share of the series
+
   Config config_;
   bool read_only_;
   BlockCache* cache_;
   std::shared_ptr<CacheListenerFanout> listeners_;
   metrics::Registry own_registry_;  // when the caller gives none
+  WarmupSeries warmup_series_;
   // Built in this order, destroyed in the reverse one.
   std::unique_ptr<RemoteFs> remote_;
   std::unique_ptr<MetadataCache> metadata_;

@@ -133,6 +133,51 @@ TEST(Volume, WarmupFetchesEveryBlockUnderThePrefixOnce) {
   EXPECT_EQ(rig.cache.blocks(), 6u);
 }
 
+// Warm-ups report to the volume's series: what they cached (counters whose rate is their
+// speed), the bytes the running ones have still to go, how many run, and how each ended.
+TEST(Volume, WarmupProgressReachesTheVolumesSeries) {
+  VolumeRig rig;
+  ASSERT_TRUE(rig.volume);
+  const metrics::Labels labels{{"volume", VolumeMetricsLabel("vol")}};
+  auto& running = rig.registry.GetGauge("spoke_warmup_running", "", labels);
+  auto& remaining = rig.registry.GetGauge("spoke_warmup_remaining_bytes", "", labels);
+  auto& bytes = rig.registry.GetCounter("spoke_warmup_bytes_total", "", labels);
+  auto& files = rig.registry.GetCounter("spoke_warmup_files_total", "", labels);
+  auto ended = [&](const char* result) {
+    metrics::Labels l = labels;
+    l["result"] = result;
+    return rig.registry.GetCounter("spoke_warmups_total", "", l).Value();
+  };
+  std::atomic<bool> cancelled{false};
+  int64_t running_during = 0, remaining_at_first = -1;
+  ASSERT_TRUE(rig.volume->Warmup(
+      "a",
+      [&](const WarmupFigures& f) {
+        running_during = running.Value();
+        if (remaining_at_first < 0) remaining_at_first = remaining.Value();
+        EXPECT_EQ(remaining.Value(), static_cast<int64_t>(f.bytes_total - f.bytes_done));
+      },
+      cancelled));
+  EXPECT_EQ(running_during, 1);
+  EXPECT_GE(remaining_at_first, 0);
+  EXPECT_EQ(running.Value(), 0);
+  EXPECT_EQ(remaining.Value(), 0);
+  EXPECT_EQ(bytes.Value(), 5u * kBlock);
+  EXPECT_EQ(files.Value(), 2u);
+  EXPECT_EQ(ended("ok"), 1u);
+  // Already cached blocks count as warmed; a missing path fails; a cancel is counted as such.
+  ASSERT_TRUE(rig.volume->Warmup("", nullptr, cancelled));
+  EXPECT_EQ(bytes.Value(), 5u * kBlock + 6u * kBlock);
+  EXPECT_EQ(ended("ok"), 2u);
+  EXPECT_FALSE(rig.volume->Warmup("nope", nullptr, cancelled));
+  EXPECT_EQ(ended("failed"), 1u);
+  cancelled = true;
+  EXPECT_FALSE(rig.volume->Warmup("", nullptr, cancelled));
+  EXPECT_EQ(ended("cancelled"), 1u);
+  EXPECT_EQ(running.Value(), 0);
+  EXPECT_EQ(remaining.Value(), 0);
+}
+
 TEST(Volume, WarmupNamesABadOrMissingPathAndStopsWhenCancelled) {
   VolumeRig rig;
   ASSERT_TRUE(rig.volume);
