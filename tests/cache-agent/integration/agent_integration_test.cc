@@ -253,6 +253,11 @@ TEST_F(AgentIntegrationTest, ReadsThroughTheCacheAndSurvivesRestarts) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("done 100%"), std::string::npos) << out;
   EXPECT_GE(HubBytes() - before, 48 << 20) << "warm-up fetched the evicted shards";
+  // Its progress reached /metrics: what it cached, nothing left to go, one that ended well.
+  EXPECT_GE(Metric("spoke_warmup_bytes_total"), 48 << 20);
+  EXPECT_EQ(Metric("spoke_warmup_remaining_bytes"), 0);
+  EXPECT_EQ(Metric("spoke_warmup_running"), 0);
+  EXPECT_EQ(Metric("spoke_warmups_total"), 1);
   before = HubBytes();
   ReadAndCompare(large_);
   EXPECT_EQ(HubBytes(), before) << "warm-up left the shards in the cache";
