@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 
 #include "common/file_io.h"
@@ -70,10 +71,29 @@ Status OpenRecords::Put(uint64_t handle, const Record& record) {
   return ReplaceFile(PathOf(handle), Encode(record));
 }
 
+Status OpenRecords::PutShared(uint64_t handle, const Record& record) {
+  const std::string text = Encode(record);
+  char name[32];
+  std::snprintf(name, sizeof name, "/id-%016zx", std::hash<std::string>{}(text));
+  const std::string shared = dir_ + name;
+  {
+    MutexLock lock(shared_mu_);
+    if (!shared_made_.contains(shared)) {
+      SPOKE_RETURN_IF_ERROR(ReplaceFile(shared, text));
+      shared_made_.insert(shared);
+    }
+  }
+  if (::link(shared.c_str(), PathOf(handle).c_str()) == 0) return Ok();
+  // Removed under us (or a link limit): the record in a file of its own.
+  return Put(handle, record);
+}
+
 void OpenRecords::Forget(uint64_t handle) {
   (void)::unlink(PathOf(handle).c_str());
   MarkSettled(handle);
 }
+
+void OpenRecords::ForgetShared(uint64_t handle) { (void)::unlink(PathOf(handle).c_str()); }
 
 Status OpenRecords::MarkHeld(uint64_t handle) {
   std::string path = PathOf(handle) + ".held";

@@ -18,9 +18,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace spoke::agent {
 
@@ -40,6 +42,11 @@ class OpenRecords {
   // An error naming the file (the record was not kept) when it cannot be written.
   Status Put(uint64_t handle, const Record& record);
   void Forget(uint64_t handle);
+  // A reader's record: a hard link to one file per identity, written once, so that an open
+  // costs one link() and a close one unlink() (readers are many; a file each halved the open
+  // rate). Never marked held; ForgetShared removes it.
+  Status PutShared(uint64_t handle, const Record& record);
+  void ForgetShared(uint64_t handle);
   // nullopt when no complete record exists for `handle`.
   std::optional<Record> Find(uint64_t handle) const;
 
@@ -57,6 +64,8 @@ class OpenRecords {
   std::string PathOf(uint64_t handle) const;
 
   std::string dir_;
+  Mutex shared_mu_;
+  std::unordered_set<std::string> shared_made_ GUARDED_BY(shared_mu_);  // identity files
 };
 
 }  // namespace spoke::agent

@@ -94,7 +94,10 @@ void VolumeFs::RecordOpener(uint64_t id, Handle& h) {
   if (config_.open_records == nullptr || h.hints) return;
   // A reader the hub sees as the agent itself reads the same without a record.
   if (!h.writable && remote_.ActsAsSelf(h.who)) return;
-  if (auto st = config_.open_records->Put(id, OpenRecords::Record{h.who, h.append}); !st) {
+  const OpenRecords::Record record{h.who, h.append};
+  if (auto st = h.writable ? config_.open_records->Put(id, record)
+                           : config_.open_records->PutShared(id, record);
+      !st) {
     log::Warn(h.writable
                   ? "cannot keep a writer's identity for a restart: after one its writes fail"
                   : "cannot keep a reader's identity for a restart: after one its reads "
@@ -546,9 +549,12 @@ Status VolumeFs::Release(uint64_t handle) {
   }
   // Writers always have a record; a reader has one when it says so, or may have one when
   // it is an earlier agent's handle closed before any request reopened it here.
-  if (config_.open_records != nullptr && !(handle & kHandleHints) &&
-      ((handle & kHandleWritable) || h == nullptr || h->recorded)) {
-    config_.open_records->Forget(handle);
+  if (config_.open_records != nullptr && !(handle & kHandleHints)) {
+    if (handle & kHandleWritable) {
+      config_.open_records->Forget(handle);
+    } else if (h == nullptr || h->recorded) {
+      config_.open_records->ForgetShared(handle);
+    }
   }
   if (h == nullptr) return Fail(Code::kInvalidArgument, "unknown file handle");
   if (h->hints) {

@@ -45,6 +45,33 @@ TEST(OpenRecords, ARecordOutlivesItsWriterAndACleanMountStartsEmpty) {
   EXPECT_FALSE((*fresh)->Find(0xdef));
 }
 
+// Readers' records are links to one file per identity: each found alone, each removed alone,
+// one file written per identity (also by the next agent, which knows none of them yet).
+TEST(OpenRecords, ReadersOfOneIdentityShareOneRecordFile) {
+  RecordsDir dir;
+  const OpenRecords::Record alice{Credentials{1000, 1000, {27}}, false};
+  const OpenRecords::Record bob{Credentials{1001, 1001, {}}, false};
+  auto r = OpenRecords::Open(dir.path(), /*clear=*/true);
+  ASSERT_TRUE(r);
+  ASSERT_TRUE((*r)->PutShared(1, alice));
+  ASSERT_TRUE((*r)->PutShared(2, alice));
+  ASSERT_TRUE((*r)->PutShared(3, bob));
+  auto next = OpenRecords::Open(dir.path(), /*clear=*/false);
+  ASSERT_TRUE(next);
+  ASSERT_TRUE((*next)->PutShared(4, alice));
+  EXPECT_EQ((*next)->Find(1), alice);
+  EXPECT_EQ((*next)->Find(4), alice);
+  EXPECT_EQ((*next)->Find(3), bob);
+  (*next)->ForgetShared(1);
+  EXPECT_FALSE((*next)->Find(1));
+  EXPECT_EQ((*next)->Find(2), alice) << "the others keep theirs";
+  int identity_files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    identity_files += e.path().filename().string().starts_with("id-") ? 1 : 0;
+  }
+  EXPECT_EQ(identity_files, 2);
+}
+
 TEST(OpenRecords, APartOfARecordIsNoRecord) {
   RecordsDir dir;
   auto r = OpenRecords::Open(dir.path(), true);
