@@ -12,6 +12,7 @@ and the ratio. Needs root and /dev/fuse.
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -87,6 +88,9 @@ def main():
         print("state directory entries after the runs: %d" % records)
     finally:
         rig.cleanup()
+        # The agent started a detached keeper on the run's socket: it would outlive the run.
+        subprocess.run(["pkill", "-f", "--", "--socket %s/keeper.sock" % rig.work],
+                       capture_output=True)
 
 
 if __name__ == "__main__":
