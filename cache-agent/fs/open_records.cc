@@ -7,7 +7,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <sstream>
 
 #include "common/file_io.h"
@@ -73,15 +72,18 @@ Status OpenRecords::Put(uint64_t handle, const Record& record) {
 
 Status OpenRecords::PutShared(uint64_t handle, const Record& record) {
   const std::string text = Encode(record);
-  char name[32];
-  std::snprintf(name, sizeof name, "/id-%016zx", std::hash<std::string>{}(text));
-  const std::string shared = dir_ + name;
+  std::string shared;
   {
+    // Named by a count, not a hash of the text: two identities never share a file. An
+    // earlier agent's file of the same name is replaced (a new inode): its links keep theirs.
     MutexLock lock(shared_mu_);
-    if (!shared_made_.contains(shared)) {
+    auto it = shared_files_.find(text);
+    if (it == shared_files_.end()) {
+      shared = dir_ + "/id-" + std::to_string(shared_files_.size());
       SPOKE_RETURN_IF_ERROR(ReplaceFile(shared, text));
-      shared_made_.insert(shared);
+      it = shared_files_.emplace(text, shared).first;
     }
+    shared = it->second;
   }
   if (::link(shared.c_str(), PathOf(handle).c_str()) == 0) return Ok();
   // Removed under us (or a link limit): the record in a file of its own.

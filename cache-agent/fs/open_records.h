@@ -18,7 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "cache-agent/remote/remote_fs.h"
 #include "common/status.h"
@@ -65,7 +65,8 @@ class OpenRecords {
 
   std::string dir_;
   Mutex shared_mu_;
-  std::unordered_set<std::string> shared_made_ GUARDED_BY(shared_mu_);  // identity files
+  // A record's text -> the identity file holding it.
+  std::unordered_map<std::string, std::string> shared_files_ GUARDED_BY(shared_mu_);
 };
 
 }  // namespace spoke::agent
