@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# Spoke image: spoke-csi-controller, spoke-csi-node, spoke-cache-agent and spokectl in
-# /usr/local/bin. The Helm chart picks the binary per container (no ENTRYPOINT here).
+# Spoke image: spoke-csi-controller, spoke-csi-node, spoke-cache-agent, spokectl and
+# spoke-warmup-controller (Go, static) in /usr/local/bin. The Helm chart picks the binary per container (no ENTRYPOINT here).
 #
 #   docker build -t spoke:dev .
 #
@@ -11,6 +11,9 @@ ARG DEBIAN_RELEASE=bookworm
 # Go only serves the build: CMake runs `go mod download` at configure time to find the CSI
 # spec's csi.proto in the module cache (proto/CMakeLists.txt).
 FROM golang:1.26-bookworm AS go
+# Rust builds the NFSv4.1 client library (cache-agent/remote/nfs4), linked into the agent and
+# the controller.
+FROM rust:1.95-bookworm AS rust
 
 FROM debian:${DEBIAN_RELEASE} AS build
 ARG CSI_SPEC_VERSION=v1.12.0
@@ -25,12 +28,20 @@ RUN apt-get update \
       libssl-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=go /usr/local/go /usr/local/go
-ENV PATH=/usr/local/go/bin:${PATH} \
+COPY --from=rust /usr/local/cargo /usr/local/cargo
+COPY --from=rust /usr/local/rustup /usr/local/rustup
+ENV PATH=/usr/local/go/bin:/usr/local/cargo/bin:${PATH} \
+    RUSTUP_HOME=/usr/local/rustup \
+    CARGO_HOME=/usr/local/cargo \
     GOPATH=/root/go \
     GOFLAGS=-mod=mod \
     CGO_ENABLED=0
 # Own layer: the download is cached across source changes.
 RUN go mod download -json "github.com/container-storage-interface/spec@${CSI_SPEC_VERSION}" >/dev/null
+COPY warmup-controller/go.mod warmup-controller/go.sum /src/warmup-controller/
+RUN cd /src/warmup-controller && go mod download
+COPY cache-agent/remote/nfs4 /src/cache-agent/remote/nfs4
+RUN cargo fetch --locked --manifest-path /src/cache-agent/remote/nfs4/Cargo.toml
 
 WORKDIR /src
 COPY . .
@@ -41,7 +52,7 @@ RUN cmake -S . -B build -G Ninja \
       -DCSI_SPEC_VERSION="${CSI_SPEC_VERSION}" \
  && cmake --build build \
  && cmake --install build --prefix /out --strip \
- && for b in spoke-csi-controller spoke-csi-node spoke-cache-agent spokectl; do \
+ && for b in spoke-csi-controller spoke-csi-node spoke-cache-agent spokectl spoke-warmup-controller; do \
       test -x "/out/bin/$b" || { echo "cmake --install did not install bin/$b" >&2; exit 1; }; \
     done
 
@@ -55,7 +66,8 @@ RUN apt-get update \
       libyaml-cpp0.7 libxxhash0 libcpp-httplib0.11 libssl3 zlib1g ca-certificates util-linux \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/bin/spoke-csi-controller /out/bin/spoke-csi-node \
-                  /out/bin/spoke-cache-agent /out/bin/spokectl /usr/local/bin/
+                  /out/bin/spoke-cache-agent /out/bin/spokectl /out/bin/spoke-warmup-controller \
+                  /usr/local/bin/
 # Fail the image build, not the pod, when a runtime library is missing.
 RUN if ldd /usr/local/bin/spoke-* /usr/local/bin/spokectl | grep "not found"; then \
       echo "missing runtime libraries (above)" >&2; exit 1; \

@@ -187,6 +187,23 @@ std::string_view ToString(PrefetchMode p) {
 std::string_view ToString(HubIdentity i) { return i == HubIdentity::kFixed ? "fixed" : "caller"; }
 std::string_view ToString(WriteMode w) { return w == WriteMode::kSync ? "sync" : "writeback"; }
 
+std::string_view ToString(NfsVersion v) { return v == NfsVersion::kV41 ? "4.1" : "3"; }
+
+namespace {
+// "3" or "4.1"; `what` names the field in the error.
+Result<NfsVersion> ParseNfsVersion(std::string_view v, std::string_view what) {
+  if (v == "3") return NfsVersion::kV3;
+  if (v == "4.1") return NfsVersion::kV41;
+  std::string why = std::string(what) + ": must be 3 or 4.1, got '" + std::string(v) + "'";
+  if (v == "4" || v == "4.0") {
+    why +=
+        " (NFSv4.0 is not supported: its writes need open state that the v4 client does "
+        "not keep; Amazon EFS and current NAS speak 4.1)";
+  }
+  return std::unexpected(Error(Code::kInvalidArgument, why));
+}
+}  // namespace
+
 std::pair<uint32_t, uint32_t> HubIdentityParams::ForCaller(uint32_t caller_uid,
                                                            uint32_t caller_gid) const {
   if (mode == HubIdentity::kFixed) return {uid, gid};
@@ -218,7 +235,8 @@ Status HubAddress::Validate() const {
 }
 
 std::string HubAddress::NfsUrl() const {
-  std::string url = "nfs://" + server + share + "?version=3&nfsport=" + std::to_string(nfs_port);
+  std::string url = "nfs://" + server + share + "?version=" + std::string(ToString(nfs_version)) +
+                    "&nfsport=" + std::to_string(nfs_port);
   if (mount_port != 0) url += "&mountport=" + std::to_string(mount_port);
   return url;
 }
@@ -295,10 +313,10 @@ Result<std::string> NormalizePathInVolume(std::string_view path, std::string_vie
 
 Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   static const std::vector<std::string_view> kKnown = {
-      kParamServer,     kParamShare,    kParamNfsPort,    kParamMountPort,
-      kParamMode,       kParamSubDir,   kParamOnDelete,   kParamConsistency,
-      kParamTtlSeconds, kParamPrefetch, kParamHubTimeout, kParamHubIdentity,
-      kParamHubUid,     kParamHubGid,   kParamAllowRoot,  kParamWriteMode};
+      kParamServer,     kParamShare,       kParamNfsPort,     kParamMountPort,  kParamMode,
+      kParamSubDir,     kParamOnDelete,    kParamConsistency, kParamTtlSeconds, kParamPrefetch,
+      kParamHubTimeout, kParamHubIdentity, kParamHubUid,      kParamHubGid,     kParamAllowRoot,
+      kParamWriteMode,  kParamNfsVersion};
   for (const auto& [k, v] : params) {
     if (k.starts_with("csi.storage.k8s.io/")) continue;
     bool known = false;
@@ -309,7 +327,7 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
                 "unknown StorageClass parameter '" + k +
                     "' (known: server, share, nfsPort, mountPort, mode, subDir, "
                     "onDelete, consistency, ttlSeconds, prefetch, hubTimeoutSeconds, "
-                    "hubIdentity, hubUid, hubGid, allowRoot, writeMode)"));
+                    "hubIdentity, hubUid, hubGid, allowRoot, writeMode, nfsVersion)"));
     }
   }
   VolumeParams p;
@@ -319,6 +337,14 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   SPOKE_RETURN_IF_ERROR(CheckShare(p.hub.share));
   SPOKE_TRY(p.hub.nfs_port, ParsePort(params, kParamNfsPort, 2049, false));
   SPOKE_TRY(p.hub.mount_port, ParsePort(params, kParamMountPort, 0, true));
+  if (auto v = Get(params, kParamNfsVersion); !v.empty()) {
+    SPOKE_TRY(p.hub.nfs_version, ParseNfsVersion(v, kParamNfsVersion));
+  }
+  if (p.hub.nfs_version != NfsVersion::kV3 && p.hub.mount_port != 0) {
+    return std::unexpected(Invalid(kParamMountPort,
+                                   "NFSv4 has no MOUNT protocol: give nfsPort "
+                                   "only, or nfsVersion \"3\""));
+  }
 
   SPOKE_TRY(p.mode, ParseEnum<VolumeMode>(
                         params, kParamMode, VolumeMode::kScratch,
@@ -448,6 +474,9 @@ StringMap VolumeContext::ToMap() const {
   m[std::string(kParamHubUid)] = std::to_string(identity.uid);
   m[std::string(kParamHubGid)] = std::to_string(identity.gid);
   m[std::string(kParamAllowRoot)] = identity.allow_root ? "true" : "false";
+  if (hub.nfs_version != NfsVersion::kV3) {
+    m[std::string(kParamNfsVersion)] = std::string(ToString(hub.nfs_version));
+  }
   m[std::string(kParamWriteMode)] = std::string(ToString(write_mode));
   if (mount_group) m[std::string(kCtxMountGroup)] = std::to_string(*mount_group);
   return m;
@@ -509,12 +538,20 @@ std::string IdentityField(const HubIdentityParams& id) {
   return "|" + std::to_string(id.uid) + ":" + std::to_string(id.gid);
 }
 
+// NFSv4.1 has no MOUNT protocol: its volumes carry "nfs4.1" where v3 ones have the MOUNT
+// port, so an id names the protocol DeleteVolume must speak without a field of its own.
+constexpr std::string_view kNfs41MountField = "nfs4.1";
+std::string MountPortField(const HubAddress& hub) {
+  if (hub.nfs_version == NfsVersion::kV41) return std::string(kNfs41MountField);
+  return std::to_string(hub.mount_port);
+}
+
 }  // namespace
 
 std::string VolumeId::Encode() const {
   return "spoke1|" + std::string(ToString(mode)) + "|" + std::string(ToString(on_delete)) + "|" +
-         hub.server + "|" + std::to_string(hub.nfs_port) + "|" + std::to_string(hub.mount_port) +
-         "|" + hub.share + "|" + path + IdentityField(identity);
+         hub.server + "|" + std::to_string(hub.nfs_port) + "|" + MountPortField(hub) + "|" +
+         hub.share + "|" + path + IdentityField(identity);
 }
 
 Result<VolumeId> VolumeId::Decode(std::string_view id) {
@@ -529,10 +566,11 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
   if (parts[0] != "spoke1")
     return bad("unknown version '" + std::string(parts[0]) + "' (expected spoke1)");
   VolumeId v;
+  const bool nfs41 = parts[5] == kNfs41MountField;
   StringMap m = {{std::string(kParamServer), std::string(parts[3])},
                  {std::string(kParamShare), std::string(parts[6])},
                  {std::string(kParamNfsPort), std::string(parts[4])},
-                 {std::string(kParamMountPort), std::string(parts[5])}};
+                 {std::string(kParamMountPort), nfs41 ? "0" : std::string(parts[5])}};
   // Ports are always written: an empty field would decode to a default and re-encode to
   // a different id.
   if (parts[4].empty() || parts[5].empty()) return bad("empty port field");
@@ -562,6 +600,7 @@ Result<VolumeId> VolumeId::Decode(std::string_view id) {
   if (v.mode == VolumeMode::kScratch && path->empty())
     return bad("a scratch volume cannot be the share root");
   v.hub = HubAddress{std::string(parts[3]), *nfs, *mnt, std::string(parts[6])};
+  if (nfs41) v.hub.nfs_version = NfsVersion::kV41;
   v.path = *path;
   if (parts.size() == 9) {
     if (parts[8] == "root") {
@@ -632,11 +671,16 @@ Result<HubAddress> ParseNfsUrl(std::string_view url) {
         if (!p) return bad(std::string(k) + ": " + p.error().message());
         (k == "nfsport" ? h.nfs_port : h.mount_port) = static_cast<uint16_t>(*p);
       } else if (k == "version") {
-        if (v != "3") return bad("only NFSv3 is supported (version=3)");
+        auto version = ParseNfsVersion(v, "version");
+        if (!version) return bad(version.error().message());
+        h.nfs_version = *version;
       } else {
         return bad("unknown option '" + std::string(k) + "' (known: nfsport, mountport, version)");
       }
     }
+  }
+  if (h.nfs_version != NfsVersion::kV3 && h.mount_port != 0) {
+    return bad("mountport: NFSv4 has no MOUNT protocol (give nfsport only)");
   }
   return h;
 }

@@ -25,6 +25,9 @@ enum class HubIdentity { kCaller, kFixed };
 // many WRITEs in flight (durable on the hub when fsync or close returns); kSync answers each
 // write only once the hub has it.
 enum class WriteMode { kSync, kWriteBack };
+// The protocol the agent speaks to the hub: NFSv3 (libnfs) or NFSv4.1 (spoke-nfs4), for hubs
+// that serve no v3 (Amazon EFS, v4-only NAS exports).
+enum class NfsVersion { kV3, kV41 };
 
 std::string_view ToString(VolumeMode m);
 std::string_view ToString(OnDelete d);
@@ -32,13 +35,16 @@ std::string_view ToString(Consistency c);
 std::string_view ToString(PrefetchMode p);
 std::string_view ToString(HubIdentity i);
 std::string_view ToString(WriteMode w);
+std::string_view ToString(NfsVersion v);  // "3", "4.1"
 
 // Where the NFS export lives. Explicit ports skip the portmapper (firewalled hubs, tests).
 struct HubAddress {
   std::string server;  // host name or IP
   uint16_t nfs_port = 2049;
   uint16_t mount_port = 0;  // 0 = ask the portmapper
-  std::string share;        // absolute export path, e.g. /srv/datasets
+  std::string share;        // absolute export path, e.g. /srv/datasets (v4: the pseudo path)
+  // v4.x speaks to nfs_port only (no MOUNT protocol, no portmapper): mount_port stays 0.
+  NfsVersion nfs_version = NfsVersion::kV3;
 
   // nfs://server/share?nfsport=..&mountport=..&version=3 (libnfs URL of the share root).
   // Only call on a validated address (Validate(), or any parser here): the URL is glued
@@ -101,6 +107,7 @@ inline constexpr std::string_view kParamHubUid = "hubUid";
 inline constexpr std::string_view kParamHubGid = "hubGid";
 inline constexpr std::string_view kParamAllowRoot = "allowRoot";
 inline constexpr std::string_view kParamWriteMode = "writeMode";
+inline constexpr std::string_view kParamNfsVersion = "nfsVersion";
 // Added by csi-provisioner --extra-create-metadata.
 inline constexpr std::string_view kMetaPvcName = "csi.storage.k8s.io/pvc/name";
 inline constexpr std::string_view kMetaPvcNamespace = "csi.storage.k8s.io/pvc/namespace";

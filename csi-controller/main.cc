@@ -12,6 +12,7 @@
 #include "csi-controller/controller_config.h"
 #include "csi-controller/controller_server.h"
 #include "csi-controller/libnfs_export_admin.h"
+#include "csi-controller/nfs4_export_admin.h"
 
 namespace {
 
@@ -82,7 +83,9 @@ int main(int argc, char** argv) {
                          {"archivePrefix", config.archive_prefix}});
 
   IdentityServer identity;
-  controller::ControllerServer ctl(config, std::make_unique<controller::LibnfsExportAdmin>());
+  controller::ControllerServer ctl(config, std::make_unique<controller::ExportAdminByVersion>(
+                                               std::make_unique<controller::LibnfsExportAdmin>(),
+                                               std::make_unique<controller::Nfs4ExportAdmin>()));
   GrpcServerOptions options;
   options.endpoint = endpoint;
   auto served = ServeUntilSignal(options, {&identity, &ctl});

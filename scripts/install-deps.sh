@@ -63,6 +63,24 @@ fi
 
 # The CSI spec module (csi.proto is read from the module cache at build time).
 go mod download -json "github.com/container-storage-interface/spec@${CSI_SPEC_VERSION}" >/dev/null
+# spoke-warmup-controller's modules (pinned in its go.mod/go.sum). Its go.mod asks for Go 1.24:
+# a Go of 1.21 or newer fetches that toolchain from the module proxy by itself (GOTOOLCHAIN
+# auto); Debian bookworm's Go 1.19 cannot, so install a newer one first (e.g. in /usr/local/go).
+go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+if [ "${go_minor:-0}" -lt 21 ]; then
+  echo "install-deps: $(go env GOVERSION) is too old for warmup-controller/ (needs Go >= 1.21 to fetch go1.24)" >&2
+  exit 1
+fi
+(cd "$(dirname "$0")/../warmup-controller" && go mod download)
+# The NFSv4.1 client (cache-agent/remote/nfs4, Rust) needs cargo with Rust >= 1.95 (rustup's
+# toolchain; bookworm's cargo is too old); its crates, pinned by Cargo.lock, are fetched here.
+cargo=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
+rust_minor=$("$cargo" --version 2>/dev/null | sed -nE 's/^cargo 1\.([0-9]+).*/\1/p')
+if [ "${rust_minor:-0}" -lt 95 ]; then
+  echo "install-deps: the NFSv4.1 client needs cargo from Rust >= 1.95 (rustup); found: $("$cargo" --version 2>&1 || echo none)" >&2
+  exit 1
+fi
+"$cargo" fetch --locked --quiet --manifest-path "$(dirname "$0")/../cache-agent/remote/nfs4/Cargo.toml"
 if [ $demo_only -eq 1 ]; then
   echo "install-deps: the demo's set is present"
   exit 0
@@ -110,4 +128,5 @@ if [ ! -x "$VENV/bin/kubernetes-validate" ] || \
   $SUDO "$VENV/bin/pip" install -q "kubernetes-validate==${KUBE_VALIDATE_VERSION}"
 fi
 "$(dirname "$0")/install-k8s.sh"  # one-node Kubernetes for e2e/k8s (pinned, built once)
+"$(dirname "$0")/install-kind.sh" # Docker, kind and its node image for e2e/kind (built once)
 echo "install-deps: all present"

@@ -2,7 +2,7 @@
 # The README's test command: installs what is missing, then four trees, each built with
 # warnings as errors:
 #  - plain gcc: every binary and non-unit test; runs integration (nfs-ganesha + FUSE + io_uring),
-#    e2e, csi-sanity, chart, soak and Kubernetes tests;
+#    e2e, csi-sanity, chart, soak and Kubernetes tests (e2e/k8s one node, e2e/kind three nodes);
 #  - gcc ASan + UBSan: every test and the binaries they start; runs the unit and integration
 #    tests and the fault soak;
 #  - clang 19 ThreadSanitizer with -Wthread-safety (the lock annotations are checked): the

@@ -46,7 +46,6 @@ ROOT = os.path.normpath(os.path.join(HERE, "../.."))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
 import spokebench  # noqa: E402
 T0 = time.monotonic()
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def log(msg):
@@ -73,16 +72,6 @@ def timeline(samples, want, secs):
     out["hub_inflight_mean"] = round(sum(during) / len(during), 1) if during else None
     out["samples"] = [[round(a, 3), b, c, d] for a, b, c, d in samples]
     return out
-
-
-def cpu_s(pid):
-    """utime + stime of a process (its threads included), seconds; None when gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def make_small(top, files, kb, per_dir):
@@ -141,7 +130,7 @@ class Bench(spokebench.AgentRig):
             return parse_metrics(r.read().decode())
 
     def cpu(self):
-        return {name: cpu_s(pid) for name, pid in
+        return {name: spokebench.cpu_s(pid) for name, pid in
                 (("agent", self.agent.pid), ("ganesha", self.ganesha_pid),
                  ("proxy", self.proxy.pid))}
 

@@ -250,6 +250,7 @@ Status LoaderConfig::Validate() const {
   if (accelerators == 0) return Fail(Code::kInvalidArgument, "--accelerators must be >= 1");
   if (!(compute_ms >= 0)) return Fail(Code::kInvalidArgument, "--compute-ms must be >= 0");
   if (chunk_bytes == 0) return Fail(Code::kInvalidArgument, "--chunk-kib must be >= 1");
+  SPOKE_RETURN_IF_ERROR(checkpoint.Validate());
   return Ok();
 }
 
@@ -259,7 +260,9 @@ Loader::Loader(LoaderConfig config, const Manifest& manifest, Storage& storage, 
       manifest_(manifest),
       storage_(storage),
       clock_(clock),
-      hooks_(std::move(hooks)) {}
+      hooks_(std::move(hooks)) {
+  if (config_.checkpoint.enabled()) checkpointer_.emplace(config_.checkpoint, clock_);
+}
 
 // What the epochs share: the run's clock origin, when each accelerator is free again, and
 // what was delivered so far.
@@ -283,6 +286,7 @@ struct Loader::Epoch {
 
 RunResult Loader::Run() {
   RunState run;
+  LoadCheckpoint(run);
   run.t0 = clock_.Now();
   run.compute = FromSeconds(config_.compute_ms / 1e3);
   run.outstanding = uint64_t{config_.prefetch_factor} * config_.workers;
@@ -314,6 +318,7 @@ void Loader::RunEpoch(uint32_t epoch, RunState& run) {
       }
     }
     Dispatch(e, b, acc, run);
+    MaybeSaveCheckpoint(run);
   }
   for (auto& t : workers) t.join();
   log::Info("epoch done", {{"epoch", epoch},
@@ -379,6 +384,32 @@ void Loader::Dispatch(Epoch& e, uint32_t b, uint32_t acc, RunState& run) {
   run.result.verify_failures += out.verify_failures;
   if (hooks_.on_dispatch) hooks_.on_dispatch(r);
   run.result.records.push_back(r);
+}
+
+void Loader::LoadCheckpoint(RunState& run) {
+  if (!checkpointer_) return;
+  auto load = checkpointer_->Load();
+  if (load) {
+    log::Info("checkpoint loaded", {{"step", load->step}, {"seconds", load->seconds}});
+    run.result.checkpoint_load = *load;
+  } else if (load.error().code() != Code::kNotFound) {
+    ++run.result.checkpoint_failures;
+    log::Warn("checkpoint load failed", {{"error", load.error().ToString()}});
+  }
+}
+
+void Loader::MaybeSaveCheckpoint(RunState& run) {
+  if (!checkpointer_ || run.seq % config_.checkpoint.every_batches != 0) return;
+  // The step that saves runs after the batches before it (a synchronous torch.save).
+  clock_.SleepUntil(*std::max_element(run.free_at.begin(), run.free_at.end()));
+  auto saved = checkpointer_->Save(run.seq);
+  if (saved) {
+    run.result.checkpoint_save_s.push_back(*saved);
+  } else {
+    ++run.result.checkpoint_failures;
+    log::Warn("checkpoint save failed", {{"step", run.seq}, {"error", saved.error().ToString()}});
+  }
+  std::fill(run.free_at.begin(), run.free_at.end(), clock_.Now());
 }
 
 }  // namespace spoke::bench

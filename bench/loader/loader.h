@@ -9,13 +9,18 @@
 //  - A new epoch's workers start when an accelerator asks for the first batch after the last
 //    one of the previous epoch (persistent_workers=False); before that, the epoch's file
 //    order is written to the hints file when one is configured.
+//  - With checkpoints configured: the latest one is read before the first batch, and after
+//    every `every_batches` batches the training step waits for its computations to end and
+//    for a checkpoint to be written (torch.save in the loop), while the workers read ahead.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/loader/checkpoint.h"
 #include "bench/loader/clock.h"
 #include "bench/loader/dataset.h"
 #include "bench/loader/stats.h"
@@ -42,6 +47,7 @@ struct LoaderConfig {
   // Stop each epoch after this many batches (0 = the whole epoch): a sample of an epoch too
   // slow to run in full (e.g. a remote mount without a cache), at the same per-batch pace.
   uint32_t max_batches = 0;
+  CheckpointConfig checkpoint;
 
   // Returns kInvalidArgument naming the flag.
   Status Validate() const;
@@ -60,6 +66,11 @@ struct RunResult {
   uint64_t read_errors = 0;
   uint64_t verify_failures = 0;
   uint64_t hint_failures = 0;
+  // Checkpoints: the one read at the start (none when there was none), each save's seconds,
+  // and the loads and saves that failed (logged).
+  std::optional<CheckpointLoad> checkpoint_load;
+  std::vector<double> checkpoint_save_s;
+  uint64_t checkpoint_failures = 0;
 };
 
 class Loader {
@@ -79,12 +90,17 @@ class Loader {
   void BuildBatches(Epoch& e, uint32_t worker, uint64_t outstanding);
   // Waits for batch `b`, hands it to accelerator `acc` and records it.
   void Dispatch(Epoch& e, uint32_t b, uint32_t acc, RunState& run);
+  // Reads the latest checkpoint, if any; a failure other than none is counted.
+  void LoadCheckpoint(RunState& run);
+  // After every every_batches batches: waits for the accelerators, then saves.
+  void MaybeSaveCheckpoint(RunState& run);
 
   LoaderConfig config_;
   const Manifest& manifest_;
   Storage& storage_;
   Clock& clock_;
   LoaderHooks hooks_;
+  std::optional<Checkpointer> checkpointer_;
 };
 
 }  // namespace spoke::bench

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -49,6 +50,8 @@ constexpr char kUsage[] = R"(usage:
                    [--verify] [--drop-cache] [--chunk-kib K] [--window N]
                    [--log-level debug|info|warn|error] [--open-delay-ms D]
                    [--max-batches N]
+                   [--checkpoint-dir D --checkpoint-every N --checkpoint-mib M]
+  spoke-loader checkpoint --dir D --mib M [--step S] [--seed S]
 run's workload defaults to the one in the dataset's MANIFEST; its preset gives every loader
 flag's default, and flags override it.
 )";
@@ -192,6 +195,12 @@ LoaderConfig LoaderConfigFor(Args& args, Workload workload) {
   config.verify = args.Has("verify");
   config.drop_cache = args.Has("drop-cache");
   config.hints_file = args.Get("hints-file").value_or("");
+  config.checkpoint.dir = args.Get("checkpoint-dir").value_or("");
+  config.checkpoint.seed = config.seed;
+  args.Number("checkpoint-every", config.checkpoint.every_batches);
+  uint64_t checkpoint_mib = 0;
+  args.Number("checkpoint-mib", checkpoint_mib);
+  config.checkpoint.bytes = checkpoint_mib << 20;
   return config;
 }
 
@@ -238,9 +247,21 @@ void PrintRun(std::ostream& text, const RunPlan& plan, const Summary& summary,
        << config.accelerators << ", compute " << config.compute_ms << " ms, epochs "
        << config.epochs << "\n";
   PrintSummary(text, summary);
-  if (result.read_errors || result.verify_failures || result.hint_failures) {
+  if (result.checkpoint_load) {
+    text << "checkpoint loaded (step " << result.checkpoint_load->step << ") in "
+         << result.checkpoint_load->seconds << " s\n";
+  }
+  if (!result.checkpoint_save_s.empty()) {
+    const auto& s = result.checkpoint_save_s;
+    text << "checkpoints saved " << s.size() << ", mean "
+         << std::accumulate(s.begin(), s.end(), 0.0) / static_cast<double>(s.size()) << " s, max "
+         << *std::max_element(s.begin(), s.end()) << " s\n";
+  }
+  if (result.read_errors || result.verify_failures || result.hint_failures ||
+      result.checkpoint_failures) {
     text << "read errors " << result.read_errors << ", verify failures " << result.verify_failures
-         << ", hint failures " << result.hint_failures << "\n";
+         << ", hint failures " << result.hint_failures << ", checkpoint failures "
+         << result.checkpoint_failures << "\n";
   }
 }
 
@@ -255,6 +276,15 @@ nlohmann::json RunJson(const Args& args, const RunPlan& plan, const Summary& sum
   j["read_errors"] = result.read_errors;
   j["verify_failures"] = result.verify_failures;
   j["hint_failures"] = result.hint_failures;
+  if (config.checkpoint.enabled()) {
+    j["checkpoint"] = {
+        {"every_batches", config.checkpoint.every_batches},
+        {"bytes", config.checkpoint.bytes},
+        {"save_s", result.checkpoint_save_s},
+        {"load_s", result.checkpoint_load ? nlohmann::json(result.checkpoint_load->seconds)
+                                          : nlohmann::json()},
+        {"failures", result.checkpoint_failures}};
+  }
   j["config"] = {
       {"epochs", config.epochs},
       {"batch", config.batch},
@@ -286,12 +316,29 @@ void WriteJson(const std::string& json_path, const nlohmann::json& j) {
 
 int Run(int argc, char** argv) {
   Args args = Parse(argc, argv, 2, {"verify", "drop-cache"});
-  if (int rc = CheckUnknown(
-          args,
-          {"dir",           "workload",   "epochs",     "batch",     "workers", "prefetch-factor",
-           "accelerators",  "compute-ms", "seed",       "csv",       "json",    "label",
-           "hints-file",    "verify",     "drop-cache", "chunk-kib", "window",  "log-level",
-           "open-delay-ms", "max-batches"})) {
+  if (int rc = CheckUnknown(args, {"dir",
+                                   "workload",
+                                   "epochs",
+                                   "batch",
+                                   "workers",
+                                   "prefetch-factor",
+                                   "accelerators",
+                                   "compute-ms",
+                                   "seed",
+                                   "csv",
+                                   "json",
+                                   "label",
+                                   "hints-file",
+                                   "verify",
+                                   "drop-cache",
+                                   "chunk-kib",
+                                   "window",
+                                   "log-level",
+                                   "open-delay-ms",
+                                   "max-batches",
+                                   "checkpoint-dir",
+                                   "checkpoint-every",
+                                   "checkpoint-mib"})) {
     return rc;
   }
   RunPlan plan;
@@ -308,7 +355,34 @@ int Run(int argc, char** argv) {
   std::ostream& text = (json_path && *json_path == "-") ? std::cerr : std::cout;
   PrintRun(text, plan, summary, result);
   if (json_path) WriteJson(*json_path, RunJson(args, plan, summary, result));
-  return (result.read_errors || result.verify_failures) ? 1 : 0;
+  return (result.read_errors || result.verify_failures || result.checkpoint_failures) ? 1 : 0;
+}
+
+// Writes one checkpoint, as a previous run would have left it (a run's load then reads it).
+int WriteCheckpoint(int argc, char** argv) {
+  Args args = Parse(argc, argv, 2, {});
+  if (int rc = CheckUnknown(args, {"dir", "mib", "step", "seed"})) return rc;
+  CheckpointConfig config;
+  config.dir = args.Get("dir").value_or("");
+  if (config.dir.empty()) return Usage({"--dir is required"});
+  config.every_batches = 1;
+  uint64_t mib = 0, step = 0;
+  args.Number("mib", mib);
+  args.Number("step", step);
+  args.Number("seed", config.seed);
+  config.bytes = mib << 20;
+  if (!args.errors.empty()) return Usage(args.errors);
+  if (auto st = config.Validate(); !st) return Usage({"--mib must be >= 1"});
+  SteadyClock clock;
+  Checkpointer ckpt(config, clock);
+  auto saved = ckpt.Save(step);
+  if (!saved) {
+    std::cerr << "spoke-loader checkpoint: " << saved.error().ToString() << "\n";
+    return 1;
+  }
+  std::printf("wrote %s (step %llu, %llu MiB) in %.2f s\n", ckpt.path().c_str(),
+              static_cast<unsigned long long>(step), static_cast<unsigned long long>(mib), *saved);
+  return 0;
 }
 
 }  // namespace
@@ -319,6 +393,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "gen") return spoke::bench::Gen(argc, argv);
   if (cmd == "run") return spoke::bench::Run(argc, argv);
+  if (cmd == "checkpoint") return spoke::bench::WriteCheckpoint(argc, argv);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::cout << spoke::bench::kUsage;
     return 0;

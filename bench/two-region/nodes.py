@@ -217,8 +217,8 @@ def cluster_table(scenarios, local, dataset_bytes, nodes, link_mbit):
              "(sum of agents) | hub reads, whole run incl. mount (sum) | bytes from peers "
              "(sum) | peer fallbacks to the hub | node link bytes in, per node (whole run) | "
              "node link bytes out, per node | cold epoch s per node | steady samples/s per "
-             "node | steady vs local-direct |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "node | steady vs local-direct | smallest hub window during the run, MiB per node |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rows = []
     for name, cl, per_node, all_steady in scenarios:
         colds = [epoch_times(s)[0] if epoch_times(s) else None for s in per_node]
@@ -241,7 +241,10 @@ def cluster_table(scenarios, local, dataset_bytes, nodes, link_mbit):
             " / ".join(fmt(c, ".1f") for c in colds),
             " / ".join(fmt(r, ".1f") for r in rates),
             " / ".join("n/a" if r is None or not local_rate else f"{r / local_rate:.2f}x"
-                       for r in rates)]) + " |")
+                       for r in rates),
+            (" / ".join(fmt(None if w is None else w / 2**20, ".1f")
+                        for w in cl["hub_window_min_per_node"])
+             if cl.get("hub_window_min_per_node") else "-")]) + " |")
         rows.append((name, colds, rates, hub))
     lines += ["", "Per node (n1 / n2 / ... above); cold epoch = epoch 1's time; steady "
               "samples/s = samples per epoch / mean time of epochs 2.. (local reads: of every "

@@ -224,6 +224,9 @@ grpc::Status AgentService::Warmup(grpc::ServerContext* ctx, const v1::WarmupRequ
     p.set_bytes_total(f.bytes_total);
     p.set_bytes_done(f.bytes_done);
     p.set_bytes_from_hub(f.bytes_from_hub);
+    p.set_blocks_verified(f.blocks_verified);
+    p.set_blocks_repaired(f.blocks_repaired);
+    p.set_files_changed(f.files_changed);
     return p;
   };
   auto progress = [&](const WarmupFigures& f) {
@@ -234,8 +237,14 @@ grpc::Status AgentService::Warmup(grpc::ServerContext* ctx, const v1::WarmupRequ
     last_write = now;
     if (!writer->Write(to_proto(f))) cancelled = true;  // the stream is gone
   };
-  log::Info("warmup started", {{"volume", req->volume_id()}, {"prefix", *prefix}});
-  Status s = (*v)->Warmup(*prefix, progress, cancelled);
+  WarmupOptions options;
+  options.rate_bytes_per_second = req->rate_bytes_per_second();
+  options.verify = req->verify();
+  log::Info("warmup started", {{"volume", req->volume_id()},
+                               {"prefix", *prefix},
+                               {"rate_bytes_per_second", options.rate_bytes_per_second},
+                               {"verify", options.verify}});
+  Status s = (*v)->Warmup(*prefix, options, progress, cancelled);
   finished = true;
   watcher.join();
   if (cancelled || ctx->IsCancelled()) {
@@ -258,6 +267,8 @@ grpc::Status AgentService::Warmup(grpc::ServerContext* ctx, const v1::WarmupRequ
   log::Info("warmup finished", {{"volume", req->volume_id()},
                                 {"bytes", done.bytes_done()},
                                 {"from_hub", done.bytes_from_hub()},
+                                {"verified", done.blocks_verified()},
+                                {"repaired", done.blocks_repaired()},
                                 {"error", done.error()}});
   return grpc::Status::OK;
 }

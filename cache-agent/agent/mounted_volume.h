@@ -35,7 +35,8 @@ class MountedVolume {
   virtual VolumeFigures Figures() = 0;
   // Fetches every block under `path_prefix` (relative; "" = all) into the cache, calling
   // `progress` now and then. Stops early when `cancelled` becomes true (client went away).
-  virtual Status Warmup(const std::string& path_prefix,
+  // `options`: a rate limit, a verify pass (volume_figures.h).
+  virtual Status Warmup(const std::string& path_prefix, const WarmupOptions& options,
                         const std::function<void(const WarmupFigures&)>& progress,
                         const std::atomic<bool>& cancelled) = 0;
   // Drops cached blocks under `path_prefix` ("" = the whole volume). Returns blocks dropped.

@@ -205,12 +205,15 @@ int Stats(const Command& cmd, Client& c, std::ostream& out) {
 }
 
 int Warmup(const Command& cmd, Client& c, std::ostream& out, std::ostream& err, bool tty) {
-  std::string target;
-  auto id = c.VolumeAt(cmd.dir, &target);
+  std::string target = "volume " + cmd.volume_id;
+  auto id = cmd.volume_id.empty() ? c.VolumeAt(cmd.dir, &target) : cmd.volume_id;
   if (!id) return 1;
+  tty = tty && !cmd.json;
   v1::WarmupRequest req;
   req.set_volume_id(*id);
   req.set_path_prefix(cmd.prefix);
+  req.set_rate_bytes_per_second(cmd.rate_bytes_per_second);
+  req.set_verify(cmd.verify);
   auto ctx = c.Context(std::chrono::seconds(0));  // as long as it takes; Ctrl-C cancels
   auto reader = c.stub().Warmup(ctx.get(), req);
   v1::WarmupProgress p;
@@ -225,7 +228,9 @@ int Warmup(const Command& cmd, Client& c, std::ostream& out, std::ostream& err, 
       out << "\r" << RenderProgress(p, elapsed, true) << "\x1b[K" << std::flush;
     } else if (p.done() || Clock::now() - last_line >= std::chrono::seconds(1)) {
       last_line = Clock::now();
-      out << RenderProgress(p, elapsed, false) << std::flush;
+      // JSON: a reader (the warm-up controller) keeps only the last line.
+      out << (cmd.json ? RenderProgressJson(p, elapsed) : RenderProgress(p, elapsed, false))
+          << std::flush;
     }
     got_done = got_done || p.done();
   }
@@ -241,9 +246,15 @@ int Warmup(const Command& cmd, Client& c, std::ostream& out, std::ostream& err, 
     return 1;
   }
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  if (cmd.json) return 0;  // the last JSON line (done) is the summary
   out << "warmed " << FormatBytes(last.bytes_done()) << " in " << last.files_done() << " files in "
       << FormatDuration(elapsed) << " (" << FormatBytes(last.bytes_from_hub())
       << " from the hub)\n";
+  if (cmd.verify) {
+    out << "verified " << last.blocks_verified() << " cached blocks, fetched "
+        << last.blocks_repaired() << " again, " << last.files_changed()
+        << " files changed on the hub\n";
+  }
   return 0;
 }
 

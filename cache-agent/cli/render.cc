@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 namespace spoke::cli {
 namespace {
@@ -207,6 +208,21 @@ std::string RenderProgress(const spoke::agent::v1::WarmupProgress& p, double ela
   int filled = static_cast<int>(frac * width);
   std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '-') + "]";
   return bar + " " + pct + "  " + figures + "  ETA " + eta;
+}
+
+std::string RenderProgressJson(const spoke::agent::v1::WarmupProgress& p, double elapsed_seconds) {
+  nlohmann::json j = {{"filesTotal", p.files_total()},
+                      {"filesDone", p.files_done()},
+                      {"bytesTotal", p.bytes_total()},
+                      {"bytesDone", p.bytes_done()},
+                      {"bytesFromHub", p.bytes_from_hub()},
+                      {"blocksVerified", p.blocks_verified()},
+                      {"blocksRepaired", p.blocks_repaired()},
+                      {"filesChanged", p.files_changed()},
+                      {"done", p.done()},
+                      {"error", p.error()},
+                      {"elapsedSeconds", elapsed_seconds}};
+  return j.dump() + "\n";
 }
 
 }  // namespace spoke::cli

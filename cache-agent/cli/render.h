@@ -26,6 +26,10 @@ std::string RenderStats(const std::string& target, const spoke::agent::v1::Volum
 
 // One progress line. `tty`: "[#####-----]  45%  1.2 GiB / 2.7 GiB  350.0 MB/s  ETA 4s"
 // (no newline; the caller rewrites it with \r); otherwise a plain log line with newline.
+// One warm-up progress message as a JSON object on one line (spokectl warmup --json):
+// filesTotal, filesDone, bytesTotal, bytesDone, bytesFromHub, done, error, elapsedSeconds.
+std::string RenderProgressJson(const spoke::agent::v1::WarmupProgress& p, double elapsed_seconds);
+
 std::string RenderProgress(const spoke::agent::v1::WarmupProgress& p, double elapsed_seconds,
                            bool tty, int width = 30);
 

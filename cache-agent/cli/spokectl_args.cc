@@ -20,11 +20,17 @@ std::string Usage() {
          "  mount NFS-URL DIR [--mode dataset|scratch] [--consistency immutable|ttl|strict]\n"
          "        [--prefetch off|readahead|auto] [--ttl SECONDS] [--hub-timeout SECONDS]\n"
          "        [--write-mode sync|writeback] [--read-only] [--allow-root]\n"
-         "      NFS-URL: nfs://server/export/path?nfsport=N&mountport=M\n"
+         "      NFS-URL: nfs://server/export/path?nfsport=N&mountport=M (NFSv3), or\n"
+         "               nfs://server/export/path?version=4.1[&nfsport=N] (NFSv4.1: EFS)\n"
          "  unmount DIR\n"
          "  status                      mounts and hub reachability\n"
          "  stats [DIR | --volume ID]   cache, hub and prefetch figures\n"
          "  warmup DIR [PREFIX]         fetch everything (under PREFIX) into the cache\n"
+         "  warmup --volume ID [PREFIX] the same for a volume named by its id (as in stats)\n"
+         "        [--json]              progress as one JSON object per line\n"
+         "        [--rate BYTES/s]      fetch at most this fast (50Mi, 200M; not readers)\n"
+         "        [--verify]            then check what is cached (checksums, the hub's\n"
+         "                              file versions) and fetch again what is bad\n"
          "  evict DIR [PREFIX]          drop cached blocks (under PREFIX)\n"
          "  hint DIR FILE|-             upcoming paths, one per line, in read order\n"
          "      PREFIX: a path in the volume (train, ./train/, or DIR/train); . or / is all of it\n"
@@ -54,7 +60,9 @@ struct Verbs {
 
 // Flags that exist on some command: given to another one, the error names the command.
 bool IsKnownFlag(std::string_view flag) {
-  if (flag == "--volume" || flag == "--read-only" || flag == "--allow-root") return true;
+  if (flag == "--volume" || flag == "--read-only" || flag == "--allow-root" || flag == "--json" ||
+      flag == "--rate" || flag == "--verify")
+    return true;
   for (const auto& f : kMountFlags) {
     if (flag == f.flag) return true;
   }
@@ -84,6 +92,7 @@ struct Grammar {
   std::vector<CLI::Option*> mount_opts;
   // Root callers reach the hub as root (volume option allowRoot), not as hubUid/hubGid.
   bool allow_root = false;
+  std::optional<std::string> rate;  // warmup --rate, parsed by ParseByteRate
   std::vector<Verbs> verbs;
 };
 
@@ -105,7 +114,7 @@ Grammar::Grammar(Command& cmd) {
       verb("unmount", Verb::kUnmount, "DIR", 1, 1),
       verb("status", Verb::kStatus, "no arguments", 0, 0),
       verb("stats", Verb::kStats, "[DIR | --volume ID]", 0, 1),
-      verb("warmup", Verb::kWarmup, "DIR [PREFIX]", 1, 2),
+      verb("warmup", Verb::kWarmup, "DIR [PREFIX] or --volume ID [PREFIX]", 0, 2),
       verb("evict", Verb::kEvict, "DIR [PREFIX]", 1, 2),
       verb("hint", Verb::kHint, "DIR FILE|-", 2, 2),
       verb("version", Verb::kVersion, "no arguments", 0, 0),
@@ -119,6 +128,12 @@ Grammar::Grammar(Command& cmd) {
   mount->add_flag("--read-only", cmd.read_only);
   mount->add_flag("--allow-root", allow_root);
   verbs[3].app->add_option("--volume", cmd.volume_id);
+  // A pod that mounts a PVC sees the volume at its own path, not at the agent's target: it
+  // names the volume by its id (the PV's volumeHandle) instead.
+  verbs[4].app->add_option("--volume", cmd.volume_id);
+  verbs[4].app->add_flag("--json", cmd.json);
+  verbs[4].app->add_option("--rate", rate);
+  verbs[4].app->add_flag("--verify", cmd.verify);
 }
 
 // CLI11's parse, its exceptions turned into usage errors.
@@ -169,6 +184,18 @@ void CopyMountOptions(const Grammar& g, Command& cmd) {
   if (g.allow_root) cmd.mount_options[std::string(kParamAllowRoot)] = "true";
 }
 
+// warmup --volume ID [PREFIX]: PREFIX is a path in the volume ("/" is its root).
+Status AssignWarmupByVolume(const std::vector<std::string>& positional, Command& cmd) {
+  if (positional.size() > 1) {
+    return std::unexpected(Usage("warmup: with --volume, expected at most PREFIX"));
+  }
+  if (positional.empty()) return Ok();
+  auto prefix = PrefixInVolume("/", positional[0]);
+  if (!prefix) return std::unexpected(Usage("warmup: " + prefix.error().message()));
+  cmd.prefix = *prefix;
+  return Ok();
+}
+
 // Puts the command's positional arguments (their number already checked) into `cmd`.
 Status AssignPositionals(const std::vector<std::string>& positional, const std::string& name,
                          Command& cmd) {
@@ -191,6 +218,11 @@ Status AssignPositionals(const std::vector<std::string>& positional, const std::
       cmd.dir = positional[0];
       break;
     case Verb::kWarmup:
+      if (!cmd.volume_id.empty()) return AssignWarmupByVolume(positional, cmd);
+      if (positional.empty()) {
+        return std::unexpected(Usage("warmup: expected DIR [PREFIX] or --volume ID [PREFIX]"));
+      }
+      [[fallthrough]];
     case Verb::kEvict:
       cmd.dir = positional[0];
       if (positional.size() > 1) {
@@ -226,8 +258,48 @@ Result<Command> ParseArgs(const std::vector<std::string>& args) {
   }
   cmd.verb = chosen->verb;
   CopyMountOptions(g, cmd);
+  if (g.rate) {
+    SPOKE_TRY(cmd.rate_bytes_per_second, ParseByteRate(*g.rate));
+  }
   SPOKE_RETURN_IF_ERROR(AssignPositionals(g.positional, name, cmd));
   return cmd;
+}
+
+Result<uint64_t> ParseByteRate(std::string_view text) {
+  auto bad = [&](std::string why) {
+    return Fail(Code::kInvalidArgument,
+                "--rate: '" + std::string(text) + "' " + why +
+                    " (bytes per second: a whole number with an optional Ki, Mi, Gi, Ti, k, M, G "
+                    "or T, e.g. 50Mi)");
+  };
+  std::string_view s = text;
+  if (s.ends_with("/s")) s.remove_suffix(2);
+  size_t digits = 0;
+  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
+  if (digits == 0) return bad("is not a rate");
+  const std::string_view suffix = s.substr(digits);
+  static constexpr std::pair<std::string_view, uint64_t> kSuffixes[] = {
+      {"", 1},
+      {"Ki", 1ull << 10},
+      {"Mi", 1ull << 20},
+      {"Gi", 1ull << 30},
+      {"Ti", 1ull << 40},
+      {"k", 1000},
+      {"M", 1000ull * 1000},
+      {"G", 1000ull * 1000 * 1000},
+      {"T", 1000ull * 1000 * 1000 * 1000}};
+  uint64_t unit = 0;
+  for (const auto& [name, factor] : kSuffixes) {
+    if (suffix == name) unit = factor;
+  }
+  if (unit == 0) return bad("has an unknown unit");
+  constexpr uint64_t kMax = 1ull << 40;
+  if (digits > 13) return bad("is too large (at most 1Ti)");
+  uint64_t n = 0;
+  for (size_t i = 0; i < digits; ++i) n = n * 10 + static_cast<uint64_t>(s[i] - '0');
+  if (n == 0) return bad("is zero (leave --rate out for no limit)");
+  if (n > kMax / unit) return bad("is too large (at most 1Ti)");
+  return n * unit;
 }
 
 Result<MountPlan> PlanMount(const Command& cmd) {
@@ -237,6 +309,9 @@ Result<MountPlan> PlanMount(const Command& cmd) {
   ctx[std::string(kParamShare)] = hub.share;
   ctx[std::string(kParamNfsPort)] = std::to_string(hub.nfs_port);
   ctx[std::string(kParamMountPort)] = std::to_string(hub.mount_port);
+  if (hub.nfs_version != NfsVersion::kV3) {
+    ctx[std::string(kParamNfsVersion)] = std::string(ToString(hub.nfs_version));
+  }
   ctx[std::string(kCtxPath)] = "";
   if (!ctx.contains(std::string(kParamMode))) ctx[std::string(kParamMode)] = "dataset";
   // Validate here so that a bad flag names the flag's key before anything is sent.

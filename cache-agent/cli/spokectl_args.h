@@ -2,8 +2,10 @@
 // typo fails fast with the usage line (exit code 2).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -20,12 +22,15 @@ struct Command {
   std::string socket = kDefaultSocket;
   std::string nfs_url;    // mount
   std::string dir;        // mount, unmount, stats, warmup, evict, hint
-  std::string volume_id;  // stats --volume
+  std::string volume_id;  // stats --volume, warmup --volume
   std::string prefix;     // warmup, evict
   std::string hint_file;  // hint: a file or "-" (stdin)
   // mount options, as volume-context keys (only those given).
   StringMap mount_options;
   bool read_only = false;
+  bool json = false;                   // warmup --json
+  uint64_t rate_bytes_per_second = 0;  // warmup --rate (0: no limit)
+  bool verify = false;                 // warmup --verify
 };
 
 // argv without the program name. kInvalidArgument with a message naming the flag or the
@@ -33,6 +38,12 @@ struct Command {
 Result<Command> ParseArgs(const std::vector<std::string>& args);
 
 std::string Usage();
+
+// A rate in bytes per second as `warmup --rate` takes it: a whole number of bytes with an
+// optional Kubernetes quantity suffix (Ki Mi Gi Ti: powers of 1024; k M G T: of 1000) and an
+// optional "/s": "52428800", "50Mi", "50Mi/s", "200M". Between 1 and 1Ti. kInvalidArgument
+// naming --rate otherwise (zero, a sign, a fraction, another suffix, too large).
+Result<uint64_t> ParseByteRate(std::string_view text);
 
 // What `spokectl mount URL DIR ...` sends: volume id and volume context. kInvalidArgument
 // naming the URL or the option.

@@ -9,6 +9,7 @@
 
 #include "cache-agent/agent/mount_manager.h"
 #include "cache-agent/fuse/fuse_adapter.h"
+#include "cache-agent/remote/hub_client.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -53,10 +54,10 @@ class FuseMountedVolume final : public MountedVolume {
   const VolumeContext& context() const override { return volume_->context(); }
   bool read_only() const override { return volume_->read_only(); }
   VolumeFigures Figures() override { return volume_->Figures(); }
-  Status Warmup(const std::string& path_prefix,
+  Status Warmup(const std::string& path_prefix, const WarmupOptions& options,
                 const std::function<void(const WarmupFigures&)>& progress,
                 const std::atomic<bool>& cancelled) override {
-    return volume_->Warmup(path_prefix, progress, cancelled);
+    return volume_->Warmup(path_prefix, options, progress, cancelled);
   }
   Result<uint64_t> Evict(const std::string& path_prefix) override {
     return volume_->Evict(path_prefix);
@@ -239,8 +240,9 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
   metrics::Labels labels{{"volume", VolumeMetricsLabel(volume_id)}};
   const bool adopting = fuse_fd.valid();
   const LibnfsRemote::Config hub = VolumeHubConfig(config_.hub, context, adopting);
-  SPOKE_TRY(auto remote, LibnfsRemote::Connect(context.hub, path, hub, registry_, labels));
-  std::string hub_name = remote->hub_name();
+  SPOKE_TRY(auto connected, ConnectHub(context.hub, path, hub, registry_, labels));
+  std::unique_ptr<RemoteFs> remote = std::move(connected.remote);
+  const std::string hub_name = connected.name;
 
   Volume::Config vc = VolumeSettings(hub);
   vc.volume_id = volume_id;
@@ -268,6 +270,7 @@ Result<std::unique_ptr<MountedVolume>> FuseVolumeMounter::MountOrAdopt(
   log::Info("volume ready", {{"volume", volume_id},
                              {"target", target_path},
                              {"hub", hub_name},
+                             {"nfs", std::string(ToString(context.hub.nfs_version))},
                              {"consistency", std::string(ToString(context.cache.consistency))},
                              {"prefetch", std::string(ToString(context.cache.prefetch))}});
   return std::unique_ptr<MountedVolume>(std::move(vol));

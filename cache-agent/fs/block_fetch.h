@@ -24,6 +24,10 @@ namespace spoke::agent {
 // Priority classes, most urgent first: readers, warm-up (and hints), prefetch.
 enum FetchClass : int { kDemandClass = 0, kWarmClass = 1, kPrefetchClass = 2, kFetchClasses = 3 };
 
+// Where a fetch is sent: the hub, or the BlockSource (the cluster's peers). Each has its own
+// queues and window (FetchTable, FetchDispatcher).
+enum FetchRoute : int { kHubRoute = 0, kSourceRoute = 1, kFetchRoutes = 2 };
+
 struct BlockFetch {
   BlockKey key;
   std::string path;
@@ -45,6 +49,10 @@ struct BlockFetch {
   bool dispatched = false;
   std::chrono::steady_clock::time_point dispatched_at{};
   bool paced = false;  // sent as warm-up or prefetch: counted as background bytes on the link
+  // Chosen when it is made (BlockSource::Takes); a source ask that fails is queued again for
+  // the hub (a background one a busy owner refused: for the source again first, a few times).
+  FetchRoute route = kHubRoute;
+  int source_busy_retries = 0;  // times a busy owner refused it and it was queued again
   bool done = false;
   bool settled = false;           // done and (when it was to be cached) stored
   bool counted_prefetch = false;  // its bytes are in the fetcher's prefetch bytes

@@ -42,10 +42,12 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
     : cache_(cache),
       volume_(volume_key),
       config_(config),
-      reader_(remote, config.source, registry, labels,
-              [this](const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
-                OnFetched(f, std::move(r), from_hub);
-              }),
+      reader_(
+          remote, config.source, registry, labels,
+          [this](const FetchPtr& f, Result<std::vector<char>> r, bool from_hub) {
+            OnFetched(f, std::move(r), from_hub);
+          },
+          [this](const FetchPtr& f, bool busy) { return RequeueAfterSource(f, busy); }),
       dispatcher_({.max_inflight = config.max_hub_inflight,
                    .demand_reserved = config.demand_reserved,
                    .pacing = config.pacing},
@@ -67,6 +69,11 @@ BlockFetcher::BlockFetcher(RemoteFs& remote, BlockCache* cache, uint64_t volume_
       "they leave (paced to the WAN link)",
       labels);
   window_gauge_->Set(static_cast<int64_t>(dispatcher_.window()));
+  source_window_gauge_ = &registry.GetGauge(
+      "spoke_fetch_peer_window_bytes",
+      "Bytes the fetcher lets on the cluster's peers at once (halved when an owner is busy)",
+      labels);
+  source_window_gauge_->Set(static_cast<int64_t>(dispatcher_.window(kSourceRoute)));
   miss_latency_ = &registry.GetHistogram("spoke_demand_miss_seconds",
                                          "Latency of reads that waited for the hub", labels);
   base_hits_ = hits_->Value();
@@ -138,12 +145,20 @@ double BlockFetcher::demand_miss_latency_ms_avg() const {
 BlockFetcher::FetchPtr BlockFetcher::Join(const FileRef& file, uint64_t index,
                                           const FetchTable::Ask& ask, bool* created,
                                           bool room_taken) {
-  const FetchTable::Block block{.path = file.path,
-                                .offset = index * config_.block_size,
-                                .length = BlockLength(file, index),
-                                .written_here = file.written_here,
-                                .reader = file.reader ? &*file.reader : nullptr};
-  FetchTable::Joined joined = table_.Join(Key(file, index), block, ask);
+  const BlockKey key = Key(file, index);
+  FetchTable::Block block{.path = file.path,
+                          .offset = index * config_.block_size,
+                          .length = BlockLength(file, index),
+                          .written_here = file.written_here,
+                          .reader = file.reader ? &*file.reader : nullptr};
+  // A new fetch's route: the source's when it would take the block (a reader's ask is no
+  // background; a later promotion keeps the route).
+  if (config_.source != nullptr && !table_.Contains(key) &&
+      config_.source->Takes(
+          {key, file.path, block.offset, block.length, ask.cls != kDemandClass})) {
+    block.route = kSourceRoute;
+  }
+  FetchTable::Joined joined = table_.Join(key, block, ask);
   BlockFetch& f = *joined.fetch;
   *created = joined.created;
   if (joined.promoted) {
@@ -189,15 +204,24 @@ BlockFetcher::FetchPtr BlockFetcher::NextToSendLocked(SteadyTime now) {
   if (!dispatcher_.HasSlot()) return nullptr;
   FetchPtr next;
   std::vector<FetchPtr> expired;
-  for (int cls = kDemandClass; cls < kFetchClasses && !next; ++cls) {
-    const FetchDispatcher::Gate gate = dispatcher_.GateFor(cls);
-    if (gate == FetchDispatcher::Gate::kNoSlot) break;
-    if (gate == FetchDispatcher::Gate::kWindowFull) {
-      if (table_.QueuedFrom(cls)) dispatcher_.OnHeldBack();
-      if (cls == kDemandClass) continue;  // background may still send its one block
-      break;
+  // Each route by its own window, most urgent class first. A background class a route's
+  // window holds back holds back the less urgent ones there too; readers held back leave
+  // background its one block.
+  bool held[kFetchRoutes] = {false, false};
+  bool no_slot = false;
+  for (int cls = kDemandClass; cls < kFetchClasses && !next && !no_slot; ++cls) {
+    for (FetchRoute route : {kSourceRoute, kHubRoute}) {
+      if (next || no_slot || held[route]) continue;
+      const FetchDispatcher::Gate gate = dispatcher_.GateFor(cls, route);
+      if (gate == FetchDispatcher::Gate::kNoSlot) {
+        no_slot = true;
+      } else if (gate == FetchDispatcher::Gate::kWindowFull) {
+        if (route == kHubRoute && table_.QueuedFrom(cls, route)) dispatcher_.OnHeldBack();
+        held[route] = cls != kDemandClass;
+      } else {
+        next = table_.PopQueued(cls, now, &expired, route);
+      }
     }
-    next = table_.PopQueued(cls, now, &expired);
   }
   for (auto& f : expired) {
     ReleaseMemoryLocked(*f);
@@ -236,11 +260,12 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   const SteadyTime now = std::chrono::steady_clock::now();
   {
     MutexLock lock(mu_);
-    // Only a hub reply times the link the pacer bounds.
-    const std::optional<uint64_t> hub_reply =
-        r && from_hub ? std::optional<uint64_t>(r->size()) : std::nullopt;
-    if (dispatcher_.OnAnswered(*f, hub_reply, now)) {
+    // A good reply teaches the window of the route it came by.
+    const std::optional<uint64_t> reply = r ? std::optional<uint64_t>(r->size()) : std::nullopt;
+    if (dispatcher_.OnAnswered(*f, reply, from_hub, now)) {
       window_gauge_->Set(static_cast<int64_t>(dispatcher_.window()));
+    } else if (reply) {
+      source_window_gauge_->Set(static_cast<int64_t>(dispatcher_.window(kSourceRoute)));
     }
     if (r) {
       if (from_hub) hub_bytes_->Inc(r->size());
@@ -302,7 +327,44 @@ void BlockFetcher::OnFetched(const FetchPtr& f, Result<std::vector<char>> r, boo
   if (--callbacks_pending_ == 0 && stopping_) done_cv_.notify_all();
 }
 
+bool BlockFetcher::StagedInsteadOfStored(const FetchPtr& f) {
+  if (staging_ == nullptr) return false;
+  const uint64_t size = (*f->result)->size();
+  // The cache had room when the block arrived, but the blocks queued before it may have
+  // taken it since: evicting a cached block for a prefetch (often one prefetched just before
+  // and not read yet) makes a reader fetch that block again.
+  if (cache_->FreeBytes() >= size) return false;
+  {
+    MutexLock lock(mu_);
+    if (f->cls != kPrefetchClass || f->stored_as_demand) return false;  // a reader's now
+    ReleaseMemoryLocked(*f);  // the buffer takes its own room (Use::kStaged)
+    if (!staging_->Put(f->key, *f->result, /*held=*/f->within_epoch)) return false;
+    UncountPrefetchLocked(*f);
+    SettleLocked(f);
+    stored_gen_++;
+  }
+  done_cv_.notify_all();
+  return true;
+}
+
+bool BlockFetcher::RequeueAfterSource(const FetchPtr& f, bool busy) {
+  {
+    MutexLock lock(mu_);
+    if (stopping_) return false;
+    dispatcher_.OnSourceFailed(*f, busy, std::chrono::steady_clock::now());
+    source_window_gauge_->Set(static_cast<int64_t>(dispatcher_.window(kSourceRoute)));
+    table_.Requeue(f);
+  }
+  Dispatch();
+  // This send's callback ends here (the next send of `f` counts its own), after Dispatch: the
+  // destructor waits for it, so `this` outlives the call.
+  MutexLock lock(mu_);
+  if (--callbacks_pending_ == 0 && stopping_) done_cv_.notify_all();
+  return true;
+}
+
 void BlockFetcher::Store(const FetchPtr& f) {
+  if (StagedInsteadOfStored(f)) return;
   const auto& data = **f->result;
   AdmissionHint hint{f->stored_as_demand ? kDemand : f->expert, f->predicted_use};
   auto st = cache_->Put(f->key, data.data(), data.size(), hint);
@@ -338,6 +400,13 @@ Result<BlockData> BlockFetcher::Wait(const FetchPtr& f, SteadyTime deadline) {
   return f->result;
 }
 
+namespace {
+// A staged block a reader took, as the eviction policy is asked about it: a prefetch (any
+// origin but kDemand; 255 is no expert's) that nobody predicts a use for. Read already, it
+// is worth no prefetched block that was not read yet (that one would be fetched again).
+constexpr AdmissionHint kTakenFromStaging{.origin = 255, .predicted_use = kUnknownUse};
+}  // namespace
+
 std::optional<BlockData> BlockFetcher::LocalBlock(const FileRef& file, uint64_t index,
                                                   uint32_t len) {
   if (cache_ == nullptr) return std::nullopt;
@@ -363,7 +432,9 @@ std::optional<BlockData> BlockFetcher::LocalBlock(const FileRef& file, uint64_t 
   // Staged blocks have the key's file version (checked when fetched), like the cache's.
   if (staging_ == nullptr) return std::nullopt;
   auto staged = staging_->Take(Key(file, index));
-  if (staged) AdmitTaken(Key(file, index), *staged);
+  if (staged && cache_->WouldAdmit(Key(file, index), kTakenFromStaging)) {
+    AdmitTaken(Key(file, index), *staged);
+  }
   return staged;
 }
 
@@ -434,11 +505,19 @@ bool BlockFetcher::Prefetch(const PrefetchRequest& req) {
   bool queued = false, refused = false;
   for (uint64_t index = req.first_block; index < end; ++index) {
     BlockKey key = Key(file, index);
+    const uint64_t stored_gen = StoredGen();
     if (cache_->Contains(key)) continue;
     if (staging_ != nullptr && staging_->Contains(key)) continue;
     MutexLock lock(mu_);
     if (stopping_) return false;
     if (table_.Contains(key)) continue;
+    // A fetch of this block (a reader's) stored between the look into the cache above and
+    // this lock has left the table: look again rather than read the hub twice.
+    if (stored_gen_ != stored_gen) {
+      lock.unlock();
+      --index;  // this block again (unsigned wrap-around is well defined)
+      continue;
+    }
     if (prefetch_bytes_.load() + BlockLength(file, index) > config_.prefetch_bytes_max) {
       refused = true;
       break;

@@ -26,22 +26,25 @@
 // - A null cache means "cache disabled": reads pass through (still de-duplicated).
 // - Staging (Config::staging_bytes_max > 0): a prefetched block that arrives when the cache
 //   has no free room for it is not stored (it would evict a cached block that a later read
-//   then misses: the no-thrash set eroded by prefetches) but held in a StagingBuffer. A
+//   then misses: the no-thrash set eroded by prefetches) but held in a StagingBuffer; so is
+//   one whose room the blocks queued before it took by the time a store thread has it. A
 //   reader takes it from there once (counted as a hit: it did not wait for the hub) and it
-//   is then queued for the cache as a demand block, so the cache's content is what it would
-//   be without prefetching. WouldAdmit answers for the fetcher as a whole: free cache room
-//   or staging room (not the eviction policy: a full cache never takes a prefetched block).
-//   A set prediction's block (PrefetchRequest::within_epoch) is staged without the ttl and
-//   dropped when the prefetcher gives the prediction up (DropStaged; see staging_buffer.h).
-//   Evict drops staged blocks with the cached ones; the destructor drops them all. Warm
-//   moves a staged block into the cache instead of reading it again.
+//   is then queued for the cache as a demand block when the cache has room or its policy
+//   would admit it as a prefetch with no predicted use: it is never worth a prefetched block
+//   not read yet (that block would cross the WAN again). WouldAdmit answers for the fetcher as a
+//   whole: free cache room or staging room (not the eviction policy: a full cache never takes a
+//   prefetched block). A set prediction's block (PrefetchRequest::within_epoch) is staged without
+//   the ttl and dropped when the prefetcher gives the prediction up (DropStaged; see
+//   staging_buffer.h). Evict drops staged blocks with the cached ones; the destructor drops them
+//   all. Warm moves a staged block into the cache instead of reading it again.
 //
 // Parts (one mutex, mu_, over the first two and every BlockFetch): FetchTable (fetch_table.h:
-// one fetch per block, its waiters, the three class queues), FetchDispatcher
-// (fetch_dispatcher.h: hub slots and pacing for every source), FetchReader (fetch_reader.h:
-// the source, then the hub, checked), StoreQueue (store_queue.h: blocks waiting for the store
-// threads, its own leaf lock), StagingBuffer (staging_buffer.h). This class joins them: the
-// cache lookups, memory accounting, the prefetch cap, and waiting for fetches.
+// one fetch per block, its waiters, the class queues of each route), FetchDispatcher
+// (fetch_dispatcher.h: slots, and a window per route: the hub, the source), FetchReader
+// (fetch_reader.h: the source for a fetch routed there, else the hub, checked), StoreQueue
+// (store_queue.h: blocks waiting for the store threads, its own leaf lock), StagingBuffer
+// (staging_buffer.h). This class joins them: the cache lookups, memory accounting, the prefetch
+// cap, and waiting for fetches.
 //
 // Counts per volume: spoke_cache_hits_total (reads that did not wait for the hub: from the
 // cache or from staging), spoke_cache_misses_total, spoke_hub_read_bytes_total,
@@ -72,6 +75,7 @@
 #include "cache-agent/fs/link_pacer.h"
 #include "cache-agent/fs/staging_buffer.h"
 #include "cache-agent/fs/store_queue.h"
+#include "cache-agent/fs/warm_rate_limiter.h"
 #include "cache-agent/prefetch/predictor.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/memory_budget.h"
@@ -111,7 +115,10 @@ class BlockFetcher {
     // one hub timeout plus time queued behind other demand.
     std::chrono::milliseconds read_deadline{20000};
     // Threads that store fetched blocks into the cache (disk I/O off the network loops).
-    int store_threads = 2;
+    // Each store is one synchronous cache write (0.2-0.5 ms, longer while the filesystem
+    // allocates): a cold fill of small files at 3-4k blocks/s needs several at once, or the
+    // store queue lags the hub and the fill waits for it at the end (bench/cold-fill).
+    int store_threads = 8;
     // Bytes of fetched blocks waiting for a store thread. Prefetched blocks count against
     // prefetch_bytes_max until stored (so a slow cache disk slows prefetching down); a
     // demand block that would exceed this bound is served but not cached.
@@ -185,8 +192,13 @@ class BlockFetcher {
   };
   // The first half of Warm: queues (or joins) in the warm-up class every block of
   // [first, first + count) that is not cached and dispatches them; does not wait for the
-  // hub. May wait for memory-budget room like Warm (bounded by read_deadline).
-  WarmTicket StartWarm(const FileRef& file, uint64_t first, uint64_t count);
+  // hub. May wait for memory-budget room like Warm (bounded by read_deadline). With `rate`,
+  // each block it asks for (not cached, not staged) first takes its length from that bucket,
+  // the blocks queued before it going out meanwhile; a true `cancelled` ends that wait and the
+  // ticket then fails with kCancelled.
+  WarmTicket StartWarm(const FileRef& file, uint64_t first, uint64_t count,
+                       WarmRateLimiter* rate = nullptr,
+                       const std::atomic<bool>* cancelled = nullptr);
   // True once every block of the ticket is fetched and settled (stored, or not to be),
   // waiting at most until `until`.
   bool WaitWarm(const WarmTicket& ticket, std::chrono::steady_clock::time_point until);
@@ -197,6 +209,12 @@ class BlockFetcher {
   uint64_t store_queue_bytes_max() const { return config_.store_queue_bytes_max; }
 
   bool Cached(const FileRef& file, uint64_t index) const;
+  // Reads a cached block back through the cache's own check (header, key, length, checksum:
+  // BlockCache::Get drops a bad block and counts it). kAbsent: not cached; kGood: it verified;
+  // kDropped: it was cached and is not any more (bad checksum, disk error, wrong length), so a
+  // Warm fetches it again.
+  enum class CachedCheck { kAbsent, kGood, kDropped };
+  CachedCheck CheckCached(const FileRef& file, uint64_t index);
   // True when the block is cached, being fetched or staged (PrefetchSink::Has).
   bool Has(const BlockKey& key) const;
   // True when the fetcher would keep a prefetch of the block until it is read
@@ -247,8 +265,18 @@ class BlockFetcher {
   FetchPtr NextToSendLocked(SteadyTime now) REQUIRES(mu_);
   // `from_hub`: false for a block the BlockSource gave (not counted as hub bytes).
   void OnFetched(const FetchPtr& f, Result<std::vector<char>> r, bool from_hub);
+  // `f`'s source ask failed: queued again, first of its class, on the route the dispatcher
+  // gives it; false (the reader reads the hub at once) while stopping.
+  bool RequeueAfterSource(const FetchPtr& f, bool busy) EXCLUDES(mu_);
   // On a store thread: puts the fetched block into the cache, then settles it.
   void Store(const FetchPtr& f);
+  // On a store thread: a prefetched block that would evict a cached one is staged instead
+  // (with staging); false when it is to be stored.
+  bool StagedInsteadOfStored(const FetchPtr& f) EXCLUDES(mu_);
+  uint64_t StoredGen() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return stored_gen_;
+  }
   // Done with `f`: settled, its memory room given back, out of the table. mu_ held.
   void SettleLocked(const FetchPtr& f) REQUIRES(mu_);
   // kTimeout when `f` is not done by `deadline`.
@@ -298,6 +326,7 @@ class BlockFetcher {
   metrics::Counter* cache_bytes_;
   metrics::Counter* put_failures_;
   metrics::Gauge* window_gauge_;
+  metrics::Gauge* source_window_gauge_;
   metrics::Histogram* miss_latency_;
   uint64_t base_hits_, base_misses_, base_hub_bytes_, base_cache_bytes_;
   // Made last, stopped first: its threads call Store.

@@ -17,16 +17,33 @@ void BlockFetcher::TakeWarmRoom(uint32_t length) {
   config_.memory->Charge(Use::kDemand, length);  // bounded wait over: go on, accounted
 }
 
+BlockFetcher::CachedCheck BlockFetcher::CheckCached(const FileRef& file, uint64_t index) {
+  const BlockKey key = Key(file, index);
+  if (cache_ == nullptr || !cache_->Contains(key)) return CachedCheck::kAbsent;
+  const uint32_t len = BlockLength(file, index);
+  BlockBytes::ReadBuffer buf = BlockBytes::AllocateForRead(len);
+  if (!buf) return CachedCheck::kGood;  // no memory to look: not a finding about the block
+  auto got = cache_->Get(key, buf.get(), BlockBytes::ReadCapacity(len));
+  if (got && *got == len) return CachedCheck::kGood;
+  if (got && !file.written_here) {
+    // As LocalBlock: a hub file's block of the wrong length is not this block; its file goes.
+    cache_->Evict(volume_, file.file_id);
+  }
+  return got && file.written_here ? CachedCheck::kGood : CachedCheck::kDropped;
+}
+
 Result<uint64_t> BlockFetcher::Warm(const FileRef& file, uint64_t first, uint64_t count) {
   return FinishWarm(StartWarm(file, first, count));
 }
 
 BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t first,
-                                                 uint64_t count) {
+                                                 uint64_t count, WarmRateLimiter* rate,
+                                                 const std::atomic<bool>* cancelled) {
   WarmTicket t;
   for (uint64_t index = first; index < first + count; ++index) {
     const uint32_t length = BlockLength(file, index);
     if (length == 0) break;
+    const uint64_t stored_gen = StoredGen();
     if (Cached(file, index)) continue;
     // A staged block goes to the cache from memory: wait for that store, not the hub.
     if (staging_ != nullptr) {
@@ -38,6 +55,13 @@ BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t f
         }
       }
     }
+    if (rate != nullptr && rate->TryTake(length).count() != 0) {
+      if (!t.waits_.empty()) Dispatch();  // what this ticket queued goes while it waits
+      if (!rate->Take(length, cancelled)) {
+        t.error_ = Error(Code::kCancelled, "warm-up cancelled");
+        return t;
+      }
+    }
     const bool room = config_.memory != nullptr;
     if (room) TakeWarmRoom(length);
     bool created;
@@ -46,6 +70,14 @@ BlockFetcher::WarmTicket BlockFetcher::StartWarm(const FileRef& file, uint64_t f
       if (room) config_.memory->Release(MemoryBudget::Use::kDemand, length);
       t.error_ = Error(Code::kCancelled, "volume is shutting down");
       return t;
+    }
+    // A fetch of this block stored between the look into the cache above and this lock has
+    // left the table: look again rather than read the hub twice.
+    if (stored_gen_ != stored_gen && !table_.Contains(Key(file, index))) {
+      lock.unlock();
+      if (room) config_.memory->Release(MemoryBudget::Use::kDemand, length);
+      --index;  // this block again (unsigned wrap-around is well defined)
+      continue;
     }
     auto f = Join(file, index, {.cls = kWarmClass}, &created, room);
     if (room && !created) config_.memory->Release(MemoryBudget::Use::kDemand, length);

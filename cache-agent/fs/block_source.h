@@ -29,9 +29,13 @@ class BlockSource {
   using Done = std::function<void(Result<std::vector<char>>)>;
 
   virtual ~BlockSource() = default;
-  // Starts fetching `block`. false: this source does not take it (the hub is asked at once;
-  // `done` is never called). true: `done` is called exactly once, from any thread, with the
-  // block's `length` verified bytes or with an error after which the hub is asked.
+  // Whether FetchAsync would take `block` now: the fetcher queues a new fetch on the source's
+  // route or on the hub's by it. Called under the fetcher's lock: cheap, leaf locks only.
+  virtual bool Takes(const Block& block) const = 0;
+  // Starts fetching `block`. false: this source does not take it (what Takes saw may have
+  // changed; the hub is asked at once, `done` is never called). true: `done` is called exactly
+  // once, from any thread, with the block's `length` verified bytes or with an error after
+  // which the hub is asked (EBUSY: the source was over its capacity).
   virtual bool FetchAsync(const Block& block, Done done) = 0;
   // Whether blocks from this source are stored in the local cache too (subject to the
   // cache's admission policy) or only served.

@@ -8,15 +8,17 @@ FetchDispatcher::FetchDispatcher(const Config& config, TimePoint now)
     : config_(config),
       background_slots_(std::max(
           1, config.max_inflight - std::min(config.demand_reserved, config.max_inflight - 1))),
-      pacer_(config.pacing, now) {}
+      pacer_(config.pacing, now),
+      source_(config.source) {}
 
-FetchDispatcher::Gate FetchDispatcher::GateFor(int cls) const {
+FetchDispatcher::Gate FetchDispatcher::GateFor(int cls, FetchRoute route) const {
   if (cls != kDemandClass && inflight_ >= background_slots_) return Gate::kNoSlot;
-  if (!pacer_.enabled()) return Gate::kOpen;
+  if (route == kHubRoute && !pacer_.enabled()) return Gate::kOpen;
   // One block of each kind may always go: readers never wait for background, and background
   // never stops.
-  const uint64_t mine = cls == kDemandClass ? demand_on_link_ : background_on_link_;
-  const bool full = mine > 0 && background_on_link_ + demand_on_link_ >= pacer_.window();
+  const OnRoute& on = on_[route];
+  const uint64_t mine = cls == kDemandClass ? on.demand : on.background;
+  const bool full = mine > 0 && on.background + on.demand >= window(route);
   return full ? Gate::kWindowFull : Gate::kOpen;
 }
 
@@ -24,17 +26,37 @@ void FetchDispatcher::OnSent(BlockFetch& f, TimePoint now) {
   f.dispatched = true;
   f.dispatched_at = now;
   f.paced = f.cls != kDemandClass;
-  (f.paced ? background_on_link_ : demand_on_link_) += f.length;
+  (f.paced ? on_[f.route].background : on_[f.route].demand) += f.length;
   inflight_++;
 }
 
-bool FetchDispatcher::OnAnswered(const BlockFetch& f, std::optional<uint64_t> hub_reply_bytes,
-                                 TimePoint now) {
+void FetchDispatcher::Uncount(const BlockFetch& f) {
   inflight_--;
-  (f.paced ? background_on_link_ : demand_on_link_) -= f.length;
-  if (!hub_reply_bytes) return false;
-  pacer_.OnCompleted(*hub_reply_bytes, now - f.dispatched_at, now);
+  (f.paced ? on_[f.route].background : on_[f.route].demand) -= f.length;
+}
+
+bool FetchDispatcher::OnAnswered(const BlockFetch& f, std::optional<uint64_t> reply_bytes,
+                                 bool from_hub, TimePoint now) {
+  Uncount(f);
+  if (!reply_bytes) return false;
+  if (!from_hub) {
+    source_.OnReply(*reply_bytes);
+    return false;
+  }
+  // A hub reply of a fetch counted on the source's window (the source declined it when it was
+  // sent) times the link as well as any.
+  pacer_.OnCompleted(*reply_bytes, now - f.dispatched_at, now);
   return true;
+}
+
+void FetchDispatcher::OnSourceFailed(BlockFetch& f, bool busy, TimePoint now) {
+  Uncount(f);
+  if (busy) source_.OnRefused(now);
+  f.dispatched = false;
+  const bool retry =
+      busy && f.cls != kDemandClass && f.source_busy_retries < config_.source_busy_retries;
+  f.source_busy_retries += retry ? 1 : 0;
+  f.route = retry ? kSourceRoute : kHubRoute;
 }
 
 }  // namespace spoke::agent

@@ -1,15 +1,17 @@
 #include "cache-agent/fs/fetch_reader.h"
 
+#include <cerrno>
 #include <string>
 #include <utility>
 
 namespace spoke::agent {
 
 FetchReader::FetchReader(RemoteFs& remote, BlockSource* source, metrics::Registry& registry,
-                         const metrics::Labels& labels, Done done)
+                         const metrics::Labels& labels, Done done, SourceFailed source_failed)
     : remote_(remote),
       source_(source),
       done_(std::move(done)),
+      source_failed_(std::move(source_failed)),
       changed_files_(&registry.GetCounter(
           "spoke_hub_file_changed_total",
           "Hub reads refused because the file changed (or was replaced) since it was opened",
@@ -17,16 +19,18 @@ FetchReader::FetchReader(RemoteFs& remote, BlockSource* source, metrics::Registr
 
 void FetchReader::Read(const BlockFetchPtr& f) {
   // A peer's copy is checked by its owner against the same file id and version.
-  // `paced` is set when the fetch is sent (under the fetcher's lock, on this thread).
-  if (source_ != nullptr && source_->FetchAsync({f->key, f->path, f->offset, f->length, f->paced},
-                                                [this, f](Result<std::vector<char>> r) {
-                                                  if (r && r->size() == f->length)
-                                                    return done_(f, std::move(r), false);
-                                                  ReadFromHub(f);
-                                                })) {
-    return;
+  // `route` and `paced` are set when the fetch is sent (under the fetcher's lock, on this
+  // thread). A source that declines at once is read around here: taken back, the fetch would
+  // be sent again from this call.
+  if (source_ == nullptr || f->route != kSourceRoute ||
+      !source_->FetchAsync({f->key, f->path, f->offset, f->length, f->paced},
+                           [this, f](Result<std::vector<char>> r) {
+                             if (r && r->size() == f->length) return done_(f, std::move(r), false);
+                             const bool busy = !r && r.error().ToErrno() == EBUSY;
+                             if (!source_failed_(f, busy)) ReadFromHub(f);
+                           })) {
+    ReadFromHub(f);
   }
-  ReadFromHub(f);
 }
 
 void FetchReader::ReadFromHub(const BlockFetchPtr& f) {

@@ -1,6 +1,7 @@
-// FetchReader: the bytes of one sent fetch, from where they are. The BlockSource first (a
-// peer's copy); on any failure of it or a reply of the wrong length, the hub, whose reply is
-// checked: bytes only from the file and version the block belongs to (the name may have been
+// FetchReader: the bytes of one sent fetch, from its route. The BlockSource (a peer's copy)
+// for a fetch routed there; on any failure of it or a reply of the wrong length, the fetcher
+// takes the fetch back to queue it for the hub (or, when it does not, the hub now). A hub reply
+// is checked: bytes only from the file and version the block belongs to (the name may have been
 // replaced on the hub since), and only whole blocks, so that nothing cached mixes versions.
 // No state but the counter of refused reads: thread-safe; `done` runs on the source's or the
 // remote's threads.
@@ -27,9 +28,13 @@ class FetchReader {
   using Done =
       std::function<void(const BlockFetchPtr& f, Result<std::vector<char>> bytes, bool from_hub)>;
 
+  // `f`'s source ask failed (`busy`: the owner refused it for its quota). true: the fetcher
+  // took `f` back (it is sent again, to the hub); false: the reader reads the hub now.
+  using SourceFailed = std::function<bool(const BlockFetchPtr& f, bool busy)>;
+
   // `source` may be null (hub only); it, `remote` and `registry` must outlive the reader.
   FetchReader(RemoteFs& remote, BlockSource* source, metrics::Registry& registry,
-              const metrics::Labels& labels, Done done);
+              const metrics::Labels& labels, Done done, SourceFailed source_failed);
 
   // Reads `f` (its key, path, offset, length); calls `done` exactly once.
   void Read(const BlockFetchPtr& f);
@@ -43,6 +48,7 @@ class FetchReader {
   RemoteFs& remote_;
   BlockSource* const source_;
   const Done done_;
+  const SourceFailed source_failed_;
   metrics::Counter* changed_files_;
 };
 

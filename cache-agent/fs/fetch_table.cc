@@ -15,7 +15,7 @@ FetchTable::Joined FetchTable::Join(const BlockKey& key, const Block& block, con
     if (ask.cls >= f->cls) return {f, false, false};
     f->cls = ask.cls;  // promoted: goes ahead of the less urgent classes
     f->stored_as_demand = true;
-    if (!f->dispatched) queues_[ask.cls].push_back(f);
+    if (!f->dispatched) queues_[f->route][ask.cls].push_back(f);
     return {f, false, true};
   }
   auto f = std::make_shared<BlockFetch>();
@@ -26,13 +26,14 @@ FetchTable::Joined FetchTable::Join(const BlockKey& key, const Block& block, con
   f->written_here = block.written_here;
   if (block.reader != nullptr) f->reader = *block.reader;
   f->cls = ask.cls;
+  f->route = block.route;
   f->stored_as_demand = ask.cls != kPrefetchClass;
   f->deadline = ask.deadline;
   f->warm_waiter = ask.cls == kWarmClass;
   f->expert = ask.expert;
   f->predicted_use = ask.predicted_use;
   fetches_[key] = f;
-  queues_[ask.cls].push_back(f);
+  queues_[f->route][ask.cls].push_back(f);
   return {std::move(f), true, false};
 }
 
@@ -46,8 +47,9 @@ void FetchTable::Erase(const BlockFetch& f) {
   if (it != fetches_.end() && it->second.get() == &f) fetches_.erase(it);
 }
 
-BlockFetchPtr FetchTable::PopQueued(int cls, SteadyTime now, std::vector<BlockFetchPtr>* expired) {
-  auto& q = queues_[cls];
+BlockFetchPtr FetchTable::PopQueued(int cls, SteadyTime now, std::vector<BlockFetchPtr>* expired,
+                                    FetchRoute route) {
+  auto& q = queues_[route][cls];
   while (!q.empty()) {
     BlockFetchPtr f = std::move(q.front());
     q.pop_front();
@@ -67,25 +69,32 @@ BlockFetchPtr FetchTable::PopQueued(int cls, SteadyTime now, std::vector<BlockFe
   return nullptr;
 }
 
-bool FetchTable::QueuedFrom(int cls) const {
+void FetchTable::Requeue(BlockFetchPtr f) {
+  auto& q = queues_[f->route][f->cls];
+  q.push_front(std::move(f));
+}
+
+bool FetchTable::QueuedFrom(int cls, FetchRoute route) const {
   for (int c = cls; c < kFetchClasses; ++c) {
-    if (!queues_[c].empty()) return true;
+    if (!queues_[route][c].empty()) return true;
   }
   return false;
 }
 
 std::vector<BlockFetchPtr> FetchTable::CancelQueued(const Error& error) {
   std::vector<BlockFetchPtr> cancelled;
-  for (auto& q : queues_) {
-    for (auto& f : q) {
-      if (f->dispatched || f->done) continue;
-      f->done = true;
-      f->settled = true;
-      f->result = std::unexpected(error);
-      Erase(*f);
-      cancelled.push_back(std::move(f));
+  for (auto& route : queues_) {
+    for (auto& q : route) {
+      for (auto& f : q) {
+        if (f->dispatched || f->done) continue;
+        f->done = true;
+        f->settled = true;
+        f->result = std::unexpected(error);
+        Erase(*f);
+        cancelled.push_back(std::move(f));
+      }
+      q.clear();
     }
-    q.clear();
   }
   return cancelled;
 }

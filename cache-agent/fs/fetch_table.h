@@ -1,6 +1,7 @@
 // FetchTable: the blocks being fetched, one BlockFetch per key that every asker of the block
-// joins (readers, warm-up, prefetch), and the queues of those not sent yet, one per class. A
-// block asked for in a more urgent class is promoted: queued again there. Not thread-safe:
+// joins (readers, warm-up, prefetch), and the queues of those not sent yet, one per route
+// (hub, source) and class. A block asked for in a more urgent class is promoted: queued again
+// there, on the same route. Not thread-safe:
 // the BlockFetcher holds it, and every BlockFetch it hands out, under its mutex.
 #pragma once
 
@@ -30,6 +31,7 @@ class FetchTable {
     uint32_t length = 0;
     bool written_here = false;
     const Credentials* reader = nullptr;  // FileRef::reader; null: the volume's identity
+    FetchRoute route = kHubRoute;         // where a new fetch is queued
   };
   // Who asks for a block.
   struct Ask {
@@ -54,19 +56,23 @@ class FetchTable {
   // Takes `f` out of the table (not a later fetch of the same key).
   void Erase(const BlockFetch& f);
 
-  // The next fetch of class `cls` to send, or null. Skips entries sent, done or promoted
-  // since queued; a demand fetch every reader gave up on (its latest deadline passed, no
-  // warm-up waits) is failed with kTimeout, taken out and appended to `expired`.
-  BlockFetchPtr PopQueued(int cls, SteadyTime now, std::vector<BlockFetchPtr>* expired);
-  // Whether any queue of class `cls` or a less urgent one holds an entry.
-  bool QueuedFrom(int cls) const;
+  // The next fetch of class `cls` to send on `route`, or null. Skips entries sent, done or
+  // promoted since queued; a demand fetch every reader gave up on (its latest deadline passed,
+  // no warm-up waits) is failed with kTimeout, taken out and appended to `expired`.
+  BlockFetchPtr PopQueued(int cls, SteadyTime now, std::vector<BlockFetchPtr>* expired,
+                          FetchRoute route = kHubRoute);
+  // Queues `f` again, sent and handed back unanswered (dispatched false), at the front of its
+  // route's and class's queue: it was next once already.
+  void Requeue(BlockFetchPtr f);
+  // Whether any queue of `route` of class `cls` or a less urgent one holds an entry.
+  bool QueuedFrom(int cls, FetchRoute route = kHubRoute) const;
   // Fails every queued fetch not sent yet with `error`, takes them out and empties the
   // queues; returns them.
   std::vector<BlockFetchPtr> CancelQueued(const Error& error);
 
  private:
   std::unordered_map<BlockKey, BlockFetchPtr, BlockKeyHash> fetches_;
-  std::deque<BlockFetchPtr> queues_[kFetchClasses];
+  std::deque<BlockFetchPtr> queues_[kFetchRoutes][kFetchClasses];
 };
 
 }  // namespace spoke::agent

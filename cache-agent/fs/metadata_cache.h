@@ -123,6 +123,9 @@ class MetadataCache final : public HandleStore {
   void StartWalk();
   // Waits for the walk; false at the deadline.
   bool WaitWalk(std::chrono::milliseconds timeout);
+  // Waits until the walk listed a directory beyond `cursor` (see WalkedSince) or ended;
+  // false at the deadline.
+  bool WaitWalkBeyond(size_t cursor, std::chrono::milliseconds timeout);
   bool walk_done() const { return walk_done_.load(); }
   // Files found by the walk (and since), in directory order, depth first.
   std::vector<WalkedFile> Files(const std::string& prefix = "") const;

@@ -89,6 +89,13 @@ bool MetadataCache::WaitWalk(std::chrono::milliseconds timeout) {
          walk_done_.load();
 }
 
+bool MetadataCache::WaitWalkBeyond(size_t cursor, std::chrono::milliseconds timeout) {
+  MutexLock lock(walk_mu_);
+  return walk_cv_.wait_for(lock, timeout, [&]() REQUIRES(walk_mu_) {
+    return walk_done_.load() || stop_.load() || walked_dirs_.size() > cursor;
+  });
+}
+
 std::vector<WalkedFile> MetadataCache::Files(const std::string& prefix) const {
   MutexLock lock(mu_);
   std::vector<WalkedFile> out;

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <utility>
 
 #include "cache-agent/peer/peer_token.h"
@@ -436,18 +437,20 @@ grpc::Status PeerVolume::FetchForPeer(BlockFetcher* fetcher, const FileRef& file
 
 void PeerVolume::MarkAbsent(const std::string& member) {
   MutexLock lock(absent_mu_);
-  absent_[member] = std::chrono::steady_clock::now() + node_.config_.absent_period;
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(absent_, [&](const auto& a) { return a.second <= now; });
+  absent_[member] = now + node_.config_.absent_period;
 }
 
-void PeerVolume::LeaveOutAbsent(PeerSet::View& view) {
+void PeerVolume::LeaveOutAbsent(PeerSet::View& view) const {
   MutexLock lock(absent_mu_);
   if (absent_.empty()) return;
   const auto now = std::chrono::steady_clock::now();
-  std::erase_if(absent_, [&](const auto& a) { return a.second <= now; });
-  if (absent_.empty()) return;
   const std::string self = view.self >= 0 ? view.members[view.self] : std::string();
-  std::erase_if(view.members,
-                [&](const std::string& m) REQUIRES(absent_mu_) { return absent_.contains(m); });
+  std::erase_if(view.members, [&](const std::string& m) REQUIRES(absent_mu_) {
+    auto a = absent_.find(m);
+    return a != absent_.end() && a->second > now;
+  });
   auto it = std::find(view.members.begin(), view.members.end(), self);
   view.self =
       self.empty() || it == view.members.end() ? -1 : static_cast<int>(it - view.members.begin());
@@ -476,7 +479,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   return true;
 }
 
-std::optional<std::string> PeerVolume::PeerToAsk(const Block& block) {
+std::optional<std::string> PeerVolume::PeerToAsk(const Block& block) const {
   {
     MutexLock lock(serving_mu_);
     if (serving_.contains(block.key)) return std::nullopt;  // a peer asked us: we read the hub
@@ -490,6 +493,8 @@ std::optional<std::string> PeerVolume::PeerToAsk(const Block& block) {
   if (owner < 0 || owner == view.self) return std::nullopt;
   return view.members[owner];
 }
+
+bool PeerVolume::Takes(const Block& block) const { return PeerToAsk(block).has_value(); }
 
 std::shared_ptr<PeerVolume::Call> PeerVolume::MakeCall(const Block& block, std::string member,
                                                        Done done) {
@@ -514,12 +519,16 @@ std::shared_ptr<PeerVolume::Call> PeerVolume::MakeCall(const Block& block, std::
 }
 
 void PeerVolume::OnAnswer(Call& call, const grpc::Status& st) {
-  auto fail = [&](std::string why) {
-    call.done(std::unexpected(Error(Code::kUnavailable, "peer " + call.member + ": " + why)));
+  auto fail = [&](std::string why, int err = 0) {
+    std::string what = "peer " + call.member + ": " + why;
+    call.done(std::unexpected(err != 0 ? Error::FromErrno(err, std::move(what))
+                                       : Error(Code::kUnavailable, std::move(what))));
   };
   if (!st.ok()) {
     CountFailedAsk(call.member, st);
-    return fail(st.error_message());
+    // Busy (the owner's serving quota is used up): the fetcher's peer window narrows.
+    const bool busy = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+    return fail(st.error_message(), busy ? EBUSY : 0);
   }
   node_.members_->ReportSuccess(call.member);
   const std::string& data = call.resp.data();

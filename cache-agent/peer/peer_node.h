@@ -84,6 +84,11 @@ class PeerNode {
     // Bounds on the asks this owner serves at once, both classes together and background
     // (warm-up, prefetch) alone: asks beyond them are refused at once (the asker reads the
     // hub), so other nodes' reads never take more than this of the owner's threads and memory.
+    // In a cold fill most background asks wait for this owner's hub read (a WAN round trip),
+    // queued behind its own readers: the bound keeps that queue within the askers' deadline
+    // (with 32, asks passed the 5 s deadline of PeerAgentsTest on a loaded machine). A
+    // refusal halves the asker's peer window and the ask is queued again
+    // (fetch_dispatcher.h), so a full quota slows askers, not the WAN.
     int serve_max_asks = 64;
     uint64_t serve_max_bytes = 64ull << 20;
     int serve_background_max_asks = 8;
@@ -186,6 +191,7 @@ class PeerVolume final : public BlockSource {
  public:
   ~PeerVolume() override;  // ServeBlocksFrom(nullptr), then leaves the node
 
+  bool Takes(const Block& block) const override;
   bool FetchAsync(const Block& block, Done done) override;
   bool keep_local_copy() const override { return node_.config_.keep_local_copy; }
 
@@ -232,24 +238,25 @@ class PeerVolume final : public BlockSource {
   // Config::absent_period, then asked again (it may have mounted it since).
   void MarkAbsent(const std::string& member) EXCLUDES(absent_mu_);
   // `view` without the members known not to serve this volume (self is never among them).
-  void LeaveOutAbsent(PeerSet::View& view) EXCLUDES(absent_mu_);
+  void LeaveOutAbsent(PeerSet::View& view) const EXCLUDES(absent_mu_);
 
   // FetchAsync's steps. One ask in flight: its request, answer and callback.
   struct Call;
   // The member that owns `block`; nullopt when the hub is read instead (a peer asked this
-  // agent for it, the node is shutting down, or this agent owns it).
-  std::optional<std::string> PeerToAsk(const Block& block) EXCLUDES(serving_mu_, absent_mu_);
+  // agent for it, the node is shutting down, or this agent owns it). Takes answers with it.
+  std::optional<std::string> PeerToAsk(const Block& block) const EXCLUDES(serving_mu_, absent_mu_);
   std::shared_ptr<Call> MakeCall(const Block& block, std::string member, Done done);
-  // Completes `call` with the peer's block, or an error that sends the read to the hub.
+  // Completes `call` with the peer's block, or an error that sends the read to the hub
+  // (EBUSY: the owner refused it for its serving quota).
   void OnAnswer(Call& call, const grpc::Status& st) EXCLUDES(absent_mu_);
   // Tells the member set and the metrics what a failed ask says of the member.
   void CountFailedAsk(const std::string& member, const grpc::Status& st) EXCLUDES(absent_mu_);
-  Mutex absent_mu_;
+  mutable Mutex absent_mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> absent_ GUARDED_BY(absent_mu_);
 
   // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another
   // peer (no ask loops when two agents briefly disagree about the member set).
-  Mutex serving_mu_;
+  mutable Mutex serving_mu_;
   std::unordered_multiset<BlockKey, BlockKeyHash> serving_ GUARDED_BY(serving_mu_);
 };
 

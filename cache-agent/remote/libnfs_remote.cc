@@ -53,8 +53,12 @@ LibnfsRemote::LibnfsRemote(const HubAddress& hub, const Config& config, metrics:
     own_registry_ = std::make_unique<metrics::Registry>();
     registry_ = own_registry_.get();
   }
+  health_ = std::make_unique<HubHealth>(*registry_, labels_);
   in_flight_ = &registry_->GetGauge("spoke_hub_requests_in_flight",
                                     "Hub requests started and not finished", labels_);
+  read_reply_bytes_ = &registry_->GetCounter(
+      "spoke_hub_read_reply_bytes_total",
+      "Data bytes of READ replies from the hub, every attempt (retries included)", labels_);
   MutexLock lock(store_mu_);
   if (config_.fh_table_size > 0) store_ = &fh_table_;
 }
@@ -90,8 +94,9 @@ Result<std::unique_ptr<LibnfsRemote>> LibnfsRemote::Connect(const HubAddress& hu
   r->root_ = root.empty() ? "" : "/" + root;
   auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(config.request_timeout_seconds * 1000)));
-  // libnfs' per-RPC bound: whole seconds, at least 1, about half the request bound so one
-  // retry fits.
+  // How long a connection with calls out may stay silent before it is replaced: whole
+  // seconds, at least 1, about half the request bound so that a retry on a new connection
+  // fits.
   auto rpc =
       std::chrono::milliseconds(std::max<int64_t>(1000, (timeout.count() / 2) / 1000 * 1000));
   r->hub_ = h;
@@ -212,31 +217,12 @@ std::string LibnfsRemote::Full(const std::string& path) const {
 }
 
 void LibnfsRemote::Record(const char* op, double seconds, const Error* error) {
-  metrics::Labels l = labels_;
-  l["op"] = op;
-  registry_->GetHistogram("spoke_hub_request_seconds", "Hub request latency (retries included)", l)
-      .Observe(seconds);
   in_flight_->Add(-1);
-  if (error != nullptr) {
-    l["code"] = std::string(CodeName(error->code()));
-    registry_->GetCounter("spoke_hub_errors_total", "Hub requests that failed", l).Inc();
-    if (error->code() == Code::kTimeout || error->code() == Code::kUnavailable) {
-      reachable_.store(false);
-      MutexLock lock(error_mu_);
-      last_error_ = error->message();
-    }
-  } else if (!reachable_.load()) {
-    reachable_.store(true);
-    MutexLock lock(error_mu_);
-    last_error_.clear();
-  }
+  health_->Record(op, seconds, error);
 }
 
-bool LibnfsRemote::Reachable() const { return reachable_.load(); }
-std::string LibnfsRemote::LastError() const {
-  MutexLock lock(error_mu_);
-  return last_error_;
-}
+bool LibnfsRemote::Reachable() const { return health_->Reachable(); }
+std::string LibnfsRemote::LastError() const { return health_->LastError(); }
 
 int64_t LibnfsRemote::InFlight() const {
   int64_t n = 0;
@@ -343,23 +329,23 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
   auto shared_done = std::make_shared<ReadDone>(std::move(done));
   job->on_error = [shared_done](const Error& e) { (*shared_done)(std::unexpected(e)); };
   std::string key = path;
-  job->attempt = [key, offset, length, shared_done](NfsConnection& c, nfs_context*,
-                                                    const std::shared_ptr<NfsJob>& j) {
+  job->attempt = [this, key, offset, length, shared_done](NfsConnection& c, nfs_context*,
+                                                          const std::shared_ptr<NfsJob>& j) {
     c.GetHandle(
         key, false,
-        [&c, j, key, offset, length, shared_done](int err, const char* msg,
-                                                  std::shared_ptr<NfsHandle> h) {
+        [this, &c, j, key, offset, length, shared_done](int err, const char* msg,
+                                                        std::shared_ptr<NfsHandle> h) {
           if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
           // Reads larger than the hub's rsize are issued as consecutive chunks.
           auto buf = std::make_shared<std::vector<char>>();
           buf->reserve(length);
           auto step = std::make_shared<std::function<void()>>();
-          *step = [&c, j, h, key, offset, length, shared_done, buf, step]() {
+          *step = [this, &c, j, h, key, offset, length, shared_done, buf, step]() {
             uint64_t at = offset + buf->size();
             uint64_t want = std::min<uint64_t>(length - buf->size(), c.read_max());
             c.Call([&](nfs_context* ctx, auto tramp,
                        void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
-                   [&c, j, h, key, length, shared_done, buf, step](int err, void* data) {
+                   [this, &c, j, h, key, length, shared_done, buf, step](int err, void* data) {
                      if (err < 0) {
                        c.ReleaseHandle(h);
                        *step = nullptr;
@@ -369,6 +355,7 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
                        c.DropHandle(key);
                        return c.AttemptFailed(j, err, Msg(data));
                      }
+                     read_reply_bytes_->Inc(static_cast<uint64_t>(err));
                      const char* bytes = static_cast<const char*>(data);
                      buf->insert(buf->end(), bytes, bytes + err);
                      // A short reply is legal mid-file (the hub may cap a READ): ask for the
@@ -445,8 +432,8 @@ void LibnfsRemote::ReadCheckedOn(NfsConnection& conn, const std::string& path, u
       return ReadByHandle(c, j, key, e->fh, file_id, offset, length, shared_done);
     }
     c.GetHandle(key, false,
-                [&c, j, key, file_id, offset, length, shared_done](int err, const char* msg,
-                                                                   std::shared_ptr<NfsHandle> h) {
+                [this, &c, j, key, file_id, offset, length, shared_done](
+                    int err, const char* msg, std::shared_ptr<NfsHandle> h) {
                   if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
                   ReadOpenedChecked(c, j, std::move(h), key, file_id, offset, length, shared_done);
                 });
@@ -455,6 +442,53 @@ void LibnfsRemote::ReadCheckedOn(NfsConnection& conn, const std::string& path, u
   conn.Submit(job);
 }
 
+namespace {
+
+// One checked read's replies: the READs' bytes and the GETATTR's attributes.
+struct CheckedReadState {
+  std::vector<char> buf;
+  FileAttr attr;
+  int pending = 2;
+  int err = 0;
+  std::string msg;
+};
+
+// Both replies of a checked read are back: delivers the bytes when they are the whole range
+// of the file the caller means, retries or fails the job otherwise.
+void SettleCheckedRead(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& key,
+                       uint64_t file_id, uint64_t offset, uint32_t length, CheckedReadState& st,
+                       LibnfsRemote::CheckedReadDone& done) {
+  if (st.err < 0) {
+    // A READ of a handle whose file is gone (replaced by a rename on another node)
+    // fails with EFAULT in libnfs 4.0: the retry must open the name again.
+    c.DropHandle(key);
+    return c.AttemptFailed(j, st.err, st.msg);
+  }
+  if (st.attr.file_id != file_id) {
+    // The cached handle (or the name) is another file now: never its bytes.
+    c.DropHandle(key);
+    if (j->attempts < 2) return c.AttemptFailed(j, -ESTALE, "the name now refers to another file");
+    return c.FinishWithError(
+        j, Error::FromErrno(ESTALE, "hub " + c.hub() + ": READ of " + key +
+                                        ": the name now refers to another file (fileid " +
+                                        std::to_string(st.attr.file_id) + ", expected " +
+                                        std::to_string(file_id) + ")"));
+  }
+  // The GETATTR and the READs are not one operation: a file truncated between them gives
+  // fewer bytes than the attributes promise (its old size, its old version). Never those
+  // bytes under that version: read again.
+  const uint64_t promised =
+      st.attr.size > offset ? std::min<uint64_t>(length, st.attr.size - offset) : 0;
+  if (st.buf.size() < promised) {
+    return c.AttemptFailed(j, -EAGAIN,
+                           "the file changed during the read (" + std::to_string(st.buf.size()) +
+                               " of " + std::to_string(promised) + " bytes)");
+  }
+  if (c.Finish(j)) done(LibnfsRemote::CheckedRead{std::move(st.buf), st.attr});
+}
+
+}  // namespace
+
 // Loop thread of `c`: the READs of `h` (continued past short replies) and a GETATTR go out
 // together; the reply is delivered when both are back, and only when the handle is the file
 // the caller means.
@@ -462,37 +496,12 @@ void LibnfsRemote::ReadOpenedChecked(NfsConnection& c, const std::shared_ptr<Nfs
                                      std::shared_ptr<NfsHandle> h, const std::string& key,
                                      uint64_t file_id, uint64_t offset, uint32_t length,
                                      std::shared_ptr<CheckedReadDone> shared_done) {
-  struct State {
-    std::vector<char> buf;
-    FileAttr attr;
-    int pending = 2;
-    int err = 0;
-    std::string msg;
-  };
-  auto st = std::make_shared<State>();
+  auto st = std::make_shared<CheckedReadState>();
   st->buf.reserve(length);
-  auto part_done = [&c, j, h, key, file_id, st, shared_done]() {
+  auto part_done = [&c, j, h, key, file_id, offset, length, st, shared_done]() {
     if (--st->pending > 0) return;
     c.ReleaseHandle(h);
-    if (st->err < 0) {
-      // A READ of a handle whose file is gone (replaced by a rename on another node)
-      // fails with EFAULT in libnfs 4.0: the retry must open the name again.
-      c.DropHandle(key);
-      return c.AttemptFailed(j, st->err, st->msg);
-    }
-    if (st->attr.file_id != file_id) {
-      // The cached handle (or the name) is another file now: never its bytes.
-      c.DropHandle(key);
-      if (j->attempts < 2) {
-        return c.AttemptFailed(j, -ESTALE, "the name now refers to another file");
-      }
-      return c.FinishWithError(
-          j, Error::FromErrno(ESTALE, "hub " + c.hub() + ": READ of " + key +
-                                          ": the name now refers to another file (fileid " +
-                                          std::to_string(st->attr.file_id) + ", expected " +
-                                          std::to_string(file_id) + ")"));
-    }
-    if (c.Finish(j)) (*shared_done)(CheckedRead{std::move(st->buf), st->attr});
+    SettleCheckedRead(c, j, key, file_id, offset, length, *st, *shared_done);
   };
   auto fail = [st](int e, const std::string& m) {
     if (st->err == 0 || e == -ESTALE) {  // ESTALE says the most
@@ -511,16 +520,17 @@ void LibnfsRemote::ReadOpenedChecked(NfsConnection& c, const std::shared_ptr<Nfs
            part_done();
          });
   auto step = std::make_shared<std::function<void()>>();
-  *step = [&c, j, h, offset, length, st, step, part_done, fail]() {
+  *step = [this, &c, j, h, offset, length, st, step, part_done, fail]() {
     uint64_t at = offset + st->buf.size();
     uint64_t want = std::min<uint64_t>(length - st->buf.size(), c.read_max());
     c.Call([&](nfs_context* ctx, auto tramp,
                void* priv) { return nfs_pread_async(ctx, h->fh, at, want, tramp, priv); },
-           [j, length, st, step, part_done, fail](int e, void* data) {
+           [this, j, length, st, step, part_done, fail](int e, void* data) {
              auto keep = *step;  // the chain ends unless re-armed below
              if (e < 0) {
                fail(e, Msg(data));
              } else {
+               read_reply_bytes_->Inc(static_cast<uint64_t>(e));
                const char* bytes = static_cast<const char*>(data);
                st->buf.insert(st->buf.end(), bytes, bytes + e);
                // Short replies mid-file are continued; an empty one is the end.

@@ -6,13 +6,17 @@
 // per-connection limit); reads go to the least loaded connection, writes and namespace
 // changes to connection 0 so they are applied in order.
 //
-// Every call is bounded twice: libnfs' own RPC timeout (nfs_set_timeout) and the pool's
-// deadline per request (request_timeout_seconds, retries included; a listing by handle gets
-// it per READDIRPLUS page, so that a directory too big to list within one timeout is still
-// listed). Idempotent calls (reads, stats, readdir, statfs) are retried with exponential
-// backoff inside that bound.
-// A context whose socket failed is destroyed and re-mounted by its loop with backoff, so
-// the pool recovers after the hub restarts.
+// Every call is bounded by the pool's deadline per request (request_timeout_seconds,
+// retries included; a listing by handle gets it per READDIRPLUS page, so that a directory too
+// big to list within one timeout is still listed). Idempotent calls (reads, stats, readdir,
+// statfs) are retried with exponential backoff inside that bound.
+// A context whose socket failed, or that received nothing for the RPC bound (about half the
+// request bound) while calls were out, is destroyed and re-mounted by its loop with backoff,
+// so the pool recovers after the hub restarts or the path goes dark. Its calls in flight are
+// failed first, on the context that still exists, so each releases its file handle (closed
+// before the context goes) and is retried on the new one. A call is never sent again on a
+// connection that is still receiving: on a slow link its first reply may still be crossing,
+// and a second copy would only queue behind it.
 //
 // File handles are opened lazily per connection (path -> nfsfh cache) and dropped on
 // ESTALE/ENOENT and on local renames/unlinks. They are not shared between connections:
@@ -36,6 +40,7 @@
 #include <vector>
 
 #include "cache-agent/remote/handle_table.h"
+#include "cache-agent/remote/hub_health.h"
 #include "cache-agent/remote/nfs_connection.h"
 #include "cache-agent/remote/remote_fs.h"
 #include "common/metrics.h"
@@ -240,10 +245,9 @@ class LibnfsRemote final : public RemoteFs {
   void ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
                     const std::string& fh, uint64_t file_id, uint64_t offset, uint32_t length,
                     std::shared_ptr<CheckedReadDone> done);
-  static void ReadOpenedChecked(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
-                                std::shared_ptr<NfsHandle> h, const std::string& key,
-                                uint64_t file_id, uint64_t offset, uint32_t length,
-                                std::shared_ptr<CheckedReadDone> done);
+  void ReadOpenedChecked(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                         std::shared_ptr<NfsHandle> h, const std::string& key, uint64_t file_id,
+                         uint64_t offset, uint32_t length, std::shared_ptr<CheckedReadDone> done);
   // Loop thread of `c`. Calls k with the handle of the directory holding `path` (DirHandle:
   // the volume root's, or a listed directory's) and the last name; an empty handle when none
   // is known or `path` is the root (the caller goes by path).
@@ -282,6 +286,9 @@ class LibnfsRemote final : public RemoteFs {
   metrics::Registry* registry_;
   metrics::Labels labels_;
   metrics::Gauge* in_flight_;
+  // Data bytes of every READ reply, whether its call is delivered, retried or over: what the
+  // WAN carried, where the fetcher counts what it was given.
+  metrics::Counter* read_reply_bytes_;
   std::vector<std::unique_ptr<NfsConnection>> connections_;
   HubAddress hub_;
   std::chrono::milliseconds request_timeout_{10000};
@@ -293,11 +300,9 @@ class LibnfsRemote final : public RemoteFs {
   };
   std::map<std::string, IdentityConn> identities_ GUARDED_BY(identities_mu_);
   uint64_t identity_clock_ GUARDED_BY(identities_mu_) = 0;
-  std::atomic<bool> reachable_{true};
+  std::unique_ptr<HubHealth> health_;  // after registry_ and labels_
   std::atomic<uint64_t> reads_by_handle_{0};
   std::atomic<uint64_t> names_by_handle_{0};
-  mutable Mutex error_mu_;
-  std::string last_error_ GUARDED_BY(error_mu_);
 };
 
 }  // namespace spoke::agent

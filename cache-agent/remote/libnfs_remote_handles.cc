@@ -334,9 +334,12 @@ void LibnfsRemote::ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>&
         [this, &c, j, path, file_id, length, st, step, done](int status, void* data) {
           auto keep = *step;  // the chain ends unless re-armed below
           *step = nullptr;
+          auto* r = status == RPC_STATUS_SUCCESS ? static_cast<READ3res*>(data) : nullptr;
+          if (r != nullptr && r->status == NFS3_OK) {
+            read_reply_bytes_->Inc(r->READ3res_u.resok.data.data_len);
+          }
           if (j->finished) return;
-          if (status != RPC_STATUS_SUCCESS) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
-          auto* r = static_cast<READ3res*>(data);
+          if (r == nullptr) return c.AttemptFailed(j, RpcErrno(status), Msg(data));
           // A handle the hub no longer knows, or one that turns out to be another file: the
           // retry goes by path (which re-checks the name) and never delivers these bytes.
           const auto by_path = [&](const std::string& why) {

@@ -1,12 +1,14 @@
 #include "cache-agent/remote/nfs_connection.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <nfsc/libnfs-raw-nfs.h>
 #include <nfsc/libnfs.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 // libnfs-raw.h and libnfs-zdr.h need the definitions of libnfs.h first.
@@ -27,10 +29,12 @@ namespace {
 
 struct PendingCall {
   NfsConnection::Callback cb;
+  int* outstanding;  // the connection's calls in flight (loop thread)
 };
 
 void Trampoline(int err, nfs_context* /*nfs*/, void* data, void* priv) {
   std::unique_ptr<PendingCall> p(static_cast<PendingCall*>(priv));
+  --*p->outstanding;
   p->cb(err, data);
 }
 
@@ -38,10 +42,12 @@ void NoopCb(int, nfs_context*, void*, void*) {}
 
 struct PendingRpc {
   NfsConnection::RpcCallback cb;
+  int* outstanding;
 };
 
 void RpcTrampoline(rpc_context* /*rpc*/, int status, void* data, void* priv) {
   std::unique_ptr<PendingRpc> p(static_cast<PendingRpc*>(priv));
+  --*p->outstanding;
   p->cb(status, data);
 }
 
@@ -129,9 +135,11 @@ void NfsConnection::Call(const StartFn& start, Callback cb) {
     cb(-ENOTCONN, const_cast<char*>("not connected"));
     return;
   }
-  auto* p = new PendingCall{std::move(cb)};
+  auto* p = new PendingCall{std::move(cb), &calls_out_};
+  CallStarting();
   if (start(ctx_, &Trampoline, p) != 0) {
     std::unique_ptr<PendingCall> owned(p);
+    --calls_out_;
     std::string msg = "could not queue the request: " + ErrorOf(ctx_);
     owned->cb(-EAGAIN, msg.data());
   }
@@ -142,12 +150,44 @@ void NfsConnection::CallRpc(const RpcStartFn& start, RpcCallback cb) {
     cb(RPC_STATUS_ERROR, const_cast<char*>("not connected"));
     return;
   }
-  auto* p = new PendingRpc{std::move(cb)};
+  auto* p = new PendingRpc{std::move(cb), &calls_out_};
+  CallStarting();
   if (start(nfs_get_rpc_context(ctx_), &RpcTrampoline, p) != 0) {
     std::unique_ptr<PendingRpc> owned(p);
+    --calls_out_;
     std::string msg = "could not queue the request: " + ErrorOf(ctx_);
     owned->cb(RPC_STATUS_ERROR, msg.data());
   }
+}
+
+void NfsConnection::CallStarting() {
+  // An idle connection is not a silent one: its silence counts from its first call.
+  if (calls_out_++ == 0) quiet_since_ = SteadyClock::now();
+}
+
+void NfsConnection::CheckLiveness() {
+  // A connection that received nothing for rpc_timeout while calls were out is dead (the hub
+  // or the path went away without a reset): reconnect, and the calls are retried on the new
+  // one. A connection still receiving is alive however slow its replies are: no call is
+  // sent twice while its first reply may still be crossing the link.
+  if (state_ != State::kUp || calls_out_ <= 0) return;
+  const auto silent = SteadyClock::now() - quiet_since_;
+  if (silent < options_.rpc_timeout / 4) return;  // receiving: no need to look closer
+  // Sending counts too: a long WRITE crossing a slow link is acknowledged as it goes (the
+  // bytes sent and not acknowledged shrink) long before its reply comes back.
+  const int fd = ctx_ != nullptr ? nfs_get_fd(ctx_) : -1;
+  int unacked = 0;
+  if (fd >= 0 && ioctl(fd, SIOCOUTQ, &unacked) == 0) {
+    const bool acked = unacked < unacked_;
+    unacked_ = unacked;
+    if (acked) {
+      quiet_since_ = SteadyClock::now();
+      return;
+    }
+  }
+  if (silent < options_.rpc_timeout) return;
+  Teardown("the hub sent nothing for " + Seconds(options_.rpc_timeout) + " with " +
+           std::to_string(calls_out_) + " requests outstanding");
 }
 
 std::string NfsConnection::RootHandle() const {
@@ -420,8 +460,16 @@ void NfsConnection::StartMount() {
     }
     rpc_set_auth(nfs_get_rpc_context(ctx_), auth);
   }
-  nfs_set_timeout(ctx_, static_cast<int>(options_.rpc_timeout.count()));
+  // libnfs' own per-call bound only frees a call whose job is over anyway: a call is not
+  // timed out and sent again on a live connection (CheckLiveness watches the connection).
+  const auto libnfs_bound =
+      std::max(options_.request_timeout, options_.rpc_timeout) + std::chrono::seconds(1);
+  nfs_set_timeout(ctx_, static_cast<int>(libnfs_bound.count()));
   nfs_set_dircache(ctx_, 0);
+  // This loop replaces a failed connection itself (Teardown, then a new mount). libnfs' own
+  // reconnect would keep the calls queued on a context that is no longer connected, where
+  // only destroying it ends them, with the file handles they hold still referenced.
+  nfs_set_autoreconnect(ctx_, 0);
   nfs_set_version(ctx_, NFS_V3);
   if (!options_.auth) {  // nfs_set_uid would replace a caller's credential (and its groups)
     if (options_.uid >= 0) nfs_set_uid(ctx_, static_cast<int>(options_.uid));
@@ -450,13 +498,15 @@ void NfsConnection::Teardown(const std::string& why) {
     log::Warn("hub connection lost; reconnecting",
               {{"hub", options_.hub}, {"connection", options_.index}, {"error", why}});
   }
-  // Close idle handles while the context still exists; referenced ones die with it.
+  state_ = State::kDown;  // callbacks run below start no new call on this context
+  FailCallsInFlight(why);
+  // Close the handles while the context still exists: the calls that held them were called
+  // back above, so none is referenced (libnfs frees no handle with its context).
   for (auto& [key, h] : handles_) {
     h->dropped = true;
     if (h->refs <= 0) CloseHandle(*h);
   }
   handles_.clear();
-  state_ = State::kDown;
   if (ctx_ != nullptr) {
     nfs_context* ctx = ctx_;
     // Outstanding calls are cancelled inside destroy; their callbacks must see a dead state
@@ -464,6 +514,8 @@ void NfsConnection::Teardown(const std::string& why) {
     generation_++;
     nfs_destroy_context(ctx);
     ctx_ = nullptr;
+    calls_out_ = 0;  // every call was called back (cancelled) above
+    unacked_ = 0;
   }
   // Callbacks of cancelled opens ran above (or never will): forget pending opens.
   for (auto& [key, op] : opening_) {
@@ -473,6 +525,14 @@ void NfsConnection::Teardown(const std::string& why) {
   next_mount_ = SteadyClock::now() + mount_backoff_;
   mount_backoff_ = std::min(mount_backoff_ * 2, std::chrono::milliseconds(2000));
   teardown_requested_ = false;
+}
+
+void NfsConnection::FailCallsInFlight(const std::string& why) {
+  // Disconnecting calls every call in flight back with an error on a context that still
+  // exists, so each releases its handle and retries; destroying the context would cancel
+  // them with their handles still referenced, and those handles would leak.
+  if (ctx_ == nullptr || calls_out_ <= 0) return;
+  rpc_disconnect(nfs_get_rpc_context(ctx_), why.c_str());
 }
 
 void NfsConnection::Loop() {
@@ -518,6 +578,7 @@ void NfsConnection::Loop() {
     for (const auto& p : invalidations) DropHandle(p);
     for (auto& j : incoming) waiting_.push_back(std::move(j));
 
+    if (nfds == 2 && (fds[1].revents & POLLIN) != 0) quiet_since_ = SteadyClock::now();
     if (ctx_ != nullptr) {
       int revents = nfds == 2 ? fds[1].revents : 0;
       // Service with 0 too: libnfs only checks its timeouts inside nfs_service.
@@ -530,6 +591,7 @@ void NfsConnection::Loop() {
     RunTimers();
     StartJobs();
     ExpireJobs();
+    CheckLiveness();
   }
   // Shutting down: nothing may hang on us.
   Error cancelled(Code::kCancelled, "hub " + options_.hub + ": connection closed");

@@ -82,7 +82,9 @@ class NfsConnection {
     int inflight_limit = 64;
     int retries = 3;
     std::chrono::milliseconds request_timeout{10000};
-    std::chrono::milliseconds rpc_timeout{5000};  // libnfs' own per-RPC bound
+    // How long a connection with calls out may receive nothing before it is torn down (its
+    // calls are retried on the new one); also the mount's bound.
+    std::chrono::milliseconds rpc_timeout{5000};
     size_t handle_cache_size = 8192;
     // AUTH_SYS identity of every RPC on this context; unset: libnfs' default (the
     // process' own uid/gid).
@@ -151,6 +153,10 @@ class NfsConnection {
   void Teardown(const std::string& why);
   void StartJobs();
   void ExpireJobs();
+  void CallStarting();
+  void CheckLiveness();
+  // Calls back every call in flight with an error, on the context that still exists.
+  void FailCallsInFlight(const std::string& why);
   void RunTimers();
   void RunAttempt(const std::shared_ptr<NfsJob>& job);
   void TrimHandles();
@@ -178,6 +184,10 @@ class NfsConnection {
   SteadyClock::time_point next_mount_{};
   SteadyClock::time_point mount_deadline_{};
   std::chrono::milliseconds mount_backoff_{100};
+  int calls_out_ = 0;  // libnfs calls started and not yet called back
+  // Last byte received or acknowledged, or the first call out.
+  SteadyClock::time_point quiet_since_{};
+  int unacked_ = 0;  // bytes sent and not yet acknowledged, at the last look
   bool teardown_requested_ = false;
   std::string teardown_reason_;
   std::deque<std::shared_ptr<NfsJob>> waiting_;

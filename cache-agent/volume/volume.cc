@@ -7,6 +7,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "cache-agent/fs/kept_root.h"
@@ -329,21 +330,27 @@ namespace {
 // it), and by the memory budget StartWarm takes room in; it always holds at least one ticket.
 class WarmupWindow {
  public:
-  WarmupWindow(BlockFetcher& fetcher, const std::vector<WalkedFile>& files,
-               const std::function<void(const WarmupFigures&)>& progress);
+  // `rate` (optional): the warm-up's limit on what it fetches; a ticket then covers about a
+  // second of it, so that progress is reported while the limit holds the starts back.
+  WarmupWindow(BlockFetcher& fetcher, const std::function<void(const WarmupFigures&)>& progress,
+               WarmRateLimiter* rate, const std::atomic<bool>& cancelled);
 
+  // Files to warm after those added before.
+  void Add(std::vector<WalkedFile> files);
+  size_t files() const { return files_.size(); }
   bool empty() const { return window_.empty(); }
   const std::optional<Error>& first_error() const { return first_error_; }
 
   // Starts tickets while the window has room (or is empty).
   void StartTickets(const std::atomic<bool>& cancelled);
   // Waits for the oldest ticket, waking now and then to report and to notice a cancel.
-  // Returns false when cancelled.
-  bool WaitOldest(const std::atomic<bool>& cancelled);
+  // Returns false when it is not finished by then.
+  bool WaitOldest(std::chrono::milliseconds step);
   void FinishOldest();
   void Report();
   // Reports when the last report is 200 ms old.
   void MaybeReport();
+  const WarmupFigures& figures() const { return figures_; }
 
  private:
   static constexpr uint64_t kTicketBlocks = 64;
@@ -357,9 +364,12 @@ class WarmupWindow {
   bool StartNextTicket();
 
   BlockFetcher& fetcher_;
-  const std::vector<WalkedFile>& files_;
+  std::vector<WalkedFile> files_;
   const std::function<void(const WarmupFigures&)>& progress_;
+  WarmRateLimiter* rate_;
+  const std::atomic<bool>& cancelled_;
   const uint32_t bs_;
+  const uint64_t ticket_blocks_;
   const uint64_t window_blocks_;
   const uint64_t window_bytes_;
   WarmupFigures figures_;
@@ -374,19 +384,29 @@ class WarmupWindow {
   std::chrono::steady_clock::time_point next_report_;
 };
 
-WarmupWindow::WarmupWindow(BlockFetcher& fetcher, const std::vector<WalkedFile>& files,
-                           const std::function<void(const WarmupFigures&)>& progress)
+WarmupWindow::WarmupWindow(BlockFetcher& fetcher,
+                           const std::function<void(const WarmupFigures&)>& progress,
+                           WarmRateLimiter* rate, const std::atomic<bool>& cancelled)
     : fetcher_(fetcher),
-      files_(files),
       progress_(progress),
+      rate_(rate),
+      cancelled_(cancelled),
       bs_(fetcher.block_size()),
+      ticket_blocks_(rate == nullptr
+                         ? kTicketBlocks
+                         : std::clamp<uint64_t>(rate->bytes_per_second() / bs_, 1, kTicketBlocks)),
       window_blocks_(2 * static_cast<uint64_t>(fetcher.max_hub_inflight())),
       window_bytes_(fetcher.store_queue_bytes_max()),
-      outstanding_(files.size(), 0),
-      failed_(files.size(), false),
-      next_report_(std::chrono::steady_clock::now() + 200ms) {
-  figures_.files_total = files.size();
-  for (const auto& f : files) figures_.bytes_total += f.size;
+      next_report_(std::chrono::steady_clock::now() + 200ms) {}
+
+void WarmupWindow::Add(std::vector<WalkedFile> files) {
+  for (auto& f : files) {
+    figures_.files_total++;
+    figures_.bytes_total += f.size;
+    files_.push_back(std::move(f));
+    outstanding_.push_back(0);
+    failed_.push_back(false);
+  }
 }
 
 void WarmupWindow::StartTickets(const std::atomic<bool>& cancelled) {
@@ -404,14 +424,14 @@ bool WarmupWindow::StartNextTicket() {
     block_ = 0;
     return true;
   }
-  const uint64_t n = std::min<uint64_t>(kTicketBlocks, blocks - block_);
+  const uint64_t n = std::min<uint64_t>(ticket_blocks_, blocks - block_);
   const uint64_t n_bytes = std::min<uint64_t>(n * bs_, wf.size - block_ * bs_);
   if (!window_.empty() &&
       (window_used_blocks_ + n > window_blocks_ || window_used_bytes_ + n_bytes > window_bytes_)) {
     return false;
   }
   FileRef ref{wf.path, wf.file_id, wf.version, wf.size};
-  Pending p{cur_, n_bytes, fetcher_.StartWarm(ref, block_, n)};
+  Pending p{cur_, n_bytes, fetcher_.StartWarm(ref, block_, n, rate_, &cancelled_)};
   window_used_blocks_ += p.ticket.blocks();
   window_used_bytes_ += p.ticket.bytes();
   outstanding_[cur_]++;
@@ -421,13 +441,43 @@ bool WarmupWindow::StartNextTicket() {
   return true;
 }
 
-bool WarmupWindow::WaitOldest(const std::atomic<bool>& cancelled) {
-  while (!cancelled.load() &&
-         !fetcher_.WaitWarm(window_.front().ticket, std::chrono::steady_clock::now() + 200ms)) {
-    MaybeReport();
-  }
-  return !cancelled.load();
+bool WarmupWindow::WaitOldest(std::chrono::milliseconds step) {
+  return fetcher_.WaitWarm(window_.front().ticket, std::chrono::steady_clock::now() + step);
 }
+
+// The files a warm-up covers, as the mount's walk lists them: on a cold mount the first
+// reads go out one listing after the call, and the rest of the walk overlaps them. When the
+// walk is over, the files the metadata cache holds that it did not list (a directory listed
+// another way) follow. A file (by id: hard links) is returned once.
+class WarmupFileFeed {
+ public:
+  WarmupFileFeed(MetadataCache& metadata, const std::string& prefix)
+      : metadata_(metadata),
+        prefix_(prefix),
+        under_(prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/") {}
+
+  // The files listed since the last call; after the walk ended, every file not returned yet
+  // (and over() is true from then on).
+  std::vector<WalkedFile> Next() {
+    std::vector<WalkedFile> out;
+    if (over_) return out;
+    over_ = metadata_.walk_done();  // read first: WalkedSince completes the walk then
+    for (auto& f : over_ ? metadata_.Files(prefix_) : metadata_.WalkedSince(&cursor_)) {
+      if (!prefix_.empty() && f.path != prefix_ && !f.path.starts_with(under_)) continue;
+      if (known_.insert(f.file_id).second) out.push_back(std::move(f));
+    }
+    return out;
+  }
+  bool over() const { return over_; }
+  size_t cursor() const { return cursor_; }
+
+ private:
+  MetadataCache& metadata_;
+  const std::string prefix_, under_;
+  std::unordered_set<uint64_t> known_;
+  size_t cursor_ = 0;
+  bool over_ = false;
+};
 
 void WarmupWindow::FinishOldest() {
   Pending p = std::move(window_.front());
@@ -517,33 +567,124 @@ class Volume::WarmupRun {
 Status Volume::Warmup(const std::string& path_prefix,
                       const std::function<void(const WarmupFigures&)>& progress,
                       const std::atomic<bool>& cancelled) {
-  WarmupRun run(warmup_series_, progress);
-  return run.End(WarmupFiles(
-                     path_prefix, [&](const WarmupFigures& f) { run.Report(f); }, cancelled),
-                 cancelled.load());
+  return Warmup(path_prefix, WarmupOptions{}, progress, cancelled);
 }
 
-Status Volume::WarmupFiles(const std::string& path_prefix,
+Status Volume::Warmup(const std::string& path_prefix, const WarmupOptions& options,
+                      const std::function<void(const WarmupFigures&)>& progress,
+                      const std::atomic<bool>& cancelled) {
+  WarmupRun run(warmup_series_, progress);
+  std::optional<WarmRateLimiter> rate;
+  if (options.rate_bytes_per_second > 0) {
+    rate.emplace(options.rate_bytes_per_second,
+                 options.clock != nullptr ? *options.clock : SystemClock::Get(),
+                 options.sleep_until);
+  }
+  WarmRateLimiter* limiter = rate ? &*rate : nullptr;
+  auto report = [&](const WarmupFigures& f) { run.Report(f); };
+  WarmupFigures figures;
+  Status s = WarmupFiles(path_prefix, limiter, report, cancelled, &figures);
+  // A verify pass also follows a warm-up that failed on some files: it fetches them again.
+  if (options.verify && !cancelled.load() &&
+      (s || (s.error().code() != Code::kInvalidArgument && s.error().code() != Code::kNotFound))) {
+    auto prefix = NormalizeRelativePath(path_prefix, "path");
+    Status v = VerifyFiles(prefix ? *prefix : "", limiter, report, cancelled, figures);
+    if (s && !v) s = v;
+    if (!s && v && !cancelled.load()) s = Ok();  // what the warm-up missed, verify fetched
+  }
+  return run.End(s, cancelled.load());
+}
+
+Status Volume::VerifyFiles(const std::string& prefix, WarmRateLimiter* rate,
                            const std::function<void(const WarmupFigures&)>& progress,
-                           const std::atomic<bool>& cancelled) {
-  SPOKE_TRY(auto prefix, NormalizeRelativePath(path_prefix, "path"));
-  while (!metadata_->WaitWalk(200ms)) {
+                           const std::atomic<bool>& cancelled, WarmupFigures& figures) {
+  const uint32_t bs = fetcher_->block_size();
+  std::optional<Error> first_error;
+  auto next_report = std::chrono::steady_clock::now() + 200ms;
+  for (const WalkedFile& wf : metadata_->Files(prefix)) {
     if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
+    // The file's version as the hub has it now, against the one its cached blocks are of.
+    auto ia = metadata_->Resolve(wf.path);
+    Result<FileAttr> now =
+        ia ? metadata_->Revalidate(ia->ino) : Result<FileAttr>(std::unexpected(ia.error()));
+    // A writable volume's file may have been written through this agent: its blocks carry a
+    // local version that the hub's never matches, so only a read-only volume compares them.
+    FileRef ref{wf.path, wf.file_id, wf.version, wf.size};
+    if (!now && now.error().code() == Code::kNotFound) {
+      fetcher_->Evict(wf.file_id);  // gone or replaced on the hub: its blocks are of nothing
+      figures.files_changed++;
+      // Replaced (another file under the path now): that one is warmed instead.
+      auto again = metadata_->Resolve(wf.path);
+      if (!again || !again->attr.is_reg() || again->attr.file_id == wf.file_id) continue;
+      ref = FileRef{wf.path, again->attr.file_id, again->attr.ContentVersion(), again->attr.size};
+    } else if (!now) {
+      if (!first_error) first_error = now.error().Wrap("verify of " + wf.path);
+      continue;
+    } else if (read_only_ && (now->ContentVersion() != wf.version || now->size != wf.size)) {
+      fetcher_->Evict(wf.file_id);  // the older version's blocks: never served again
+      figures.files_changed++;
+      ref.version = now->ContentVersion();
+      ref.size = now->size;
+    }
+    const uint64_t blocks = (ref.size + bs - 1) / bs;
+    for (uint64_t i = 0; i < blocks && !cancelled.load(); ++i) {
+      if (fetcher_->CheckCached(ref, i) == BlockFetcher::CachedCheck::kGood) {
+        figures.blocks_verified++;
+      }
+    }
+    // What is not cached now (dropped, stale, never warmed) is fetched again.
+    for (uint64_t first = 0; first < blocks && !cancelled.load(); first += 64) {
+      auto ticket =
+          fetcher_->StartWarm(ref, first, std::min<uint64_t>(64, blocks - first), rate, &cancelled);
+      const uint64_t asked = ticket.blocks();
+      auto r = fetcher_->FinishWarm(std::move(ticket));
+      if (r) {
+        figures.blocks_repaired += asked;
+        figures.bytes_from_hub += *r;
+      } else if (!first_error) {
+        first_error = r.error().Wrap("verify of " + wf.path);
+      }
+    }
+    if (std::chrono::steady_clock::now() >= next_report) {
+      if (progress) progress(figures);
+      next_report = std::chrono::steady_clock::now() + 200ms;
+    }
   }
-  auto files = metadata_->Files(prefix);
-  if (files.empty() && !prefix.empty()) {
-    SPOKE_RETURN_IF_ERROR(metadata_->Resolve(prefix));
-  }
-  WarmupWindow window(*fetcher_, files, progress);
+  if (progress) progress(figures);
+  if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
+  if (first_error) return std::unexpected(*first_error);
+  return Ok();
+}
+
+Status Volume::WarmupFiles(const std::string& path_prefix, WarmRateLimiter* rate,
+                           const std::function<void(const WarmupFigures&)>& progress,
+                           const std::atomic<bool>& cancelled, WarmupFigures* last) {
+  SPOKE_TRY(auto prefix, NormalizeRelativePath(path_prefix, "path"));
+  WarmupFileFeed feed(*metadata_, prefix);
+  WarmupWindow window(*fetcher_, progress, rate, cancelled);
   while (!cancelled.load()) {
+    if (!feed.over()) {
+      window.Add(feed.Next());
+      if (feed.over() && window.files() == 0 && !prefix.empty()) {
+        SPOKE_RETURN_IF_ERROR(metadata_->Resolve(prefix));  // names what does not exist
+      }
+    }
     window.StartTickets(cancelled);
-    if (window.empty()) break;  // every file started and finished
-    if (!window.WaitOldest(cancelled)) break;
-    window.FinishOldest();
+    if (window.empty()) {
+      if (feed.over()) break;  // every file started and finished
+      // Everything listed so far is warm: wait for the walk's next directory.
+      metadata_->WaitWalkBeyond(feed.cursor(), 200ms);
+      window.MaybeReport();
+      continue;
+    }
+    // Collect the oldest ticket, waking now and then to report, to notice a cancel and,
+    // while the walk goes on, to start the files it lists meanwhile.
+    if (window.WaitOldest(feed.over() ? 200ms : 20ms)) window.FinishOldest();
     window.MaybeReport();
   }
   // Tickets left unfinished on a cancel: their fetches complete and are cached on their own.
   window.Report();
+  *last = window.figures();
   if (cancelled.load()) return Fail(Code::kCancelled, "warm-up cancelled");
   if (window.first_error()) return std::unexpected(*window.first_error());
   return Ok();

@@ -107,8 +107,12 @@ class Volume {
   // failure hub_reachable=false and the error is kept, the call still succeeds).
   VolumeFigures Figures();
   // Fetches every block under `path_prefix` (relative; "" = all) into the cache, calling
-  // `progress` now and then. Stops early when `cancelled` becomes true.
+  // `progress` now and then. Stops early when `cancelled` becomes true. `options`: a rate
+  // limit on what it fetches, a verify pass after it (volume_figures.h).
   Status Warmup(const std::string& path_prefix,
+                const std::function<void(const WarmupFigures&)>& progress,
+                const std::atomic<bool>& cancelled);
+  Status Warmup(const std::string& path_prefix, const WarmupOptions& options,
                 const std::function<void(const WarmupFigures&)>& progress,
                 const std::atomic<bool>& cancelled);
   // Drops cached blocks under `path_prefix` ("" = the whole volume). Returns blocks dropped.
@@ -120,9 +124,14 @@ class Volume {
  private:
   Volume(const Config& config, BlockCache* cache, std::shared_ptr<CacheListenerFanout> listeners);
   // Warmup's work, reporting to `progress` (which feeds the warm-up series).
-  Status WarmupFiles(const std::string& path_prefix,
+  Status WarmupFiles(const std::string& path_prefix, WarmRateLimiter* rate,
                      const std::function<void(const WarmupFigures&)>& progress,
-                     const std::atomic<bool>& cancelled);
+                     const std::atomic<bool>& cancelled, WarmupFigures* last);
+  // The verify pass over the files under `prefix` (after WarmupFiles): adds its counts to
+  // `figures` and reports them. The first error of a file (the others go on).
+  Status VerifyFiles(const std::string& prefix, WarmRateLimiter* rate,
+                     const std::function<void(const WarmupFigures&)>& progress,
+                     const std::atomic<bool>& cancelled, WarmupFigures& figures);
   // Gives the volume's root the pod's fsGroup on the hub (VolumeContext::mount_group).
   void ApplyMountGroup(uint32_t group, const std::string& root_file);
   // Open's steps up to the metadata walk: the metadata cache, the records of open handles,

@@ -7,9 +7,11 @@
 #endif
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "cache-agent/prefetch/clock.h"
 #include "cache-agent/prefetch/prefetch_scheduler.h"  // ExpertStats
 
 namespace spoke::agent {
@@ -66,6 +68,27 @@ struct WarmupFigures {
   uint64_t bytes_total = 0;
   uint64_t bytes_done = 0;
   uint64_t bytes_from_hub = 0;
+  // The verify pass (WarmupOptions::verify): cached blocks read back and found good; blocks
+  // fetched again because the cached one failed its check, was missing, or belonged to an
+  // older version of its file; files whose version on the hub had changed.
+  uint64_t blocks_verified = 0;
+  uint64_t blocks_repaired = 0;
+  uint64_t files_changed = 0;
+};
+
+// How one warm-up runs.
+struct WarmupOptions {
+  // Bytes per second the warm-up may ask the hub (or the peers) for; 0 = no limit. Readers
+  // are never held by it (WarmRateLimiter).
+  uint64_t rate_bytes_per_second = 0;
+  // After the warm-up: re-read every cached block of the files (each checked against its
+  // stored checksum), compare each file's version with the hub's attributes, and fetch again
+  // what is bad, missing or stale.
+  bool verify = false;
+  // Time for the rate limit: null = the system's (tests give a ManualClock and a sleep that
+  // advances it).
+  const Clock* clock = nullptr;
+  std::function<void(SteadyTime until)> sleep_until;
 };
 
 struct HintFigures {

@@ -27,6 +27,7 @@ BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 . "$ROOT/e2e/lib/k8s_steps.sh"
 k8s_preconditions
 . "$ROOT/e2e/workloads/lib.sh"
+. "$ROOT/e2e/workloads/warmup.sh"
 k8s_begin
 
 step "host: bridge, sysctls, containment"                  k8s_host
@@ -37,6 +38,9 @@ step "containerd"                                          k8s_containerd
 step "etcd + kube-apiserver"                               k8s_apiserver
 step "controller-manager, scheduler, kubelet, kube-proxy"  k8s_node
 step "helm install charts/spoke"                           k8s_helm_install
+step "SpokeWarmup: gate, 100 %, warm reader, node label"  wl_check_warmup
+step "SpokeWarmup: rateLimit, verify repairs bad blocks"   wl_check_warmup_verify \
+  "{nodeSelector: {kubernetes.io/hostname: $NODE}}" k8s_corrupt_cache
 step "dataset PVC: cold read, warm read"                   wl_check_dataset_cold_warm
 step "scratch PVC: writer pod, reader pod, fsGroup"        wl_check_scratch
 step "CSI inline volume"                                   wl_check_inline

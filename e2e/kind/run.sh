@@ -1,121 +1,71 @@
 #!/usr/bin/env bash
-# End-to-end test of Spoke in a kind cluster (needs Docker, kind, kubectl, helm).
+# End-to-end test of Spoke in a three-node kind cluster (one control plane, two workers) on
+# this machine, with a Docker engine of its own:
 #
-#   e2e/kind/run.sh                 # build, deploy, verify, delete the cluster
-#   KEEP_CLUSTER=1 e2e/kind/run.sh  # leave the cluster up (e.g. for the external e2e suite)
+#   e2e/kind/run.sh [BUILD_DIR]     (root; default BUILD_DIR: <repo>/build)
 #
-# 1. kind cluster (kind-config.yaml: /dev/fuse in every node);
-# 2. builds the Spoke image (Dockerfile) and the hub image (hub.Dockerfile), loads both;
-# 3. runs the nfs-ganesha hub (hub.yaml) exporting a generated dataset + SHA256SUMS;
-# 4. helm installs charts/spoke with values-kind.yaml (dataset StorageClass -> the hub);
-# 5. the shared workloads of e2e/workloads (as e2e/k8s runs them): dataset PVC read cold then
-#    warm (bytes from the hub, per the agent's /metrics), scratch PVC written then read by
-#    another pod, a CSI inline volume, the agent pod deleted under a reader (reported), a node
-#    plugin restart, kubelet's volume metrics; then no FUSE mount may be left on the nodes;
-# 6. cleanup (trap): diagnostics on failure, then the cluster is deleted.
+# 1. dockerd with its own data root, exec root, socket and bridge network (10.250.0.0/24),
+#    its default runtime e2e/kind/runc-capfilter (privileged containers on a machine whose
+#    capability bounding set lacks CAP_SYS_RESOURCE, see that file);
+# 2. `kind create cluster` from the node image scripts/install-kind.sh built, then a bridge
+#    CNI config per node and routes between the nodes' pod subnets;
+# 3. the hub: nfs-ganesha on the host's address of the kind network, with e2e/k8s's dataset,
+#    and a second dataset behind spoke-wan-proxy;
+# 4. the Spoke image (as e2e/k8s makes it), `kind load`ed; `helm install charts/spoke` with
+#    values-kind.yaml;
+# 5. the shared workloads of e2e/workloads, then what only several nodes show: one pod per
+#    node reading a dataset through spoke-wan-proxy (60 ms) with the agents sharing blocks as
+#    peers (found through CoreDNS), the bytes that crossed the WAN reported against the
+#    dataset's size; a rolling upgrade of the agent DaemonSet while a reader reads; a worker
+#    drained (nothing left mounted on it) and uncordoned; NetworkPolicy enforcement reported;
+#    a SpokeWarmup (rateLimit, verify) on two of the three nodes, labels on those two only;
+# 6. teardown (always): the cluster, the network, dockerd (by pid), mounts, iptables rules,
+#    routes and sysctls are restored as they were.
+#
+# Exit 77 (ctest's "skipped") when a tool, the node image or a Spoke binary is missing, or
+# without root or /dev/fuse. Env: TIMEOUT (kubectl waits, default 180s), KEEP_WORKDIR=1.
+#
+# Containment: the node containers sit on the run's bridge spokekind0; forwarding between it
+# and any other interface is dropped (iptables mangle FORWARD), so nodes and pods reach only
+# each other and this machine. Nodes resolve no outside name (pods get an empty resolv.conf).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 HERE=$ROOT/e2e/kind
-CLUSTER=${CLUSTER:-spoke-e2e}
-# Pinned node image (Kubernetes 1.31, as the chart tests validate against); needs kind >= 0.24.
-KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-kindest/node:v1.31.2}
-IMAGE=spoke:e2e
-HUB_IMAGE=spoke-hub:e2e
-NS=spoke-e2e
-DRIVER_NS=kube-system
-RELEASE=spoke
-TIMEOUT=${TIMEOUT:-300s}
+E2E_NAME=e2e/kind
+IPT_COMMENT=spoke-e2e-kind   # this run's iptables rules, told apart from e2e/k8s's
+. "$ROOT/e2e/lib/k8s_steps.sh"
+KIND_VERSION=v0.30.0
+KIND_TOOLS=${KIND_TOOLS:-/usr/local/share/spoke-tools/kind-${KIND_VERSION}}
+NODE_IMAGE=localhost/spoke-kind-node:$KUBE_VERSION
+CLUSTER=spoke-e2e
+NETWORK=spoke-kind
+KIND_BRIDGE=spokekind0
+NET_CIDR=10.250.0.0/24
+BRIDGE_IP=10.250.0.1     # the host on the kind network: the hub listens here
+. "$HERE/lib.sh"
 
-log() { echo "e2e-kind: $*" >&2; }
-die() { log "FAIL: $*"; exit 1; }
-
-for tool in docker kind kubectl helm; do
-  command -v "$tool" >/dev/null || die "$tool is not installed"
-done
-docker info >/dev/null 2>&1 || die "no Docker engine reachable (docker info failed)"
-
-KUBECONFIG_FILE=$(mktemp)
-export KUBECONFIG=$KUBECONFIG_FILE
-
-cleanup() {
-  local rc=$?
-  if [ "$rc" -ne 0 ]; then
-    log "failed (rc=$rc); diagnostics:"
-    kubectl get pods -A -o wide || true
-    kubectl -n "$NS" describe pvc,job,pods || true
-    kubectl -n "$DRIVER_NS" logs -l app.kubernetes.io/instance="$RELEASE" --all-containers \
-      --prefix --tail=100 || true
-    kubectl -n "$NS" logs -l app.kubernetes.io/name=spoke-hub --tail=100 || true
-    kubectl get events -A --sort-by=.lastTimestamp | tail -n 50 || true
-  fi
-  if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
-    log "KEEP_CLUSTER=1: cluster $CLUSTER kept; KUBECONFIG=$KUBECONFIG_FILE"
-  else
-    kind delete cluster --name "$CLUSTER" || true
-    rm -f "$KUBECONFIG_FILE"
-  fi
-  exit "$rc"
-}
-trap cleanup EXIT
-
-log "creating kind cluster $CLUSTER ($KIND_NODE_IMAGE)"
-kind create cluster --name "$CLUSTER" --image "$KIND_NODE_IMAGE" \
-  --config "$HERE/kind-config.yaml" --kubeconfig "$KUBECONFIG_FILE" --wait 180s
-
-log "building $IMAGE and $HUB_IMAGE"
-docker build -t "$IMAGE" "$ROOT"
-docker build -t "$HUB_IMAGE" -f "$HERE/hub.Dockerfile" "$HERE"
-kind load docker-image --name "$CLUSTER" "$IMAGE" "$HUB_IMAGE"
-
-log "starting the hub"
-kubectl apply -f "$HERE/hub.yaml"
-kubectl -n "$NS" rollout status deployment/spoke-hub --timeout="$TIMEOUT"
-
-log "installing the chart"
-helm install "$RELEASE" "$ROOT/charts/spoke" --namespace "$DRIVER_NS" \
-  -f "$HERE/values-kind.yaml" --wait --timeout "$TIMEOUT"
-kubectl get csidriver spoke.csi.dev
-
-# The workloads and checks e2e/k8s runs too (e2e/workloads/lib.sh).
-export SPOKE_IMAGE=$IMAGE HUB_SERVER=spoke-hub.spoke-e2e.svc.cluster.local HUB_SHARE=/srv/export \
-  NFS_PORT=2049 MOUNT_PORT=20048 DATASET_SUBDIR=dataset NS DRIVER_NS RELEASE TIMEOUT
+kind_preconditions
+k8s_preconditions          # the Spoke binaries and the one-node e2e's tools and images
 . "$ROOT/e2e/workloads/lib.sh"
+. "$ROOT/e2e/workloads/warmup.sh"
+kind_begin
 
-log "dataset PVC: cold read, then warm read from another pod"
-wl_check_dataset_cold_warm
-log "scratch PVC: written by one pod, read by the next"
-wl_check_scratch
-log "CSI inline volume"
-wl_check_inline
-log "agent pod deleted under a reader"
-wl_delete_agent_under_reader
-log "node plugin pod restart"
-wl_restart_node_plugin
-log "kubelet volume metrics (kind's kubelet refreshes them every minute)"
-wl_start_reader 150
-wl_check_volume_stats "$(kubectl -n "$NS" get pod spoke-reader -o jsonpath='{.spec.nodeName}')" 120 0
-kubectl -n "$NS" delete pod spoke-reader --wait --timeout="$TIMEOUT" >/dev/null
-
-log "unpublish/unstage: deleting the workloads leaves no Spoke mount on the nodes"
-wl_delete_workloads
-# Unmounts happen asynchronously after the pods are gone: give kubelet a little time.
-for n in $(kind get nodes --name "$CLUSTER"); do
-  left=1
-  for _ in $(seq 30); do
-    # mountinfo field 5 is the mount point; the file system type follows " - ".
-    left=$(docker exec "$n" awk '$5 ~ "^/var/lib/kubelet/" && / - fuse/' /proc/self/mountinfo | wc -l)
-    [ "$left" -eq 0 ] && break
-    sleep 2
-  done
-  [ "$left" -eq 0 ] || die "$left FUSE mount(s) left under /var/lib/kubelet on $n after all pods were deleted"
-done
-
-if [ -n "${E2E_TEST:-}" ]; then
-  log "Kubernetes external storage suite ($E2E_TEST)"
-  (cd "$ROOT" && "$E2E_TEST" -kubeconfig "$KUBECONFIG" \
-    -storage.testdriver="$HERE/testdriver.yaml" -repo-root="$HERE" \
-    -ginkgo.focus='External.Storage.*spoke.csi.dev' -ginkgo.skip='Disruptive|Serial|\[Slow\]')
-fi
-
-log "PASS"
+step "dockerd of this run + network + containment"        kind_docker
+step "image: Spoke from Debian packages"                  kind_image
+step "kind create cluster (3 nodes) + CNI, nodes Ready"   kind_cluster
+step "hub: nfs-ganesha on $BRIDGE_IP + dataset"           k8s_hub
+step "WAN dataset behind spoke-wan-proxy (60 ms)"          kind_wan_hub
+step "helm install charts/spoke (peers on)"               kind_helm_install
+step "dataset PVC: cold read, warm read"                  wl_check_dataset_cold_warm
+step "scratch PVC: writer pod, reader pod, fsGroup"       wl_check_scratch
+step "CSI inline volume"                                  wl_check_inline
+step "SpokeWarmup on two of three nodes: rate, verify"    kind_warmup_two_nodes
+step "agent pod deleted under a reader"                   wl_delete_agent_under_reader
+step "node plugin pod restart"                            wl_restart_node_plugin
+step "one reader per node through the WAN, with peers"    kind_read_on_every_node
+step "agent DaemonSet rolling upgrade under a reader"     kind_rolling_upgrade_under_reader
+step "worker drained and uncordoned"                      kind_drain_worker
+step "NetworkPolicy enforcement"                          kind_network_policy_report
+step "workloads deleted: no mounts left on any node"      kind_workloads_deleted

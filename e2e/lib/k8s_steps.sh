@@ -21,9 +21,10 @@ export NS=spoke-e2e DRIVER_NS=kube-system RELEASE=spoke
 
 t0=$(date +%s.%N)
 elapsed() { awk -v a="$(date +%s.%N)" -v b="${1:-$t0}" 'BEGIN { printf "%.1f", a - b }'; }
-log() { printf '[%6ss] e2e/k8s: %s\n' "$(elapsed)" "$*" >&2; }
+E2E_NAME=${E2E_NAME:-e2e/k8s}   # the run's name in its messages (e2e/kind sources this file too)
+log() { printf '[%6ss] %s: %s\n' "$(elapsed)" "$E2E_NAME" "$*" >&2; }
 die() { log "FAIL in step '$step_name': $*"; exit 1; }
-skip() { echo "e2e/k8s: SKIP: $*" >&2; exit 77; }
+skip() { echo "$E2E_NAME: SKIP: $*" >&2; exit 77; }
 step_name=setup
 step_t0=$t0
 declare -a timings=()
@@ -59,6 +60,7 @@ k8s_preconditions() {
     [spoke-csi-controller]=$BUILD/csi-controller/spoke-csi-controller
     [spoke-csi-node]=$BUILD/csi-node/spoke-csi-node
     [spokectl]=$BUILD/cache-agent/cli/spokectl
+    [spoke-warmup-controller]=$BUILD/warmup-controller/spoke-warmup-controller
   )
   for b in "${spoke_bins[@]}"; do [ -x "$b" ] || skip "$b is not built"; done
   export PATH=$KBIN:$PATH
@@ -139,8 +141,8 @@ sysctl_save() { # key...: remembers the current values, restored by teardown
 ipt() { # table chain rule...: appends a rule and remembers it
   local table=$1 chain=$2
   shift 2
-  iptables -w -t "$table" -A "$chain" "$@" -m comment --comment spoke-e2e-k8s
-  iptables_rules+=("$table $chain $* -m comment --comment spoke-e2e-k8s")
+  iptables -w -t "$table" -A "$chain" "$@" -m comment --comment "${IPT_COMMENT:-spoke-e2e-k8s}"
+  iptables_rules+=("$table $chain $* -m comment --comment ${IPT_COMMENT:-spoke-e2e-k8s}")
 }
 mounts_under() { # dir: mount points under dir, deepest first
   awk -v d="$1" '{ p=$5; gsub(/\\040/, " ", p); if (p == d || index(p, d "/") == 1) print p }' \
@@ -299,7 +301,9 @@ k8s_host() {
 k8s_hub() {
   local ds
   mkdir -p "$W/hub"
-  eval "$(SPOKE_HUB_BIND_ADDR=$BRIDGE_IP "$ROOT/scripts/spoke-hub" start "$W/hub" 8>&-)"  # NFS_PORT MOUNT_PORT EXPORT
+  # Attributes expire after 1 s (ganesha's default: 60): the warm-up verify step changes a file
+  # on the export's disk and the hub must answer with its new attributes.
+  eval "$(SPOKE_HUB_BIND_ADDR=$BRIDGE_IP SPOKE_HUB_ATTR_EXPIRATION=1 "$ROOT/scripts/spoke-hub" start "$W/hub" 8>&-)"  # NFS_PORT MOUNT_PORT EXPORT
   export HUB_SERVER=$BRIDGE_IP HUB_SHARE=$EXPORT NFS_PORT MOUNT_PORT DATASET_SUBDIR=datasets/e2e
   ds=$EXPORT/$DATASET_SUBDIR
   mkdir -p "$ds"
@@ -578,6 +582,59 @@ k8s_helm_install() {
   wait_for 60 "CSINode $NODE listing spoke.csi.dev" \
     sh -c "kubectl get csinode $NODE -o jsonpath='{.spec.drivers[*].name}' | grep -qw spoke.csi.dev"
   kubectl create namespace "$NS" >/dev/null
+}
+
+# k8s_corrupt_cache [FILE_IDS]: flips one data byte in three cached blocks of the agent's cache
+# directory (on this machine), none of the files FILE_IDS (space-separated: the hub's file ids,
+# its inode numbers); prints how many. Every block cached so far is warm-data's (the warm-up
+# steps run first).
+k8s_corrupt_cache() {
+  python3 - "$W/cache" "${1:-}" <<'PY'
+import os, struct, sys
+skip = {int(x) for x in sys.argv[2].split()}
+done = 0
+for root, _, files in os.walk(sys.argv[1]):
+    for name in sorted(files):
+        if not name.startswith("data."):
+            continue
+        path = os.path.join(root, name)
+        with open(path, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            first = None  # a slot starts every 4096 + block size bytes; find one written
+            for off in range(0, size, 4096):
+                f.seek(off)
+                if f.read(8) == b"SPOKEBLK":
+                    first = off
+                    break
+            if first is None:
+                continue
+            f.seek(first + 12)
+            slot = 4096 + struct.unpack("<I", f.read(4))[0]  # header + the cache's block size
+            for off in range(first % slot, size - 4096, slot):
+                f.seek(off)
+                h = f.read(64)
+                if h[:8] != b"SPOKEBLK":
+                    continue
+                length = struct.unpack_from("<I", h, 56)[0]
+                file_id = struct.unpack_from("<Q", h, 24)[0]  # BlockKey: volume, file_id, ...
+                if length < 2 or file_id in skip:
+                    continue
+                pos = off + 4096 + min(777, length - 1)
+                f.seek(pos)
+                b = f.read(1)
+                f.seek(pos)
+                f.write(bytes([b[0] ^ 0x40]))
+                done += 1
+                if done == 3:
+                    break
+            f.flush()
+            os.fsync(f.fileno())
+        if done == 3:
+            break
+    if done == 3:
+        break
+print(done)
+PY
 }
 
 # k8s_volume_metrics: kubelet's volume metrics (stats and health) of the dataset PVC in use.

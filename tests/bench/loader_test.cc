@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/loader/checkpoint.h"
 #include "bench/loader/clock.h"
 #include "bench/loader/dataset.h"
 #include "bench/loader/plan.h"
@@ -495,6 +496,70 @@ TEST(Loader, AtMostPrefetchFactorTimesWorkersBatchesOutstanding) {
   EXPECT_EQ(max_lead, 3);  // batch idx starts only when idx < consumed + 4
 }
 
+TEST(Checkpointer, ALoadReadsWhatTheLastSaveWroteAndChecksEveryByte) {
+  TempDir dir;
+  ManualClock clock;
+  const CheckpointConfig config{.dir = dir.path(), .every_batches = 1, .bytes = 10 << 10,
+                                .chunk = 4 << 10, .seed = 3};
+  Checkpointer ckpt(config, clock);
+  EXPECT_EQ(ckpt.Load().error().code(), Code::kNotFound);
+  ASSERT_TRUE(ckpt.Save(4));
+  ASSERT_TRUE(ckpt.Save(9));  // replaces step 4's
+  auto load = ckpt.Load();
+  ASSERT_TRUE(load) << load.error().ToString();
+  EXPECT_EQ(load->step, 9u);
+  EXPECT_FALSE(std::filesystem::exists(ckpt.path() + ".tmp"));
+
+  // One byte changed in the last (short) chunk: the load names the chunk.
+  {
+    std::fstream f(ckpt.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((8 << 10) + 100);
+    f.put('\x5a' ^ static_cast<char>(f.peek()));
+  }
+  load = ckpt.Load();
+  ASSERT_FALSE(load);
+  EXPECT_EQ(load.error().code(), Code::kChecksum);
+  EXPECT_NE(load.error().message().find("chunk 2"), std::string::npos) << load.error().message();
+
+  // A checkpoint cut short is not a fast, good load.
+  ASSERT_TRUE(ckpt.Save(11));
+  std::filesystem::resize_file(ckpt.path(), 6 << 10);
+  load = ckpt.Load();
+  ASSERT_FALSE(load);
+  EXPECT_NE(load.error().message().find("4096 good bytes"), std::string::npos) << load.error().message();
+}
+
+TEST(GenerateAndRun, CheckpointsLoadFirstAndEachSaveWaitsForTheAcceleratorsBefore) {
+  TempDir dir;
+  TempDir ckpt_dir;
+  auto m = Generate({dir.path(), Workload::kResnet50, 64, 9, 0});
+  ASSERT_TRUE(m);
+  PosixStorage storage(dir.path());
+  ManualClock clock;
+  LoaderConfig config = SmallConfig();
+  config.accelerators = 2;
+  config.compute_ms = 100;
+  config.checkpoint = {.dir = ckpt_dir.path(), .every_batches = 3, .bytes = 64 << 10,
+                       .chunk = 16 << 10, .seed = 1};
+  const RunResult first = Loader(config, *m, storage, clock).Run();
+  EXPECT_FALSE(first.checkpoint_load);  // nothing to load yet
+  EXPECT_EQ(first.checkpoint_failures, 0u);
+  const size_t n = first.records.size();
+  ASSERT_GE(n, 7u);
+  EXPECT_EQ(first.checkpoint_save_s.size(), n / 3);
+  for (size_t k = 3; k < n; k += 3) {
+    // Batch k is handed out only after every batch before it finished computing (the save
+    // ran in between), although two accelerators otherwise overlap.
+    EXPECT_GE(first.records[k].dispatch_s, first.records[k - 1].completion_s) << k;
+    EXPECT_GE(first.records[k].dispatch_s, first.records[k - 2].completion_s) << k;
+  }
+  EXPECT_LT(first.records[1].dispatch_s, first.records[0].completion_s);
+
+  const RunResult second = Loader(config, *m, storage, clock).Run();
+  ASSERT_TRUE(second.checkpoint_load);
+  EXPECT_EQ(second.checkpoint_load->step, n / 3 * 3);  // the first run's last save
+}
+
 TEST(LoaderConfig, ValidateNamesTheFlag) {
   LoaderConfig c;
   c.batch = 0;
@@ -504,6 +569,11 @@ TEST(LoaderConfig, ValidateNamesTheFlag) {
   c = {};
   c.accelerators = 0;
   EXPECT_NE(c.Validate().error().message().find("--accelerators"), std::string::npos);
+  c = {};
+  c.checkpoint.dir = "/tmp";
+  EXPECT_NE(c.Validate().error().message().find("--checkpoint-every"), std::string::npos);
+  c.checkpoint.every_batches = 5;
+  EXPECT_NE(c.Validate().error().message().find("--checkpoint-mib"), std::string::npos);
 }
 
 }  // namespace

@@ -15,7 +15,8 @@
 #  5. bad values (missing hub, unknown mode, ...) make helm template fail, naming the value;
 #  6. manifests/deploy/spoke.yaml equals `helm template spoke charts/spoke -n kube-system`;
 #  7. manifests/examples and e2e/kind/testdriver.yaml are consistent with the driver;
-#  8. e2e/kind shell scripts pass bash -n (and shellcheck when it is installed).
+#  8. e2e/kind: its manifests (placeholders filled) and the chart with values-kind.yaml
+#     validate; its shell scripts pass bash -n (and shellcheck when it is installed).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -41,7 +42,8 @@ render() { # variant output
   # base64 is replaced by one fixed (valid base64) value, so that the rest can be compared.
   # shellcheck disable=SC2086 # VALUES entries are word lists on purpose
   "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" ${VALUES[$1]} |
-    sed -E 's#^(  (tls\.crt|tls\.key|ca\.crt): )[A-Za-z0-9+/=]{200,}$#\1R0VORVJBVEVE#' >"$2"
+    sed -E -e 's#^(  (tls\.crt|tls\.key|ca\.crt): )[A-Za-z0-9+/=]{200,}$#\1R0VORVJBVEVE#' \
+      -e 's#^(      caBundle: )[A-Za-z0-9+/=]{200,}$#\1R0VORVJBVEVE#' >"$2"
 }
 
 # compare_or_update expected actual what
@@ -140,8 +142,21 @@ expect_fail "must be below agent.resources.limits.memory" --set 'agent.memoryBud
 expect_fail "agent.resources.limits.memory" --set 'agent.resources.limits.memory=big'
 
 step "manifests/"
-if [ -f "$WORK/default.yaml" ]; then
-  compare_or_update "$DEPLOY" "$WORK/default.yaml" "$DEPLOY (helm template $RELEASE $CHART -n $NAMESPACE)"
+# The plain manifest has no warm-up webhook: its TLS is made by helm at install time, and a
+# fixed certificate in a file everybody can read would be no certificate at all.
+if "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --set warmup.webhook.enabled=false \
+    >"$WORK/deploy.yaml" 2>"$WORK/err"; then
+  compare_or_update "$DEPLOY" "$WORK/deploy.yaml" "$DEPLOY (helm template $RELEASE $CHART -n $NAMESPACE --set warmup.webhook.enabled=false)"
+else
+  cat "$WORK/err" >&2
+  fail "helm template for $DEPLOY"
+fi
+
+step "SpokeWarmup CRD and the warm-up objects"
+"$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --set warmup.enabled=false >"$WORK/nowarmup.yaml"
+if ! "$PYTHON" tests/charts/check_warmup.py "$CHART/crds/spoke.csi.dev_spokewarmups.yaml" \
+    "$WORK/default.yaml" "$WORK/nowarmup.yaml" "$WORK/deploy.yaml"; then
+  fail "warm-up checks"
 fi
 mapfile -t manifest_files < <(find manifests -name '*.yaml' | sort)
 if [ "${#manifest_files[@]}" -lt 6 ]; then
@@ -156,19 +171,34 @@ fi
 
 step "e2e/kind"
 for f in e2e/kind/kind-config.yaml e2e/kind/testdriver.yaml e2e/kind/storageclass.yaml \
-  e2e/kind/values-kind.yaml e2e/kind/run.sh e2e/kind/hub.Dockerfile; do
+  e2e/kind/values-kind.yaml e2e/kind/run.sh e2e/kind/lib.sh e2e/kind/runc-capfilter; do
   [ -f "$f" ] || fail "$f missing"
 done
-[ -f e2e/kind/testdriver.yaml ] && { "$PYTHON" tests/charts/check_rendered.py testdriver e2e/kind/testdriver.yaml || fail "e2e/kind/testdriver.yaml checks"; }
+# The ${...} placeholders of these files are filled per run (run.sh's wl_render: the hub's
+# address and ports); here with example values of the same kinds.
+. e2e/workloads/lib.sh
+kind_render() {
+  wl_render "$PWD/$1" NS=spoke-e2e NODE=spoke-e2e-worker CLAIM=dataset-wan \
+    SPOKE_IMAGE=localhost/spoke:e2e HUB_SERVER=10.250.0.1 HUB_SHARE=/srv/export NFS_PORT=2049 \
+    MOUNT_PORT=20048 WAN_NFS_PORT=20491 WAN_MOUNT_PORT=20492 DATASET_SUBDIR=datasets/e2e \
+    WAN_DATASET_SUBDIR=datasets/wan
+}
+mkdir -p "$WORK/testdriver"
+kind_render e2e/kind/testdriver.yaml >"$WORK/testdriver/testdriver.yaml" &&
+  kind_render e2e/kind/storageclass.yaml >"$WORK/testdriver/storageclass.yaml" &&
+  "$PYTHON" tests/charts/check_rendered.py testdriver "$WORK/testdriver/testdriver.yaml" ||
+  fail "e2e/kind/testdriver.yaml checks"
 for f in e2e/kind/*.yaml; do
   # kind-config.yaml, testdriver.yaml and values-kind.yaml are not Kubernetes objects.
   case $(basename "$f") in kind-config.yaml | testdriver.yaml | values-kind.yaml) continue ;; esac
-  validate "$f" "$NO_SCHEMA_OK" "$f"
+  kind_render "$f" >"$WORK/kind-$(basename "$f")" || fail "rendering $f"
+  validate "$WORK/kind-$(basename "$f")" "$NO_SCHEMA_OK" "$f"
 done
 # The chart as run.sh installs it.
-if "$HELM" lint --strict "$CHART" -f e2e/kind/values-kind.yaml >"$WORK/lint" 2>&1 &&
+kind_render e2e/kind/values-kind.yaml >"$WORK/values-kind.yaml" || fail "rendering values-kind.yaml"
+if "$HELM" lint --strict "$CHART" -f "$WORK/values-kind.yaml" >"$WORK/lint" 2>&1 &&
   "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" \
-    -f e2e/kind/values-kind.yaml >"$WORK/kind.yaml" 2>"$WORK/err"; then
+    -f "$WORK/values-kind.yaml" >"$WORK/kind.yaml" 2>"$WORK/err"; then
   validate "$WORK/kind.yaml" "$NO_SCHEMA_OK" "rendering (e2e/kind/values-kind.yaml)"
 else
   cat "$WORK/lint" "$WORK/err" >&2 2>/dev/null || true

@@ -128,6 +128,40 @@ TEST(VolumeParamsTest, WriteModeDefaultsToWriteBackAndReachesTheContext) {
   EXPECT_EQ(back->write_mode, WriteMode::kSync);
 }
 
+TEST(VolumeParamsTest, NfsVersionChoosesTheHubProtocol) {
+  auto p = ParseVolumeParams(Base());
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->hub.nfs_version, NfsVersion::kV3);
+  EXPECT_FALSE(MakeVolumeContext(*p, "pv-1").ToMap().contains("nfsVersion"))
+      << "v3 contexts stay as they were";
+  StringMap m = Base();
+  m["nfsVersion"] = "4.1";
+  p = ParseVolumeParams(m);
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->hub.nfs_version, NfsVersion::kV41);
+  auto ctx = MakeVolumeContext(*p, "pv-1");
+  EXPECT_EQ(ctx.ToMap().at("nfsVersion"), "4.1");
+  auto back = VolumeContext::FromMap(ctx.ToMap());
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->hub.nfs_version, NfsVersion::kV41);
+
+  m["nfsVersion"] = "4.0";
+  ExpectRejected(m, "nfsVersion");
+  EXPECT_NE(ParseVolumeParams(m).error().message().find("4.1"), std::string::npos);
+  m["nfsVersion"] = "5";
+  ExpectRejected(m, "nfsVersion");
+  m["nfsVersion"] = "4.1";
+  m["mountPort"] = "20048";
+  ExpectRejected(m, "mountPort");
+
+  auto url = ParseNfsUrl("nfs://fs-1.efs.us-east-2.amazonaws.com/data?version=4.1");
+  ASSERT_TRUE(url) << url.error().message();
+  EXPECT_EQ(url->nfs_version, NfsVersion::kV41);
+  EXPECT_EQ(url->nfs_port, 2049);
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/data?version=4.1&mountport=20048"));
+  EXPECT_FALSE(ParseNfsUrl("nfs://h/data?version=4"));
+}
+
 TEST(VolumeParamsTest, ProvisionerMetadataIsNotAnUnknownParameter) {
   StringMap m = Base();
   m["csi.storage.k8s.io/pvc/name"] = "data";
@@ -246,6 +280,13 @@ TEST(VolumeIdTest, RoundTrip) {
   auto ds_back = VolumeId::Decode(ds.Encode());
   ASSERT_TRUE(ds_back) << ds_back.error().message();
   EXPECT_EQ(*ds_back, ds);
+  // NFSv4.1 volumes say so where v3 ones have the MOUNT port (v4.1 has none).
+  VolumeId v41{HubAddress{"fs-1.efs.example.com", 2049, 0, "/", NfsVersion::kV41},
+               VolumeMode::kScratch, OnDelete::kDelete, "pvc-2"};
+  EXPECT_EQ(v41.Encode(), "spoke1|scratch|delete|fs-1.efs.example.com|2049|nfs4.1|/|pvc-2");
+  auto v41_back = VolumeId::Decode(v41.Encode());
+  ASSERT_TRUE(v41_back) << v41_back.error().message();
+  EXPECT_EQ(*v41_back, v41);
 }
 
 TEST(VolumeIdTest, MalformedIdsAreRejected) {

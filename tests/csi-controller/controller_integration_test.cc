@@ -20,6 +20,7 @@
 #include "common/csi_identity.h"
 #include "csi-controller/controller_server.h"
 #include "csi-controller/libnfs_export_admin.h"
+#include "csi-controller/nfs4_export_admin.h"
 #include "tests/support/hub.h"
 
 namespace spoke::controller {
@@ -48,7 +49,11 @@ csi::v1::CreateVolumeRequest Req(const HubAddress& hub, const std::string& name,
   p["server"] = hub.server;
   p["share"] = hub.share;
   p["nfsPort"] = std::to_string(hub.nfs_port);
-  p["mountPort"] = std::to_string(hub.mount_port);
+  if (hub.nfs_version == NfsVersion::kV41) {
+    p["nfsVersion"] = "4.1";
+  } else {
+    p["mountPort"] = std::to_string(hub.mount_port);
+  }
   p["mode"] = mode;
   p["hubTimeoutSeconds"] = "2";
   if (!on_delete.empty()) p["onDelete"] = on_delete;
@@ -77,7 +82,10 @@ class ControllerIntegrationTest : public ::testing::Test {
     ASSERT_NE(hub_, nullptr) << "nfs-ganesha did not start";
     ControllerConfig config;
     config.hub_timeout_seconds = 2;
-    server_ = std::make_unique<ControllerServer>(config, std::make_unique<LibnfsExportAdmin>());
+    // As spoke-csi-controller: NFSv3 hubs through libnfs, v4.1 hubs through the v4.1 client.
+    server_ = std::make_unique<ControllerServer>(
+        config, std::make_unique<ExportAdminByVersion>(std::make_unique<LibnfsExportAdmin>(),
+                                                       std::make_unique<Nfs4ExportAdmin>()));
   }
 
   // Writes a nested tree into the volume through NFS (writing behind ganesha's back would
@@ -159,6 +167,47 @@ TEST_F(ControllerIntegrationTest, ScratchDeleteRemovesWhatANonRootPodWrote) {
   auto s = Delete(resp.volume().volume_id());
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(fs::exists(Export() + "/pv-uid1000"));
+}
+
+// A hub reached over NFSv4.1 only (as Amazon EFS): the same provisioning, as hubUid/hubGid;
+// the id names the protocol, and DeleteVolume removes what a uid-1000 pod wrote, over v4.1.
+TEST_F(ControllerIntegrationTest, Nfs41HubProvisionsAndDeletesScratchVolumes) {
+  const HubAddress v41 = hub_->address(NfsVersion::kV41);
+  csi::v1::CreateVolumeResponse resp;
+  auto created = Create(Req(v41, "pv-v41", "scratch", "delete"), &resp);
+  ASSERT_TRUE(created.ok()) << created.error_message();
+  EXPECT_NE(resp.volume().volume_id().find("|nfs4.1|"), std::string::npos)
+      << resp.volume().volume_id();
+  EXPECT_EQ(resp.volume().volume_context().at("nfsVersion"), "4.1");
+  ASSERT_TRUE(fs::is_directory(Export() + "/pv-v41"));
+  EXPECT_TRUE(fs::exists(Export() + "/pv-v41/.spoke-volume.json"));
+  EXPECT_EQ(fs::status(Export() + "/pv-v41").permissions(), fs::perms::all);
+  struct stat st;
+  ASSERT_EQ(::stat((Export() + "/pv-v41").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  {
+    Nfs4ExportAdmin admin;
+    HubIdentityParams pod;
+    pod.uid = 1000;
+    pod.gid = 1000;
+    auto session = admin.Open(v41, std::chrono::seconds(5), pod);
+    ASSERT_TRUE(session) << session.error().message();
+    ASSERT_TRUE((*session)->MakeDirs("pv-v41/out/ckpt", 0755));
+    ASSERT_TRUE((*session)->WriteFile("pv-v41/out/ckpt/step.pt", "weights"));
+    ASSERT_TRUE((*session)->MakeDir("pv-v41/out/ro", 0555));
+    auto back = (*session)->ReadFile("pv-v41/out/ckpt/step.pt", 100);
+    ASSERT_TRUE(back) << back.error().message();
+    EXPECT_EQ(*back, "weights");
+  }
+  ASSERT_EQ(::stat((Export() + "/pv-v41/out/ckpt/step.pt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  csi::v1::CreateVolumeResponse again;
+  ASSERT_TRUE(Create(Req(v41, "pv-v41", "scratch", "delete"), &again).ok());
+  EXPECT_EQ(again.volume().volume_id(), resp.volume().volume_id());
+  auto s = Delete(resp.volume().volume_id());
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(fs::exists(Export() + "/pv-v41"));
+  EXPECT_TRUE(Delete(resp.volume().volume_id()).ok());  // idempotent
 }
 
 // rm -r unlinks symlinks and never follows them out of the volume.

@@ -2,12 +2,14 @@
 # pjdfstest (the POSIX file system conformance suite) on a scratch volume served by the real
 # agent binary: nfs-ganesha hub -> spoke-cache-agent (FUSE) mounted with `spokectl mount`.
 #
-#   tests/posix/run_pjdfstest.sh BUILD_DIR [--caller UID] [TEST_PATTERN...]
+#   tests/posix/run_pjdfstest.sh BUILD_DIR [--caller UID] [--nfs-version 4.1] [TEST_PATTERN...]
 #
 # Root by default: pjdfstest runs every case, switching to its dummy users, on a mount with
 # --allow-root. --caller UID runs it as UID:UID without groups, as a pod with runAsUser does:
 # the mount without --allow-root, the volume's directory on the hub owned by UID; pjdfstest
-# then skips the cases that need root (chown to others, user switching).
+# then skips the cases that need root (chown to others, user switching). --nfs-version 4.1:
+# the agent reaches the hub over NFSv4.1 (as Amazon EFS), with the configuration
+# tests/posix/pjdfstest-nfs41.toml (what NFSv4.1 cannot carry is listed there).
 #
 # Configuration: tests/posix/pjdfstest.toml (its expected_failures each say why). Fails on any
 # unexpected failure or unexpected pass; prints pjdfstest's summary line. Exit 77 (ctest:
@@ -20,13 +22,20 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 . "$root/e2e/lib/common.sh"
-build=$(cd "${1:?usage: run_pjdfstest.sh BUILD_DIR [--caller UID] [TEST_PATTERN...]}" && pwd)
+build=$(cd "${1:?usage: run_pjdfstest.sh BUILD_DIR [--caller UID] [--nfs-version 4.1] [TEST_PATTERN...]}" && pwd)
 shift
 caller=0
+nfs_version=3
 name=posix_pjdfstest
+config=$here/pjdfstest.toml
 if [ "${1:-}" = --caller ]; then
   caller=${2:?--caller needs a uid}
   name=posix_pjdfstest_nonroot
+  shift 2
+fi
+if [ "${1:-}" = --nfs-version ]; then
+  nfs_version=${2:?--nfs-version needs 3 or 4.1}
+  [ "$nfs_version" = 3 ] || { name=${name}_nfs41; config=$here/pjdfstest-nfs41.toml; }
   shift 2
 fi
 limit=${SPOKE_PJDFSTEST_TIMEOUT:-170}
@@ -96,14 +105,15 @@ if [ "$caller" != 0 ]; then
   allow_root=()
   as_caller=(setpriv --reuid="$caller" --regid="$caller" --clear-groups --)
 fi
-"$ctl_bin" --socket "$work/agent.sock" mount \
-  "nfs://127.0.0.1$EXPORT/scratch?nfsport=$NFS_PORT&mountport=$MOUNT_PORT" "$work/mnt" \
+url="nfs://127.0.0.1$EXPORT/scratch?nfsport=$NFS_PORT&mountport=$MOUNT_PORT"
+[ "$nfs_version" = 3 ] || url="nfs://127.0.0.1$EXPORT/scratch?version=$nfs_version&nfsport=$NFS_PORT"
+"$ctl_bin" --socket "$work/agent.sock" mount "$url" "$work/mnt" \
   --mode scratch --consistency strict "${allow_root[@]}"
 
 # pjdfstest's tests call umask(0) and switch to its dummy users; its temp dirs live under -p.
 set +e
 NO_COLOR=1 CLICOLOR=0 timeout --kill-after=10 "$limit" "${as_caller[@]}" \
-  "$pjdfstest" -c "${SPOKE_PJDFSTEST_CONFIG:-$here/pjdfstest.toml}" -p "$work/mnt" -s "$work/other-fs" "$@" >"$work/pjdfstest.log" 2>&1
+  "$pjdfstest" -c "${SPOKE_PJDFSTEST_CONFIG:-$config}" -p "$work/mnt" -s "$work/other-fs" "$@" >"$work/pjdfstest.log" 2>&1
 rc=$?
 set -e
 grep -E "FAILED|PASSED UNEXPECTEDLY" "$work/pjdfstest.log" | sed 's/^/  /' || true

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -24,6 +26,23 @@ inline std::string ReadWholeFile(const std::string& path, bool* ok = nullptr) {
 inline std::string ReadFileTail(const std::string& path, size_t max_bytes) {
   std::string s = ReadWholeFile(path);
   return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
+}
+
+// `n` bytes of a fixed pseudo-random pattern: the same `seed` gives the same bytes.
+inline std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  uint32_t x = 2166136261u ^ static_cast<uint32_t>(seed);
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 16777619u + 7;
+    s[i] = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+// Writes `data` to `path`, making its directories.
+inline void WriteFileWithDirs(const std::string& path, const std::string& data) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << data;
 }
 
 // Up to `n` bytes from `fd`: fewer at end of file or on an error.

@@ -107,8 +107,14 @@ void TestHub::Stop() { Run(SourceDir() + "/scripts/spoke-hub stop " + dir_->path
 
 TestHub::~TestHub() { Stop(); }
 
-HubAddress TestHub::address() const {
-  return HubAddress{"127.0.0.1", nfs_port_, mount_port_, export_dir_};
+HubAddress TestHub::address(NfsVersion version) const {
+  return WithNfsVersion(HubAddress{"127.0.0.1", nfs_port_, mount_port_, export_dir_}, version);
+}
+
+HubAddress WithNfsVersion(HubAddress address, NfsVersion version) {
+  address.nfs_version = version;
+  if (version != NfsVersion::kV3) address.mount_port = 0;
+  return address;
 }
 
 namespace {

@@ -26,7 +26,7 @@ std::string BinaryDir();  // $SPOKE_BINARY_DIR
 
 class TestHub {
  public:
-  // Starts ganesha serving <tmp>/export over NFSv3 on loopback high ports — of the network
+  // Starts ganesha serving <tmp>/export over NFSv3 and NFSv4.1 on loopback high ports — of the network
   // namespace `netns` when given (NetTopology). Aborts the test (gtest FAIL) if it cannot.
   static std::unique_ptr<TestHub> Start(const std::string& netns = "");
   ~TestHub();
@@ -34,8 +34,8 @@ class TestHub {
   const std::string& export_dir() const { return export_dir_; }
   uint16_t nfs_port() const { return nfs_port_; }
   uint16_t mount_port() const { return mount_port_; }
-  // The hub as a client reaches it directly (no WAN delay).
-  HubAddress address() const;
+  // The hub as a client reaches it directly (no WAN delay), over NFSv3 or v4.1.
+  HubAddress address(NfsVersion version = NfsVersion::kV3) const;
 
   // Stops ganesha (SIGTERM) and starts it again on the same ports: a hub outage.
   void Stop();
@@ -91,6 +91,9 @@ class Blackhole {
   std::vector<int> accepted_;
   std::thread thread_;
 };
+
+// The same hub address spoken to over `version` (v4.1: the NFS port only).
+HubAddress WithNfsVersion(HubAddress address, NfsVersion version);
 
 // Binds port 0 on 127.0.0.1 and returns the port the kernel chose.
 uint16_t FreePort();

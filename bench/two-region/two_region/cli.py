@@ -3,7 +3,7 @@
 import argparse
 
 from . import __doc__ as USAGE
-from .config import (ALL_SCENARIOS, NODE_EPOCHS, NODE_LINK_MBIT, NODE_SCENARIOS, PRESETS,
+from .config import (ALL_SCENARIOS, CKPT_MIB, NODE_EPOCHS, NODE_LINK_MBIT, NODE_SCENARIOS, PRESETS,
                      REPORT_COMPUTE_MS, SAMPLES_OTHER, WORKLOADS)
 
 
@@ -70,6 +70,14 @@ def add_scenario_options(ap):
                     "(default: the agent's, 2000)")
     ap.add_argument("--delay-ms", type=int, default=30,
                     help="one-way WAN delay (default 30 = 60 ms RTT)")
+    ap.add_argument("--nfs-version", default="3", choices=("3", "4.1"),
+                    help="the protocol the agents speak to the hub (default 3; 4.1 as to "
+                    "Amazon EFS: the NFS port only)")
+    ap.add_argument("--ckpt-mib", type=int, default=CKPT_MIB,
+                    help=f"checkpoint scenarios: the checkpoint's size (default {CKPT_MIB})")
+    ap.add_argument("--ckpt-every", type=int,
+                    help="checkpoint scenarios: batches between two saves (default: the "
+                    "preset's; short 10, demo and tour 40, full 100)")
     ap.add_argument("--stage-streams", type=int, default=32,
                     help="parallel cp streams of stage-in (default 32)")
 
@@ -162,7 +170,8 @@ def resolve_epochs(ap, a, preset):
 def check_sizes(ap, a):
     """The counts and sizes that must be positive."""
     for flag, v in (("--samples", a.samples), ("--delay-ms", a.delay_ms + 1),
-                    ("--stage-streams", a.stage_streams)):
+                    ("--stage-streams", a.stage_streams), ("--ckpt-mib", a.ckpt_mib),
+                    ("--ckpt-every", a.ckpt_every)):
         if v <= 0:
             ap.error(f"{flag} must be positive")
     if a.compute_ms is not None and a.compute_ms < 0:
@@ -187,5 +196,7 @@ def parse_args(argv):
     preset = PRESETS[a.preset]
     resolve_workload(ap, a, preset)
     resolve_epochs(ap, a, preset)
+    if a.ckpt_every is None:
+        a.ckpt_every = preset["ckpt_every"]
     check_sizes(ap, a)
     return a

@@ -2,8 +2,14 @@
 
 MIB = 1 << 20
 MIN_CACHE = 64 * MIB  # the agent's minimum cacheSizeBytes
+# Checkpoints saved during training and loaded at its start (checkpoints.py): on the local
+# disk (the baseline), on a Spoke scratch volume with write-back, and with every write
+# synchronous.
+CKPT_LOCAL = "local-direct-ckpt"
+CKPT_SCENARIOS = [CKPT_LOCAL, "spoke-ckpt", "spoke-ckpt-sync"]
 ALL_SCENARIOS = ["local-direct", "co-located", "remote-no-spoke", "spoke-cold", "spoke-warm",
-                 "stage-in", "spoke-hints", "spoke-cache-0.5x"]
+                 "stage-in", "spoke-hints", "spoke-cache-0.5x", *CKPT_SCENARIOS]
+CKPT_MIB = 256
 WORKLOADS = ("report", "resnet50", "unet3d", "shards")
 # --nodes N > 1: one loader per node, all nodes at once (bench/two-region/nodes.py).
 # local-direct: one loader alone on the local disk (the baseline of every ratio);
@@ -23,25 +29,30 @@ HALF_POLICY = "nothrash"
 # batches remote-no-spoke runs of its epoch (a sample: ~12 samples/s would take 5 minutes per
 # 4000 files; 0 = the whole epoch), and optionally the compute per batch (ms; default
 # REPORT_COMPUTE_MS), the WAN link's cap (MB/s both ways, all connections; default none) and
-# the scenarios run by default (default all).
+# the scenarios run by default (default all), and the batches between two checkpoints.
 # demo: the link carries 2x what the loader reads, so a cold cache fills in about half an
 # epoch: 438 MB at 7.2 MB/s = 61 s of a 125 s epoch (125 batches of 1 s). Filling for a minute
 # at 2x the loader's rate takes a 2-minute epoch whatever the sample size, so the demo keeps
 # the scenarios that show it: five epochs and the remote sample are ~10 minutes.
 PRESETS = {
-    "short": {"samples": 960, "nospoke_batches": 10, "epochs": {
+    "short": {"ckpt_every": 10, "samples": 960, "nospoke_batches": 10, "epochs": {
         "local-direct": 2, "co-located": 3, "remote-no-spoke": 1, "spoke-cold": 3,
-        "spoke-warm": 2, "stage-in": 3, "spoke-hints": 3, HALF_CACHE: 3}},
-    "demo": {"samples": 4000, "nospoke_batches": 4, "compute_ms": 1000, "wan_mbytes": 7.2,
+        "spoke-warm": 2, "stage-in": 3, "spoke-hints": 3, HALF_CACHE: 3,
+        **dict.fromkeys(CKPT_SCENARIOS, 2)}},
+    "demo": {"ckpt_every": 40, "samples": 4000, "nospoke_batches": 4, "compute_ms": 1000,
+             "wan_mbytes": 7.2,
              "scenarios": ["local-direct", "remote-no-spoke", "spoke-cold"], "epochs": {
         "local-direct": 1, "co-located": 1, "remote-no-spoke": 1, "spoke-cold": 3,
-        "spoke-warm": 1, "stage-in": 1, "spoke-hints": 1, HALF_CACHE: 2}},
-    "tour": {"samples": 4000, "nospoke_batches": 8, "epochs": {
+        "spoke-warm": 1, "stage-in": 1, "spoke-hints": 1, HALF_CACHE: 2,
+        **dict.fromkeys(CKPT_SCENARIOS, 1)}},
+    "tour": {"ckpt_every": 40, "samples": 4000, "nospoke_batches": 8, "epochs": {
         "local-direct": 1, "co-located": 1, "remote-no-spoke": 1, "spoke-cold": 3,
-        "spoke-warm": 1, "stage-in": 1, "spoke-hints": 1, HALF_CACHE: 2}},
-    "full": {"samples": 20000, "nospoke_batches": 20, "epochs": {
+        "spoke-warm": 1, "stage-in": 1, "spoke-hints": 1, HALF_CACHE: 2,
+        **dict.fromkeys(CKPT_SCENARIOS, 1)}},
+    "full": {"ckpt_every": 100, "samples": 20000, "nospoke_batches": 20, "epochs": {
         "local-direct": 2, "co-located": 2, "remote-no-spoke": 1, "spoke-cold": 3,
-        "spoke-warm": 2, "stage-in": 2, "spoke-hints": 3, HALF_CACHE: 3}},
+        "spoke-warm": 2, "stage-in": 2, "spoke-hints": 3, HALF_CACHE: 3,
+        **dict.fromkeys(CKPT_SCENARIOS, 2)}},
 }
 SAMPLES_OTHER = {("resnet50", "short"): 2400, ("unet3d", "short"): 168,
                  ("shards", "short"): 3200, ("resnet50", "demo"): 4000,

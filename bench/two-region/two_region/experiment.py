@@ -7,6 +7,7 @@ import subprocess
 import time
 
 from . import HERE, ROOT
+from .checkpoints import Checkpoints
 from .config import HALF_CACHE
 from .hub import SetUp
 from .measure import Measure
@@ -17,7 +18,7 @@ from .scenarios import Scenarios
 from .util import Failure, is_mountpoint, log
 
 
-class Experiment(Processes, Measure, SetUp, Scenarios, Nodes, Report):
+class Experiment(Processes, Measure, SetUp, Scenarios, Checkpoints, Nodes, Report):
     """One run: what it started (for cleanup) and what it measured."""
 
     def __init__(self, args):
@@ -44,7 +45,8 @@ class Experiment(Processes, Measure, SetUp, Scenarios, Nodes, Report):
         self.hub_started = False
         self.created_work = False  # a --work dir that existed before is never removed
         self.loader_failed = False
-        self.done = []
+        self.done = []        # scenarios of summarize.py's table
+        self.ckpt_done = []   # checkpoint scenarios (their own table)
 
     def check(self):
         """Root, /dev/fuse, the tools and the binaries the run needs."""
@@ -85,6 +87,7 @@ class Experiment(Processes, Measure, SetUp, Scenarios, Nodes, Report):
             self.spoke_hints()
         if HALF_CACHE in want:
             self.half_cache()
+        self.checkpoint_scenarios()
         self.report()
         return 1 if self.loader_failed else 0
 

@@ -10,7 +10,8 @@ import spokebench
 from spokebench import free_port
 
 from . import ROOT
-from .config import HALF_CACHE, HALF_FRACTION, HALF_POLICY, MIB, MIN_CACHE, SEED, WAN_PORTS
+from .config import (CKPT_SCENARIOS, HALF_CACHE, HALF_FRACTION, HALF_POLICY, MIB, MIN_CACHE, SEED,
+                     WAN_PORTS)
 from .util import Failure, log, machine_line, tail
 
 
@@ -27,9 +28,15 @@ class SetUp:
         hub_prefix = self.start_cluster() if self.a.nodes > 1 else []
         hub_nfs, hub_mnt = self.start_hub(hub_prefix)
         self.generate()
-        self.direct_url = f"nfs://127.0.0.1{self.export}?nfsport={hub_nfs}&mountport={hub_mnt}"
+        self.direct_url = self.hub_url("127.0.0.1", hub_nfs, hub_mnt)
         self.start_wan(hub_prefix, hub_nfs, hub_mnt)
         self.write_run_txt()
+
+    def hub_url(self, host, nfs_port, mount_port):
+        """The export's nfs:// URL: NFSv3 with both ports, or NFSv4.1 with the NFS port only."""
+        if self.a.nfs_version == "4.1":
+            return f"nfs://{host}{self.export}?version=4.1&nfsport={nfs_port}"
+        return f"nfs://{host}{self.export}?nfsport={nfs_port}&mountport={mount_port}"
 
     def start_cluster(self):
         """The --nodes namespaces and rpcbind; returns the prefix that runs in the hub's."""
@@ -125,7 +132,7 @@ class SetUp:
             self.proxy_bin, self.a.delay_ms, routes, "--link-mbytes", f"{self.a.wan_mbytes:g}",
             "--stats-file", f"{self.work}/wan.stats")], f"{self.work}/wan-proxy.log")
         self.wait_wan(wan_host, wan_nfs)
-        self.wan_url = f"nfs://{wan_host}{self.export}?nfsport={wan_nfs}&mountport={wan_mnt}"
+        self.wan_url = self.hub_url(wan_host, wan_nfs, wan_mnt)
         cap = (f", link {self.a.wan_mbytes:g} MB/s each way" if self.a.wan_mbytes
                else ", no bandwidth cap")
         log(f"WAN: spoke-wan-proxy {self.a.delay_ms} ms each way ({2 * self.a.delay_ms} ms "
@@ -179,6 +186,8 @@ def command_line(a):
             f"--eviction-policy {a.eviction_policy} --delay-ms {a.delay_ms} "
             f"--wan-mbytes {a.wan_mbytes:g} --stage-streams {a.stage_streams}"
             + (f" --scenarios {','.join(a.scenarios)}" if a.nodes == 1 else "")
+            + (f" --ckpt-mib {a.ckpt_mib} --ckpt-every {a.ckpt_every}"
+               if a.nodes == 1 and set(a.scenarios) & set(CKPT_SCENARIOS) else "")
             + (f" --nodes {a.nodes} --node-link-mbit {a.node_link_mbit:g} "
                f"--scenarios {','.join(a.scenarios)}"
                + (f" --peer-timeout-ms {a.peer_timeout_ms}" if a.peer_timeout_ms else "")

@@ -24,13 +24,26 @@ class Nodes:
     def start_node_sampler(self, agents, labels, cluster_trace):
         """Every 0.5 s: per node a trace in annotate.py's format (the WAN proxy's counters,
         i.e. the whole cluster's, and that node's agent's hub bytes; agent None: "-"), and
-        the cluster trace (WAN counters, sum of every agent's hub bytes)."""
+        the cluster trace (WAN counters, sum of every agent's hub bytes). Also keeps each
+        agent's smallest hub window (spoke_fetch_background_window_bytes) once it has read the
+        hub, in self.window_min[agent]: the pacer's narrowest point during the fill."""
         stop = threading.Event()
+
+        def sample_agent(name):
+            try:
+                body = self.agent_get(name, "/metrics")
+            except (OSError, Failure):
+                return None
+            hub = self.metric_sum(None, "spoke_hub_read_bytes_total", body)
+            window = self.metric_sum(None, "spoke_fetch_background_window_bytes", body)
+            if hub and window is not None:
+                self.window_min[name] = min(self.window_min.get(name, window), window)
+            return hub
 
         def sample(files, cf):
             t = time.time()
             up, down = self.wan_stats()
-            hubs = [self.hub_bytes(n) if n else None for n in agents]
+            hubs = [sample_agent(n) if n else None for n in agents]
             for f, h in zip(files, hubs):
                 f.write(f"{t:.6f} {up} {down} {'-' if h is None else f'{h:.0f}'}\n")
                 f.flush()
@@ -137,6 +150,7 @@ class Nodes:
         n = self.epochs(scenario)
         labels = self.node_labels(scenario)
         spaces = self.cluster.nodes
+        self.window_min = {}
         self.start_node_agents(scenario, labels, peers, n)
         mnts = [f"{self.work}/mnt-{label}" for label in labels]
         mount_s = self.mount_nodes(scenario, labels, mnts)
@@ -162,6 +176,8 @@ class Nodes:
                           peers=int(peers))
         cl = self.cluster_summary(scenario, labels, t0s, trace, bodies, peers=int(peers),
                                   link_bytes_per_node=link,
+                                  hub_window_min_per_node=[self.window_min.get(lb)
+                                                           for lb in labels],
                                   peer_timeout_ms=self.a.peer_timeout_ms or 2000)
         wan = cl.get("wan_bytes_per_epoch")
         if wan:

@@ -43,13 +43,16 @@ class Report:
 
     def report(self):
         """The single-node run's plot and summarize.py's tables with the targets."""
-        if not self.done:
+        if not self.done and not self.ckpt_done:
             raise Failure("no scenario ran")
         out = self.out
-        plot(out, self.done)
+        plot(out, self.done + self.ckpt_done)
         buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            summarize.main(["--targets", *(f"{out}/{s}.json" for s in self.done)])
+        if self.done:
+            with contextlib.redirect_stdout(buf):
+                summarize.main(["--targets", *(f"{out}/{s}.json" for s in self.done)])
+        if self.ckpt_done:
+            buf.write("\n" + self.checkpoint_table())
         write_results(out, buf.getvalue())
 
     def report_nodes(self):

@@ -135,6 +135,8 @@ class Cluster:
                                  timeout=timeout)
 
     def url(self, sub):
+        if self.args.nfs_version == "4.1":
+            return "nfs://127.0.0.1%s/%s?version=4.1&nfsport=%d" % (self.export, sub, self.wan_nfs)
         return "nfs://127.0.0.1%s/%s?nfsport=%d&mountport=%d" % (
             self.export, sub, self.wan_nfs, self.wan_mnt)
 

@@ -65,6 +65,8 @@ def parse_args():
     p.add_argument("--caller-uid", type=int, default=1000,
                    help="uid (and gid) the readers and writers run as, as a pod's runAsUser; "
                         "0: root (default 1000)")
+    p.add_argument("--nfs-version", default="3", choices=("3", "4.1"),
+                   help="the protocol the agent speaks to the hub (default 3; 4.1 as to EFS)")
     p.add_argument("--keep-workdir", action="store_true")
     a = p.parse_args()
     kinds = [k for k in a.faults.split(",") if k]

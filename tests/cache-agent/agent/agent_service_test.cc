@@ -305,7 +305,20 @@ TEST_F(AgentServiceTest, WarmupStreamsProgressAndEndsWithDone) {
   {
     std::lock_guard<std::mutex> l(world_->mu);
     EXPECT_EQ(world_->last_warmup_prefix, "train");
+    EXPECT_EQ(world_->last_warmup_options.rate_bytes_per_second, 0u);
+    EXPECT_FALSE(world_->last_warmup_options.verify);
   }
+  // A rate and a verify pass reach the volume.
+  req.set_rate_bytes_per_second(50 << 20);
+  req.set_verify(true);
+  ctx = Ctx();
+  reader = stub_->Warmup(ctx.get(), req);
+  while (reader->Read(&p)) {
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  std::lock_guard<std::mutex> l(world_->mu);
+  EXPECT_EQ(world_->last_warmup_options.rate_bytes_per_second, 50u << 20);
+  EXPECT_TRUE(world_->last_warmup_options.verify);
 }
 
 TEST_F(AgentServiceTest, WarmupReportsAFileThatCouldNotBeFetched) {

@@ -42,6 +42,7 @@ struct FakeWorld {
   std::atomic<bool> warmup_was_cancelled{false};
   std::optional<Error> warmup_error;
   std::string last_warmup_prefix;
+  WarmupOptions last_warmup_options;
   std::string last_evict_prefix;
   std::vector<std::string> hinted;
   std::set<std::string> known_paths = {"a.jpg", "dir/b.jpg"};
@@ -101,7 +102,7 @@ class FakeVolume : public MountedVolume {
     std::lock_guard<std::mutex> l(w_->mu);
     return w_->figures;
   }
-  Status Warmup(const std::string& prefix,
+  Status Warmup(const std::string& prefix, const WarmupOptions& options,
                 const std::function<void(const WarmupFigures&)>& progress,
                 const std::atomic<bool>& cancelled) override {
     int steps;
@@ -111,6 +112,7 @@ class FakeVolume : public MountedVolume {
       // The test sets these before its call, on its own thread.
       std::lock_guard<std::mutex> l(w_->mu);
       w_->last_warmup_prefix = prefix;
+      w_->last_warmup_options = options;
       steps = w_->warmup_steps;
       step_bytes = w_->warmup_step_bytes;
       step_delay = w_->warmup_step_delay;

@@ -20,6 +20,27 @@ TEST(RenderTest, Units) {
   EXPECT_EQ(FormatDuration(-1), "?");
 }
 
+TEST(RenderTest, ProgressJsonCarriesEveryFigure) {
+  v1::WarmupProgress p;
+  p.set_files_total(4);
+  p.set_files_done(3);
+  p.set_bytes_total(1000);
+  p.set_bytes_done(750);
+  p.set_bytes_from_hub(700);
+  p.set_blocks_verified(9);
+  p.set_blocks_repaired(2);
+  p.set_files_changed(1);
+  std::string line = RenderProgressJson(p, 1.5);
+  EXPECT_EQ(line,
+            "{\"blocksRepaired\":2,\"blocksVerified\":9,\"bytesDone\":750,\"bytesFromHub\":700,"
+            "\"bytesTotal\":1000,\"done\":false,\"elapsedSeconds\":1.5,\"error\":\"\","
+            "\"filesChanged\":1,\"filesDone\":3,\"filesTotal\":4}\n");
+  p.set_done(true);
+  p.set_error("a \"quoted\" path");
+  EXPECT_NE(RenderProgressJson(p, 2).find("\"done\":true"), std::string::npos);
+  EXPECT_NE(RenderProgressJson(p, 2).find("a \\\"quoted\\\" path"), std::string::npos);
+}
+
 TEST(RenderTest, TableAlignsColumns) {
   EXPECT_EQ(RenderTable({"A", "LONGER"}, {{"xxx", "1"}, {"y", "22"}}),
             "A    LONGER\n"

@@ -35,6 +35,42 @@ TEST(SpokectlArgsTest, Mount) {
   EXPECT_NE(ErrorOf({"unmount", "/d", "--allow-root"}).find("--allow-root"), std::string::npos);
 }
 
+TEST(SpokectlArgsTest, WarmupRateAndVerify) {
+  auto c = P({"warmup", "--volume", "v1", "--rate", "50Mi", "--verify", "--json", "train"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->rate_bytes_per_second, 50u << 20);
+  EXPECT_TRUE(c->verify);
+  EXPECT_EQ(c->prefix, "train");
+  c = P({"warmup", "/mnt/d", "--rate=200M/s"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->rate_bytes_per_second, 200'000'000u);
+  EXPECT_FALSE(c->verify);
+  c = P({"warmup", "/mnt/d"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->rate_bytes_per_second, 0u) << "no --rate: no limit";
+
+  EXPECT_EQ(*ParseByteRate("1048576"), 1048576u);
+  EXPECT_EQ(*ParseByteRate("1Ki"), 1024u);
+  EXPECT_EQ(*ParseByteRate("3Gi/s"), 3ull << 30);
+  EXPECT_EQ(*ParseByteRate("5k"), 5000u);
+  EXPECT_EQ(*ParseByteRate("1Ti"), 1ull << 40);
+  for (const char* bad : {"", "0", "0Mi", "-5Mi", "+5Mi", "1.5Mi", "50MB", "50mi", "Mi", "50 Mi",
+                          "2Ti", "99999999999999", "50Mi/h", "1e6"}) {
+    auto r = ParseByteRate(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.error().message().find("--rate"), std::string::npos) << r.error().message();
+  }
+  EXPECT_NE(ErrorOf({"warmup", "/mnt/d", "--rate", "fast"}).find("--rate: 'fast'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"warmup", "/mnt/d", "--rate"}).find("--rate needs a value"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"evict", "/d", "--rate", "5Mi"}).find("--rate is not an option of evict"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"evict", "/d", "--verify"}).find("--verify is not an option of evict"),
+            std::string::npos);
+}
+
 TEST(SpokectlArgsTest, OtherCommands) {
   auto c = P({"status"});
   ASSERT_TRUE(c);
@@ -51,6 +87,17 @@ TEST(SpokectlArgsTest, OtherCommands) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->verb, Verb::kWarmup);
   EXPECT_EQ(c->prefix, "train");
+  c = P({"warmup", "--volume", "v1", "./train/", "--json"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->verb, Verb::kWarmup);
+  EXPECT_EQ(c->volume_id, "v1");
+  EXPECT_TRUE(c->dir.empty());
+  EXPECT_EQ(c->prefix, "train");
+  EXPECT_TRUE(c->json);
+  c = P({"warmup", "--volume", "v1"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->prefix, "");
+  EXPECT_FALSE(c->json);
   c = P({"evict", "/mnt/d"});
   ASSERT_TRUE(c);
   EXPECT_EQ(c->verb, Verb::kEvict);
@@ -150,6 +197,12 @@ TEST(SpokectlArgsTest, SocketAnywhereAliasesAndRepeats) {
 
 TEST(SpokectlArgsTest, MoreUsageErrors) {
   EXPECT_NE(ErrorOf({"status", "extra"}).find("status: expected no arguments"), std::string::npos);
+  EXPECT_NE(ErrorOf({"warmup"}).find("warmup: expected DIR [PREFIX] or --volume ID"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"warmup", "--volume", "v1", "p", "q"}).find("with --volume, expected at most"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"evict", "/d", "--json"}).find("--json is not an option of evict"),
+            std::string::npos);
   EXPECT_NE(ErrorOf({"warmup", "/d", "p", "q"}).find("warmup: expected DIR [PREFIX]"),
             std::string::npos);
   EXPECT_NE(ErrorOf({"evict", "/d", "--volume=v"}).find("--volume is not an option of evict"),

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/interrupt.h"
 #include "tests/cache-agent/cache/cache_test_util.h"
@@ -20,7 +23,8 @@ constexpr uint32_t kBlock = 4096;
 
 struct FetchRig {
   explicit FetchRig(int max_inflight = 64, uint64_t prefetch_max = 64 * kBlock,
-                    int demand_reserved = 32)
+                    int demand_reserved = 32, BlockSource* source = nullptr,
+                    LinkPacer::Config pacing = {})
       : cache(kBlock) {
     remote.PutFile("big", std::string(64 * kBlock, 'b'));
     remote.PutFile("other", std::string(8 * kBlock, 'o'));
@@ -30,6 +34,8 @@ struct FetchRig {
     c.max_hub_inflight = max_inflight;
     c.prefetch_bytes_max = prefetch_max;
     c.demand_reserved = demand_reserved;
+    c.source = source;
+    c.pacing = pacing;
     fetcher = std::make_unique<BlockFetcher>(remote, &cache, 7, c, registry, metrics::Labels{});
   }
   ~FetchRig() {
@@ -46,6 +52,136 @@ struct FetchRig {
   metrics::Registry registry;
   std::unique_ptr<BlockFetcher> fetcher;
 };
+
+// A peer that answers from its own thread: even blocks with its copy ('p'), odd ones refused
+// as busy (its quota full).
+class BusyOnOddBlocks : public BlockSource {
+ public:
+  ~BusyOnOddBlocks() override {
+    for (auto& t : threads_) t.join();
+  }
+  bool Takes(const Block&) const override { return true; }
+  bool FetchAsync(const Block& block, Done done) override {
+    asked++;
+    std::lock_guard lock(mu_);
+    threads_.emplace_back([block, done = std::move(done)] {
+      if (block.key.index % 2 == 0) return done(std::vector<char>(block.length, 'p'));
+      done(std::unexpected(Error::FromErrno(EBUSY, "peer busy: its quota is used up")));
+    });
+    return true;
+  }
+  std::atomic<int> asked{0};
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
+// A peer that owns the even blocks and holds its answers until Release; after it, it declines
+// (the hub is read), so that no ask is left held when the fetcher goes.
+class HoldingPeer : public BlockSource {
+ public:
+  ~HoldingPeer() override { Release(); }
+  bool Takes(const Block& block) const override { return block.key.index % 2 == 0; }
+  bool FetchAsync(const Block& block, Done done) override {
+    std::lock_guard lock(mu_);
+    if (released_ || !Takes(block)) return false;
+    held_.emplace_back(block.length, std::move(done));
+    asked_++;
+    return true;
+  }
+  int asked() {
+    std::lock_guard lock(mu_);
+    return asked_;
+  }
+  void Release() {
+    std::vector<std::pair<uint32_t, Done>> held;
+    {
+      std::lock_guard lock(mu_);
+      released_ = true;
+      held.swap(held_);
+    }
+    for (auto& [length, done] : held) done(std::vector<char>(length, 'p'));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<uint32_t, Done>> held_;
+  int asked_ = 0;
+  bool released_ = false;
+};
+
+// Each source has its window: asks waiting on the peers do not take the hub's, whose reads
+// do not take the peers'. With one window over both (and taught its rate by hub replies only),
+// the peers' share of a cold fill crowded the hub out and the window shrank toward one block.
+TEST(BlockFetcher, PeerAsksInFlightLeaveTheHubItsWholeWindow) {
+  HoldingPeer peer;
+  LinkPacer::Config pacing;
+  pacing.target_queue = 200ms;
+  pacing.min_window = kBlock;
+  pacing.initial_window = 4 * kBlock;
+  FetchRig rig(64, 64 * kBlock, 32, &peer, pacing);
+  rig.remote.HoldReads(true);
+  auto f = rig.File("big");
+  PrefetchRequest req{.path = f.path,
+                      .file_id = f.file_id,
+                      .version = f.version,
+                      .file_size = f.size,
+                      .first_block = 0,
+                      .block_count = 16};
+  ASSERT_TRUE(rig.fetcher->Prefetch(req));
+  // 8 even blocks asked of the peer (its window: 16 MiB at first), 4 odd ones of the hub (its
+  // window: 4 blocks), the other 4 queued for the hub.
+  for (int i = 0; i < 2000 && (peer.asked() < 8 || rig.remote.reads_in_flight() < 4); ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(peer.asked(), 8);
+  EXPECT_EQ(rig.remote.reads_in_flight(), 4);
+  peer.Release();
+  rig.remote.HoldReads(false);
+  for (int i = 0; i < 2000 && rig.cache.blocks() < 16; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(rig.cache.blocks(), 16u);
+  EXPECT_EQ(rig.remote.reads.load(), 8);
+  EXPECT_EQ(rig.fetcher->hub_read_bytes(), 8u * kBlock);
+}
+
+TEST(BlockFetcher, ABusyPeersBlocksAreQueuedAgainForTheHubAndHalveThePeerWindow) {
+  BusyOnOddBlocks source;
+  FetchRig rig(64, 64 * kBlock, 32, &source);
+  auto& window = rig.registry.GetGauge("spoke_fetch_peer_window_bytes", "", metrics::Labels{});
+  const int64_t first_window = window.Value();
+  auto f = rig.File("other");
+  auto blocks = rig.fetcher->GetBlocks(f, 0, 8);
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(blocks[i]) << i << ": " << blocks[i].error().ToString();
+    ASSERT_EQ((*blocks[i])->size(), kBlock);
+    EXPECT_EQ((**blocks[i])[0], i % 2 == 0 ? 'p' : 'o') << "block " << i;
+  }
+  // Each block asked of the peer once; only the refused ones read from the hub, once each.
+  EXPECT_EQ(source.asked.load(), 8);
+  EXPECT_EQ(rig.remote.reads.load(), 4);
+  EXPECT_EQ(rig.fetcher->hub_read_bytes(), 4u * kBlock);
+  EXPECT_LT(window.Value(), first_window);
+}
+
+TEST(BlockFetcher, ABusyPeerIsAskedAgainForBackgroundBlocksBeforeTheHub) {
+  BusyOnOddBlocks source;
+  FetchRig rig(64, 64 * kBlock, 32, &source);
+  auto f = rig.File("other");
+  ASSERT_TRUE(rig.fetcher->Warm(f, 0, 8));
+  // Odd blocks: refused 1 + source_busy_retries times, then read from the hub; readers (above)
+  // never wait for a retry.
+  EXPECT_EQ(source.asked.load(), 4 + 4 * (1 + FetchDispatcher::Config{}.source_busy_retries));
+  EXPECT_EQ(rig.remote.reads.load(), 4);
+  for (int i = 0; i < 1000 && rig.cache.blocks() < 8; ++i) std::this_thread::sleep_for(1ms);
+  uint64_t hits = 0;
+  auto blocks = rig.fetcher->GetBlocks(f, 0, 8, &hits);
+  EXPECT_EQ(hits, 8u);
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(blocks[i]);
+    EXPECT_EQ((**blocks[i])[0], i % 2 == 0 ? 'p' : 'o') << "block " << i;
+  }
+}
 
 TEST(BlockFetcher, AReadThatWaitsForTheHubIsOneDemandMiss) {
   FetchRig rig;
@@ -282,6 +418,26 @@ TEST(BlockFetcher, PrefetchJoinsAndIsNotRepeated) {
   EXPECT_TRUE(rig.fetcher->Prefetch(req));
   rig.remote.WaitIdle();
   EXPECT_EQ(rig.remote.reads, 4);  // all cached: nothing fetched again
+}
+
+// A reader's block is being stored when the prefetcher asks for it: the prefetch misses the
+// cache, then the store lands and the fetch leaves the table before the prefetch looks there.
+// The prefetch looks into the cache again rather than read the hub a second time.
+TEST(BlockFetcher, APrefetchRacingTheStoreOfAReadersBlockDoesNotReadItTwice) {
+  FetchRig rig;
+  auto f = rig.File("big");
+  rig.cache.HoldPuts(true);
+  ASSERT_TRUE(rig.fetcher->GetBlocks(f, 0, 1)[0]);  // served; its store waits
+  EXPECT_EQ(rig.remote.reads, 1);
+  rig.cache.AfterNextContains([&] {
+    rig.cache.HoldPuts(false);
+    for (int i = 0; i < 2000 && rig.cache.blocks() < 1; ++i) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(20ms);  // the store thread settles the fetch after its Put
+  });
+  PrefetchRequest req{"big", f.file_id, f.version, f.size, 0, 1, 0, 1};
+  EXPECT_TRUE(rig.fetcher->Prefetch(req));
+  rig.remote.WaitIdle();
+  EXPECT_EQ(rig.remote.reads, 1) << "the block was read from the hub twice";
 }
 
 TEST(BlockFetcher, DemandGoesBeforeQueuedPrefetch) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -538,9 +539,22 @@ class FakeBlockCache : public BlockCache {
     return Ok();
   }
   bool Contains(const BlockKey& key) const override {
+    bool found;
+    std::function<void()> after;
+    {
+      MutexLock lock(mu_);
+      lookups_++;
+      found = blocks_.contains(key);
+      after.swap(after_next_contains_);
+    }
+    if (after) after();  // the asker acts on `found`, which is stale by now
+    return found;
+  }
+  // Runs `fn` once, after the next Contains looked and before it answers: what happens
+  // between a caller's look into the cache and its next step.
+  void AfterNextContains(std::function<void()> fn) {
     MutexLock lock(mu_);
-    lookups_++;
-    return blocks_.contains(key);
+    after_next_contains_ = std::move(fn);
   }
   bool WouldAdmit(const BlockKey&, const AdmissionHint& hint) const override {
     return hint.origin == kDemand || !refuse_prefetches_;
@@ -617,6 +631,7 @@ class FakeBlockCache : public BlockCache {
   mutable Mutex mu_;
   std::unordered_map<BlockKey, std::vector<char>, BlockKeyHash> blocks_ GUARDED_BY(mu_);
   std::unordered_map<BlockKey, ExpertId, BlockKeyHash> origins_ GUARDED_BY(mu_);
+  mutable std::function<void()> after_next_contains_ GUARDED_BY(mu_);
   uint64_t hits_ GUARDED_BY(mu_) = 0;
   uint64_t misses_ GUARDED_BY(mu_) = 0;
   GetBuffer last_get_ GUARDED_BY(mu_);

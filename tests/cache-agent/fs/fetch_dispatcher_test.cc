@@ -41,7 +41,7 @@ TEST(FetchDispatcher, BackgroundLeavesTheReservedSlotsToReaders) {
   EXPECT_EQ(d.inflight(), 4);
   EXPECT_EQ(d.demand_bytes(), 2u * kMiB);
   EXPECT_EQ(d.background_bytes(), 2u * kMiB);
-  d.OnAnswered(sent[0], std::nullopt, t0);
+  d.OnAnswered(sent[0], std::nullopt, true, t0);
   EXPECT_TRUE(d.HasSlot());
   EXPECT_EQ(d.background_bytes(), 1u * kMiB);
   EXPECT_EQ(d.GateFor(kPrefetchClass), Gate::kNoSlot);  // 3 in flight, 2 background slots
@@ -79,8 +79,8 @@ TEST(FetchDispatcher, TheWindowHoldsBackgroundBehindReadersButLetsOneOfEachGo) {
   BlockFetch b1 = Fetch(kPrefetchClass);
   d.OnSent(b1, t0);
   EXPECT_EQ(d.GateFor(kPrefetchClass), Gate::kWindowFull);
-  d.OnAnswered(r1, kMiB, t0 + 10ms);
-  d.OnAnswered(r2, kMiB, t0 + 10ms);
+  d.OnAnswered(r1, kMiB, true, t0 + 10ms);
+  d.OnAnswered(r2, kMiB, true, t0 + 10ms);
   // Background alone fills no window with one block: a reader goes again.
   EXPECT_EQ(d.GateFor(kDemandClass), Gate::kOpen);
   d.OnSent(r3, t0 + 10ms);
@@ -90,13 +90,75 @@ TEST(FetchDispatcher, TheWindowHoldsBackgroundBehindReadersButLetsOneOfEachGo) {
 TEST(FetchDispatcher, OnlyHubRepliesMeasureTheLink) {
   const auto t0 = std::chrono::steady_clock::now();
   FetchDispatcher d(PacedConfig(), t0);
-  BlockFetch peer = Fetch(kPrefetchClass), hub = Fetch(kPrefetchClass);
+  BlockFetch peer = Fetch(kPrefetchClass), hub = Fetch(kPrefetchClass), failed = Fetch(kWarmClass);
+  peer.route = kSourceRoute;
   d.OnSent(peer, t0);
   d.OnSent(hub, t0);
-  EXPECT_FALSE(d.OnAnswered(peer, std::nullopt, t0 + 5ms));
-  EXPECT_TRUE(d.OnAnswered(hub, kMiB, t0 + 5ms));
+  d.OnSent(failed, t0);
+  EXPECT_FALSE(d.OnAnswered(peer, kMiB, /*from_hub=*/false, t0 + 5ms));
+  EXPECT_TRUE(d.OnAnswered(hub, kMiB, true, t0 + 5ms));
+  EXPECT_FALSE(d.OnAnswered(failed, std::nullopt, true, t0 + 5ms));
   EXPECT_EQ(d.inflight(), 0);
   EXPECT_EQ(d.background_bytes(), 0u);
+  EXPECT_EQ(d.background_bytes(kSourceRoute), 0u);
+}
+
+// The source's window: its own bytes, not the hub's; halved once per burst of busy refusals;
+// grown by its good replies.
+TEST(FetchDispatcher, TheSourceHasAWindowOfItsOwnThatBusyOwnersHalve) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FetchDispatcher::Config c = PacedConfig();
+  c.source.initial_window = 4 * kMiB;
+  c.source.cut_spacing = 50ms;
+  c.source_busy_retries = 1;
+  FetchDispatcher d(c, t0);
+  std::vector<BlockFetch> asks(4, Fetch(kPrefetchClass));
+  for (auto& f : asks) {
+    f.route = kSourceRoute;
+    d.OnSent(f, t0);
+  }
+  // 4 MiB on the source: its window is full, the hub's (2 MiB) is empty.
+  EXPECT_EQ(d.background_bytes(kSourceRoute), 4 * kMiB);
+  EXPECT_EQ(d.background_bytes(kHubRoute), 0u);
+  EXPECT_EQ(d.GateFor(kPrefetchClass, kSourceRoute), Gate::kWindowFull);
+  EXPECT_EQ(d.GateFor(kPrefetchClass, kHubRoute), Gate::kOpen);
+  // Two refusals of one burst halve it once. A background ask refused as busy is the
+  // source's again (source_busy_retries times), then the hub's.
+  d.OnSourceFailed(asks[0], /*busy=*/true, t0 + 1ms);
+  d.OnSourceFailed(asks[1], /*busy=*/true, t0 + 2ms);
+  EXPECT_EQ(d.window(kSourceRoute), 2 * kMiB);
+  EXPECT_FALSE(asks[0].dispatched);
+  EXPECT_EQ(asks[0].route, kSourceRoute);
+  EXPECT_EQ(d.background_bytes(kSourceRoute), 2 * kMiB);
+  EXPECT_EQ(d.inflight(), 2);
+  d.OnSent(asks[0], t0 + 3ms);
+  d.OnSourceFailed(asks[0], /*busy=*/true, t0 + 4ms);
+  EXPECT_EQ(asks[0].route, kHubRoute);
+  EXPECT_EQ(d.window(kSourceRoute), 2 * kMiB);
+  // A failure that is not a busy owner (a dead peer) does not shrink it; a later burst does.
+  d.OnSourceFailed(asks[2], /*busy=*/false, t0 + 100ms);
+  EXPECT_EQ(d.window(kSourceRoute), 2 * kMiB);
+  // Good replies grow it by one step (1 MiB by default) per window of replies.
+  d.OnAnswered(asks[3], kMiB, /*from_hub=*/false, t0 + 101ms);
+  EXPECT_EQ(d.window(kSourceRoute), 2 * kMiB + kMiB / 2);
+  EXPECT_EQ(d.inflight(), 0);
+  // The hub's window never moved for any of it.
+  EXPECT_EQ(d.window(kHubRoute), 2 * kMiB);
+}
+
+TEST(FetchDispatcher, ARefusedAskIsCountedOnTheHubWhenSentAgain) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FetchDispatcher d(PacedConfig(), t0);
+  BlockFetch f = Fetch(kDemandClass);
+  f.route = kSourceRoute;
+  d.OnSent(f, t0);
+  EXPECT_EQ(d.demand_bytes(kSourceRoute), kMiB);
+  d.OnSourceFailed(f, /*busy=*/true, t0 + 1ms);
+  d.OnSent(f, t0 + 1ms);
+  EXPECT_EQ(d.demand_bytes(kSourceRoute), 0u);
+  EXPECT_EQ(d.demand_bytes(kHubRoute), kMiB);
+  EXPECT_TRUE(d.OnAnswered(f, kMiB, true, t0 + 60ms));
+  EXPECT_EQ(d.demand_bytes(kHubRoute), 0u);
 }
 
 TEST(FetchDispatcher, NoPacingLeavesEveryClassOpen) {

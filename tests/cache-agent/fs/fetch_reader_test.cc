@@ -7,6 +7,7 @@
 #include <future>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tests/cache-agent/fs/fakes.h"
 
@@ -22,6 +23,7 @@ class ScriptedSource : public BlockSource {
  public:
   std::optional<Result<std::vector<char>>> reply;
   int asked = 0;
+  bool Takes(const Block&) const override { return true; }
   bool FetchAsync(const Block& block, Done done) override {
     asked++;
     if (!reply) return false;
@@ -37,10 +39,15 @@ struct Read {
 
 struct ReaderRig {
   explicit ReaderRig(BlockSource* source)
-      : reader(remote, source, registry, metrics::Labels{},
-               [this](const BlockFetchPtr&, Result<std::vector<char>> r, bool from_hub) {
-                 done.set_value(Read{std::move(r), from_hub});
-               }) {
+      : reader(
+            remote, source, registry, metrics::Labels{},
+            [this](const BlockFetchPtr&, Result<std::vector<char>> r, bool from_hub) {
+              done.set_value(Read{std::move(r), from_hub});
+            },
+            [this](const BlockFetchPtr&, bool busy) {
+              failures.push_back(busy);
+              return take_back;
+            }) {
     remote.PutFile("f", std::string(2 * kBlock, 'x'));
   }
   BlockFetchPtr Fetch(uint64_t index, uint32_t length = kBlock) {
@@ -50,6 +57,7 @@ struct ReaderRig {
     f->path = "f";
     f->offset = index * kBlock;
     f->length = length;
+    f->route = kSourceRoute;
     return f;
   }
   Read ReadOnce(const BlockFetchPtr& f) {
@@ -63,6 +71,8 @@ struct ReaderRig {
   FakeRemoteFs remote;
   metrics::Registry registry;
   std::promise<Read> done;
+  std::vector<bool> failures;  // the source failures the fetcher was told of (busy or not)
+  bool take_back = false;      // what the fetcher answers them
   FetchReader reader;
 };
 
@@ -102,6 +112,30 @@ TEST(FetchReader, AFailedDeclinedOrShortSourceFallsBackToTheHub) {
   }
   EXPECT_EQ(source.asked, 3);
   EXPECT_EQ(rig.remote.reads.load(), 3);
+  // The fetcher heard of the two failures (neither a busy owner), not of the decline.
+  EXPECT_EQ(rig.failures, (std::vector<bool>{false, false}));
+}
+
+TEST(FetchReader, ABusyOwnersRefusalGoesBackToTheFetcher) {
+  ScriptedSource source;
+  ReaderRig rig(&source);
+  rig.take_back = true;  // the fetcher queues it again for the hub
+  source.reply = std::unexpected(Error::FromErrno(EBUSY, "peer busy"));
+  rig.reader.Read(rig.Fetch(0));
+  EXPECT_EQ(rig.failures, (std::vector<bool>{true}));
+  EXPECT_EQ(rig.remote.reads.load(), 0);  // not read here: the fetcher sends it again
+}
+
+TEST(FetchReader, AFetchRoutedToTheHubNeverAsksTheSource) {
+  ScriptedSource source;
+  source.reply = std::vector<char>(kBlock, 'p');
+  ReaderRig rig(&source);
+  BlockFetchPtr f = rig.Fetch(0);
+  f->route = kHubRoute;
+  Read r = rig.ReadOnce(f);
+  ASSERT_TRUE(r.bytes);
+  EXPECT_TRUE(r.from_hub);
+  EXPECT_EQ(source.asked, 0);
 }
 
 TEST(FetchReader, AChangedFileIsRefusedUnlessItsBytesWereWrittenHere) {

@@ -380,6 +380,14 @@ TEST_F(PeerAgentsTest, ADatasetTwiceOneCacheFitsTheClusterAndEpochTwoSkipsTheHub
   for (int i = 0; i < kAgents; ++i)
     EXPECT_EQ(bad[i], 0) << "epoch 1 reader " << i << ": " << details[i];
   const uint64_t epoch1 = Sum("spoke_hub_read_bytes_total");
+  std::printf(
+      "[2x one cache] epoch 1: blocks from peers %llu, served %llu, fallbacks %llu "
+      "(busy %llu), cached bytes %llu\n",
+      (unsigned long long)Sum("spoke_peer_hits_total"),
+      (unsigned long long)Sum("spoke_peer_served_blocks_total"),
+      (unsigned long long)Sum("spoke_peer_fallbacks_total"),
+      (unsigned long long)Sum("spoke_peer_busy_refusals_total"),
+      (unsigned long long)Sum("spoke_cache_bytes"));
   // Fresh FUSE mounts: the second epoch cannot be served from the kernel's page cache.
   for (auto& a : agents_) ASSERT_EQ(Spokectl(a, "unmount " + a.mnt).first, 0) << Log(a);
   MountAll();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -385,9 +386,16 @@ TEST_F(PeerNodeTest, ThePeerChannelRefusesPlaintextAndCertificatesOfAnotherCaOrN
   };
   const int port = a.node->port();
   // A plaintext client never reaches the service: the handshake fails.
-  EXPECT_EQ(ask(peer::v1::Peer::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                            grpc::InsecureChannelCredentials()))),
-            grpc::StatusCode::UNAVAILABLE);
+  {
+    auto plain = peer::v1::Peer::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                             grpc::InsecureChannelCredentials()));
+    peer::v1::GetBlockResponse resp;
+    auto st = Ask(*plain, BlockAsk(), &resp);
+    std::printf("[plaintext client] status %d (%s), %zu bytes received\n",
+                static_cast<int>(st.error_code()), st.error_message().c_str(), resp.data().size());
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_TRUE(resp.data().empty());
+  }
   // A client whose certificate another CA signed, or with none.
   spoke::testing::TempDir dir("peer-other-ca");
   spoke::testing::TestCa other(dir.path(), "other-ca");

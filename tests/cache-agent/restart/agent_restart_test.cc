@@ -95,6 +95,11 @@ class AgentRestartTest : public ::testing::Test {
     ::setenv("SPOKE_HUB_ATTR_EXPIRATION", "1", 1);
     hub_ = spoke::testing::TestHub::Start();
     ASSERT_NE(hub_, nullptr);
+    // Root reaches the hub as hubUid, so a file root creates belongs to another user. In a
+    // sticky world-writable directory (the hub's 1777 export) the kernel's
+    // fs.protected_regular (1 or 2: systemd's default) then refuses root's O_CREAT open, as
+    // on a kernel NFS mount with root_squash. These tests are about restarts: a plain 0777.
+    fs::permissions(hub_->export_dir(), fs::perms::all);
     wan_ = spoke::testing::WanProxy::Start(*hub_, 10);
     ASSERT_NE(wan_, nullptr);
     work_ = std::make_unique<spoke::testing::TempDir>("spoke-restart-it");
@@ -423,7 +428,7 @@ TEST_F(AgentRestartTest, CloseAndExecDoNotWaitForAStoppedAgent) {
   if (HasFatalFailure()) return;
 
   int wfd = ::open((mnt_ + "/closing.log").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-  ASSERT_GE(wfd, 0) << std::strerror(errno);
+  ASSERT_GE(wfd, 0) << std::strerror(errno) << Diagnostics();
   ASSERT_EQ(::write(wfd, "abc", 3), 3);
   int rfd = ::open((mnt_ + "/data/d0/f0.bin").c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(rfd, 0) << std::strerror(errno);

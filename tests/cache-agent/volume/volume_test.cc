@@ -4,8 +4,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
+#include "cache-agent/cache/block_cache_factory.h"
+#include "tests/cache-agent/cache/cache_test_util.h"
 #include "tests/cache-agent/fs/fakes.h"
 
 namespace spoke::agent {
@@ -19,12 +23,14 @@ constexpr uint32_t kBlock = 4096;
 
 struct VolumeRig {
   // `small_files` more files of under one block each in s/ (distinct bytes each), and
-  // one file of `big_blocks` blocks, l/big.
+  // one file of `big_blocks` blocks, l/big. The hub holds listings of `slow_dir` until
+  // remote->HoldReadDir("").
   explicit VolumeRig(PrefetchMode mode = PrefetchMode::kOff, int small_files = 0,
-                     uint64_t big_blocks = 0)
+                     uint64_t big_blocks = 0, const std::string& slow_dir = "")
       : cache(kBlock) {
     auto r = std::make_unique<FakeRemoteFs>();
     remote = r.get();
+    remote->HoldReadDir(slow_dir);
     remote->PutFile("a/x", std::string(3 * kBlock, 'x'));
     remote->PutFile("a/y", std::string(2 * kBlock, 'y'));
     remote->PutFile("b/z", std::string(kBlock, 'z'));
@@ -43,6 +49,7 @@ struct VolumeRig {
   }
   ~VolumeRig() {
     remote->HoldReads(false);
+    remote->HoldReadDir("");
     volume.reset();
   }
   static std::string SmallPath(int i) {
@@ -227,6 +234,33 @@ TEST(Volume, WarmupKeepsManySmallFilesOnTheHubAtOnce) {
   EXPECT_EQ(rig.remote->reads.load(), reads);  // all from the cache
 }
 
+// A cold mount's walk is still listing when the warm-up starts: the directories listed
+// are warmed meanwhile, not after the whole walk.
+TEST(Volume, WarmupStartsOnTheDirectoriesTheWalkListedSoFar) {
+  VolumeRig rig(PrefetchMode::kOff, 0, 0, /*slow_dir=*/"b");
+  ASSERT_TRUE(rig.volume);
+  std::atomic<bool> cancelled{false};
+  Status st = Ok();
+  std::atomic<bool> returned{false};
+  std::thread warm([&] {
+    st = rig.volume->Warmup("", nullptr, cancelled);
+    returned = true;
+  });
+  // a/x (3 blocks) and a/y (2) are cached while b/ is still being listed.
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (rig.cache.blocks() < 5 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(rig.cache.blocks(), 5u);
+  EXPECT_FALSE(rig.volume->metadata().walk_done());
+  EXPECT_FALSE(returned.load());  // b/ is not known yet: the warm-up waits for it
+  rig.remote->HoldReadDir("");
+  warm.join();
+  ASSERT_TRUE(st) << st.error().ToString();
+  EXPECT_EQ(rig.cache.blocks(), 6u);  // and b/z
+  EXPECT_EQ(rig.Contents("b/z"), std::string(kBlock, 'z'));
+}
+
 // A large file's 64-block ranges are just more tickets: no drain between them.
 TEST(Volume, WarmupOfALargeFileKeepsMoreThanOneRangeOnTheHub) {
   constexpr uint64_t kBlocks = 200;  // under the fetcher's background slots (256 - 32)
@@ -265,6 +299,210 @@ TEST(Volume, WarmupReportsAFileErrorAndFinishesTheOthers) {
   for (int i = 0; i < kFiles; ++i) {
     EXPECT_EQ(rig.Contents(VolumeRig::SmallPath(i)), VolumeRig::SmallData(i)) << i;
   }
+}
+
+// A warm-up with a rate fetches no faster than it: on the rig's ManualClock (the limiter's
+// waits advance it), the bytes read from the hub by any time are within the bucket plus the
+// rate since the start, and the whole file takes the time its size asks for.
+TEST(Volume, WarmupWithARateFetchesNoFasterThanIt) {
+  constexpr uint64_t kBlocks = 40;
+  VolumeRig rig(PrefetchMode::kOff, 0, kBlocks);
+  ASSERT_TRUE(rig.volume);
+  constexpr uint64_t kRate = 4 * kBlock;  // 4 blocks a second; the bucket holds one second
+  const SteadyTime start = rig.clock.Now();
+  uint64_t over = 0, sleeps = 0;
+  WarmupOptions options;
+  options.rate_bytes_per_second = kRate;
+  options.clock = &rig.clock;
+  options.sleep_until = [&](SteadyTime until) {
+    rig.clock.Set(until);
+    sleeps++;
+    const double secs = std::chrono::duration<double>(rig.clock.Now() - start).count();
+    const double allowed = static_cast<double>(kRate + kBlock) + secs * kRate;
+    if (static_cast<double>(rig.remote->reads.load()) * kBlock > allowed) over++;
+  };
+  std::atomic<bool> cancelled{false};
+  WarmupFigures last;
+  auto st = rig.volume->Warmup(
+      "l", options, [&](const WarmupFigures& f) { last = f; }, cancelled);
+  ASSERT_TRUE(st) << st.error().ToString();
+  EXPECT_EQ(rig.cache.blocks(), kBlocks);
+  EXPECT_EQ(last.bytes_done, kBlocks * kBlock - 5);
+  EXPECT_EQ(over, 0u) << "hub reads ran ahead of the rate";
+  EXPECT_GT(sleeps, 0u);
+  // 40 blocks at 4 a second, less the bucket's 4 and one block of slack: at least 8.75 s.
+  EXPECT_GE(rig.clock.Now() - start, 8750ms);
+  EXPECT_EQ(rig.Contents("l/big"), VolumeRig::SmallData(7, kBlocks * kBlock - 5));
+}
+
+// Readers never wait for a warm-up's rate limit: while the warm-up waits for its bucket, a
+// reader reads the whole file the warm-up has not fetched yet.
+TEST(Volume, AReaderIsNotHeldByAWarmupsRateLimit) {
+  constexpr uint64_t kBlocks = 40;
+  VolumeRig rig(PrefetchMode::kOff, 0, kBlocks);
+  ASSERT_TRUE(rig.volume);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool waiting = false, reader_done = false, timed_out = false;
+  WarmupOptions options;
+  options.rate_bytes_per_second = kBlock;  // one block a second: 40 s of virtual time
+  options.clock = &rig.clock;
+  options.sleep_until = [&](SteadyTime until) {
+    std::unique_lock<std::mutex> lock(mu);
+    waiting = true;
+    cv.notify_all();
+    // The first wait lasts until the reader is done (bounded: a held reader fails the test).
+    if (!cv.wait_for(lock, 20s, [&] { return reader_done; })) timed_out = true;
+    rig.clock.Set(until);
+  };
+  std::atomic<bool> cancelled{false};
+  Status st = Ok();
+  std::thread warm([&] { st = rig.volume->Warmup("l", options, nullptr, cancelled); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 20s, [&] { return waiting; })) << "the warm-up never waited";
+  }
+  const int reads_before = rig.remote->reads.load();
+  EXPECT_EQ(rig.Contents("l/big"), VolumeRig::SmallData(7, kBlocks * kBlock - 5));
+  EXPECT_GT(rig.remote->reads.load(), reads_before) << "the reader fetched what was not cached";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    reader_done = true;
+  }
+  cv.notify_all();
+  warm.join();
+  ASSERT_TRUE(st) << st.error().ToString();
+  EXPECT_FALSE(timed_out) << "the reader waited for the warm-up's bucket";
+  EXPECT_EQ(rig.cache.blocks(), kBlocks);
+}
+
+// A volume over a real block cache (slot files in a temp dir): the verify pass reads blocks
+// back through the cache's own checksum check.
+struct RealCacheRig {
+  static constexpr uint32_t kCacheBlock = 64 << 10;
+  explicit RealCacheRig(const std::string& base) : dir(base) {
+    BlockCache::Config cc;
+    cc.dir = dir.path();
+    cc.capacity_bytes = 8 * kCacheBlock;
+    cc.block_size = kCacheBlock;
+    cc.io_depth = 16;
+    auto opened = OpenBlockCache(cc, MakeLruPolicy(), nullptr);
+    EXPECT_TRUE(opened) << opened.error().ToString();
+    if (!opened) return;
+    cache = std::move(*opened);
+    auto r = std::make_unique<FakeRemoteFs>();
+    remote = r.get();
+    remote->PutFile("d/f", Content(3 * kCacheBlock - 100, 1));
+    remote->PutFile("d/g", Content(kCacheBlock, 2));
+    Volume::Config c;
+    c.volume_id = "vol";
+    c.context.hub.server = "hub";
+    c.block_size = kCacheBlock;
+    auto v = Volume::Open(c, std::move(r), cache.get(), std::make_shared<CacheListenerFanout>(),
+                          &registry, clock);
+    EXPECT_TRUE(v) << v.error().ToString();
+    if (v) volume = std::move(*v);
+  }
+  ~RealCacheRig() { volume.reset(); }
+  static std::string Content(size_t size, int seed) {
+    std::string d(size, '\0');
+    for (size_t i = 0; i < size; ++i) d[i] = static_cast<char>(i * 7 + i / 251 + seed);
+    return d;
+  }
+  // Flips one data byte of block `index` of `path` on disk.
+  void Corrupt(const std::string& path, uint64_t index) {
+    auto a = remote->Stat(path);
+    ASSERT_TRUE(a);
+    auto slot =
+        testing::FindSlot(dir.path(), kCacheBlock, 8,
+                          BlockKey{VolumeKey("vol"), a->file_id, a->ContentVersion(), index});
+    ASSERT_TRUE(slot);
+    const uint64_t off = *slot * (kHeaderBytes + kCacheBlock) + kHeaderBytes + 1234;
+    auto byte = testing::ReadRaw(dir.path(), off, 1);
+    byte[0] ^= 0x40;
+    testing::WriteRaw(dir.path(), off, byte);
+  }
+  WarmupFigures Warm(bool verify, Status* st = nullptr) {
+    WarmupOptions o;
+    o.verify = verify;
+    std::atomic<bool> cancelled{false};
+    WarmupFigures last;
+    Status s = volume->Warmup(
+        "d", o, [&](const WarmupFigures& f) { last = f; }, cancelled);
+    EXPECT_TRUE(s) << s.error().ToString();
+    if (st != nullptr) *st = s;
+    return last;
+  }
+
+  testing::TempDir dir;
+  std::unique_ptr<BlockCache> cache;
+  FakeRemoteFs* remote = nullptr;  // owned by the volume
+  ManualClock clock;
+  metrics::Registry registry;
+  std::unique_ptr<Volume> volume;
+};
+
+TEST(Volume, VerifyFindsACorruptCachedBlockAndFetchesItAgain) {
+  for (const std::string& base : testing::TestBases()) {
+    SCOPED_TRACE(base);
+    RealCacheRig rig(base);
+    ASSERT_TRUE(rig.volume);
+    auto first = rig.Warm(false);
+    EXPECT_EQ(first.bytes_from_hub, 4u * RealCacheRig::kCacheBlock - 100);
+    EXPECT_EQ(first.blocks_verified, 0u) << "no verify pass asked for";
+    rig.Corrupt("d/f", 1);
+    const int reads = rig.remote->reads.load();
+
+    auto v = rig.Warm(true);
+    EXPECT_EQ(v.blocks_verified, 3u);  // d/f's blocks 0 and 2, d/g's block
+    EXPECT_EQ(v.blocks_repaired, 1u);
+    EXPECT_EQ(v.files_changed, 0u);
+    EXPECT_EQ(rig.remote->reads.load(), reads + 1) << "only the bad block from the hub";
+    EXPECT_EQ(rig.cache->Stats().checksum_failures, 1u);
+    EXPECT_EQ(rig.cache->Stats().blocks, 4u);
+
+    auto again = rig.Warm(true);
+    EXPECT_EQ(again.blocks_verified, 4u) << "the fetched block is good";
+    EXPECT_EQ(again.blocks_repaired, 0u);
+    EXPECT_EQ(rig.remote->reads.load(), reads + 1);
+  }
+}
+
+TEST(Volume, VerifyFetchesAFileThatChangedOnTheHub) {
+  RealCacheRig rig("/tmp");
+  ASSERT_TRUE(rig.volume);
+  rig.Warm(false);
+  // d/g changes on the hub (new size and time: a new version); the volume's metadata still
+  // has the old one (immutable consistency), so a plain warm-up finds it warm.
+  rig.remote->PutFile("d/g", RealCacheRig::Content(2 * RealCacheRig::kCacheBlock, 9));
+  auto plain = rig.Warm(false);
+  EXPECT_EQ(plain.bytes_from_hub, 0u);
+  auto v = rig.Warm(true);
+  EXPECT_EQ(v.files_changed, 1u);
+  EXPECT_EQ(v.blocks_verified, 3u);  // d/f's
+  EXPECT_EQ(v.blocks_repaired, 2u);  // d/g's new version, both blocks
+  auto again = rig.Warm(true);
+  EXPECT_EQ(again.files_changed, 0u);
+  EXPECT_EQ(again.blocks_verified, 5u);
+  EXPECT_EQ(again.blocks_repaired, 0u);
+}
+
+TEST(Volume, VerifyFetchesAFileReplacedOnTheHub) {
+  RealCacheRig rig("/tmp");
+  ASSERT_TRUE(rig.volume);
+  rig.Warm(false);
+  // d/g is replaced by another file (a new file id) of three blocks under the same name.
+  rig.remote->PutFile("d/g", RealCacheRig::Content(3 * RealCacheRig::kCacheBlock, 5));
+  rig.remote->SetIdentity("d/g", 0, 4242);
+  auto v = rig.Warm(true);
+  EXPECT_EQ(v.files_changed, 1u);
+  EXPECT_EQ(v.blocks_verified, 3u);  // d/f's
+  EXPECT_EQ(v.blocks_repaired, 3u);  // the new d/g
+  EXPECT_EQ(rig.cache->Stats().blocks, 6u) << "the old d/g's block dropped";
+  auto again = rig.Warm(true);
+  EXPECT_EQ(again.files_changed, 0u);
+  EXPECT_EQ(again.blocks_verified, 6u);
+  EXPECT_EQ(again.blocks_repaired, 0u);
 }
 
 // A cancel stops the warm-up without waiting for the hub reads it has out.
