@@ -26,7 +26,7 @@ for j in range(2):
         f.write(rng.randbytes(15 << 20))
 PY
   mkdir -p "$ds/meta"
-  printf 'shard-1\n\nbig/part-0.tar\n' >"$ds/meta/list.txt"   # warm-list.yaml's listFile
+  printf 'part-0.tar\n\npart-1.tar\n' >"$ds/big/list.txt"   # warm-list.yaml's listFile, in its subDir
   (cd "$ds" && find . -type f ! -path ./meta/SHA256SUMS -print0 | sort -z | xargs -0 sha256sum) >"$W/warm.sums"
   mv "$W/warm.sums" "$ds/meta/SHA256SUMS"
   find "$ds" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }'
@@ -92,6 +92,8 @@ wl_check_warmup() {
   wl_refused warmup-bad-nodes.yaml "spec.nodes: set exactly one of nodeSelector, podSelector, count"
   wl_refused warmup-bad-percent.yaml "spec.readyPercent"
   wl_refused warmup-bad-rate.yaml "spec.rateLimit"
+  wl_refused warmup-bad-source.yaml "spec.source: set exactly one of pvc, storageClass"
+  wl_refused warmup-bad-source.yaml "spec.source.subDir: a relative path that stays in the volume"
   wl_apply warm-holder.yaml
   kubectl -n "$NS" wait --for=condition=Ready pod/spoke-warm-holder --timeout="$TIMEOUT" >/dev/null ||
     { wl_dump_pod "$NS" spoke-warm-holder; die "pod spoke-warm-holder not Ready"; }
@@ -152,6 +154,7 @@ wl_check_warm_label_and_events() {
   local key value
   key=$(wl_warmup_field .status.datasetLabel)
   [ -n "$key" ] || die "the warm-up's status names no dataset label"
+  WL_WARM_LABEL=$key
   value=$(kubectl get node "$NODE" -o json | python3 -c "import json,sys; print(json.load(sys.stdin)['metadata']['labels'].get('$key', ''))")
   [ "$value" = 100 ] || die "node $NODE has $key='$value', want 100"
   log "node $NODE: $key=$value"
@@ -175,11 +178,12 @@ wl_check_reader_hub_bytes() {
     die "the hub served $hub bytes for a $bytes-byte dataset: the gated reader did not read from the cache"
 }
 
-# wl_check_warmup_restart: a warm-up with a list file on the volume, and the controller pod
+# wl_check_warmup_restart: a warm-up of a StorageClass and sub-directory (no PVC of its own:
+# the controller claims the class's volume) with a list file there, and the controller pod
 # deleted right after it was created: the new controller (the Lease is released on shutdown)
-# carries it to Ready with the one worker it has, not a second.
+# carries it to Ready with the one worker it has, not a second; its claim goes with it.
 wl_check_warmup_restart() {
-  local old attempts
+  local old attempts claim=spoke-warmup-warm-list
   wl_apply warmup-list.yaml NODE="$NODE"
   old=$(kubectl -n "$DRIVER_NS" get pods -o name \
     -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=controller)
@@ -195,8 +199,18 @@ wl_check_warmup_restart() {
   [ "$attempts" = 1 ] || die "warm-list's node took $attempts worker pods, want 1 across the restart"
   [ "$(kubectl -n "$NS" get spokewarmup warm-list -o jsonpath='{.status.nodes[0].message}')" = "path 2 of 2" ] ||
     die "warm-list did not warm the list file's two paths"
+  [ "$(kubectl -n "$NS" get spokewarmup warm-list -o jsonpath='{.status.nodes[0].filesDone}')" = 2 ] ||
+    die "warm-list warmed $(kubectl -n "$NS" get spokewarmup warm-list -o jsonpath='{.status.nodes[0].filesDone}') files, want big/part-0.tar and big/part-1.tar"
   log "warm-list Ready after the restart: $(kubectl -n "$NS" get spokewarmup warm-list -o jsonpath='{.status.nodes[0].message}, {.status.nodes[0].filesDone} files')"
+  # The class's volume is warm-data's (a dataset class names one volume): the same label.
+  [ "$(kubectl -n "$NS" get spokewarmup warm-list -o jsonpath='{.status.datasetLabel}')" = "$WL_WARM_LABEL" ] ||
+    die "warm-list's dataset label is not warm-data's ($WL_WARM_LABEL): the controller's claim names another volume"
+  kubectl -n "$NS" get pvc "$claim" -o jsonpath='{.status.phase} {.spec.storageClassName} {.metadata.ownerReferences[0].name}' |
+    grep -qx 'Bound spoke-warm warm-list' || die "no Bound claim $claim of spoke-warm owned by warm-list"
   kubectl -n "$NS" delete spokewarmup warm-list --wait --timeout="$TIMEOUT" >/dev/null
+  kubectl -n "$NS" wait --for=delete "pvc/$claim" --timeout=90s >/dev/null 2>&1 ||
+    die "claim $claim still there 90 s after its warm-up was deleted"
+  log "warm-list's claim $claim of StorageClass spoke-warm was Bound, and went with the warm-up"
 }
 
 # wl_warm_change_on_hub: a file of warm-data changes on the hub (new content and size, same

@@ -84,6 +84,8 @@ def check_controller(docs):
     socket = [v["hostPath"]["path"] for v in agent["volumes"] if v["name"] == "agent-socket-dir"]
     check(args.get("agent-socket-dir") == socket[0], "worker pods mount the agent's socket dir")
     check(args.get("leader-elect") == "true", "leader election on")
+    drivers = [d["metadata"]["name"] for d in find(docs, "CSIDriver")]
+    check(args.get("driver-name") in drivers, f"--driver-name {args.get('driver-name')} is the chart's CSIDriver {drivers}")
     check(c["securityContext"].get("runAsNonRoot") is True, "controller runs as non-root")
     check(args.get("webhook-port") != "0", "webhook port set")
     check(any(m["mountPath"] == args.get("webhook-cert-dir") for m in c.get("volumeMounts", [])),
@@ -118,7 +120,9 @@ def check_rbac(docs):
     granted = {(r, v) for rule in role[0]["rules"] for r in rule["resources"] for v in rule["verbs"]}
     for need in [("spokewarmups", "watch"), ("spokewarmups/status", "update"), ("spokewarmups/finalizers", "update"),
                  ("pods", "create"), ("pods", "delete"), ("pods", "update"), ("pods/log", "get"),
-                 ("nodes", "patch"), ("persistentvolumes", "get"), ("events", "create")]:
+                 ("nodes", "patch"), ("persistentvolumes", "get"), ("events", "create"),
+                 ("persistentvolumeclaims", "create"), ("persistentvolumeclaims", "delete"),
+                 ("storageclasses", "get")]:
         check(need in granted, f"ClusterRole grants {need[1]} on {need[0]}")
     check(("secrets", "get") not in granted, "the warm-up controller reads no Secrets")
 

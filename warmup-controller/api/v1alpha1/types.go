@@ -9,7 +9,7 @@ import (
 
 // Phases of a warm-up.
 const (
-	PhasePending = "Pending" // nodes not chosen yet, or the PVC not bound
+	PhasePending = "Pending" // nodes not chosen yet, or the source PVC not bound
 	PhaseRunning = "Running"
 	PhaseReady   = "Ready" // every chosen node holds at least readyPercent
 	PhaseFailed  = "Failed"
@@ -40,9 +40,15 @@ type SpokeWarmupSpec struct {
 	Verify bool `json:"verify,omitempty"`
 }
 
-// WarmupSource names the volume: a PVC of the warm-up's namespace.
+// WarmupSource names the volume: a PVC of the warm-up's namespace, or a StorageClass of
+// dataset volumes and a directory in it (the controller claims a volume of the class for the
+// warm-up: every claim of a dataset class names the same volume, so a job's PVC of that class
+// reads what the warm-up cached). Exactly one of PVC and StorageClass.
 type WarmupSource struct {
-	PVC string `json:"pvc"`
+	PVC          string `json:"pvc,omitempty"`
+	StorageClass string `json:"storageClass,omitempty"`
+	// SubDir: a directory in the class's volume; paths and the list file are relative to it.
+	SubDir string `json:"subDir,omitempty"`
 }
 
 // WarmupPaths: empty is the whole volume; Prefixes are paths in the volume; ListFile is a file

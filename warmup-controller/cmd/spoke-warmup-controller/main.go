@@ -31,15 +31,16 @@ import (
 )
 
 type options struct {
-	image, socketDir, leaseNamespace, certDir, probeAddr, metricsAddr string
-	webhookPort                                                       int
-	leaderElect                                                       bool
+	image, socketDir, driverName, leaseNamespace, certDir, probeAddr, metricsAddr string
+	webhookPort                                                                   int
+	leaderElect                                                                   bool
 }
 
 func parseFlags() options {
 	var o options
 	flag.StringVar(&o.image, "worker-image", "", "image of the worker pods (has bash and spokectl)")
 	flag.StringVar(&o.socketDir, "agent-socket-dir", "/var/lib/spoke/run", "host directory of the agent's socket")
+	flag.StringVar(&o.driverName, "driver-name", "spoke.csi.dev", "CSI driver whose StorageClasses a warm-up may name")
 	flag.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader Lease")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "run reconcilers only in the Lease holder")
 	flag.StringVar(&o.certDir, "webhook-cert-dir", "/etc/spoke/webhook-tls", "tls.crt and tls.key of the webhook")
@@ -73,9 +74,10 @@ func run(o options) error {
 	}
 	r := &controller.Reconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Logs: lastLogLine(cs),
-		Recorder: mgr.GetEventRecorderFor("spoke-warmup-controller"),
-		Worker:   controller.WorkerOptions{Image: o.image, AgentSocketDir: o.socketDir},
-		Now:      time.Now,
+		Recorder:   mgr.GetEventRecorderFor("spoke-warmup-controller"),
+		Worker:     controller.WorkerOptions{Image: o.image, AgentSocketDir: o.socketDir},
+		DriverName: o.driverName,
+		Now:        time.Now,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

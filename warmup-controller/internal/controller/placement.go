@@ -64,10 +64,10 @@ func (r *Reconciler) whenReady(ctx context.Context, w *spokev1.SpokeWarmup, wasR
 		if err := r.Client.Status().Update(ctx, w); err != nil {
 			return ctrl.Result{}, err
 		}
-		msg := fmt.Sprintf("%s nodes hold at least %d%% of PVC %s", w.Status.NodesReady, ReadyPercent(w), w.Spec.Source.PVC)
+		msg := fmt.Sprintf("%s nodes hold at least %d%% of %s", w.Status.NodesReady, ReadyPercent(w), SourceText(w))
 		r.Recorder.Event(w, corev1.EventTypeNormal, "Ready", msg)
 		var pvc corev1.PersistentVolumeClaim
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: w.Namespace, Name: w.Spec.Source.PVC}, &pvc); err == nil {
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: w.Namespace, Name: SourcePVCName(w)}, &pvc); err == nil {
 			r.Recorder.Eventf(&pvc, corev1.EventTypeNormal, "WarmupReady", "SpokeWarmup %s: %s", w.Name, msg)
 		}
 	}

@@ -38,7 +38,9 @@ type Reconciler struct {
 	Logs     LogReader
 	Recorder record.EventRecorder
 	Worker   WorkerOptions
-	Now      func() time.Time
+	// DriverName: the CSI driver whose StorageClasses a warm-up may name (spoke.csi.dev).
+	DriverName string
+	Now        func() time.Time
 }
 
 // Reconcile brings one warm-up a step further; it is safe to run again at any point (all
@@ -84,20 +86,24 @@ func (r *Reconciler) step(ctx context.Context, w *spokev1.SpokeWarmup) (ctrl.Res
 		r.setPending(w, "InvalidSpec", msg)
 		return ctrl.Result{}, nil // a spec change is a new generation, and a new reconcile
 	}
+	if w.Spec.Source.StorageClass != "" {
+		// The class's claim is made for the round's first node (classes that bind on first use).
+		if ok, err := r.haveNodes(ctx, w); !ok || err != nil {
+			return ctrl.Result{RequeueAfter: 10 * time.Second}, err
+		}
+		if msg, err := r.ensureSourceClaim(ctx, w); err != nil || msg != "" {
+			r.setPending(w, "VolumeNotReady", msg)
+			return ctrl.Result{RequeueAfter: 5 * time.Second}, err
+		}
+	}
 	handle, msg, err := r.volumeHandle(ctx, w)
 	if err != nil || msg != "" {
 		r.setPending(w, "VolumeNotReady", msg)
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, err
 	}
 	w.Status.DatasetLabel = DatasetLabelKey(handle)
-	if len(w.Status.Nodes) == 0 {
-		if err := r.chooseNodes(ctx, w); err != nil {
-			return ctrl.Result{}, err
-		}
-		if len(w.Status.Nodes) == 0 {
-			r.setPending(w, "NoNodes", "no usable node matches spec.nodes")
-			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
-		}
+	if ok, err := r.haveNodes(ctx, w); !ok || err != nil {
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, err
 	}
 	for i := range w.Status.Nodes {
 		if err := r.syncNode(ctx, w, handle, rate, &w.Status.Nodes[i]); err != nil {
@@ -138,14 +144,14 @@ func (r *Reconciler) newRound(ctx context.Context, w *spokev1.SpokeWarmup) error
 	w.Status.ObservedGeneration = w.Generation
 	w.Status.Round++
 	w.Status.Nodes = nil
-	r.Recorder.Eventf(w, corev1.EventTypeNormal, "Started", "round %d of the warm-up of PVC %s", w.Status.Round, w.Spec.Source.PVC)
+	r.Recorder.Eventf(w, corev1.EventTypeNormal, "Started", "round %d of the warm-up of %s", w.Status.Round, SourceText(w))
 	return nil
 }
 
-// volumeHandle of the PVC's bound PV; msg says why there is none yet.
+// volumeHandle of the source PVC's bound PV; msg says why there is none yet.
 func (r *Reconciler) volumeHandle(ctx context.Context, w *spokev1.SpokeWarmup) (string, string, error) {
 	var pvc corev1.PersistentVolumeClaim
-	key := types.NamespacedName{Namespace: w.Namespace, Name: w.Spec.Source.PVC}
+	key := types.NamespacedName{Namespace: w.Namespace, Name: SourcePVCName(w)}
 	if err := r.Client.Get(ctx, key, &pvc); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", fmt.Sprintf("spec.source.pvc: PVC %s not found", key), nil
@@ -163,6 +169,21 @@ func (r *Reconciler) volumeHandle(ctx context.Context, w *spokev1.SpokeWarmup) (
 		return "", fmt.Sprintf("spec.source.pvc: PV %s of PVC %s is not a CSI volume", pv.Name, key), nil
 	}
 	return pv.Spec.CSI.VolumeHandle, "", nil
+}
+
+// haveNodes: the round's nodes, chosen now if they are not yet; false (the warm-up left
+// Pending) when none matches.
+func (r *Reconciler) haveNodes(ctx context.Context, w *spokev1.SpokeWarmup) (bool, error) {
+	if len(w.Status.Nodes) == 0 {
+		if err := r.chooseNodes(ctx, w); err != nil {
+			return false, err
+		}
+		if len(w.Status.Nodes) == 0 {
+			r.setPending(w, "NoNodes", "no usable node matches spec.nodes")
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // chooseNodes fixes the round's nodes in the status, so that a restart keeps them.

@@ -32,13 +32,16 @@ type WorkerOptions struct {
 // workerScript warms each path in turn. Every progress line gets "STEP STEPS" and the sums
 // of the finished paths (bytesDone bytesTotal filesDone filesTotal bytesFromHub blocksVerified
 // blocksRepaired filesChanged) in front (ParseLine). Paths come as arguments, or from
-// LIST_FILE on the volume (mounted at DATA, default /data); none = everything. RATE (bytes per
+// LIST_FILE on the volume (mounted at DATA, default /data); none = everything. With SUBDIR
+// (spec.source.subDir) the paths and the list file are relative to that directory. RATE (bytes per
 // second) and VERIFY (non-empty) go to spokectl as --rate and --verify.
 const workerScript = `set -euo pipefail
 shopt -s lastpipe
 paths=("$@")
-if [ -n "$LIST_FILE" ]; then mapfile -t paths < <(grep -v '^[[:space:]]*$' "${DATA:-/data}/$LIST_FILE"); fi
+sub=${SUBDIR:-}
+if [ -n "$LIST_FILE" ]; then mapfile -t paths < <(grep -v '^[[:space:]]*$' "${DATA:-/data}/${sub:+$sub/}$LIST_FILE"); fi
 [ ${#paths[@]} -gt 0 ] || paths=(/)
+if [ -n "$sub" ]; then for k in "${!paths[@]}"; do paths[k]="$sub/${paths[k]#/}"; done; fi
 field() { if [[ $2 =~ \"$1\":([0-9]+) ]]; then echo "${BASH_REMATCH[1]}"; else echo 0; fi; }
 n=${#paths[@]}
 i=0
@@ -89,8 +92,8 @@ func WorkerPod(w *spokev1.SpokeWarmup, node, volumeHandle string, rate int64, o 
 			EnableServiceLinks:           &no,
 			// Wherever the agent runs (its DaemonSet tolerates every taint).
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers:                    []corev1.Container{workerContainer(args, volumeHandle, w.Spec.Paths.ListFile, rate, w.Spec.Verify, o.Image)},
-			Volumes:                       workerVolumes(w.Spec.Source.PVC, o.AgentSocketDir),
+			Containers:                    []corev1.Container{workerContainer(args, volumeHandle, w.Spec, rate, o.Image)},
+			Volumes:                       workerVolumes(SourcePVCName(w), o.AgentSocketDir),
 			TerminationGracePeriodSeconds: ptrInt64(2),
 		},
 	}
@@ -98,13 +101,13 @@ func WorkerPod(w *spokev1.SpokeWarmup, node, volumeHandle string, rate int64, o 
 
 func ptrInt64(v int64) *int64 { return &v }
 
-func workerContainer(args []string, volumeHandle, listFile string, rate int64, verify bool, image string) corev1.Container {
+func workerContainer(args []string, volumeHandle string, spec spokev1.SpokeWarmupSpec, rate int64, image string) corev1.Container {
 	no, yes := false, true
 	rateEnv, verifyEnv := "", ""
 	if rate > 0 {
 		rateEnv = strconv.FormatInt(rate, 10)
 	}
-	if verify {
+	if spec.Verify {
 		verifyEnv = "1"
 	}
 	return corev1.Container{
@@ -114,7 +117,8 @@ func workerContainer(args []string, volumeHandle, listFile string, rate int64, v
 		Args:    args,
 		Env: []corev1.EnvVar{
 			{Name: "VOLUME", Value: volumeHandle},
-			{Name: "LIST_FILE", Value: listFile},
+			{Name: "SUBDIR", Value: spec.Source.SubDir},
+			{Name: "LIST_FILE", Value: spec.Paths.ListFile},
 			{Name: "RATE", Value: rateEnv},
 			{Name: "VERIFY", Value: verifyEnv},
 		},

@@ -117,3 +117,29 @@ func TestWorkerScriptFailsWithSpokectlsMessageLast(t *testing.T) {
 		t.Errorf("calls %v, last line %q", calls, lines[len(lines)-1])
 	}
 }
+
+func TestWorkerScriptWarmsPathsUnderTheSourceSubDir(t *testing.T) {
+	_, calls, _, err := runWorkerScriptEnv(t, "", []string{"SUBDIR=datasets/a"}, "train", "/val")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(calls, " ") != "datasets/a/train datasets/a/val" {
+		t.Errorf("paths under the sub-directory: %v", calls)
+	}
+	// No paths: the sub-directory itself (spokectl forgives the trailing slash).
+	if _, calls, _, err = runWorkerScriptEnv(t, "", []string{"SUBDIR=datasets/a"}); err != nil || strings.Join(calls, " ") != "datasets/a/" {
+		t.Errorf("whole sub-directory: %v %v", calls, err)
+	}
+	// The list file is read in the sub-directory, and its paths are relative to it.
+	data := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(data, "datasets/a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "datasets/a/list.txt"), []byte("x\ny/z\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lines, calls, _, err := runWorkerScriptEnv(t, "", []string{"SUBDIR=datasets/a", "LIST_FILE=list.txt", "DATA=" + data})
+	if err != nil || strings.Join(calls, " ") != "datasets/a/x datasets/a/y/z" {
+		t.Errorf("list file under the sub-directory: %v %v %v", calls, err, lines)
+	}
+}
