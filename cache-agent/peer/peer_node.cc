@@ -142,6 +142,11 @@ PeerNode::PeerNode(const Config& config, metrics::Registry& registry) : config_(
   m_.served_blocks = counter("spoke_peer_served_blocks_total", "Blocks served to peers");
   m_.served_bytes = counter("spoke_peer_served_bytes_total", "Bytes served to peers");
   const char* refused = "Peer asks refused: they disagree with this owner's own attributes";
+  const char* previous = "Cached-only asks of a block's previous owner (docs/peers.md), by answer";
+  m_.previous_hits =
+      counter("spoke_peer_previous_owner_asks_total", previous, {{"result", "cached"}});
+  m_.previous_misses =
+      counter("spoke_peer_previous_owner_asks_total", previous, {{"result", "not_cached"}});
   m_.refused_file = counter("spoke_peer_refused_asks_total", refused, {{"reason", "file"}});
   m_.refused_length = counter("spoke_peer_refused_asks_total", refused, {{"reason", "length"}});
   m_.auth_failures =
@@ -378,7 +383,13 @@ grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBloc
                         std::string("peer busy: its quota for ") +
                             (background ? "background" : "reader") + " asks is used up");
   }
-  auto st = FetchForPeer(fetcher, *file, req.block_index(), own_length, background, deadline, resp);
+  grpc::Status st;
+  if (req.cached_only() && !fetcher->Cached(*file, req.block_index())) {
+    // The asker owns the block now; it reads the hub, not this agent for it.
+    st = grpc::Status(grpc::StatusCode::ABORTED, "cached_only: the block is not cached here");
+  } else {
+    st = FetchForPeer(fetcher, *file, req.block_index(), own_length, background, deadline, resp);
+  }
   node_.EndAsk(background, own_length);
   return st;
 }
@@ -461,14 +472,15 @@ struct PeerVolume::Call {
   peer::v1::GetBlockRequest req;
   peer::v1::GetBlockResponse resp;
   std::string member;
+  bool cached_only = false;
   uint32_t length = 0;
   Done done;
 };
 
 bool PeerVolume::FetchAsync(const Block& block, Done done) {
-  std::optional<std::string> owner = PeerToAsk(block);
-  if (!owner) return false;
-  std::shared_ptr<Call> call = MakeCall(block, std::move(*owner), std::move(done));
+  std::optional<Ask> ask = PeerToAsk(block);
+  if (!ask) return false;
+  std::shared_ptr<Call> call = MakeCall(block, std::move(*ask), std::move(done));
   PeerNode& node = node_;  // outlives every call (volumes leave before the node goes)
   // Outlives the call too: its fetcher waits for every fetch it started before it goes.
   PeerVolume* self = this;
@@ -479,10 +491,11 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
   return true;
 }
 
-std::optional<std::string> PeerVolume::PeerToAsk(const Block& block) const {
+std::optional<PeerVolume::Ask> PeerVolume::PeerToAsk(const Block& block) const {
+  bool serving = false;
   {
     MutexLock lock(serving_mu_);
-    if (serving_.contains(block.key)) return std::nullopt;  // a peer asked us: we read the hub
+    serving = serving_.contains(block.key);  // a peer asked us: we own it, whatever we think
   }
   if (node_.shut_down_.load()) return std::nullopt;
   PeerSet::View view = node_.members_->Live();
@@ -490,16 +503,38 @@ std::optional<std::string> PeerVolume::PeerToAsk(const Block& block) const {
   LeaveOutAbsent(view);
   uint64_t h = PeerBlockHash(key_, block.key.file_id, block.key.version, block.key.index);
   int owner = RendezvousOwner(view.members, h);
-  if (owner < 0 || owner == view.self) return std::nullopt;
-  return view.members[owner];
+  if (owner < 0) return std::nullopt;
+  if (!serving && owner != view.self) return Ask{view.members[owner]};
+  // Ours: the runner-up (the owner while this agent was not among the members) may have it.
+  if (view.self < 0 || !PreviousOwnerOpen()) return std::nullopt;
+  view.members.erase(view.members.begin() + view.self);
+  int previous = RendezvousOwner(view.members, h);
+  if (previous < 0) return std::nullopt;
+  return Ask{view.members[previous], /*cached_only=*/true};
 }
 
 bool PeerVolume::Takes(const Block& block) const { return PeerToAsk(block).has_value(); }
 
-std::shared_ptr<PeerVolume::Call> PeerVolume::MakeCall(const Block& block, std::string member,
-                                                       Done done) {
+bool PeerVolume::PreviousOwnerOpen() const {
+  MutexLock lock(previous_mu_);
+  return std::chrono::steady_clock::now() >= previous_paused_until_;
+}
+
+void PeerVolume::PreviousOwnerAnswered(bool hit) {
+  (hit ? node_.m_.previous_hits : node_.m_.previous_misses)->Inc();
+  MutexLock lock(previous_mu_);
+  previous_hits_ += hit ? 1 : 0;
+  if (++previous_asks_ < kPreviousOwnerProbe) return;
+  if (previous_hits_ < kPreviousOwnerMinHits) {
+    previous_paused_until_ = std::chrono::steady_clock::now() + kPreviousOwnerPause;
+  }
+  previous_asks_ = previous_hits_ = 0;
+}
+
+std::shared_ptr<PeerVolume::Call> PeerVolume::MakeCall(const Block& block, Ask ask, Done done) {
   auto call = std::make_shared<Call>();
-  call->member = std::move(member);
+  call->member = std::move(ask.member);
+  call->cached_only = ask.cached_only;
   call->length = block.length;
   call->done = std::move(done);
   call->ctx.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
@@ -515,6 +550,7 @@ std::shared_ptr<PeerVolume::Call> PeerVolume::MakeCall(const Block& block, std::
   r.set_block_index(block.key.index);
   r.set_block_size(block_size_);
   r.set_length(block.length);
+  r.set_cached_only(ask.cached_only);
   return call;
 }
 
@@ -524,7 +560,13 @@ void PeerVolume::OnAnswer(Call& call, const grpc::Status& st) {
     call.done(std::unexpected(err != 0 ? Error::FromErrno(err, std::move(what))
                                        : Error(Code::kUnavailable, std::move(what))));
   };
+  if (call.cached_only && st.error_code() == grpc::StatusCode::ABORTED) {
+    node_.members_->ReportSuccess(call.member);
+    PreviousOwnerAnswered(false);
+    return fail(st.error_message());
+  }
   if (!st.ok()) {
+    if (call.cached_only) PreviousOwnerAnswered(false);
     CountFailedAsk(call.member, st);
     // Busy (the owner's serving quota is used up): the fetcher's peer window narrows.
     const bool busy = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
@@ -540,6 +582,7 @@ void PeerVolume::OnAnswer(Call& call, const grpc::Status& st) {
   }
   node_.m_.hits->Inc();
   node_.m_.hit_bytes->Inc(data.size());
+  if (call.cached_only) PreviousOwnerAnswered(true);
   call.done(std::vector<char>(data.begin(), data.end()));
 }
 

@@ -139,8 +139,10 @@ class PeerNode {
     metrics::Counter* busy_demand;  // asks refused here: the quota was used up
     metrics::Counter* busy_background;
     metrics::Gauge* serving_bytes;
-    metrics::Counter* refused_file;    // the owner has another file or version there
-    metrics::Counter* refused_length;  // the ask's length is not the block's here
+    metrics::Counter* previous_hits;    // cached-only asks of a previous owner, answered
+    metrics::Counter* previous_misses;  // ... and not cached there
+    metrics::Counter* refused_file;     // the owner has another file or version there
+    metrics::Counter* refused_length;   // the ask's length is not the block's here
     metrics::Gauge* members;
   };
 
@@ -242,10 +244,19 @@ class PeerVolume final : public BlockSource {
 
   // FetchAsync's steps. One ask in flight: its request, answer and callback.
   struct Call;
-  // The member that owns `block`; nullopt when the hub is read instead (a peer asked this
-  // agent for it, the node is shutting down, or this agent owns it). Takes answers with it.
-  std::optional<std::string> PeerToAsk(const Block& block) const EXCLUDES(serving_mu_, absent_mu_);
-  std::shared_ptr<Call> MakeCall(const Block& block, std::string member, Done done);
+  // Whom to ask for a block, and how.
+  struct Ask {
+    std::string member;
+    // The member is the block's previous owner, asked for its cached copy only: this agent
+    // owns the block (or is serving it to a peer as its owner) and has not got it.
+    bool cached_only = false;
+  };
+  // The member that owns `block`; else, when this agent owns it (or a peer asked this agent
+  // for it), its previous owner while asking those pays (PreviousOwnerOpen); nullopt when the
+  // hub is read instead. Takes answers with it.
+  std::optional<Ask> PeerToAsk(const Block& block) const
+      EXCLUDES(serving_mu_, absent_mu_, previous_mu_);
+  std::shared_ptr<Call> MakeCall(const Block& block, Ask ask, Done done);
   // Completes `call` with the peer's block, or an error that sends the read to the hub
   // (EBUSY: the owner refused it for its serving quota).
   void OnAnswer(Call& call, const grpc::Status& st) EXCLUDES(absent_mu_);
@@ -253,6 +264,22 @@ class PeerVolume final : public BlockSource {
   void CountFailedAsk(const std::string& member, const grpc::Status& st) EXCLUDES(absent_mu_);
   mutable Mutex absent_mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> absent_ GUARDED_BY(absent_mu_);
+
+  // Previous owners: when a member joins (mounts the volume late, or comes back), the blocks
+  // it now owns were fetched and kept by the member that owned them before (the runner-up of
+  // the rendezvous). The new owner asks it for its cached copy before the hub. In a cluster
+  // whose members all served from the start the runner-up has none of them: after each run
+  // of kPreviousOwnerProbe asks with fewer than kPreviousOwnerMinHits answers, the asks stop
+  // for kPreviousOwnerPause.
+  bool PreviousOwnerOpen() const EXCLUDES(previous_mu_);
+  void PreviousOwnerAnswered(bool hit) EXCLUDES(previous_mu_);
+  static constexpr int kPreviousOwnerProbe = 64;
+  static constexpr int kPreviousOwnerMinHits = 4;
+  static constexpr std::chrono::seconds kPreviousOwnerPause{30};
+  mutable Mutex previous_mu_;
+  int previous_asks_ GUARDED_BY(previous_mu_) = 0;
+  int previous_hits_ GUARDED_BY(previous_mu_) = 0;
+  std::chrono::steady_clock::time_point previous_paused_until_ GUARDED_BY(previous_mu_){};
 
   // Blocks being fetched to answer a peer: their fetch goes to the hub, never to another
   // peer (no ask loops when two agents briefly disagree about the member set).

@@ -409,6 +409,42 @@ TEST_F(PeerAgentsTest, ADatasetTwiceOneCacheFitsTheClusterAndEpochTwoSkipsTheHub
   EXPECT_LE(static_cast<double>(epoch2), 0.05 * static_cast<double>(dataset_bytes_));
 }
 
+// A node that mounts the volume after the others have read it (a job's pods start minutes
+// apart): the blocks it now owns are in the cache of their previous owners, which fetched them
+// while it was not serving the volume. It asks them for their cached copy (cached_only), so
+// its own read of the whole dataset costs the hub next to nothing instead of the third it owns.
+TEST_F(PeerAgentsTest, ANodeThatMountsLateGetsItsBlocksFromTheirPreviousOwners) {
+  for (int i = 0; i < kAgents; ++i) {
+    StartAgent(agents_[i], true);
+    if (HasFatalFailure()) return;
+  }
+  for (int i : {1, 2}) {
+    auto [rc, out] = Mount(agents_[i]);
+    ASSERT_EQ(rc, 0) << out << Log(agents_[i]);
+  }
+  std::vector<std::string> details;
+  auto bad = ReadEverywhere({1, 2}, &details);
+  for (int i : {1, 2}) ASSERT_EQ(bad[i], 0) << "reader " << i << ": " << details[i];
+  const uint64_t before = MetricSum(Metrics(agents_[0]), "spoke_hub_read_bytes_total");
+  auto [rc, out] = Mount(agents_[0]);
+  ASSERT_EQ(rc, 0) << out << Log(agents_[0]);
+  bad = ReadEverywhere({0}, &details);
+  EXPECT_EQ(bad[0], 0) << details[0];
+  const std::string m = Metrics(agents_[0]);
+  const uint64_t late = MetricSum(m, "spoke_hub_read_bytes_total") - before;
+  const double cached =
+      spoke::testing::MetricSum(m, "spoke_peer_previous_owner_asks_total", "result=\"cached\"");
+  const double ratio = static_cast<double>(late) / static_cast<double>(dataset_bytes_);
+  std::printf(
+      "[late mount] the late node read %llu bytes from the hub = %.3fx the dataset (it owns about "
+      "1/3); previous-owner asks %llu, of them cached there %llu; peer hit bytes %llu\n",
+      (unsigned long long)late, ratio,
+      (unsigned long long)MetricSum(m, "spoke_peer_previous_owner_asks_total"),
+      (unsigned long long)cached, (unsigned long long)MetricSum(m, "spoke_peer_hit_bytes_total"));
+  EXPECT_LE(ratio, 0.05) << Log(agents_[0]);
+  EXPECT_GT(cached, 0.0);
+}
+
 TEST_F(PeerAgentsTest, APeerKilledMidReadCostsTheOtherReadersNoError) {
   StartAll(true);
   if (HasFatalFailure()) return;
