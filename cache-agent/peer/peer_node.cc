@@ -246,14 +246,25 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
                                                   : "mutual, per-agent address"},
                                       {"members", node->members_->resolved_count()}});
   if (!config.tls) log::Warn("peer channel in plaintext: a test configuration (peerPlaintext)");
-  if (config.tls) node->ExportCertExpiry(registry);
+  if (config.tls) node->CheckOwnCertificate(registry);
   if (config.fault_corrupt_served_blocks) {
     log::Warn("TEST FAULT: served peer blocks are corrupted on purpose");
   }
   return node;
 }
 
-void PeerNode::ExportCertExpiry(metrics::Registry& registry) {
+void PeerNode::CheckOwnCertificate(metrics::Registry& registry) {
+  const std::string& listen = config_.listen_address;
+  const std::string host = CanonicalIp(listen.substr(0, listen.rfind(':')));
+  if (config_.tls->identity == Config::Tls::Identity::kAddress && !host.empty() &&
+      host != "0.0.0.0" && host != "::") {
+    // Askers dial this address and check that the certificate names it.
+    auto names = PeerCertSubjectAltNames(config_.tls->cert_pem);
+    if (names && std::find(names->ips.begin(), names->ips.end(), host) == names->ips.end()) {
+      log::Warn("peer certificate does not name this agent's address: peers will refuse it",
+                {{"address", host}, {"certificate_ips", Joined(names->ips)}});
+    }
+  }
   auto not_after = PeerCertNotAfter(config_.tls->cert_pem);
   if (!not_after) {
     log::Warn("peer certificate: no expiry", {{"error", not_after.error().message()}});

@@ -155,8 +155,9 @@ class PeerNode {
   // Why the client of `ctx` is not a peer (its certificate does not name the cluster's peer
   // name, or no current member); nullopt when it is one. Logs refusals, at most once a second.
   std::optional<grpc::Status> IdentityRefusal(const grpc::ServerContext& ctx);
-  // spoke_peer_certificate_expiry_timestamp_seconds, and a warning when it is near.
-  void ExportCertExpiry(metrics::Registry& registry);
+  // Warns when this agent's certificate does not name its listen address (kAddress) or
+  // expires within a week; exports spoke_peer_certificate_expiry_timestamp_seconds.
+  void CheckOwnCertificate(metrics::Registry& registry);
   // The stub for `member` ("ip:port"), made on first use.
   peer::v1::Peer::Stub* StubFor(const std::string& member) EXCLUDES(stubs_mu_);
   void Register(PeerVolume* v) EXCLUDES(vols_mu_);
