@@ -14,7 +14,8 @@
 // Metrics (agent-wide): spoke_peer_hits_total, spoke_peer_hit_bytes_total,
 // spoke_peer_fallbacks_total{reason}, spoke_peer_checksum_rejects_total,
 // spoke_peer_served_blocks_total, spoke_peer_served_bytes_total,
-// spoke_peer_auth_failures_total, spoke_peer_members.
+// spoke_peer_auth_failures_total, spoke_peer_identity_failures_total,
+// spoke_peer_certificate_expiry_timestamp_seconds, spoke_peer_members.
 #pragma once
 
 #if !__has_include("spoke_layer/peer.h")
