@@ -62,6 +62,13 @@ void ParsePeerConfig(ConfigReader& r, PeerConfig* p) {
   p->tls_key_file = r.String("peerTlsKeyFile", p->tls_key_file);
   p->tls_ca_file = r.String("peerTlsCaFile", p->tls_ca_file);
   p->tls_server_name = r.String("peerTlsServerName", p->tls_server_name);
+  p->tls_identity = r.String("peerTlsIdentity", p->tls_identity);
+  if (p->tls_identity != "name" && p->tls_identity != "address") {
+    r.Reject("peerTlsIdentity",
+             "want name (one certificate naming peerTlsServerName, shared) or "
+             "address (a certificate per agent naming its address), got '" +
+                 p->tls_identity + "'");
+  }
   p->plaintext = r.Bool("peerPlaintext", p->plaintext);
   if (p->enabled()) {
     if (p->peers.empty() && p->service.empty()) {
@@ -89,7 +96,8 @@ void ParsePeerConfig(ConfigReader& r, PeerConfig* p) {
                        *value + "'");
         }
       }
-      if (p->tls_server_name.empty()) r.Reject("peerTlsServerName", "must not be empty");
+      if (p->tls_identity == "name" && p->tls_server_name.empty())
+        r.Reject("peerTlsServerName", "must not be empty when peerTlsIdentity is name");
     }
   } else if (!p->peers.empty() || !p->service.empty()) {
     r.Reject(p->peers.empty() ? "peerService" : "peers",

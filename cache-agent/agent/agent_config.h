@@ -42,11 +42,14 @@ struct PeerConfig {
   std::string service;
   std::string token_file;  // the cluster token (a mounted Secret)
   // Mutual TLS on the peer channel (PEM files): this agent's certificate and key, and the
-  // cluster CA. A peer's certificate must name tls_server_name.
+  // cluster CA. A peer's certificate must name tls_server_name (tls_identity "name": one
+  // certificate shared by every agent) or its own address ("address": a certificate per
+  // agent, as the chart mints them).
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_ca_file;
   std::string tls_server_name = "spoke-peer";
+  std::string tls_identity = "name";
   bool plaintext = false;  // tests only: no TLS (then no tls_* file may be set)
   int timeout_ms = 2000;   // bound on one ask of a peer; then the hub
   // Store blocks got from peers in the local cache too (the admission policy decides).

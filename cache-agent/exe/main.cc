@@ -25,6 +25,7 @@
 #include "cache-agent/agent/http_server.h"
 #include "cache-agent/agent/mount_manager.h"
 #include "cache-agent/exe/keeper_launch.h"
+#include "cache-agent/exe/mint_peer_cert.h"
 #include "cache-agent/exe/wiring.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
@@ -34,7 +35,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: spoke-cache-agent --config FILE [--log-level debug|info|warn|error]\n"
-    "       spoke-cache-agent --version\n";
+    "       spoke-cache-agent --version\n"
+    "       spoke-cache-agent mint-peer-cert --help   (the chart's init container)\n";
 
 using spoke::agent::AgentConfig;
 
@@ -281,5 +283,8 @@ int main(int argc, char** argv) {
   // freed into it, so with dozens of FUSE workers and hub loops more heaps meant an RSS well
   // over the budget (bench/RESULTS.md, "Agent memory"). MALLOC_ARENA_MAX still decides.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
+  if (argc > 1 && std::string_view(argv[1]) == "mint-peer-cert") {
+    return spoke::agent::RunMintPeerCert(argc - 1, argv + 1);
+  }
   return Run(argc, argv);
 }

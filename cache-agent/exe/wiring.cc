@@ -124,6 +124,8 @@ Result<std::unique_ptr<PeerNode>> StartAgentPeers(const AgentConfig& config,
     SPOKE_TRY(tls.key_pem, ReadPemFile(config.peer.tls_key_file, "peerTlsKeyFile"));
     SPOKE_TRY(tls.ca_pem, ReadPemFile(config.peer.tls_ca_file, "peerTlsCaFile"));
     tls.server_name = config.peer.tls_server_name;
+    tls.identity = config.peer.tls_identity == "address" ? PeerNode::Config::Tls::Identity::kAddress
+                                                         : PeerNode::Config::Tls::Identity::kName;
     pc.tls = std::move(tls);
   }
   return PeerNode::Start(pc, registry);

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <utility>
+#include <vector>
 
+#include "cache-agent/peer/peer_cert.h"
 #include "cache-agent/peer/peer_token.h"
 #include "cache-agent/peer/rendezvous.h"
 #include "common/log.h"
@@ -25,13 +27,23 @@ std::chrono::steady_clock::time_point SteadyDeadline(const grpc::ServerContext& 
 }
 
 // The client certificate (verified against the cluster CA by the TLS layer) names `name`.
-bool PeerNamed(const grpc::ServerContext& ctx, const std::string& name) {
-  auto auth = ctx.auth_context();
-  if (auth == nullptr || !auth->IsPeerAuthenticated()) return false;
-  for (const auto& id : auth->GetPeerIdentity()) {
+bool PeerNamed(const grpc::AuthContext& auth, const std::string& name) {
+  for (const auto& id : auth.GetPeerIdentity()) {
     if (std::string_view(id.data(), id.size()) == name) return true;
   }
   return false;
+}
+
+std::vector<std::string> AuthValues(const grpc::AuthContext& auth, const char* property) {
+  std::vector<std::string> out;
+  for (const auto& v : auth.FindPropertyValues(property)) out.emplace_back(v.data(), v.size());
+  return out;
+}
+
+std::string Joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+  return out.empty() ? "(none)" : out;
 }
 
 }  // namespace
@@ -61,10 +73,8 @@ class PeerNode::Service final : public peer::v1::Peer::Service {
     auto it = md.find(kPeerTokenHeader);
     std::string_view presented;
     if (it != md.end()) presented = std::string_view(it->second.data(), it->second.size());
-    if (node_.config_.tls && !PeerNamed(*ctx, node_.config_.tls->server_name)) {
-      node_.m_.identity_failures->Inc();
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "peer certificate does not name " + node_.config_.tls->server_name);
+    if (node_.config_.tls) {
+      if (auto refusal = node_.IdentityRefusal(*ctx)) return *refusal;
     }
     if (!PeerTokenEquals(node_.config_.token, presented)) {
       node_.m_.auth_failures->Inc();
@@ -86,6 +96,41 @@ class PeerNode::Service final : public peer::v1::Peer::Service {
   PeerNode& node_;
 };
 
+std::optional<grpc::Status> PeerNode::IdentityRefusal(const grpc::ServerContext& ctx) {
+  auto auth = ctx.auth_context();
+  std::optional<grpc::Status> refusal;
+  std::vector<std::string> ips, dns;
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) {
+    refusal = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no peer certificate");
+  } else if (config_.tls->identity == Config::Tls::Identity::kName) {
+    if (!PeerNamed(*auth, config_.tls->server_name)) {
+      refusal = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                             "peer certificate does not name " + config_.tls->server_name);
+    }
+  } else {
+    ips = AuthValues(*auth, GRPC_PEER_IP_PROPERTY_NAME);
+    dns = AuthValues(*auth, GRPC_PEER_DNS_PROPERTY_NAME);
+    if (!members_->NamesMember(ips, dns)) {
+      // A member the DNS listed since the last refresh is known after the next one: ask it
+      // now. Not UNAUTHENTICATED: the asker must not take this agent for dead meanwhile.
+      members_->RefreshSoon();
+      refusal = grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                             "peer certificate names no current member (IP " + Joined(ips) +
+                                 ", DNS " + Joined(dns) + ")");
+    }
+  }
+  if (!refusal) return std::nullopt;
+  m_.identity_failures->Inc();
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (last_refusal_log_s_.exchange(now) != now) {
+    log::Warn("peer call refused: identity",
+              {{"client", ctx.peer()}, {"reason", refusal->error_message()}});
+  }
+  return refusal;
+}
+
 Status PeerNode::Config::Validate() const {
   if (listen_address.empty()) return Fail(Code::kInvalidArgument, "listen_address: is required");
   if (token.size() < kPeerTokenMinBytes)
@@ -97,7 +142,7 @@ Status PeerNode::Config::Validate() const {
                 "is for tests only and must be asked for");
   }
   if (tls && (tls->cert_pem.empty() || tls->key_pem.empty() || tls->ca_pem.empty() ||
-              tls->server_name.empty())) {
+              (tls->identity == Tls::Identity::kName && tls->server_name.empty()))) {
     return Fail(Code::kInvalidArgument, "tls: cert, key, CA and server name are all required");
   }
   if (timeout < std::chrono::milliseconds(1))
@@ -194,18 +239,53 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
   }
   PeerSet::Config mc = config.members;
   mc.self_port = node->port_;
+  mc.self_host = CanonicalIp(config.listen_address.substr(0, config.listen_address.rfind(':')));
   node->members_ = std::make_unique<PeerSet>(mc);
   node->members_->Start();
   node->m_.members->Set(static_cast<int64_t>(node->members_->Live().members.size()));
   log::Info("peer server listening", {{"address", config.listen_address},
                                       {"port", node->port_},
-                                      {"tls", config.tls ? "mutual" : "off (plaintext)"},
+                                      {"tls", !config.tls ? "off (plaintext)"
+                                              : config.tls->identity == Config::Tls::Identity::kName
+                                                  ? "mutual, shared name"
+                                                  : "mutual, per-agent address"},
                                       {"members", node->members_->resolved_count()}});
   if (!config.tls) log::Warn("peer channel in plaintext: a test configuration (peerPlaintext)");
+  if (config.tls) node->CheckOwnCertificate(registry);
   if (config.fault_corrupt_served_blocks) {
     log::Warn("TEST FAULT: served peer blocks are corrupted on purpose");
   }
   return node;
+}
+
+void PeerNode::CheckOwnCertificate(metrics::Registry& registry) {
+  const std::string& listen = config_.listen_address;
+  const std::string host = CanonicalIp(listen.substr(0, listen.rfind(':')));
+  if (config_.tls->identity == Config::Tls::Identity::kAddress && !host.empty() &&
+      host != "0.0.0.0" && host != "::") {
+    // Askers dial this address and check that the certificate names it.
+    auto names = PeerCertSubjectAltNames(config_.tls->cert_pem);
+    if (names && std::find(names->ips.begin(), names->ips.end(), host) == names->ips.end()) {
+      log::Warn("peer certificate does not name this agent's address: peers will refuse it",
+                {{"address", host}, {"certificate_ips", Joined(names->ips)}});
+    }
+  }
+  auto not_after = PeerCertNotAfter(config_.tls->cert_pem);
+  if (!not_after) {
+    log::Warn("peer certificate: no expiry", {{"error", not_after.error().message()}});
+    return;
+  }
+  const int64_t at =
+      std::chrono::duration_cast<std::chrono::seconds>(not_after->time_since_epoch()).count();
+  registry
+      .GetGauge("spoke_peer_certificate_expiry_timestamp_seconds",
+                "When this agent's peer certificate expires (Unix time): peers refuse it after")
+      .Set(at);
+  // A certificate minted at pod start is not renewed while the pod runs.
+  if (*not_after - std::chrono::system_clock::now() < std::chrono::hours(24 * 7)) {
+    log::Warn("peer certificate expires within 7 days (a minted one: restart the agent pod)",
+              {{"expires_unix", at}});
+  }
 }
 
 PeerNode::~PeerNode() {
@@ -228,8 +308,11 @@ peer::v1::Peer::Stub* PeerNode::StubFor(const std::string& member) {
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     // A peer that went away is retried soon after it comes back (pod restart).
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    // The member is an address; its certificate must name the cluster's peer name.
-    if (config_.tls) args.SetSslTargetNameOverride(config_.tls->server_name);
+    // The member is an address. A shared certificate names the cluster's peer name instead;
+    // an agent's own names its address, which gRPC checks against the target's host.
+    if (config_.tls && config_.tls->identity == Config::Tls::Identity::kName) {
+      args.SetSslTargetNameOverride(config_.tls->server_name);
+    }
     stub = peer::v1::Peer::NewStub(grpc::CreateCustomChannel(member, channel_creds_, args));
   }
   return stub.get();
@@ -590,7 +673,8 @@ void PeerVolume::CountFailedAsk(const std::string& member, const grpc::Status& s
   // A refusal is an answer (the peer is alive); silence or a broken link is not.
   bool refused = st.error_code() == grpc::StatusCode::NOT_FOUND ||
                  st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-                 st.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+                 st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                 st.error_code() == grpc::StatusCode::PERMISSION_DENIED;
   if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     node_.members_->ReportSuccess(member);  // alive, only busy
     node_.m_.fallback_busy->Inc();

@@ -14,7 +14,8 @@
 // Metrics (agent-wide): spoke_peer_hits_total, spoke_peer_hit_bytes_total,
 // spoke_peer_fallbacks_total{reason}, spoke_peer_checksum_rejects_total,
 // spoke_peer_served_blocks_total, spoke_peer_served_bytes_total,
-// spoke_peer_auth_failures_total, spoke_peer_members.
+// spoke_peer_auth_failures_total, spoke_peer_identity_failures_total,
+// spoke_peer_certificate_expiry_timestamp_seconds, spoke_peer_members.
 #pragma once
 
 #if !__has_include("spoke_layer/peer.h")
@@ -65,12 +66,19 @@ class PeerNode {
     std::string token;           // the cluster token (LoadPeerToken): a second factor
     // Mutual TLS on the peer channel: this agent's certificate and key, and the cluster CA
     // that signs every agent's. A peer is accepted (as server and as client) only with a
-    // certificate of that CA naming `server_name`.
+    // certificate of that CA that names it (`identity`).
     struct Tls {
       std::string cert_pem;
       std::string key_pem;
       std::string ca_pem;
-      std::string server_name = "spoke-peer";
+      // kName: one certificate naming `server_name` is shared by every agent; a client
+      // checks that name instead of the member's address, the server checks it on the
+      // client's. kAddress: each agent's own certificate names its address; a client checks
+      // that the certificate names the member it dials (gRPC matches the target's IP against
+      // the IP SANs), the server accepts a client whose certificate names a current member.
+      enum class Identity { kName, kAddress };
+      Identity identity = Identity::kName;
+      std::string server_name = "spoke-peer";  // kName only
     };
     std::optional<Tls> tls;
     // No TLS: tests only, and only when asked for explicitly; otherwise a config without
@@ -147,6 +155,12 @@ class PeerNode {
   };
 
   PeerNode(const Config& config, metrics::Registry& registry);
+  // Why the client of `ctx` is not a peer (its certificate does not name the cluster's peer
+  // name, or no current member); nullopt when it is one. Logs refusals, at most once a second.
+  std::optional<grpc::Status> IdentityRefusal(const grpc::ServerContext& ctx);
+  // Warns when this agent's certificate does not name its listen address (kAddress) or
+  // expires within a week; exports spoke_peer_certificate_expiry_timestamp_seconds.
+  void CheckOwnCertificate(metrics::Registry& registry);
   // The stub for `member` ("ip:port"), made on first use.
   peer::v1::Peer::Stub* StubFor(const std::string& member) EXCLUDES(stubs_mu_);
   void Register(PeerVolume* v) EXCLUDES(vols_mu_);
@@ -173,6 +187,7 @@ class PeerNode {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> shut_down_{false};
+  std::atomic<int64_t> last_refusal_log_s_{0};  // steady clock, seconds
 
   std::shared_ptr<grpc::ChannelCredentials> channel_creds_;  // set in Start, then read-only
   Mutex stubs_mu_;

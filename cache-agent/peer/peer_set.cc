@@ -4,9 +4,11 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <strings.h>
 
 #include <algorithm>
 
+#include "cache-agent/peer/peer_cert.h"
 #include "common/log.h"
 
 namespace spoke::agent {
@@ -107,8 +109,11 @@ void PeerSet::Start() {
   Refresh();
   thread_ = std::thread([this] {
     MutexLock lock(mu_);
-    const auto stopped = [&]() REQUIRES(mu_) { return stop_; };
-    while (!stop_cv_.wait_for(lock, config_.refresh_interval, stopped)) {
+    const auto woken = [&]() REQUIRES(mu_) { return stop_ || wake_; };
+    while (true) {
+      stop_cv_.wait_for(lock, config_.refresh_interval, woken);
+      if (stop_) break;
+      wake_ = false;
       lock.unlock();
       Refresh();  // DNS may block: never under mu_
       lock.lock();
@@ -129,7 +134,10 @@ void PeerSet::Refresh() {
   const std::set<std::string> mine = local_();
   std::string self;
   for (const auto& m : members) {
-    if (PortOf(m) == config_.self_port && mine.contains(HostOf(m))) {
+    const std::string host = HostOf(m);
+    const bool here = mine.contains(host) ||
+                      (!config_.self_host.empty() && CanonicalIp(host) == config_.self_host);
+    if (PortOf(m) == config_.self_port && here) {
       self = m;
       break;
     }
@@ -141,6 +149,7 @@ void PeerSet::Refresh() {
   }
   resolved_ = std::move(members);
   self_ = self;
+  last_refresh_ = std::chrono::steady_clock::now();
   // Forget the health of members that left.
   for (auto it = health_.begin(); it != health_.end();) {
     it = std::binary_search(resolved_.begin(), resolved_.end(), it->first) ? std::next(it)
@@ -177,6 +186,35 @@ void PeerSet::ReportSuccess(const std::string& member) {
   MutexLock lock(mu_);
   auto it = health_.find(member);
   if (it != health_.end()) it->second.failures = 0;
+}
+
+bool PeerSet::NamesMember(const std::vector<std::string>& ips,
+                          const std::vector<std::string>& dns_names) const {
+  MutexLock lock(mu_);
+  for (const auto& ip : ips) {
+    const std::string want = CanonicalIp(ip);
+    if (want.empty()) continue;
+    for (const auto& m : resolved_) {
+      if (CanonicalIp(HostOf(m)) == want) return true;
+    }
+  }
+  // Static peers named by host name (outside Kubernetes): their certificates name that host.
+  for (const auto& name : dns_names) {
+    for (const auto& p : config_.static_peers) {
+      const std::string host = HostOf(p);
+      if (CanonicalIp(host).empty() && strcasecmp(host.c_str(), name.c_str()) == 0) return true;
+    }
+  }
+  return false;
+}
+
+void PeerSet::RefreshSoon() {
+  {
+    MutexLock lock(mu_);
+    if (std::chrono::steady_clock::now() - last_refresh_ < std::chrono::seconds(1)) return;
+    wake_ = true;
+  }
+  stop_cv_.notify_all();
 }
 
 size_t PeerSet::resolved_count() const {

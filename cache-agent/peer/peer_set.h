@@ -30,6 +30,9 @@ class PeerSet {
     std::vector<std::string> static_peers;  // "host:port" each
     std::string service;                    // "name.ns.svc:port", "" = none
     int self_port = 0;                      // the port this agent's peer server listens on
+    // The address it listens on when that is one IP: a member there is this agent even when
+    // it is not among the host's interface addresses (a loopback alias).
+    std::string self_host;
     std::chrono::milliseconds refresh_interval{5000};
     int failures_to_mark_down = 3;
     std::chrono::milliseconds down_period{10000};
@@ -59,6 +62,12 @@ class PeerSet {
   void ReportFailure(const std::string& member) EXCLUDES(mu_);
   void ReportSuccess(const std::string& member) EXCLUDES(mu_);
   size_t resolved_count() const EXCLUDES(mu_);
+  // Whether a certificate with these IP and DNS subject alternative names names a member:
+  // an IP of a resolved member (live or marked down), or the host name of a static peer.
+  bool NamesMember(const std::vector<std::string>& ips,
+                   const std::vector<std::string>& dns_names) const EXCLUDES(mu_);
+  // Resolves again soon, at most once a second (a caller met an agent not yet listed).
+  void RefreshSoon() EXCLUDES(mu_);
 
  private:
   struct Health {
@@ -74,6 +83,8 @@ class PeerSet {
   std::map<std::string, Health> health_ GUARDED_BY(mu_);
   CondVar stop_cv_;
   bool stop_ GUARDED_BY(mu_) = false;
+  bool wake_ GUARDED_BY(mu_) = false;  // RefreshSoon asked
+  std::chrono::steady_clock::time_point last_refresh_ GUARDED_BY(mu_){};
   std::thread thread_;
 };
 

@@ -42,7 +42,7 @@ render() { # variant output
   # base64 is replaced by one fixed (valid base64) value, so that the rest can be compared.
   # shellcheck disable=SC2086 # VALUES entries are word lists on purpose
   "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" ${VALUES[$1]} |
-    sed -E -e 's#^(  (tls\.crt|tls\.key|ca\.crt): )[A-Za-z0-9+/=]{200,}$#\1R0VORVJBVEVE#' \
+    sed -E -e 's#^(  (tls\.crt|tls\.key|ca\.crt|ca\.key): )[A-Za-z0-9+/=]{200,}$#\1R0VORVJBVEVE#' \
       -e 's#^(      caBundle: )[A-Za-z0-9+/=]{200,}$#\1R0VORVJBVEVE#' >"$2"
 }
 
@@ -136,6 +136,14 @@ expect_fail "peers.tls.source" "${SC[@]}" --set peers.tls.source=none
 expect_fail "peers.tls.secretName" "${SC[@]}" --set peers.tls.source=secret
 expect_fail "peers.tls.certManager.issuerRef.name" "${SC[@]}" --set peers.tls.certManager.issuerRef.name=
 expect_fail "peers.tls.serverName" "${SC[@]}" --set peers.tls.serverName=
+expect_fail "peers.tls.identity \"ip\"" "${SC[@]}" --set peers.tls.identity=ip
+# A shared Secret cannot name each agent's address; a minted certificate names no shared name.
+expect_fail "peers.tls.identity address needs peers.tls.source generate" "${SC[@]}" \
+  --set peers.tls.identity=address
+expect_fail "peers.tls.identity name needs a shared certificate" "${SC[@]}" \
+  --set peers.tls.source=generate --set peers.tls.identity=name
+expect_fail "peers.tls.agentValidityDays" "${SC[@]}" --set peers.tls.source=generate \
+  --set peers.tls.agentValidityDays=0
 expect_fail "logLevel" --set 'logLevel=verbose'
 expect_fail "agent.memoryBudgetBytes" --set 'agent.memoryBudgetBytes=lots'
 expect_fail "must be below agent.resources.limits.memory" --set 'agent.memoryBudgetBytes=2Gi'

@@ -28,7 +28,9 @@ HUB_KEYS = {"connections", "inflightPerConnection", "requestTimeoutSeconds"}
 # Written only when peers.enabled (cache sharing, docs/peers.md).
 PEER_KEYS = {"peerListenAddress", "peerService", "peerTokenFile", "peerTimeoutMs",
              "peerKeepLocalCopy", "peerTlsCertFile", "peerTlsKeyFile", "peerTlsCaFile",
-             "peerTlsServerName"}
+             "peerTlsIdentity"}
+# Only with one certificate shared by every agent (peerTlsIdentity: name).
+PEER_NAME_KEYS = {"peerTlsServerName"}
 
 errors = []
 
@@ -85,6 +87,80 @@ def mount(c, name):
     return {}
 
 
+def check_peer_tls(docs, agent_cfg, variant):
+    """Mutual TLS between agents: where each agent's certificate comes from, and who sees the
+    CA key."""
+    agent_ds = one(docs, "DaemonSet", "-agent")
+    if not agent_ds:
+        return
+    spec = agent_ds["spec"]["template"]["spec"]
+    agent_c = container(spec, "spoke-cache-agent")
+    tls_dir = str(agent_cfg["peerTlsCertFile"]).rsplit("/", 1)[0]
+    tls_mount = mount(agent_c, "peer-tls")
+    check(tls_mount.get("mountPath") == tls_dir and tls_mount.get("readOnly") is True,
+          "the agent mounts peer-tls read-only where agent.yaml's peerTls* files are")
+    tls_vol = volume(spec, "peer-tls")
+    identity = agent_cfg.get("peerTlsIdentity")
+    # HyperPod keeps the default (generate); the all-features values use cert-manager.
+    want_identity = "name" if variant == "full" else "address"
+    check(identity == want_identity, f"agent.yaml peerTlsIdentity {identity!r} != {want_identity!r}")
+    if identity == "name":
+        # One certificate for every agent, from the Secret cert-manager writes.
+        secret = tls_vol.get("secret", {}).get("secretName")
+        made = [d for d in docs if d["kind"] == "Certificate" and d["spec"].get("secretName") == secret]
+        check(secret is not None and len(made) == 1,
+              f"one Certificate makes the peer-tls Secret {secret}")
+        check(not spec.get("initContainers"), "no certificate is minted with a shared one")
+        return
+    # A certificate per agent: minted at pod start into memory, from the chart's CA.
+    check(tls_vol.get("emptyDir", {}).get("medium") == "Memory",
+          "peer-tls is an in-memory emptyDir (the minted key is never stored)")
+    inits = spec.get("initContainers", [])
+    check([c["name"] for c in inits] == ["mint-peer-cert"], "one init container, mint-peer-cert")
+    mint = inits[0] if inits else {"args": [], "env": [], "volumeMounts": []}
+    check(mint.get("command") == ["/usr/local/bin/spoke-cache-agent"] and
+          mint["args"][:1] == ["mint-peer-cert"], "the init container runs mint-peer-cert")
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+           for e in mint.get("env", [])}
+    check(env == {"NODE_NAME": "spec.nodeName", "POD_IP": "status.podIP"},
+          "mint-peer-cert takes the node name and pod IP from the downward API")
+    args = mint["args"]
+    for want in ["--dns=$(NODE_NAME)", "--ip=$(POD_IP)", "--out-dir=" + tls_dir,
+                 "--validity-days=30"]:
+        check(want in args, f"mint-peer-cert args have {want}")
+    out = mount(mint, "peer-tls")
+    check(out.get("mountPath") == tls_dir and not out.get("readOnly"),
+          "mint-peer-cert writes peer-tls")
+    ca_vol = volume(spec, "peer-ca")
+    ca_secret = ca_vol.get("secret", {}).get("secretName")
+    made = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == ca_secret]
+    check(len(made) == 1 and set(made[0].get("data", {})) == {"ca.crt", "ca.key"},
+          f"the chart renders the peer CA Secret {ca_secret} (ca.crt, ca.key)")
+    ca_mount = mount(mint, "peer-ca")
+    check("--ca-key=" + ca_mount.get("mountPath", "?") + "/ca.key" in args and
+          ca_mount.get("readOnly") is True, "mint-peer-cert reads the CA key from peer-ca")
+    # The CA key: only the init container of the agent pods mounts it, in every workload.
+    for d in docs:
+        pod = d.get("spec", {}).get("template", {}).get("spec")
+        if not pod:
+            continue
+        ca_vols = {v["name"] for v in pod.get("volumes", [])
+                   if v.get("secret", {}).get("secretName") == ca_secret}
+        for c in pod.get("initContainers", []) + pod.get("containers", []):
+            mounts = {m["name"] for m in c.get("volumeMounts", [])} & ca_vols
+            allowed = d is agent_ds and c is mint
+            check(not mounts or allowed,
+                  f"{d['kind']} {d['metadata']['name']} container {c['name']} mounts the CA key")
+            check(not any(e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == ca_secret
+                          for e in c.get("env", [])),
+                  f"{c['name']} takes nothing from the CA Secret as environment")
+    # The agent itself reads only what was minted: its key, its certificate and the CA's.
+    check(all(v.get("secret", {}).get("secretName") != ca_secret
+              for v in spec.get("volumes", []) if v["name"] in
+              {m["name"] for m in agent_c.get("volumeMounts", [])}),
+          "the agent container mounts no volume of the CA Secret")
+
+
 def check_storage_class_params(where, params, is_inline=False):
     for k, v in params.items():
         check(k in SC_PARAMS, f"{where}: unknown parameter {k!r}")
@@ -122,7 +198,11 @@ def check_render(variant, path):
         node_cfg = yaml.safe_load(cm["data"]["node.yaml"])
         ctl_cfg = yaml.safe_load(cm["data"]["controller.yaml"])
         peers_on = "peerListenAddress" in agent_cfg
-        want_agent = AGENT_KEYS | PEER_KEYS if peers_on else AGENT_KEYS
+        want_agent = AGENT_KEYS
+        if peers_on:
+            want_agent = want_agent | PEER_KEYS
+            if agent_cfg.get("peerTlsIdentity") == "name":
+                want_agent = want_agent | PEER_NAME_KEYS
         check(set(agent_cfg) == want_agent, f"agent.yaml keys {sorted(agent_cfg)}")
         if peers_on:
             check(str(agent_cfg["peerListenAddress"]).startswith("${POD_IP}:"),
@@ -136,21 +216,7 @@ def check_render(variant, path):
                   "agent.yaml peerService is the rendered peer Service")
             check(one(docs, "NetworkPolicy", "-agent-peers") is not None,
                   "a NetworkPolicy guards the peer port")
-            # Mutual TLS: the agent pods mount the Secret the chart renders (generate) or
-            # cert-manager writes (certManager), where agent.yaml looks for it.
-            agent_ds = one(docs, "DaemonSet", "-agent")
-            vols = {v["name"]: v for v in agent_ds["spec"]["template"]["spec"]["volumes"]} \
-                if agent_ds else {}
-            tls_secret = vols.get("peer-tls", {}).get("secret", {}).get("secretName")
-            check(tls_secret is not None, "the agent pods mount the peer-tls Secret")
-            made = [d for d in docs if (d["kind"] == "Secret" and d["metadata"]["name"] == tls_secret)
-                    or (d["kind"] == "Certificate" and d["spec"].get("secretName") == tls_secret)]
-            check(len(made) == 1, f"one Secret or Certificate makes the peer-tls Secret {tls_secret}")
-            agent_c = container(agent_ds["spec"]["template"]["spec"], "spoke-cache-agent") if agent_ds else {}
-            tls_dir = str(agent_cfg["peerTlsCertFile"]).rsplit("/", 1)[0]
-            check(any(m["name"] == "peer-tls" and m["mountPath"] == tls_dir
-                      for m in agent_c.get("volumeMounts", [])),
-                  "peer-tls is mounted where agent.yaml's peerTls* files are")
+            check_peer_tls(docs, agent_cfg, variant)
         check(set(agent_cfg.get("hub", {})) == HUB_KEYS, "agent.yaml hub keys")
         check(agent_cfg.get("socket") == "/run/spoke/agent.sock", "agent.yaml socket")
         check(agent_cfg.get("metricsAddress") == "${POD_IP}:9810", "agent.yaml metricsAddress")

@@ -32,13 +32,17 @@ TestCa::TestCa(const std::string& dir, const std::string& name)
   ca_pem_ = ReadAll(ca_file_);
 }
 
-TestCert TestCa::Issue(const std::string& file_prefix, const std::string& dns_name) const {
+TestCert TestCa::Issue(const std::string& file_prefix, const std::string& dns_name,
+                       const std::vector<std::string>& ips) const {
   const std::string base = dir_ + "/" + file_prefix;
   TestCert c;
   c.cert_file = base + ".crt";
   c.key_file = base + ".key";
-  std::ofstream(base + ".ext") << "subjectAltName=DNS:" << dns_name << "\n";
-  Run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + dns_name +
+  std::string names = dns_name.empty() ? "" : "DNS:" + dns_name;
+  for (const auto& ip : ips) names += (names.empty() ? "IP:" : ",IP:") + ip;
+  std::ofstream(base + ".ext") << "subjectAltName=" << names << "\n";
+  const std::string cn = dns_name.empty() ? ips.at(0) : dns_name;
+  Run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + cn +
       " -keyout " + c.key_file + " -out " + base + ".csr");
   Run("openssl x509 -req -days 2 -in " + base + ".csr -CA " + ca_file_ + " -CAkey " + ca_key_file_ +
       " -CAcreateserial -extfile " + base + ".ext -out " + c.cert_file);

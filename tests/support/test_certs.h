@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace spoke::testing {
 
@@ -15,10 +16,13 @@ class TestCa {
  public:
   // A new CA in `dir` (which must exist). Fails the test (ADD_FAILURE) if openssl fails.
   explicit TestCa(const std::string& dir, const std::string& name = "spoke-test-ca");
-  // A certificate this CA signs, with `dns_name` as its subject alternative name.
-  TestCert Issue(const std::string& file_prefix, const std::string& dns_name) const;
+  // A certificate this CA signs, with `dns_name` (unless empty) and `ips` as its subject
+  // alternative names.
+  TestCert Issue(const std::string& file_prefix, const std::string& dns_name,
+                 const std::vector<std::string>& ips = {}) const;
 
   const std::string& ca_file() const { return ca_file_; }
+  const std::string& ca_key_file() const { return ca_key_file_; }
   const std::string& ca_pem() const { return ca_pem_; }
 
  private:

@@ -177,18 +177,48 @@ template.
 {{- if empty $tls.serverName -}}
 {{- fail "peers.tls.serverName: must not be empty" -}}
 {{- end -}}
+{{- if not (has ($tls.identity | default "") (list "" "address" "name")) -}}
+{{- fail (printf "peers.tls.identity %q: want address, name or empty (address for source generate, name otherwise)" $tls.identity) -}}
+{{- end -}}
+{{- $identity := include "spoke.peerTlsIdentity" . -}}
+{{- if and (eq $identity "address") (ne $tls.source "generate") -}}
+{{- fail "peers.tls.identity address needs peers.tls.source generate (a certificate minted per agent); a Secret or Certificate is shared by every agent and can only name serverName" -}}
+{{- end -}}
+{{- if and (eq $identity "name") (eq $tls.source "generate") -}}
+{{- fail "peers.tls.identity name needs a shared certificate (peers.tls.source secret or certManager); source generate mints a certificate per agent naming its address" -}}
+{{- end -}}
+{{- if or (lt (int $tls.agentValidityDays) 1) (gt (int $tls.agentValidityDays) (int $tls.validityDays)) -}}
+{{- fail (printf "peers.tls.agentValidityDays %v: want 1..peers.tls.validityDays" $tls.agentValidityDays) -}}
+{{- end -}}
 {{- end -}}
 {{- if not (has .Values.logLevel (list "debug" "info" "warn" "error")) -}}
 {{- fail (printf "logLevel %q: want debug, info, warn or error" .Values.logLevel) -}}
 {{- end -}}
 {{- end -}}
 
-{{/* The Secret holding the agents' peer certificate, key and CA (tls.crt, tls.key, ca.crt). */}}
+{{/* The Secret holding the agents' shared peer certificate, key and CA (tls.crt, tls.key,
+ca.crt): source secret or certManager. */}}
 {{- define "spoke.peerTlsSecret" -}}
 {{- if eq .Values.peers.tls.source "secret" -}}
 {{ .Values.peers.tls.secretName }}
 {{- else -}}
 {{ include "spoke.fullname" . }}-peer-tls
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the agents' peer CA certificate and key (source generate). */}}
+{{- define "spoke.peerCaSecret" -}}
+{{ include "spoke.fullname" . }}-peer-ca
+{{- end -}}
+
+{{/* How agents identify each other: address (a certificate per agent) or name (shared). */}}
+{{- define "spoke.peerTlsIdentity" -}}
+{{- if .Values.peers.tls.identity -}}
+{{ .Values.peers.tls.identity }}
+{{- else if eq .Values.peers.tls.source "generate" -}}
+address
+{{- else -}}
+name
 {{- end -}}
 {{- end -}}
 

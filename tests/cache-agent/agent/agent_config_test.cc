@@ -369,7 +369,16 @@ peerTlsServerName: peers.example
   EXPECT_EQ(c->peer.tls_key_file, "/etc/spoke/peer-tls/tls.key");
   EXPECT_EQ(c->peer.tls_ca_file, "/etc/spoke/peer-tls/ca.crt");
   EXPECT_EQ(c->peer.tls_server_name, "peers.example");
+  EXPECT_EQ(c->peer.tls_identity, "name");  // the default: a shared certificate
   EXPECT_FALSE(c->peer.plaintext);
+  auto by_address = Parse(
+      "peerListenAddress: 0.0.0.0:7311\npeers: [\"10.0.0.1:7311\"]\npeerTokenFile: /t\n"
+      "peerTlsCertFile: /c\npeerTlsKeyFile: /k\npeerTlsCaFile: /ca\npeerTlsIdentity: address\n");
+  ASSERT_TRUE(by_address) << by_address.error().ToString();
+  EXPECT_EQ(by_address->peer.tls_identity, "address");
+  auto bad = Parse("peerTlsIdentity: serverName\n");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("peerTlsIdentity"), std::string::npos);
   auto plain = Parse(
       "peerListenAddress: 0.0.0.0:7311\npeers: [\"10.0.0.1:7311\"]\npeerTokenFile: /t\n"
       "peerPlaintext: true\n");

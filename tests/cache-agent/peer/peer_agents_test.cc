@@ -10,6 +10,9 @@
 //   - an agent corrupting the blocks it serves: receivers reject them (checksum) and read
 //     the hub, readers see no error.
 //
+// Each agent has its own peer certificate (spoke-cache-agent mint-peer-cert), naming its node's
+// address (peerTlsIdentity: address).
+//
 // Needs root and /dev/fuse (skipped otherwise). SPOKE_PEER_IT_NO_PEERS=1 runs the two-epoch
 // test without peers, for comparison (figures only).
 #include <fcntl.h>
@@ -89,10 +92,9 @@ class PeerAgentsTest : public ::testing::Test {
     work_ = std::make_unique<spoke::testing::TempDir>("spoke-peers-it");
     token_file_ = work_->path() + "/peer-token";
     std::ofstream(token_file_) << "it-cluster-token-" << ::getpid() << "-0123456789\n";
-    // Mutual TLS between the agents: a cluster CA and a certificate per agent.
+    // Mutual TLS between the agents: a cluster CA, and a certificate per agent naming its
+    // node's address, minted as the chart's init container does.
     ca_ = std::make_unique<spoke::testing::TestCa>(work_->path());
-    for (int i = 0; i < kAgents; ++i)
-      certs_.push_back(ca_->Issue("agent" + std::to_string(i), "spoke-peer"));
     MakeDataset();
     for (int i = 0; i < kAgents; ++i) {
       AgentProc a;
@@ -103,7 +105,19 @@ class PeerAgentsTest : public ::testing::Test {
       a.peer_port = spoke::testing::FreePort();
       fs::create_directories(a.mnt);
       agents_.push_back(a);
+      MintCert(i);
     }
+  }
+
+  // spoke-cache-agent mint-peer-cert into agent i's tls/ (tls.crt, tls.key, ca.crt).
+  void MintCert(int i) {
+    const std::string dir = agents_[i].dir + "/tls";
+    fs::create_directories(dir);
+    auto [rc, out] =
+        Capture(spoke::testing::AgentBinary() + " mint-peer-cert --ca-cert " + ca_->ca_file() +
+                " --ca-key " + ca_->ca_key_file() + " --out-dir " + dir + " --dns node-" +
+                std::to_string(i) + " --ip " + net_->node_ip(i) + " 2>&1");
+    ASSERT_EQ(rc, 0) << out;
   }
 
   void TearDown() override {
@@ -168,10 +182,10 @@ class PeerAgentsTest : public ::testing::Test {
     if (peers) {
       c << "peerListenAddress: " << net_->node_ip(Index(a)) << ":" << a.peer_port << "\n"
         << "peerTokenFile: " << token_file_ << "\n"
-        << "peerTlsCertFile: " << certs_[Index(a)].cert_file << "\n"
-        << "peerTlsKeyFile: " << certs_[Index(a)].key_file << "\n"
-        << "peerTlsCaFile: " << ca_->ca_file()
-        << "\n"
+        << "peerTlsCertFile: " << a.dir << "/tls/tls.crt\n"
+        << "peerTlsKeyFile: " << a.dir << "/tls/tls.key\n"
+        << "peerTlsCaFile: " << a.dir << "/tls/ca.crt\n"
+        << "peerTlsIdentity: address\n"
         // Generous for a loaded test machine; the asker reads the hub after it either way.
         << "peerTimeoutMs: 5000\n"
         << "peerKeepLocalCopy: " << (options_.keep_local_copy ? "true" : "false") << "\n"
@@ -298,7 +312,6 @@ class PeerAgentsTest : public ::testing::Test {
   std::unique_ptr<spoke::testing::TempDir> work_;
   std::string token_file_;
   std::unique_ptr<spoke::testing::TestCa> ca_;
-  std::vector<spoke::testing::TestCert> certs_;  // one per agent
   std::vector<AgentProc> agents_;
   std::vector<std::string> files_;
   std::map<std::string, std::string> want_;
@@ -349,6 +362,32 @@ TEST_F(PeerAgentsTest, WithPeersTheClusterReadsTheDatasetFromTheHubOnce) {
     EXPECT_GT(MetricSum(m, "spoke_peer_served_blocks_total"), 0u) << a.dir;
   }
   EXPECT_EQ(Sum("spoke_peer_checksum_rejects_total"), 0u);
+  // Each agent's certificate names its node's address, which its peers dialed and checked.
+  EXPECT_EQ(Sum("spoke_peer_identity_failures_total"), 0u);
+}
+
+TEST_F(PeerAgentsTest, AnAgentHoldingAnotherAgentsCertificateIsNotAskedAndReadersSeeNoError) {
+  // Agent 2 presents agent 1's certificate (and key): it names 10.77.0.12, not agent 2's node.
+  for (const char* f : {"tls.crt", "tls.key"}) {
+    fs::copy_file(agents_[1].dir + "/tls/" + f, agents_[2].dir + "/tls/" + f,
+                  fs::copy_options::overwrite_existing);
+  }
+  StartAll(true);
+  if (HasFatalFailure()) return;
+  std::vector<std::string> details;
+  auto bad = ReadEverywhere({0, 1, 2}, &details);
+  for (int i = 0; i < kAgents; ++i) EXPECT_EQ(bad[i], 0) << "reader " << i << ": " << details[i];
+  // Askers dialing agent 2's address refuse its certificate in the handshake: it serves
+  // nothing, and what it owns is read from the hub instead.
+  EXPECT_EQ(MetricSum(Metrics(agents_[2]), "spoke_peer_served_blocks_total"), 0u);
+  for (int i : {0, 1}) {
+    std::string m = Metrics(agents_[i]);
+    std::printf("[borrowed certificate] agent %d: fallbacks %llu, hits %llu\n", i,
+                (unsigned long long)MetricSum(m, "spoke_peer_fallbacks_total"),
+                (unsigned long long)MetricSum(m, "spoke_peer_hits_total"));
+    EXPECT_GT(MetricSum(m, "spoke_peer_fallbacks_total"), 0u) << agents_[i].dir;
+    EXPECT_GT(MetricSum(m, "spoke_peer_served_blocks_total"), 0u) << agents_[i].dir;
+  }
 }
 
 TEST_F(PeerAgentsTest, WithoutPeersEachAgentReadsTheDatasetFromTheHub) {

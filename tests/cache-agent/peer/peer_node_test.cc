@@ -12,8 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "cache-agent/peer/peer_cert.h"
 #include "cache-agent/peer/peer_token.h"
 #include "tests/cache-agent/fs/fakes.h"
+#include "tests/support/files.h"
 #include "tests/support/hub.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
@@ -67,6 +69,31 @@ std::unique_ptr<peer::v1::Peer::Stub> PeerStub(
   args.SetSslTargetNameOverride("spoke-peer");
   return peer::v1::Peer::NewStub(
       grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), creds, args));
+}
+
+// A stub dialing `target` as it is: no target-name override, so the client checks that the
+// server's certificate names `target`'s host (a certificate per agent).
+std::unique_ptr<peer::v1::Peer::Stub> AddressStub(const std::string& target,
+                                                  std::shared_ptr<grpc::ChannelCredentials> creds) {
+  return peer::v1::Peer::NewStub(grpc::CreateChannel(target, creds));
+}
+
+// An agent's own certificate, as the chart's init container mints it: signed by the test
+// CA, naming `ip` (and `dns`).
+spoke::testing::TestCert MintedCert(const std::string& ip, const std::string& dns = "") {
+  PeerCertRequest r;
+  r.ca_cert_pem = TestCerts().ca.ca_pem();
+  r.ca_key_pem = spoke::testing::ReadWholeFile(TestCerts().ca.ca_key_file());
+  r.ips = {ip};
+  if (!dns.empty()) r.dns_names = {dns};
+  auto c = MintPeerCert(r);
+  EXPECT_TRUE(c) << c.error().ToString();
+  spoke::testing::TestCert t;
+  if (c) {
+    t.cert_pem = c->cert_pem;
+    t.key_pem = c->key_pem;
+  }
+  return t;
 }
 
 // The owner's file attributes, from the hub (exe/ takes them from the volume's metadata).
@@ -130,13 +157,18 @@ class PeerNodeTest : public ::testing::Test {
     std::vector<std::string> members = extra;
     for (int i = 0; i < n; ++i) {
       ports.push_back(spoke::testing::FreePort());
-      members.push_back("127.0.0.1:" + std::to_string(ports.back()));
+      members.push_back(Host(i) + ":" + std::to_string(ports.back()));
     }
     for (int i = 0; i < n; ++i) {
       PeerNode::Config pc;
-      pc.listen_address = "127.0.0.1:" + std::to_string(ports[i]);
+      pc.listen_address = Host(i) + ":" + std::to_string(ports[i]);
       pc.token = i < static_cast<int>(tokens.size()) ? tokens[i] : kToken;
       pc.tls = AgentTls();
+      if (!own_certs_.empty()) {
+        pc.tls->cert_pem = own_certs_[i].cert_pem;
+        pc.tls->key_pem = own_certs_[i].key_pem;
+        pc.tls->identity = PeerNode::Config::Tls::Identity::kAddress;
+      }
       pc.timeout = 2000ms;
       pc.members.static_peers = members;
       pc.members.failures_to_mark_down = 2;
@@ -196,6 +228,13 @@ class PeerNodeTest : public ::testing::Test {
     return s;
   }
 
+  // With certificates per agent, agent i listens on 127.0.0.<i+1> (a loopback address of its
+  // own, which its certificate names); with the shared one, all on 127.0.0.1.
+  std::string Host(int i) const {
+    return own_certs_.empty() ? "127.0.0.1" : "127.0.0." + std::to_string(i + 1);
+  }
+
+  std::vector<spoke::testing::TestCert> own_certs_;  // per agent; empty: the shared one
   bool keep_local_copy_ = true;
   std::chrono::milliseconds absent_period_{10000};
   int serve_max_asks_ = 0;           // > 0: that bound, and one background ask
@@ -418,6 +457,103 @@ TEST_F(PeerNodeTest, ThePeerChannelRefusesPlaintextAndCertificatesOfAnotherCaOrN
   // A server whose certificate is not the cluster's is not asked either (the asker checks).
   EXPECT_EQ(ask(PeerStub(port, ClientCreds(TestCerts().agent, other.ca_pem()))),
             grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(PeerNodeTest, WithACertificatePerAgentTheClusterStillReadsEachBlockFromTheHubOnce) {
+  // Each names its own address only: askers dial members by address and check it.
+  own_certs_ = {MintedCert("127.0.0.1", "node-0"), MintedCert("127.0.0.2", "node-1"),
+                MintedCert("127.0.0.3", "node-2")};
+  StartAgents(3);
+  std::vector<std::thread> readers;
+  for (auto& a : agents_) readers.emplace_back([&, p = a.get()] { ReadAll(*p); });
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size());
+  EXPECT_EQ(Sum("spoke_peer_hit_bytes_total"), 2 * want_.size());
+  EXPECT_EQ(Sum("spoke_peer_identity_failures_total"), 0u);
+  EXPECT_EQ(Sum("spoke_peer_fallbacks_total", {{"reason", "error"}}), 0u);
+  for (auto& a : agents_) EXPECT_GT(a->Counter("spoke_peer_served_blocks_total"), 0u);
+}
+
+TEST_F(PeerNodeTest, AnAgentWithAnotherAgentsCertificateIsNeitherAskedNorAnswered) {
+  // Agent 1 listens on 127.0.0.2 but holds the certificate of the agent at 127.0.0.3.
+  own_certs_ = {MintedCert("127.0.0.1"), MintedCert("127.0.0.3")};
+  StartAgents(2);
+  // As a server: agent 0's asks fail the handshake (it dialed 127.0.0.2), the hub serves.
+  ReadAll(*agents_[0]);
+  EXPECT_EQ(agents_[0]->Counter("spoke_peer_hits_total"), 0u);
+  EXPECT_GT(agents_[0]->Counter("spoke_peer_fallbacks_total", {{"reason", "error"}}), 0u);
+  EXPECT_EQ(agents_[1]->Counter("spoke_peer_served_blocks_total"), 0u);
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size());
+  // As a client: 127.0.0.3 is no member, so agent 0 refuses it and counts the refusal.
+  ReadAll(*agents_[1]);
+  EXPECT_EQ(agents_[1]->Counter("spoke_peer_hits_total"), 0u);
+  EXPECT_GT(agents_[1]->Counter("spoke_peer_fallbacks_total", {{"reason", "refused"}}), 0u);
+  EXPECT_GT(agents_[0]->Counter("spoke_peer_identity_failures_total"), 0u);
+  EXPECT_EQ(agents_[0]->Counter("spoke_peer_served_blocks_total"), 0u);
+}
+
+TEST_F(PeerNodeTest, WithACertificatePerAgentBothEndsCheckTheAddress) {
+  // 127.0.0.2 is a member that does not serve: a certificate naming it is a member's.
+  own_certs_ = {MintedCert("127.0.0.1", "node-0")};
+  const std::string member2 = "127.0.0.2:" + std::to_string(spoke::testing::FreePort());
+  StartAgents(1, {member2});
+  Agent& a = *agents_[0];
+  const std::string ca = TestCerts().ca.ca_pem();
+  const std::string target = "127.0.0.1:" + std::to_string(a.node->port());
+  auto ask = [&](std::unique_ptr<peer::v1::Peer::Stub> stub) {
+    peer::v1::GetBlockResponse resp;
+    auto st = Ask(*stub, BlockAsk(), &resp);
+    EXPECT_TRUE(st.ok() || resp.data().empty());
+    return st.error_code();
+  };
+  auto creds = [&](const spoke::testing::TestCert& c) { return ClientCreds(c, ca); };
+  const auto m2 = MintedCert("127.0.0.2");
+  EXPECT_EQ(ask(AddressStub(target, creds(m2))), grpc::StatusCode::OK);
+  // The server's certificate names 127.0.0.1 and node-0, not the name this client dialed.
+  EXPECT_EQ(ask(AddressStub("localhost:" + std::to_string(a.node->port()), creds(m2))),
+            grpc::StatusCode::UNAVAILABLE);
+  // Clients of the cluster CA naming no member: another address, the shared name.
+  EXPECT_EQ(ask(AddressStub(target, creds(MintedCert("127.0.0.9")))),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ask(AddressStub(target, creds(TestCerts().agent))),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(a.Counter("spoke_peer_identity_failures_total"), 2u);
+  // Another CA's certificate naming a member, and a plaintext client: the handshake fails.
+  spoke::testing::TempDir dir("peer-other-ca");
+  spoke::testing::TestCa other(dir.path(), "other-ca");
+  EXPECT_EQ(ask(AddressStub(target, creds(other.Issue("foreign", "", {"127.0.0.2"})))),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(ask(AddressStub(target, grpc::InsecureChannelCredentials())),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 1u);
+}
+
+TEST_F(PeerNodeTest, AnIpv6MemberIsCheckedAgainstItsIpv6Certificate) {
+  uint16_t port = spoke::testing::FreePort();
+  PeerNode::Config pc;
+  pc.listen_address = "[::1]:" + std::to_string(port);
+  pc.token = kToken;
+  pc.tls = AgentTls();
+  const auto own = MintedCert("::1");
+  pc.tls->cert_pem = own.cert_pem;
+  pc.tls->key_pem = own.key_pem;
+  pc.tls->identity = PeerNode::Config::Tls::Identity::kAddress;
+  pc.members.static_peers = {pc.listen_address};
+  metrics::Registry registry;
+  auto node = PeerNode::Start(pc, registry);
+  if (!node) GTEST_SKIP() << "no IPv6 loopback: " << node.error().ToString();
+  const std::string ca = TestCerts().ca.ca_pem();
+  peer::v1::GetBlockResponse resp;
+  // Not mounted there: NOT_FOUND is an answer past both certificate checks.
+  EXPECT_EQ(
+      Ask(*AddressStub(pc.listen_address, ClientCreds(MintedCert("::1"), ca)), BlockAsk(), &resp)
+          .error_code(),
+      grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(
+      Ask(*AddressStub(pc.listen_address, ClientCreds(MintedCert("::2"), ca)), BlockAsk(), &resp)
+          .error_code(),
+      grpc::StatusCode::PERMISSION_DENIED);
+  (*node)->Shutdown();
 }
 
 TEST(PeerNodeConfigTest, PlaintextOnlyWhenAskedFor) {

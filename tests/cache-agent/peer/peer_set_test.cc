@@ -116,5 +116,43 @@ TEST(PeerSet, ResolvesLoopbackByName) {
   EXPECT_TRUE(HostAddresses().contains("127.0.0.1"));
 }
 
+// What the owner checks a client certificate against (peerTlsIdentity: address).
+TEST(PeerSet, ACertificateNamesAMemberByItsIpOrAStaticPeersHostName) {
+  FakeDns dns;
+  dns.names["spoke-peers.spoke.svc:7311"] = {"10.0.0.1:7311", "[fd00::2]:7311"};
+  dns.names["agent-c.example:7311"] = {"10.0.0.3:7311"};
+  PeerSet::Config c;
+  c.service = "spoke-peers.spoke.svc:7311";
+  c.static_peers = {"agent-c.example:7311"};
+  c.self_port = 7311;
+  PeerSet set(c, dns.resolver(), Local({}));
+  set.Refresh();
+  EXPECT_TRUE(set.NamesMember({"10.0.0.1"}, {}));
+  EXPECT_TRUE(set.NamesMember({"fd00:0:0::2"}, {}));  // any spelling of the address
+  EXPECT_TRUE(set.NamesMember({"10.0.0.3"}, {}));
+  EXPECT_TRUE(set.NamesMember({}, {"AGENT-C.example"}));
+  EXPECT_FALSE(set.NamesMember({"10.0.0.9"}, {"node-a", "spoke-peers.spoke.svc"}));
+  EXPECT_FALSE(set.NamesMember({}, {}));
+  // A pod gone from the Service: its certificate (still valid) names no member now.
+  dns.names["spoke-peers.spoke.svc:7311"] = {"[fd00::2]:7311"};
+  set.Refresh();
+  EXPECT_FALSE(set.NamesMember({"10.0.0.1"}, {}));
+}
+
+TEST(PeerSet, AMemberOnTheListenAddressIsSelfEvenWhenNotAnInterfaceAddress) {
+  FakeDns dns;
+  dns.names["127.0.0.2:7311"] = {"127.0.0.2:7311"};
+  dns.names["127.0.0.3:7311"] = {"127.0.0.3:7311"};
+  PeerSet::Config c;
+  c.static_peers = {"127.0.0.2:7311", "127.0.0.3:7311"};
+  c.self_port = 7311;
+  c.self_host = "127.0.0.3";
+  PeerSet set(c, dns.resolver(), Local({"127.0.0.1"}));
+  set.Refresh();
+  auto v = set.Live();
+  ASSERT_EQ(v.self, 1);
+  EXPECT_EQ(v.members[1], "127.0.0.3:7311");
+}
+
 }  // namespace
 }  // namespace spoke::agent
