@@ -499,8 +499,8 @@ TEST(Loader, AtMostPrefetchFactorTimesWorkersBatchesOutstanding) {
 TEST(Checkpointer, ALoadReadsWhatTheLastSaveWroteAndChecksEveryByte) {
   TempDir dir;
   ManualClock clock;
-  const CheckpointConfig config{.dir = dir.path(), .every_batches = 1, .bytes = 10 << 10,
-                                .chunk = 4 << 10, .seed = 3};
+  const CheckpointConfig config{
+      .dir = dir.path(), .every_batches = 1, .bytes = 10 << 10, .chunk = 4 << 10, .seed = 3};
   Checkpointer ckpt(config, clock);
   EXPECT_EQ(ckpt.Load().error().code(), Code::kNotFound);
   ASSERT_TRUE(ckpt.Save(4));
@@ -526,7 +526,8 @@ TEST(Checkpointer, ALoadReadsWhatTheLastSaveWroteAndChecksEveryByte) {
   std::filesystem::resize_file(ckpt.path(), 6 << 10);
   load = ckpt.Load();
   ASSERT_FALSE(load);
-  EXPECT_NE(load.error().message().find("4096 good bytes"), std::string::npos) << load.error().message();
+  EXPECT_NE(load.error().message().find("4096 good bytes"), std::string::npos)
+      << load.error().message();
 }
 
 TEST(GenerateAndRun, CheckpointsLoadFirstAndEachSaveWaitsForTheAcceleratorsBefore) {
@@ -539,8 +540,8 @@ TEST(GenerateAndRun, CheckpointsLoadFirstAndEachSaveWaitsForTheAcceleratorsBefor
   LoaderConfig config = SmallConfig();
   config.accelerators = 2;
   config.compute_ms = 100;
-  config.checkpoint = {.dir = ckpt_dir.path(), .every_batches = 3, .bytes = 64 << 10,
-                       .chunk = 16 << 10, .seed = 1};
+  config.checkpoint = {
+      .dir = ckpt_dir.path(), .every_batches = 3, .bytes = 64 << 10, .chunk = 16 << 10, .seed = 1};
   const RunResult first = Loader(config, *m, storage, clock).Run();
   EXPECT_FALSE(first.checkpoint_load);  // nothing to load yet
   EXPECT_EQ(first.checkpoint_failures, 0u);

@@ -26,8 +26,8 @@ std::string BinaryDir();  // $SPOKE_BINARY_DIR
 
 class TestHub {
  public:
-  // Starts ganesha serving <tmp>/export over NFSv3 and NFSv4.1 on loopback high ports — of the network
-  // namespace `netns` when given (NetTopology). Aborts the test (gtest FAIL) if it cannot.
+  // Starts ganesha serving <tmp>/export over NFSv3 and NFSv4.1 on loopback high ports — of the
+  // network namespace `netns` when given (NetTopology). Aborts the test (gtest FAIL) if it cannot.
   static std::unique_ptr<TestHub> Start(const std::string& netns = "");
   ~TestHub();
 

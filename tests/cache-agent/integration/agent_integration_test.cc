@@ -297,15 +297,14 @@ TEST_F(AgentIntegrationTest, ReadsThroughTheCacheAndSurvivesRestarts) {
   EXPECT_EQ(out, "no volumes mounted\n");
 }
 
-
 // The same user path over an NFSv4.1 hub (as Amazon EFS: the NFS port only, no MOUNT
 // protocol): `spokectl mount` of a version=4.1 URL through the 60 ms WAN, every byte compared,
 // the second pass from the cache, and after kill -9 the mount restored and still warm.
 TEST_F(AgentIntegrationTest, ReadsOverNfs41ThroughTheCacheAndSurvivesACrash) {
   StartAgent();
   HubAddress wan = wan_->address();
-  std::string url = "'nfs://127.0.0.1" + wan.share + "?version=4.1&nfsport=" +
-                    std::to_string(wan.nfs_port) + "'";
+  std::string url =
+      "'nfs://127.0.0.1" + wan.share + "?version=4.1&nfsport=" + std::to_string(wan.nfs_port) + "'";
   auto [rc, out] = Spokectl("mount " + url + " " + mnt_);
   ASSERT_EQ(rc, 0) << out << AgentLog();
   std::tie(rc, out) = Spokectl("status");

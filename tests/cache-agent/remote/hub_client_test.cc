@@ -74,7 +74,7 @@ TEST_P(HubClient, StatsListsAndReadsManyInFlight) {
   ASSERT_TRUE(st) << st.error().ToString();
   EXPECT_TRUE(st->is_reg());
   EXPECT_EQ(st->size, big.size());
-  struct stat local{};
+  struct stat local {};
   ASSERT_EQ(::stat((hub_->export_dir() + "/d/big.bin").c_str(), &local), 0);
   EXPECT_EQ(st->file_id, local.st_ino);
   EXPECT_EQ(st->mode, local.st_mode);
@@ -199,7 +199,7 @@ TEST_P(HubClient, ChangesReachTheHubAsTheCaller) {
   ASSERT_TRUE(remote->FsyncAs(user, "home/ckpt.tmp"));
   ASSERT_TRUE(remote->RenameAs(user, "home/ckpt.tmp", "home/ckpt"));
   EXPECT_EQ(ReadWholeFile(hub_->export_dir() + "/home/ckpt"), data);
-  struct stat local{};
+  struct stat local {};
   ASSERT_EQ(::stat((hub_->export_dir() + "/home/ckpt").c_str(), &local), 0);
   EXPECT_EQ(local.st_uid, 1000u);
   EXPECT_EQ(local.st_mode & 07777, 0640u);
@@ -334,11 +334,9 @@ TEST_P(HubClient, AnInterruptedWaitOnASilentHubEndsAtOnce) {
   EXPECT_LT(waited, 6s) << "ended by the interrupt, not the 8 s bound";
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, HubClient,
-                         ::testing::Values(NfsVersion::kV3, NfsVersion::kV41),
+INSTANTIATE_TEST_SUITE_P(Versions, HubClient, ::testing::Values(NfsVersion::kV3, NfsVersion::kV41),
                          [](const ::testing::TestParamInfo<NfsVersion>& info) {
-                           return std::string(info.param == NfsVersion::kV41 ? "nfs41"
-                                                                             : "nfs3");
+                           return std::string(info.param == NfsVersion::kV41 ? "nfs41" : "nfs3");
                          });
 
 }  // namespace
