@@ -126,7 +126,7 @@ def check_peer_tls(docs, agent_cfg, variant):
           "mint-peer-cert takes the node name and pod IP from the downward API")
     args = mint["args"]
     for want in ["--dns=$(NODE_NAME)", "--ip=$(POD_IP)", "--out-dir=" + tls_dir,
-                 "--validity-days=30"]:
+                 "--validity-days=365"]:
         check(want in args, f"mint-peer-cert args have {want}")
     out = mount(mint, "peer-tls")
     check(out.get("mountPath") == tls_dir and not out.get("readOnly"),
