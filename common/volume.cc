@@ -185,7 +185,17 @@ std::string_view ToString(PrefetchMode p) {
 }
 
 std::string_view ToString(HubIdentity i) { return i == HubIdentity::kFixed ? "fixed" : "caller"; }
-std::string_view ToString(WriteMode w) { return w == WriteMode::kSync ? "sync" : "writeback"; }
+std::string_view ToString(WriteMode w) {
+  switch (w) {
+    case WriteMode::kSync:
+      return "sync";
+    case WriteMode::kWriteBack:
+      return "writeback";
+    case WriteMode::kUnstable:
+      return "unstable";
+  }
+  return "writeback";
+}
 
 std::string_view ToString(NfsVersion v) { return v == NfsVersion::kV41 ? "4.1" : "3"; }
 
@@ -393,9 +403,10 @@ Result<VolumeParams> ParseVolumeParams(const StringMap& params) {
   }
   SPOKE_TRY(p.hub_timeout_seconds, ParseHubTimeout(params));
   SPOKE_TRY(p.identity, ParseIdentity(params));
-  SPOKE_TRY(p.write_mode, ParseEnum<WriteMode>(
-                              params, kParamWriteMode, WriteMode::kWriteBack,
-                              {{"sync", WriteMode::kSync}, {"writeback", WriteMode::kWriteBack}}));
+  SPOKE_TRY(p.write_mode, ParseEnum<WriteMode>(params, kParamWriteMode, WriteMode::kWriteBack,
+                                               {{"sync", WriteMode::kSync},
+                                                {"writeback", WriteMode::kWriteBack},
+                                                {"unstable", WriteMode::kUnstable}}));
   return p;
 }
 

@@ -23,8 +23,9 @@ enum class PrefetchMode { kOff, kReadAhead, kAuto };
 enum class HubIdentity { kCaller, kFixed };
 // Scratch volumes: kWriteBack answers a write once the agent holds it and sends it on with
 // many WRITEs in flight (durable on the hub when fsync or close returns); kSync answers each
-// write only once the hub has it.
-enum class WriteMode { kSync, kWriteBack };
+// write only once the hub has it. kUnstable is kWriteBack with UNSTABLE WRITEs made durable by
+// a COMMIT (at fsync, close and every 16 MiB), sent again when the hub restarted before it.
+enum class WriteMode { kSync, kWriteBack, kUnstable };
 // The protocol the agent speaks to the hub: NFSv3 (libnfs) or NFSv4.1 (spoke-nfs4), for hubs
 // that serve no v3 (Amazon EFS, v4-only NAS exports).
 enum class NfsVersion { kV3, kV41 };

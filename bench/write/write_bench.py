@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Writes against the link: a big sequential write and a checkpoint save through a Spoke
-scratch mount over the WAN proxy, with writeMode writeback and sync, next to what the same
-link carries for reads, in one run on one hub and proxy.
+scratch mount over the WAN proxy, with writeMode writeback, unstable and sync, next to what
+the same link carries for reads, in one run on one hub and proxy.
 
   write_bench.py [--build-dir build/dev] [--size-mib 2048] [--ckpt-mib 1024] [--delay-ms 30]
-                 [--modes writeback,sync] [--out DIR] [--keep-workdir]
+                 [--modes writeback,unstable,sync] [--out DIR] [--keep-workdir]
 
 Phases, each on a fresh volume directory:
   link-read   spoke-remote-link-bench reads a --size-mib file through the proxy with the
@@ -189,7 +189,7 @@ def main():
     p.add_argument("--size-mib", type=int, default=2048)
     p.add_argument("--ckpt-mib", type=int, default=1024)
     p.add_argument("--delay-ms", type=int, default=30)
-    p.add_argument("--modes", default="writeback,sync")
+    p.add_argument("--modes", default="writeback,unstable,sync")
     p.add_argument("--out")
     p.add_argument("--keep-workdir", action="store_true")
     a = p.parse_args()

@@ -28,6 +28,14 @@ WriteBack::~WriteBack() {
     MutexLock lock(mu_);
     stopping_ = true;
     changed_.notify_all();
+    // What is answered and not committed is committed now (the caller's own flushes did that
+    // already; this is the bound for the rest).
+    auto commits = DueCommitsLocked(std::nullopt);
+    if (!commits.empty()) {
+      lock.unlock();
+      SendCommits(std::move(commits));
+      lock.lock();
+    }
     // Replies still to come run Done on this object: wait for them (each is bounded by the
     // hub's request timeout).
     while (!changed_.wait_until(lock, SteadyClock::now() + config_.wait_bound,
@@ -56,12 +64,43 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
     MutexLock lock(mu_);
     if (auto e = TakeErrorLocked(file)) return std::unexpected(*e);
     auto deadline = SteadyClock::now() + config_.wait_bound;
-    bool room = changed_.wait_until(lock, deadline, [&]() REQUIRES(mu_) {
+    bool room_waiter = false;
+    bool file_waiter = false;
+    bool timed_out = false;
+    while (!stopping_) {
       bool fits = held_bytes_ == 0 || held_bytes_ + size <= config_.budget_bytes;
-      return stopping_ || (fits && !OverlapsLocked(file, offset, size));
-    });
+      bool overlaps = OverlapsLocked(file, offset, size);
+      if (fits && !overlaps) break;
+      if (SteadyClock::now() >= deadline) {
+        timed_out = true;
+        break;
+      }
+      // Waiting writers make COMMITs due (unstable mode): what they wait for may be
+      // answered pieces that only a COMMIT releases.
+      if (!fits && !room_waiter) {
+        room_waiter = true;
+        room_waiters_++;
+      }
+      if (overlaps && !file_waiter) {
+        file_waiter = true;
+        files_[file].waiters++;
+      }
+      auto commits = DueCommitsLocked(fits ? std::optional<uint64_t>(file) : std::nullopt);
+      if (!commits.empty()) {
+        lock.unlock();
+        SendCommits(std::move(commits));
+        lock.lock();
+        continue;
+      }
+      changed_.wait_until(lock, deadline);
+    }
+    if (room_waiter) room_waiters_--;
+    if (file_waiter) {
+      files_[file].waiters--;
+      EraseIfDoneLocked(file);
+    }
     if (stopping_) return Fail(Code::kUnavailable, "the volume is being unmounted");
-    if (!room) {
+    if (timed_out) {
       return Fail(Code::kTimeout, "write-back of " + path + ": the hub took no held write for " +
                                       Seconds(config_.wait_bound) + " (" +
                                       std::to_string(held_bytes_) + " bytes waiting)");
@@ -76,7 +115,11 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
     p->first_sent = SteadyClock::now();
     p->backoff = config_.first_backoff;
     p->id = next_id_++;
-    files_[file].held.emplace(p->id, p);
+    auto& state = files_[file];
+    state.held.emplace(p->id, p);
+    state.sending++;
+    state.who = who;
+    state.path = path;
     held_bytes_ += size;
   }
   Send(std::move(p));
@@ -84,36 +127,173 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
 }
 
 void WriteBack::Send(std::shared_ptr<Piece> p) {
-  remote_.WriteAsAsync(p->who, p->path, p->offset, p->data,
-                       [this, p](Result<size_t> r) { Done(p, std::move(r)); });
-}
-
-void WriteBack::Done(const std::shared_ptr<Piece>& p, Result<size_t> r) {
-  MutexLock lock(mu_);
-  if (!r && Transient(r.error()) && !stopping_ &&
-      SteadyClock::now() - p->first_sent < config_.retry_bound) {
-    retries_.emplace_back(SteadyClock::now() + p->backoff, p);
-    p->backoff = std::min<std::chrono::milliseconds>(p->backoff * 2, std::chrono::seconds(5));
-    changed_.notify_all();
+  if (config_.unstable) {
+    remote_.WriteUnstableAsAsync(
+        p->who, p->path, p->offset, p->data,
+        [this, p](Result<RemoteFs::UnstableWrite> r) { Done(p, std::move(r)); });
     return;
   }
-  auto& state = files_[p->file];
-  if (!r) {
-    if (!state.error) state.error = r.error().Wrap("write-back of " + p->path);
-    log::Warn(
-        "write-back failed",
-        {{"path", p->path}, {"offset", std::to_string(p->offset)}, {"error", r.error().message()}});
-  } else if (*r != p->data->size()) {
-    if (!state.error) {
-      state.error =
-          Error(Code::kIo, "write-back of " + p->path + ": the hub took " + std::to_string(*r) +
-                               " of " + std::to_string(p->data->size()) + " bytes");
-    }
-  }
+  remote_.WriteAsAsync(p->who, p->path, p->offset, p->data, [this, p](Result<size_t> r) {
+    if (!r) return Done(p, std::unexpected(r.error()));
+    Done(p, RemoteFs::UnstableWrite{.count = *r, .stable = true});
+  });
+}
+
+void WriteBack::ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p) {
+  if (p->answered) state.uncommitted -= p->data->size();
   state.held.erase(p->id);
   held_bytes_ -= p->data->size();
-  if (state.held.empty() && !state.error) files_.erase(p->file);
-  changed_.notify_all();
+}
+
+void WriteBack::EraseIfDoneLocked(uint64_t file) {
+  auto it = files_.find(file);
+  if (it == files_.end()) return;
+  const auto& s = it->second;
+  if (s.held.empty() && !s.error && s.waiters == 0 && !s.committing) files_.erase(it);
+}
+
+void WriteBack::Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableWrite> r) {
+  std::vector<Commit> commits;
+  {
+    MutexLock lock(mu_);
+    if (!r && Transient(r.error()) && !stopping_ &&
+        SteadyClock::now() - p->first_sent < config_.retry_bound) {
+      retries_.emplace_back(SteadyClock::now() + p->backoff, p);
+      p->backoff = std::min<std::chrono::milliseconds>(p->backoff * 2, std::chrono::seconds(5));
+      changed_.notify_all();
+      return;
+    }
+    auto& state = files_[p->file];
+    state.sending--;
+    if (!r) {
+      if (!state.error) state.error = r.error().Wrap("write-back of " + p->path);
+      log::Warn("write-back failed", {{"path", p->path},
+                                      {"offset", std::to_string(p->offset)},
+                                      {"error", r.error().message()}});
+      ReleaseLocked(state, p);
+    } else if (r->count != p->data->size()) {
+      if (!state.error) {
+        state.error = Error(Code::kIo, "write-back of " + p->path + ": the hub took " +
+                                           std::to_string(r->count) + " of " +
+                                           std::to_string(p->data->size()) + " bytes");
+      }
+      ReleaseLocked(state, p);
+    } else if (r->stable) {
+      ReleaseLocked(state, p);
+    } else {
+      p->answered = true;
+      p->verifier = r->verifier;
+      state.uncommitted += p->data->size();
+    }
+    commits = DueCommitsLocked(room_waiters_ > 0 ? std::nullopt : std::optional(p->file));
+    EraseIfDoneLocked(p->file);
+    changed_.notify_all();
+  }
+  SendCommits(std::move(commits));
+}
+
+std::optional<WriteBack::Commit> WriteBack::DueCommitLocked(uint64_t file, FileState& state) {
+  if (state.committing || state.uncommitted == 0) return std::nullopt;
+  // Someone waits for the file, the volume or room: once the file's WRITEs are all answered
+  // (one COMMIT then covers them); waiting for room, at once.
+  bool waited_for = state.waiters > 0 || all_waiters_ > 0 || stopping_;
+  bool due = state.uncommitted >= config_.commit_bytes || room_waiters_ > 0 ||
+             (waited_for && state.sending == 0);
+  if (!due) return std::nullopt;
+  Commit c{.file = file, .who = state.who, .path = state.path, .ids = {}};
+  for (const auto& [id, p] : state.held) {
+    if (p->answered) c.ids.push_back(id);
+  }
+  state.committing = true;
+  state.commit_first_sent = SteadyClock::now();
+  state.commit_backoff = config_.first_backoff;
+  return c;
+}
+
+std::vector<WriteBack::Commit> WriteBack::DueCommitsLocked(std::optional<uint64_t> file) {
+  std::vector<Commit> out;
+  if (!config_.unstable) return out;
+  if (file) {
+    auto it = files_.find(*file);
+    if (it != files_.end()) {
+      if (auto c = DueCommitLocked(*file, it->second)) out.push_back(std::move(*c));
+    }
+    return out;
+  }
+  for (auto& [f, state] : files_) {
+    if (auto c = DueCommitLocked(f, state)) out.push_back(std::move(*c));
+  }
+  return out;
+}
+
+void WriteBack::SendCommits(std::vector<Commit> commits) {
+  for (auto& c : commits) {
+    auto shared = std::make_shared<Commit>(std::move(c));
+    remote_.CommitAsAsync(shared->who, shared->path, [this, shared](Result<uint64_t> r) {
+      CommitDone(*shared, std::move(r));
+    });
+  }
+}
+
+void WriteBack::CommitDone(const Commit& c, Result<uint64_t> r) {
+  std::vector<std::shared_ptr<Piece>> again;
+  std::vector<Commit> commits;
+  {
+    MutexLock lock(mu_);
+    auto& state = files_[c.file];
+    if (!r && Transient(r.error()) && !stopping_ &&
+        SteadyClock::now() - state.commit_first_sent < config_.retry_bound) {
+      commit_retries_.emplace_back(SteadyClock::now() + state.commit_backoff, c);
+      state.commit_backoff =
+          std::min<std::chrono::milliseconds>(state.commit_backoff * 2, std::chrono::seconds(5));
+      changed_.notify_all();
+      return;
+    }
+    state.committing = false;
+    for (uint64_t id : c.ids) {
+      auto it = state.held.find(id);
+      if (it == state.held.end()) continue;
+      auto p = it->second;
+      if (!r) {
+        // The COMMIT failed for good: these bytes may not be on the hub's disk.
+        ReleaseLocked(state, p);
+        continue;
+      }
+      if (p->verifier && *p->verifier == *r) {
+        ReleaseLocked(state, p);
+        continue;
+      }
+      // Answered by an earlier instance of the hub: lost with it, sent again.
+      if (stopping_) {
+        if (!state.error) {
+          state.error = Error(Code::kUnavailable, "write-back of " + p->path +
+                                                      ": the hub restarted and the volume "
+                                                      "was unmounted before it took it again");
+        }
+        ReleaseLocked(state, p);
+        continue;
+      }
+      state.uncommitted -= p->data->size();
+      p->answered = false;
+      p->verifier.reset();
+      p->first_sent = SteadyClock::now();
+      p->backoff = config_.first_backoff;
+      state.sending++;
+      again.push_back(p);
+    }
+    if (!r) {
+      if (!state.error) state.error = r.error().Wrap("write-back of " + c.path + " (COMMIT)");
+      log::Warn("write-back COMMIT failed", {{"path", c.path}, {"error", r.error().message()}});
+    } else if (!again.empty()) {
+      log::Warn("write-back: the hub's write verifier changed (it restarted); sending again",
+                {{"path", c.path}, {"writes", std::to_string(again.size())}});
+    }
+    commits = DueCommitsLocked(c.file);
+    EraseIfDoneLocked(c.file);
+    changed_.notify_all();
+  }
+  for (auto& p : again) Send(p);
+  SendCommits(std::move(commits));
 }
 
 void WriteBack::RetryLoop() {
@@ -125,40 +305,88 @@ void WriteBack::RetryLoop() {
         auto& state = files_[p->file];
         if (!state.error)
           state.error = Error(Code::kUnavailable, "unmounted before the hub took it");
-        state.held.erase(p->id);
-        held_bytes_ -= p->data->size();
+        state.sending--;
+        ReleaseLocked(state, p);
       }
       retries_.clear();
+      for (auto& [due, c] : commit_retries_) {
+        auto& state = files_[c.file];
+        if (!state.error)
+          state.error = Error(Code::kUnavailable, "unmounted before the hub committed it");
+        state.committing = false;
+        for (uint64_t id : c.ids) {
+          if (auto it = state.held.find(id); it != state.held.end()) {
+            auto p = it->second;
+            ReleaseLocked(state, p);
+          }
+        }
+      }
+      commit_retries_.clear();
+      // Pieces answered after a dropped COMMIT was started still need one.
+      if (auto commits = DueCommitsLocked(std::nullopt); !commits.empty()) {
+        lock.unlock();
+        SendCommits(std::move(commits));
+        lock.lock();
+      }
       changed_.notify_all();
       if (held_bytes_ == 0) return;
       changed_.wait_until(lock, SteadyClock::now() + std::chrono::milliseconds(100));
       continue;
     }
-    if (retries_.empty()) {
+    if (retries_.empty() && commit_retries_.empty()) {
       changed_.wait(lock);
       continue;
     }
     // Due times are in order of arrival, close enough: each waits at least its backoff.
-    auto due = retries_.front().first;
+    auto due = SteadyClock::time_point::max();
+    if (!retries_.empty()) due = retries_.front().first;
+    if (!commit_retries_.empty()) due = std::min(due, commit_retries_.front().first);
     if (SteadyClock::now() < due) {
       changed_.wait_until(lock, due);
       continue;
     }
-    auto p = retries_.front().second;
-    retries_.pop_front();
+    if (!retries_.empty() && retries_.front().first <= SteadyClock::now()) {
+      auto p = retries_.front().second;
+      retries_.pop_front();
+      lock.unlock();
+      Send(p);
+      lock.lock();
+      continue;
+    }
+    auto c = std::move(commit_retries_.front().second);
+    commit_retries_.pop_front();
     lock.unlock();
-    Send(p);
+    SendCommits({std::move(c)});
     lock.lock();
   }
 }
 
 Status WriteBack::WaitLocked(MutexLock& lock, uint64_t file, const char* what) {
   auto deadline = SteadyClock::now() + config_.wait_bound;
-  bool idle = changed_.wait_until(lock, deadline, [&]() REQUIRES(mu_) {
+  auto idle = [&]() REQUIRES(mu_) {
     auto it = files_.find(file);
     return it == files_.end() || it->second.held.empty();
-  });
-  if (!idle) {
+  };
+  if (idle()) return Ok();
+  files_[file].waiters++;
+  bool timed_out = false;
+  while (!idle()) {
+    if (SteadyClock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    auto commits = DueCommitsLocked(file);
+    if (!commits.empty()) {
+      lock.unlock();
+      SendCommits(std::move(commits));
+      lock.lock();
+      continue;
+    }
+    changed_.wait_until(lock, deadline);
+  }
+  files_[file].waiters--;
+  EraseIfDoneLocked(file);
+  if (timed_out) {
     return Fail(Code::kTimeout, std::string(what) + ": the hub took no held write for " +
                                     Seconds(config_.wait_bound));
   }
@@ -180,8 +408,24 @@ Status WriteBack::WaitIdle(uint64_t file) {
 Status WriteBack::WaitAllIdle() {
   MutexLock lock(mu_);
   auto deadline = SteadyClock::now() + config_.wait_bound;
-  bool idle = changed_.wait_until(lock, deadline, [&]() REQUIRES(mu_) { return held_bytes_ == 0; });
-  if (!idle) {
+  all_waiters_++;
+  bool timed_out = false;
+  while (held_bytes_ != 0) {
+    if (SteadyClock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    auto commits = DueCommitsLocked(std::nullopt);
+    if (!commits.empty()) {
+      lock.unlock();
+      SendCommits(std::move(commits));
+      lock.lock();
+      continue;
+    }
+    changed_.wait_until(lock, deadline);
+  }
+  all_waiters_--;
+  if (timed_out) {
     return Fail(Code::kTimeout, "waiting for the volume's held writes: the hub took none for " +
                                     Seconds(config_.wait_bound));
   }
@@ -193,7 +437,7 @@ std::optional<Error> WriteBack::TakeErrorLocked(uint64_t file) {
   if (it == files_.end() || !it->second.error) return std::nullopt;
   auto e = std::move(it->second.error);
   it->second.error.reset();
-  if (it->second.held.empty()) files_.erase(it);
+  EraseIfDoneLocked(file);
   return e;
 }
 

@@ -1,15 +1,21 @@
 // WriteBack: a scratch volume's writes, answered once held here and sent to the hub with many
-// WRITEs in flight per file. Each WRITE is FILE_SYNC, so a reply means the bytes are stable on
-// the hub and nothing waits for a COMMIT or is kept after its reply; a hub that restarts
-// loses none of them. A WRITE that fails for the network (kTimeout, kUnavailable: the hub
-// restarting) is sent again, with backoff, until `retry_bound` has passed since its first
-// send; any other failure (ENOSPC, EDQUOT, EACCES, EIO), or running out of retries, is kept
-// as the file's error and returned by its next Write, Drain or TakeError.
+// WRITEs in flight per file. A write is held until the hub has it stably:
+// - stable mode: each WRITE is FILE_SYNC, so its reply means the bytes are stable on the hub;
+// - unstable mode: WRITEs are UNSTABLE (the hub answers before its disk has them) and a COMMIT
+//   per file makes them stable: when the file's answered bytes reach `commit_bytes`, when a
+//   caller waits for the file (fsync, close, a read or rename of it, an overlapping write) or
+//   for the volume, and when writers wait for room. A WRITE answered with another write
+//   verifier than its COMMIT's was lost by a hub restart and is sent again.
+// A WRITE that fails for the network (kTimeout, kUnavailable: the hub restarting) is sent
+// again, with backoff, until `retry_bound` has passed since its first send; so is a COMMIT.
+// Any other failure (ENOSPC, EDQUOT, EACCES, EIO), or running out of retries, is kept as the
+// file's error and returned by its next Write, Drain or TakeError.
 //
-// Bounds: the bytes held (copied, in flight or waiting for a retry) are at most
-// `budget_bytes` per volume; a Write waits for room, and waits for an earlier WRITE of an
-// overlapping range of the same file (so the hub applies them in the caller's order), both
-// at most `wait_bound`. Files are keyed by the caller's choice (the inode).
+// Bounds: the bytes held (copied, in flight, answered but not committed, or waiting for a
+// retry) are at most `budget_bytes` per volume; a Write waits for room, and waits for an
+// earlier held write of an overlapping range of the same file (so the hub applies them in the
+// caller's order, also when one is sent again), both at most `wait_bound`. Files are keyed by
+// the caller's choice (the inode).
 // Thread-safe; `done` callbacks of the RemoteFs run on its I/O threads.
 #pragma once
 
@@ -43,6 +49,10 @@ class WriteBack {
     // per call sits below it).
     std::chrono::milliseconds wait_bound{90000};
     std::chrono::milliseconds first_backoff{100};
+    // UNSTABLE WRITEs and COMMIT (RemoteFs::WriteUnstableAsAsync) instead of FILE_SYNC ones.
+    bool unstable = false;
+    // A file's answered, uncommitted bytes that start a COMMIT without anyone waiting.
+    size_t commit_bytes = 16u << 20;
   };
 
   WriteBack(RemoteFs& remote, const Config& config);
@@ -76,14 +86,41 @@ class WriteBack {
     std::chrono::steady_clock::time_point first_sent{};
     std::chrono::milliseconds backoff{};
     uint64_t id = 0;
+    // Unstable mode: the hub answered (the bytes wait for a COMMIT), with this verifier
+    // (none when it changed between the WRITE's chunks: sent again whatever the COMMIT says).
+    bool answered = false;
+    std::optional<uint64_t> verifier;
   };
   struct FileState {
     std::map<uint64_t, std::shared_ptr<Piece>> held;  // by piece id
     std::optional<Error> error;
+    size_t sending = 0;       // pieces sent or waiting for a retry, not yet answered
+    size_t uncommitted = 0;   // bytes of answered pieces
+    bool committing = false;  // a COMMIT is in flight or waiting for its retry
+    int waiters = 0;          // callers waiting for the file: it is committed for them
+    Credentials who;          // the latest writer, whose COMMIT it is
+    std::string path;
+    std::chrono::steady_clock::time_point commit_first_sent{};
+    std::chrono::milliseconds commit_backoff{};
+  };
+  // A COMMIT to send: the pieces answered before it, which it makes stable.
+  struct Commit {
+    uint64_t file = 0;
+    Credentials who;
+    std::string path;
+    std::vector<uint64_t> ids;
   };
 
   void Send(std::shared_ptr<Piece> p);
-  void Done(const std::shared_ptr<Piece>& p, Result<size_t> r);
+  void Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableWrite> r);
+  void SendCommits(std::vector<Commit> commits);
+  void CommitDone(const Commit& c, Result<uint64_t> r);
+  // Starts (marks) the COMMITs now due: of `file` only, or of every file.
+  std::vector<Commit> DueCommitsLocked(std::optional<uint64_t> file) REQUIRES(mu_);
+  std::optional<Commit> DueCommitLocked(uint64_t file, FileState& state) REQUIRES(mu_);
+  // The piece is no longer held.
+  void ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p) REQUIRES(mu_);
+  void EraseIfDoneLocked(uint64_t file) REQUIRES(mu_);
   bool OverlapsLocked(uint64_t file, uint64_t offset, size_t size) const REQUIRES(mu_);
   void RetryLoop();
   Status WaitLocked(MutexLock& lock, uint64_t file, const char* what) REQUIRES(mu_);
@@ -99,6 +136,10 @@ class WriteBack {
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<Piece>>> retries_
       GUARDED_BY(mu_);
+  std::deque<std::pair<std::chrono::steady_clock::time_point, Commit>> commit_retries_
+      GUARDED_BY(mu_);
+  int room_waiters_ GUARDED_BY(mu_) = 0;  // Writes waiting for room in the budget
+  int all_waiters_ GUARDED_BY(mu_) = 0;   // WaitAllIdle callers
   bool stopping_ GUARDED_BY(mu_) = false;
   std::thread retry_thread_;
 };

@@ -251,6 +251,7 @@ NfsConnection& LibnfsRemote::ForPath(const std::string& path) {
 
 void LibnfsRemote::InvalidateEverywhere(const std::string& path) {
   DropHandles(path);
+  ForgetWriteHandles(path);
   for (auto& c : connections_) c->Invalidate(path);
   // Identity connections cache handles too (writes as the caller).
   MutexLock lock(identities_mu_);

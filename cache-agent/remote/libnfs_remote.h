@@ -152,6 +152,12 @@ class LibnfsRemote final : public RemoteFs {
   Status RmdirAs(const Credentials& who, const std::string& path) override;
   Status RenameAs(const Credentials& who, const std::string& from, const std::string& to) override;
   Status FsyncAs(const Credentials& who, const std::string& path) override;
+  // Raw WRITE3 (UNSTABLE) and COMMIT3 by the file's handle, so the hub's write verifier
+  // reaches the caller (libnfs' own calls drop it).
+  void WriteUnstableAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                            std::shared_ptr<const std::vector<char>> data,
+                            UnstableWriteDone done) override;
+  void CommitAsAsync(const Credentials& who, const std::string& path, CommitDone done) override;
   Result<FileAttr> StatAs(const Credentials& who, const std::string& path) override;
   Result<std::vector<DirEntry>> ReadDirAs(const Credentials& who, const std::string& path) override;
   void ReadCheckedAsAsync(const Credentials& who, const std::string& path, uint64_t file_id,
@@ -269,6 +275,20 @@ class LibnfsRemote final : public RemoteFs {
                       const std::string& dir_fh, const std::string& name,
                       std::function<void()> deliver, std::function<void()> by_path);
   std::optional<HandleStore::Entry> FindHandle(const std::string& path);
+  // Loop thread of `c`. Calls k with the handle of the file at `path` (remembered from an
+  // earlier call, else a LOOKUP from its directory's handle or along the path from the
+  // volume root), or an empty one when the lookup failed.
+  void FileHandleForWrite(NfsConnection& c, const std::string& path,
+                          std::function<void(std::string)> k);
+  // One unstable WRITE or COMMIT job's attempt by handle; a stale handle is forgotten and
+  // looked up again once.
+  void UnstableWriteAttempt(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                            const std::string& path, uint64_t offset,
+                            std::shared_ptr<const std::vector<char>> payload,
+                            std::shared_ptr<UnstableWriteDone> done, bool looked_again);
+  void CommitAttempt(NfsConnection& c, const std::shared_ptr<NfsJob>& j, const std::string& path,
+                     std::shared_ptr<CommitDone> done, bool looked_again);
+  void ForgetWriteHandles(const std::string& path);
   void DropHandles(const std::string& path);
   // The libnfs path of a volume-relative path ("/root/path").
   std::string Full(const std::string& path) const;
@@ -277,6 +297,9 @@ class LibnfsRemote final : public RemoteFs {
   std::string hub_name_;
   std::string root_;      // "" or "/sub/dir": the volume's directory inside the share
   HandleTable fh_table_;  // before connections_: their loops use it until they stop
+  // Handles of files written unstably, by path; dropped with the path's other handles.
+  Mutex write_fh_mu_;
+  std::map<std::string, std::string, std::less<>> write_fhs_ GUARDED_BY(write_fh_mu_);
   // Where handles are found: &fh_table_, an attached store, or nullptr (fh_table_size 0).
   // Held while the store is called, so that detaching waits for calls in progress.
   mutable Mutex store_mu_;

@@ -373,3 +373,184 @@ void LibnfsRemote::ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>&
 }
 
 }  // namespace spoke::agent
+
+namespace spoke::agent {
+
+namespace {
+
+uint64_t VerifierOf(const writeverf3& v) {
+  uint64_t out = 0;
+  std::memcpy(&out, v, sizeof(out));
+  return out;
+}
+
+}  // namespace
+
+void LibnfsRemote::ForgetWriteHandles(const std::string& path) {
+  MutexLock lock(write_fh_mu_);
+  // The path and everything under it (a renamed or removed directory).
+  auto it = write_fhs_.lower_bound(path);
+  while (it != write_fhs_.end() && it->first.starts_with(path) &&
+         (it->first.size() == path.size() || it->first[path.size()] == '/' || path.empty())) {
+    it = write_fhs_.erase(it);
+  }
+}
+
+void LibnfsRemote::FileHandleForWrite(NfsConnection& c, const std::string& path,
+                                      std::function<void(std::string)> k) {
+  {
+    MutexLock lock(write_fh_mu_);
+    if (auto it = write_fhs_.find(path); it != write_fhs_.end()) return k(it->second);
+  }
+  auto remember = [this, path, k](std::string fh) {
+    if (!fh.empty()) {
+      MutexLock lock(write_fh_mu_);
+      if (write_fhs_.size() >= 4096) write_fhs_.clear();  // files being written: few at once
+      write_fhs_[path] = fh;
+    }
+    k(std::move(fh));
+  };
+  ParentHandle(c, path, [this, &c, path, remember](std::string dir_fh, std::string name) {
+    if (!dir_fh.empty()) return LookupChain(c, std::move(dir_fh), {std::move(name)}, remember);
+    DirHandle(c, "", [&c, path, remember](std::string root) {
+      if (root.empty()) return remember({});
+      LookupChain(c, std::move(root), Components(path), remember);
+    });
+  });
+}
+
+void LibnfsRemote::WriteUnstableAsAsync(const Credentials& who, const std::string& path,
+                                        uint64_t offset,
+                                        std::shared_ptr<const std::vector<char>> data,
+                                        UnstableWriteDone done) {
+  auto conn = ForIdentity(who, LaneFor(path, offset));
+  auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
+  auto shared_done = std::make_shared<UnstableWriteDone>(std::move(done));
+  // The identity's connection stays open while its job runs.
+  job->on_error = [shared_done, conn](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  job->attempt = [this, path, offset, data, shared_done, conn](NfsConnection& c, nfs_context*,
+                                                               const std::shared_ptr<NfsJob>& j) {
+    UnstableWriteAttempt(c, j, path, offset, data, shared_done, false);
+  };
+  in_flight_->Add(1);
+  conn->Submit(std::move(job));
+}
+
+void LibnfsRemote::UnstableWriteAttempt(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                        const std::string& path, uint64_t offset,
+                                        std::shared_ptr<const std::vector<char>> payload,
+                                        std::shared_ptr<UnstableWriteDone> done,
+                                        bool looked_again) {
+  FileHandleForWrite(
+      c, path, [this, &c, j, path, offset, payload, done, looked_again](std::string fh) {
+        if (j->finished) return;
+        if (fh.empty()) return c.AttemptFailed(j, -ENOENT, "WRITE: no handle for " + path);
+        // The payload in write_max() chunks, one after the other; the reply's verifier is the
+        // first chunk's, or none (0, never a COMMIT's) when the hub's changed between chunks.
+        struct State {
+          std::string fh;
+          size_t done = 0;
+          UnstableWrite reply{.stable = true};
+          bool first = true;
+        };
+        auto st = std::make_shared<State>();
+        st->fh = std::move(fh);
+        auto step = std::make_shared<std::function<void()>>();
+        *step = [this, &c, j, path, offset, payload, done, looked_again, st, step]() {
+          WRITE3args a{};
+          a.file = Fh3(st->fh);
+          a.offset = offset + st->done;
+          a.count =
+              static_cast<count3>(std::min<uint64_t>(payload->size() - st->done, c.write_max()));
+          a.stable = UNSTABLE;
+          a.data.data_len = a.count;
+          a.data.data_val = const_cast<char*>(payload->data() + st->done);
+          c.CallRpc([&](rpc_context* rpc, auto cb,
+                        void* p) { return rpc_nfs3_write_async(rpc, cb, &a, p); },
+                    [this, &c, j, path, offset, payload, done, looked_again, st, step](int status,
+                                                                                       void* data) {
+                      auto keep = *step;  // the chain ends unless re-armed below
+                      *step = nullptr;
+                      if (j->finished) return;
+                      if (status != RPC_STATUS_SUCCESS) {
+                        return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+                      }
+                      auto* r = static_cast<WRITE3res*>(data);
+                      if ((r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE) &&
+                          !looked_again && st->done == 0) {
+                        ForgetWriteHandles(path);
+                        return UnstableWriteAttempt(c, j, path, offset, payload, done, true);
+                      }
+                      if (r->status != NFS3_OK) {
+                        return c.AttemptFailed(
+                            j, -ErrnoOf(r->status),
+                            std::string("WRITE: ") + std::strerror(ErrnoOf(r->status)));
+                      }
+                      const auto& ok = r->WRITE3res_u.resok;
+                      uint64_t verf = VerifierOf(ok.verf);
+                      if (ok.committed == UNSTABLE) st->reply.stable = false;
+                      if (st->first) {
+                        st->reply.verifier = verf;
+                        st->first = false;
+                      } else if (verf != st->reply.verifier) {
+                        st->reply.verifier = 0;
+                        st->reply.stable = false;
+                      }
+                      st->done += ok.count;
+                      if (ok.count == 0)
+                        return c.AttemptFailed(j, -EIO, "hub accepted 0 bytes of a WRITE");
+                      if (st->done < payload->size()) {
+                        *step = keep;
+                        return keep();
+                      }
+                      st->reply.count = st->done;
+                      if (c.Finish(j)) (*done)(st->reply);
+                    });
+        };
+        (*step)();
+      });
+}
+
+void LibnfsRemote::CommitAsAsync(const Credentials& who, const std::string& path, CommitDone done) {
+  auto conn = ForIdentity(who, LaneFor(path, 0));
+  auto job = NewJob("COMMIT", path, false, config_.request_timeout_seconds);
+  auto shared_done = std::make_shared<CommitDone>(std::move(done));
+  job->on_error = [shared_done, conn](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  job->attempt = [this, path, shared_done, conn](NfsConnection& c, nfs_context*,
+                                                 const std::shared_ptr<NfsJob>& j) {
+    CommitAttempt(c, j, path, shared_done, false);
+  };
+  in_flight_->Add(1);
+  conn->Submit(std::move(job));
+}
+
+void LibnfsRemote::CommitAttempt(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
+                                 const std::string& path, std::shared_ptr<CommitDone> done,
+                                 bool looked_again) {
+  FileHandleForWrite(c, path, [this, &c, j, path, done, looked_again](std::string fh) {
+    if (j->finished) return;
+    if (fh.empty()) return c.AttemptFailed(j, -ENOENT, "COMMIT: no handle for " + path);
+    COMMIT3args a{};
+    a.file = Fh3(fh);  // offset 0, count 0: the whole file
+    c.CallRpc(
+        [&](rpc_context* rpc, auto cb, void* p) { return rpc_nfs3_commit_async(rpc, cb, &a, p); },
+        [this, &c, j, path, done, looked_again](int status, void* data) {
+          if (j->finished) return;
+          if (status != RPC_STATUS_SUCCESS) {
+            return c.AttemptFailed(j, RpcErrno(status), Msg(data));
+          }
+          auto* r = static_cast<COMMIT3res*>(data);
+          if ((r->status == NFS3ERR_STALE || r->status == NFS3ERR_BADHANDLE) && !looked_again) {
+            ForgetWriteHandles(path);
+            return CommitAttempt(c, j, path, done, true);
+          }
+          if (r->status != NFS3_OK) {
+            return c.AttemptFailed(j, -ErrnoOf(r->status),
+                                   std::string("COMMIT: ") + std::strerror(ErrnoOf(r->status)));
+          }
+          if (c.Finish(j)) (*done)(VerifierOf(r->COMMIT3res_u.resok.verf));
+        });
+  });
+}
+
+}  // namespace spoke::agent

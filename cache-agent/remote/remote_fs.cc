@@ -59,6 +59,21 @@ void RemoteFs::WriteAsAsync(const Credentials& who, const std::string& path, uin
   done(WriteAs(who, path, offset, data->data(), data->size()));
 }
 
+void RemoteFs::WriteUnstableAsAsync(const Credentials& who, const std::string& path,
+                                    uint64_t offset, std::shared_ptr<const std::vector<char>> data,
+                                    UnstableWriteDone done) {
+  WriteAsAsync(who, path, offset, std::move(data), [done = std::move(done)](Result<size_t> r) {
+    if (!r) return done(std::unexpected(r.error()));
+    done(UnstableWrite{.count = *r, .stable = true});
+  });
+}
+
+void RemoteFs::CommitAsAsync(const Credentials& who, const std::string& path, CommitDone done) {
+  auto st = FsyncAs(who, path);
+  if (!st) return done(std::unexpected(st.error()));
+  done(uint64_t{0});
+}
+
 Result<uint64_t> RemoteFs::AppendAs(const Credentials&, const std::string&, const char*, size_t) {
   return std::unexpected(NotSupported("append"));
 }

@@ -174,6 +174,23 @@ class RemoteFs {
   using WriteDone = std::function<void(Result<size_t>)>;
   virtual void WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
                             std::shared_ptr<const std::vector<char>> data, WriteDone done);
+  // Unstable writes (writeMode unstable): the hub answers a WRITE before its bytes are on
+  // stable storage, with the write verifier of its running instance; a COMMIT makes every
+  // answered WRITE of the file stable and returns the verifier then. A WRITE answered with
+  // another verifier than the COMMIT's was lost by a hub restart and must be sent again.
+  // `stable` is true when the hub made the bytes stable anyway (then no COMMIT is needed).
+  // The defaults (a RemoteFs without them) write stably and commit with FsyncAs.
+  struct UnstableWrite {
+    size_t count = 0;
+    bool stable = false;
+    uint64_t verifier = 0;
+  };
+  using UnstableWriteDone = std::function<void(Result<UnstableWrite>)>;
+  virtual void WriteUnstableAsAsync(const Credentials& who, const std::string& path,
+                                    uint64_t offset, std::shared_ptr<const std::vector<char>> data,
+                                    UnstableWriteDone done);
+  using CommitDone = std::function<void(Result<uint64_t>)>;
+  virtual void CommitAsAsync(const Credentials& who, const std::string& path, CommitDone done);
   // O_APPEND: writes at the hub's current size (GETATTR, then WRITE at that offset) and
   // returns the size after the write. Not atomic against other clients appending at the
   // same moment (NFSv3 has no append).

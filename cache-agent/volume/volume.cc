@@ -154,7 +154,8 @@ VolumeFs::Config FsConfig(const Volume::Config& config, OpenRecords* open_record
   vc.volume_id = config.volume_id;
   vc.read_only = read_only;
   vc.consistency = context.cache.consistency;
-  vc.write_back = context.write_mode == WriteMode::kWriteBack;
+  vc.write_back = context.write_mode != WriteMode::kSync;
+  vc.write_back_config.unstable = context.write_mode == WriteMode::kUnstable;
   // A hub restart (a few request timeouts) is ridden out; waits sit above the retries.
   auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(1.0, context.hub_timeout_seconds) * 1000));

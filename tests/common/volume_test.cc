@@ -126,6 +126,13 @@ TEST(VolumeParamsTest, WriteModeDefaultsToWriteBackAndReachesTheContext) {
   auto back = VolumeContext::FromMap(ctx.ToMap());
   ASSERT_TRUE(back) << back.error().message();
   EXPECT_EQ(back->write_mode, WriteMode::kSync);
+  m["writeMode"] = "unstable";
+  p = ParseVolumeParams(m);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->write_mode, WriteMode::kUnstable);
+  back = VolumeContext::FromMap(MakeVolumeContext(*p, "pv-2").ToMap());
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->write_mode, WriteMode::kUnstable);
 }
 
 TEST(VolumeParamsTest, NfsVersionChoosesTheHubProtocol) {

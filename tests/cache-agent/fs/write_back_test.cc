@@ -1,6 +1,7 @@
 // WriteBack against a hub whose WRITE replies the test hands out: writes are answered before
 // the hub has them, the budget holds writers back, overlapping writes keep their order,
-// network failures are sent again, and a refusal reaches the file's next call.
+// network failures are sent again, and a refusal reaches the file's next call; in unstable
+// mode, COMMITs make the answered writes durable and a hub restart has them sent again.
 #include "cache-agent/fs/write_back.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <deque>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "tests/cache-agent/fs/fakes.h"
@@ -216,6 +218,198 @@ TEST(WriteBackTest, ARefusalReachesDrainAndWaitIdleLeavesIt) {
   auto d = wb.Drain(1);
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().ToErrno(), EDQUOT);
+}
+
+// An NFS hub's unstable writes: a WRITE changes what is read (the fake's files) at once and
+// what survives a restart only at the next COMMIT; a restart loses the rest and changes the
+// write verifier. Replies come at once, on the caller's thread.
+class UnstableHub : public testing::FakeRemoteFs {
+ public:
+  void WriteUnstableAsAsync(const Credentials&, const std::string& path, uint64_t offset,
+                            std::shared_ptr<const std::vector<char>> data,
+                            UnstableWriteDone done) override {
+    uint64_t verifier;
+    std::string before = Data(path);
+    {
+      MutexLock lock(mu);
+      writes++;
+      verifier = boot;
+      stable.try_emplace(path, before);  // what a restart goes back to before any COMMIT
+    }
+    auto n = Write(path, offset, data->data(), data->size());
+    if (!n) return done(std::unexpected(n.error()));
+    done(UnstableWrite{.count = *n, .stable = false, .verifier = verifier});
+  }
+  void CommitAsAsync(const Credentials&, const std::string& path, CommitDone done) override {
+    uint64_t verifier;
+    bool refuse;
+    {
+      MutexLock lock(mu);
+      commits++;
+      verifier = boot;
+      refuse = refuse_commits;
+      if (hold_commits) {
+        held_commits.push_back(std::move(done));
+        return;
+      }
+    }
+    // Replies run without the hub's lock: they may start the next COMMIT.
+    if (refuse) return done(std::unexpected(Error::FromErrno(ENOSPC, "hub full")));
+    std::string data = Data(path);
+    {
+      MutexLock lock(mu);
+      stable[path] = data;
+    }
+    done(verifier);
+  }
+  // The hub restarts: what no COMMIT covered is gone.
+  void Restart() {
+    std::vector<std::pair<std::string, std::string>> files;
+    {
+      MutexLock lock(mu);
+      boot++;
+      files.assign(stable.begin(), stable.end());
+    }
+    for (auto& [path, data] : files) PutFile(path, data);
+  }
+  std::string Stable(const std::string& path) {
+    MutexLock lock(mu);
+    return stable[path];
+  }
+  int Writes() {
+    MutexLock lock(mu);
+    return writes;
+  }
+  int Commits() {
+    MutexLock lock(mu);
+    return commits;
+  }
+
+  Mutex mu;
+  uint64_t boot GUARDED_BY(mu) = 7;
+  std::map<std::string, std::string> stable GUARDED_BY(mu);
+  int writes GUARDED_BY(mu) = 0;
+  int commits GUARDED_BY(mu) = 0;
+  bool refuse_commits GUARDED_BY(mu) = false;
+  bool hold_commits GUARDED_BY(mu) = false;
+  std::vector<CommitDone> held_commits GUARDED_BY(mu);
+};
+
+WriteBack::Config UnstableConfig() {
+  auto c = SmallConfig();
+  c.unstable = true;
+  c.commit_bytes = 64u << 20;  // no COMMIT unless someone waits
+  return c;
+}
+
+TEST(WriteBackUnstableTest, AnsweredWritesAreHeldUntilTheCommitThatDrainSends) {
+  UnstableHub hub;
+  hub.PutFile("f", "");
+  WriteBack wb(hub, UnstableConfig());
+  std::string a(1 << 20, 'a'), b(1000, 'b');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, a.data(), a.size()));
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", a.size(), b.data(), b.size()));
+  EXPECT_TRUE(hub.Data("f") == a + b) << "answered: the hub applied them";
+  EXPECT_TRUE(wb.Holds(1)) << "not durable yet";
+  EXPECT_EQ(hub.Commits(), 0);
+  EXPECT_EQ(hub.Stable("f"), "");
+  ASSERT_TRUE(wb.Drain(1));
+  EXPECT_EQ(hub.Commits(), 1) << "one COMMIT for both";
+  EXPECT_TRUE(hub.Stable("f") == a + b);
+  EXPECT_FALSE(wb.Holds(1));
+  EXPECT_EQ(wb.held_bytes(), 0u);
+}
+
+TEST(WriteBackUnstableTest, AHubRestartBeforeTheCommitHasTheWritesSentAgain) {
+  UnstableHub hub;
+  hub.PutFile("f", "");
+  WriteBack wb(hub, UnstableConfig());
+  std::string a(4096, 'a'), b(4096, 'b');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, a.data(), a.size()));
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", a.size(), b.data(), b.size()));
+  hub.Restart();
+  EXPECT_EQ(hub.Data("f"), "") << "the restart lost the uncommitted writes";
+  ASSERT_TRUE(wb.Drain(1));
+  EXPECT_EQ(hub.Writes(), 4) << "both sent again";
+  EXPECT_EQ(hub.Commits(), 2);
+  EXPECT_TRUE(hub.Stable("f") == a + b);
+  EXPECT_EQ(wb.held_bytes(), 0u);
+}
+
+TEST(WriteBackUnstableTest, AFileCommitsOnceItsAnsweredBytesReachTheThreshold) {
+  UnstableHub hub;
+  hub.PutFile("f", "");
+  auto config = UnstableConfig();
+  config.commit_bytes = 1 << 20;
+  WriteBack wb(hub, config);
+  std::string half(512 << 10, 'h');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, half.data(), half.size()));
+  EXPECT_EQ(hub.Commits(), 0);
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", half.size(), half.data(), half.size()));
+  EXPECT_EQ(hub.Commits(), 1) << "nobody waits, the threshold commits";
+  EXPECT_TRUE(hub.Stable("f") == half + half);
+  EXPECT_FALSE(wb.Holds(1));
+}
+
+TEST(WriteBackUnstableTest, AWriterWaitingForRoomHasTheAnsweredBytesCommitted) {
+  UnstableHub hub;
+  hub.PutFile("f", "");
+  hub.PutFile("g", "");
+  WriteBack wb(hub, UnstableConfig());  // budget 2 MiB
+  std::string mib(1 << 20, 'x');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, mib.data(), mib.size()));
+  ASSERT_TRUE(wb.Write(2, kWriter, "g", 0, mib.data(), mib.size()));
+  EXPECT_EQ(wb.held_bytes(), 2u << 20);
+  // Full of answered, uncommitted bytes of two files: the third write commits them.
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 1 << 20, mib.data(), mib.size()));
+  EXPECT_TRUE(hub.Stable("g") == mib);
+  ASSERT_TRUE(wb.WaitAllIdle());
+  EXPECT_TRUE(hub.Stable("f") == mib + mib);
+}
+
+TEST(WriteBackUnstableTest, AnOverlappingWriteWaitsForTheEarlierOnesCommit) {
+  UnstableHub hub;
+  hub.PutFile("f", "");
+  {
+    MutexLock lock(hub.mu);
+    hub.hold_commits = true;
+  }
+  WriteBack wb(hub, UnstableConfig());
+  std::string first(100, '1'), second(50, '2');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, first.data(), first.size()));
+  // Sent again after a restart, the first would land over the second: it waits.
+  auto later = std::async(std::launch::async, [&] {
+    return wb.Write(1, kWriter, "f", 25, second.data(), second.size());
+  });
+  EXPECT_EQ(later.wait_for(milliseconds(200)), std::future_status::timeout);
+  std::vector<UnstableHub::CommitDone> commits;
+  {
+    MutexLock lock(hub.mu);
+    hub.hold_commits = false;
+    commits.swap(hub.held_commits);
+  }
+  ASSERT_EQ(commits.size(), 1u) << "the waiting writer started a COMMIT";
+  commits[0](uint64_t{7});
+  EXPECT_TRUE(later.get());
+  ASSERT_TRUE(wb.Drain(1));
+  EXPECT_EQ(hub.Stable("f"), std::string(25, '1') + second + std::string(25, '1'));
+}
+
+TEST(WriteBackUnstableTest, ARefusedCommitFailsTheDrainWithItsError) {
+  UnstableHub hub;
+  hub.PutFile("f", "");
+  {
+    MutexLock lock(hub.mu);
+    hub.refuse_commits = true;
+  }
+  WriteBack wb(hub, UnstableConfig());
+  std::string data(10, 'n');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, data.data(), data.size()));
+  auto d = wb.Drain(1);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().ToErrno(), ENOSPC);
+  EXPECT_EQ(wb.held_bytes(), 0u);
+  EXPECT_TRUE(wb.Drain(1)) << "an error is reported once";
 }
 
 }  // namespace

@@ -214,6 +214,41 @@ TEST_F(WriteBackTest, AHubRestartWhileWritesAreHeldLosesNothing) {
   EXPECT_EQ(st.st_uid, 1000u);
 }
 
+// writeMode unstable: the hub answers WRITEs before its disk has them. A hub that restarts
+// before the COMMIT comes back with another write verifier, and what it answered may be gone
+// (here: the file cut to nothing while the hub is down, as a crash of its machine would): the
+// agent sends every uncommitted write again before fsync returns.
+TEST_F(WriteBackTest, AHubRestartBeforeTheCommitHasTheAnsweredWritesSentAgain) {
+  StartAgent();
+  MountScratch("unstable");
+  if (HasFatalFailure()) return;
+  const std::string file = mnt_ + "/u1000/ckpt.bin";
+  const std::string on_hub = hub_->export_dir() + "/u1000/ckpt.bin";
+  const std::string data = Pattern(8 * kMiB, 7);  // under the 16 MiB a COMMIT starts at
+  Writer w({[&](int& fd) {
+              fd = ::open(file.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+              return fd < 0 ? errno : WriteAll(fd, data, kMiB);
+            },
+            [&](int& fd) { return ::fsync(fd) == 0 ? 0 : errno; },
+            [&](int& fd) { return ::close(fd) == 0 ? 0 : errno; }});
+  ASSERT_TRUE(w.started());
+  ASSERT_EQ(w.Next(), 0) << "the writes" << Diagnostics();
+  // Answered: the hub applied them (no COMMIT yet, nobody waits).
+  for (int i = 0; i < 100 && ReadWholeFile(on_hub).size() < data.size(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(ReadWholeFile(on_hub).size(), data.size()) << Diagnostics();
+  hub_->Stop();
+  ASSERT_EQ(::truncate(on_hub.c_str(), 0), 0) << std::strerror(errno);
+  ASSERT_TRUE(hub_->Restart());
+  EXPECT_EQ(w.Next(), 0) << "fsync after the hub came back" << Diagnostics();
+  EXPECT_TRUE(ReadWholeFile(on_hub) == data) << "the uncommitted writes were not sent again";
+  EXPECT_NE(ReadWholeFile(work_->path() + "/agent.log").find("write verifier changed"),
+            std::string::npos)
+      << Diagnostics();
+  EXPECT_EQ(w.Next(), 0) << "close" << Diagnostics();
+}
+
 // close-to-open: once close() returns, the hub has every byte (no fsync), and a rename
 // after it with an fsync of the directory leaves the file whole under its new name.
 TEST_F(WriteBackTest, CloseReturnsOnceTheHubHasEveryByte) {
@@ -309,6 +344,8 @@ void WriteBackTest::FillHub(const std::string& write_mode) {
 TEST_F(WriteBackTest, AFullHubFailsTheNextCallWithEnospc) { FillHub("writeback"); }
 
 TEST_F(WriteBackTest, AFullHubFailsTheWriteWithEnospcInSyncMode) { FillHub("sync"); }
+
+TEST_F(WriteBackTest, AFullHubFailsTheNextCallWithEnospcInUnstableMode) { FillHub("unstable"); }
 
 }  // namespace
 }  // namespace spoke
