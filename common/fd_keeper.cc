@@ -97,6 +97,29 @@ void FdKeeperServer::Stop() {
   listen_fd_.Reset();
 }
 
+void FdKeeperServer::FinishServing(std::chrono::milliseconds bound) {
+  if (!thread_.joinable()) return;
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  MutexLock lock(mu_);
+  if (!entries_.empty() && lease_holders_ == 0) {
+    log::Info(
+        "fd keeper stopping: no agent holds the kept connections; serving until one "
+        "takes them over",
+        {{"kept", static_cast<int64_t>(entries_.size())},
+         {"bound_ms", static_cast<int64_t>(bound.count())}});
+  }
+  while (!entries_.empty() && lease_holders_ == 0) {
+    if (lease_changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      log::Error(
+          "fd keeper stopping: no agent took the kept connections in time; their mounts "
+          "end with this keeper",
+          {{"kept", static_cast<int64_t>(entries_.size())}});
+      break;
+    }
+  }
+  closing_ = true;
+}
+
 struct FdKeeperServer::Clients {
   std::vector<UniqueFd> fds;
   std::set<int> denied;   // accepted, but from a uid that may not use the keeper
@@ -160,6 +183,11 @@ bool FdKeeperServer::ServeClient(Clients& clients, int fd, short revents) {
   const bool keep = HandleRequest(fd, &hold);
   clients.last_seen = std::chrono::steady_clock::now();
   if (keep && hold && clients.holders.insert(fd).second) {
+    {
+      MutexLock lock(mu_);
+      lease_holders_++;
+      lease_changed_.notify_all();
+    }
     log::Info("fd keeper: an agent holds the kept connections",
               {{"kept", static_cast<int64_t>(size())}});
   }
@@ -169,6 +197,11 @@ bool FdKeeperServer::ServeClient(Clients& clients, int fd, short revents) {
 void FdKeeperServer::DropClient(Clients& clients, int fd) {
   clients.denied.erase(fd);
   if (clients.holders.erase(fd) == 0) return;
+  {
+    MutexLock lock(mu_);
+    lease_holders_--;
+    lease_changed_.notify_all();
+  }
   clients.last_seen = std::chrono::steady_clock::now();
   if (clients.holders.empty() && size() > 0) {
     log::Warn(
@@ -204,6 +237,7 @@ void FdKeeperServer::ReleaseOrphans(std::chrono::milliseconds idle) {
   {
     MutexLock lock(mu_);
     released.swap(entries_);
+    lease_changed_.notify_all();
   }
   std::string keys;
   for (const auto& [key, e] : released) keys += (keys.empty() ? "" : ",") + key;
@@ -242,10 +276,13 @@ bool FdKeeperServer::HandleRequest(int client, bool* hold) {
                   std::to_string(msg->fds.size()));
     }
     KeptFd entry{key, (*req)["metadata"].dump(), std::move(msg->fds[0])};
+    bool closing;
     {
       MutexLock lock(mu_);
-      entries_[key] = std::move(entry);  // replaces (and closes) an older descriptor
+      closing = closing_;
+      if (!closing) entries_[key] = std::move(entry);  // replaces (and closes) an older one
     }
+    if (closing) return fail("keeper stopping: give the connection to the next keeper");
     log::Info("fd keeper: kept", {{"key", key}});
     return Reply(client, json{{"ok", true}}.dump()).has_value();
   }

@@ -68,6 +68,12 @@ class FdKeeperServer {
   // Stops serving and removes the socket file. Kept descriptors stay open until destruction,
   // so the mounts they belong to keep their connection until this process exits.
   void Stop();
+  // Before Stop() at a graceful exit: while descriptors are kept and no agent holds the lease
+  // (its agent is restarting too: a node plugin and an agent upgraded at once), the keeper is
+  // the last holder of those connections, so it keeps serving until an agent takes the lease
+  // (after its LIST took them over), at most `bound`. From then on it refuses PUTs: an agent
+  // handing over retries them with the next keeper instead of leaving them to this one.
+  void FinishServing(std::chrono::milliseconds bound);
 
   size_t size() const;
 
@@ -95,6 +101,9 @@ class FdKeeperServer {
   std::atomic<bool> stopping_{false};
   mutable Mutex mu_;
   std::map<std::string, KeptFd> entries_ GUARDED_BY(mu_);
+  CondVar lease_changed_;                  // lease_holders_ or entries_ changed
+  int lease_holders_ GUARDED_BY(mu_) = 0;  // clients holding the agent's lease
+  bool closing_ GUARDED_BY(mu_) = false;   // FinishServing decided: no more PUTs
 };
 
 // A client of the keeper: one connection per call, every call bounded by `timeout`.

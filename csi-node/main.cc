@@ -4,6 +4,7 @@
 //   spoke-csi-node --endpoint unix:///csi/csi.sock --node-id $(NODE_NAME)
 //                  --agent-socket /run/spoke/agent.sock --config /etc/spoke/node.yaml
 //                  [--state-dir DIR] [--fuse-keeper-socket PATH] [--log-level info] [--version]
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -114,6 +115,8 @@ void LogStart(const spoke::node::NodeConfig& config) {
        {"agent_timeout_ms", static_cast<int64_t>(config.agent_timeout.count())}});
 }
 
+constexpr std::chrono::seconds kKeeperHandOverBound{40};
+
 // Starts the fd keeper and serves CSI Identity and Node until a signal; the exit code.
 int Serve(const spoke::node::NodeConfig& config) {
   using namespace spoke;
@@ -137,6 +140,10 @@ int Serve(const spoke::node::NodeConfig& config) {
     log::Error("cannot serve", {{"error", s.error().message()}});
     return 1;
   }
+  // An upgrade that restarts this plugin and the agent together: the agent handed its
+  // connections here and left, so stay until the next agent takes them (bounded below the
+  // chart's terminationGracePeriodSeconds for this pod).
+  if (*keeper) (*keeper)->FinishServing(kKeeperHandOverBound);
   return 0;
 }
 

@@ -536,13 +536,24 @@ void MountManager::HandOver(std::chrono::milliseconds drain) {
       if (e.volume) mounted.emplace_back(e.record, std::move(e.volume));
     }
   }
+  // The lease goes first: a keeper stopping at the same time (the node plugin upgraded with
+  // this agent) then knows no agent serves what it keeps, and stays for the next one.
+  keeper_lease_.Reset();
   // A restarted keeper may lack some connections: PUT them all (replacing is harmless). Each
   // hand-over drains for up to `drain`: all at once, so that the total stays `drain`.
+  const auto keeper_deadline = std::chrono::steady_clock::now() + options_.keeper_handover_wait;
   std::atomic<size_t> handed{0};
   std::vector<std::thread> drains;
   for (const auto& [record, volume] : mounted) {
-    drains.emplace_back([this, &record, &volume, &handed, drain] {
-      if (!PutToKeeper(record, *volume)) {
+    drains.emplace_back([this, &record, &volume, &handed, drain, keeper_deadline] {
+      // A keeper restarting (or stopping and refusing) is offered the connection again
+      // until the next one answers.
+      bool kept = PutToKeeper(record, *volume);
+      while (!kept && std::chrono::steady_clock::now() < keeper_deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        kept = PutToKeeper(record, *volume);
+      }
+      if (!kept) {
         log::Warn("no fd keeper holds this mount: unmounting it (the next agent mounts it again)",
                   {{"target", record.target_path}});
         (void)volume->Unmount();

@@ -72,6 +72,9 @@ class MountManager {
     std::chrono::milliseconds keeper_timeout{2000};   // bound on one keeper call
     std::chrono::milliseconds keeper_interval{2000};  // check the keeper has every fd
     std::chrono::milliseconds keeper_backoff_max{30000};
+    // Hand-over: how long a connection is offered to a keeper that does not answer or
+    // refuses it (restarting with the node plugin) before the mount is ended instead.
+    std::chrono::milliseconds keeper_handover_wait{20000};
   };
 
   // `mounter`, `host` and `registry` must outlive the manager.
@@ -111,10 +114,12 @@ class MountManager {
   // all at once so that a few stuck sessions do not add up past the pod's grace period;
   // keeps mounts.json so the next start restores them. Idempotent.
   void Shutdown();
-  // Agent hand-over (SIGTERM with a keeper): stops the background thread, makes sure the
-  // keeper has every connection, then stops serving each mount without unmounting (waiting up
-  // to `drain` for requests already read). Mounts without a kept fd are unmounted as in
-  // Shutdown(). Idempotent; Shutdown() afterwards does nothing more.
+  // Agent hand-over (SIGTERM with a keeper): stops the background thread, gives up the
+  // keeper's lease (a keeper that is stopping too then waits for the next agent), makes sure
+  // a keeper has every connection (offered again for up to keeper_handover_wait while none
+  // takes it), then stops serving each mount without unmounting (waiting up to `drain` for
+  // requests already read). Mounts no keeper took are unmounted as in Shutdown().
+  // Idempotent; Shutdown() afterwards does nothing more.
   void HandOver(std::chrono::milliseconds drain);
 
   // The keeper key of the mount at `target` (a printable, bounded digest of the path).

@@ -361,7 +361,8 @@ void WriteBack::RetryLoop() {
   }
 }
 
-Status WriteBack::WaitLocked(MutexLock& lock, uint64_t file, const char* what) {
+Status WriteBack::WaitFileIdle(uint64_t file, const char* what) {
+  MutexLock lock(mu_);
   auto deadline = SteadyClock::now() + config_.wait_bound;
   auto idle = [&]() REQUIRES(mu_) {
     auto it = files_.find(file);
@@ -394,15 +395,14 @@ Status WriteBack::WaitLocked(MutexLock& lock, uint64_t file, const char* what) {
 }
 
 Status WriteBack::Drain(uint64_t file) {
+  SPOKE_RETURN_IF_ERROR(WaitFileIdle(file, "fsync/close"));
   MutexLock lock(mu_);
-  SPOKE_RETURN_IF_ERROR(WaitLocked(lock, file, "fsync/close"));
   if (auto e = TakeErrorLocked(file)) return std::unexpected(*e);
   return Ok();
 }
 
 Status WriteBack::WaitIdle(uint64_t file) {
-  MutexLock lock(mu_);
-  return WaitLocked(lock, file, "waiting for earlier writes of the file");
+  return WaitFileIdle(file, "waiting for earlier writes of the file");
 }
 
 Status WriteBack::WaitAllIdle() {

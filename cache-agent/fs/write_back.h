@@ -123,7 +123,8 @@ class WriteBack {
   void EraseIfDoneLocked(uint64_t file) REQUIRES(mu_);
   bool OverlapsLocked(uint64_t file, uint64_t offset, size_t size) const REQUIRES(mu_);
   void RetryLoop();
-  Status WaitLocked(MutexLock& lock, uint64_t file, const char* what) REQUIRES(mu_);
+  // Waits until none of the file's writes is held (committing them in unstable mode).
+  Status WaitFileIdle(uint64_t file, const char* what) EXCLUDES(mu_);
   std::optional<Error> TakeErrorLocked(uint64_t file) REQUIRES(mu_);
 
   RemoteFs& remote_;

@@ -207,9 +207,10 @@ wan_bytes_from_hub() { awk '{ print $2 }' "$W/wan-proxy.stats" 2>/dev/null || ec
 # reader per node (pinned by nodeName), all at once, verifies the whole dataset. The hub's
 # bytes are what crossed the WAN proxy (the only way to this dataset), from the first mount on:
 # the agents' prefetch starts at staging. Without peers that is 3x the dataset; measured here
-# 1.02x (README). The agents stage at different times: a late one owns blocks its peers
-# fetched before it mounted, and asks their previous owner's cache for them (docs/peers.md).
-# The run fails at 1.5x or more.
+# 1.02-1.42x in three runs (README). The agents stage at different times: a late one owns blocks its peers
+# fetched before it mounted, and asks their previous owner's cache for them (docs/peers.md);
+# on two loaded cores some peer asks pass their bound and go to the hub. Without the previous
+# owner's answer it was 1.77-1.98x: the run fails at 1.7x or more.
 kind_read_on_every_node() {
   local n bytes=0 before after line fetched
   wl_render "$HERE/dataset-wan-pvc.yaml" | kubectl apply -f - >/dev/null
@@ -235,8 +236,8 @@ kind_read_on_every_node() {
   fetched=$((after - before))
   log "hub bytes with peers: $fetched bytes crossed the 60 ms WAN for ${#kind_nodes[@]} nodes reading the $bytes-byte dataset: $(awk -v h=$fetched -v d="$bytes" 'BEGIN { printf "%.2f", h / d }') x the dataset (without peers: ${#kind_nodes[@]} x); agents' hub counters now: $(hub_bytes_all) bytes"
   [ "$fetched" -ge "$bytes" ] || die "only $fetched bytes crossed the WAN for a $bytes-byte dataset: not read through the hub"
-  [ "$fetched" -lt $((bytes * 3 / 2)) ] ||
-    die "$fetched bytes crossed the WAN for a $bytes-byte dataset read on ${#kind_nodes[@]} nodes: 1.5x or more, where peers make it about 1x"
+  [ "$fetched" -lt $((bytes * 17 / 10)) ] ||
+    die "$fetched bytes crossed the WAN for a $bytes-byte dataset read on ${#kind_nodes[@]} nodes: 1.7x or more, where peers make it about 1x"
   kubectl -n "$NS" delete pods -l 'app.kubernetes.io/name in (spoke-node-reader,spoke-node-holder)' \
     --wait --timeout="$TIMEOUT" >/dev/null
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -155,6 +156,48 @@ TEST(FdKeeperOrphanTest, WithoutATimeoutNothingIsEverReleasedAndTheLeaseEndsWith
   server.reset();  // the keeper went away: the agent sees its lease end and takes a new one
   EXPECT_TRUE(Eventually([&] { return !FdKeeperClient::LeaseAlive(again->get()); }));
   EXPECT_FALSE(FdKeeperClient::LeaseAlive(-1));
+}
+
+// A node plugin and an agent upgraded together: the agent gave up its lease and handed its
+// connection to the keeper, which is stopping too. The keeper stays until the next agent
+// holds the lease (after taking the connection over), and then takes no PUT: the next agent
+// gives its connections to the next keeper.
+TEST_F(FdKeeperTest, AStoppingKeeperWithoutAnAgentWaitsForTheNextOneThenRefusesPuts) {
+  Pipe p;
+  auto c = Client();
+  ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
+  auto finished = std::async(std::launch::async, [&] { server_->FinishServing(20s); });
+  EXPECT_EQ(finished.wait_for(300ms), std::future_status::timeout)
+      << "left while it was the connection's only holder";
+  auto list = c.List();  // the next agent takes the connection over, then the lease
+  ASSERT_TRUE(list) << list.error().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  auto lease = c.TakeLease();
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  EXPECT_EQ(finished.wait_for(10s), std::future_status::ready);
+  auto refused = c.Put("vol", "{}", p.r.get());
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("keeper stopping"), std::string::npos)
+      << refused.error().ToString();
+}
+
+TEST_F(FdKeeperTest, AStoppingKeeperWhoseAgentHoldsTheLeaseDoesNotWait) {
+  Pipe p;
+  auto c = Client();
+  ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
+  auto lease = c.TakeLease();
+  ASSERT_TRUE(lease);
+  auto finished = std::async(std::launch::async, [&] { server_->FinishServing(60s); });
+  EXPECT_EQ(finished.wait_for(10s), std::future_status::ready) << "waited with an agent serving";
+}
+
+TEST_F(FdKeeperTest, AStoppingKeeperThatNoAgentReachesLeavesAtItsBound) {
+  Pipe p;
+  auto c = Client();
+  ASSERT_TRUE(c.Put("vol", "{}", p.r.get()));
+  server_->FinishServing(200ms);
+  EXPECT_EQ(server_->size(), 1u) << "kept until the process ends";
+  EXPECT_FALSE(c.Put("other", "{}", p.r.get()));
 }
 
 TEST_F(FdKeeperTest, ListsManyEntriesInKeyOrder) {

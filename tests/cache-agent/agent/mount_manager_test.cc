@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "common/fd_keeper.h"
@@ -565,6 +566,67 @@ TEST(MountManagerKeeperTest, MountsAreKeptTakenOverHandedOverAndForgottenOnUnmou
   ASSERT_TRUE(m->Start());
   EXPECT_EQ(keeper->size(), 0u);
   EXPECT_EQ(mounter.adopted_targets.size(), 1u);
+}
+
+// The node plugin (the keeper) and the agent upgraded at once. Whichever goes first, some
+// process holds the connection at every moment: an agent handing over while no keeper answers
+// offers the connection until the next keeper takes it, and a stopping keeper left as the
+// connection's only holder stays until the next agent has taken it over.
+TEST(MountManagerKeeperTest, AnAgentAndItsKeeperUpgradedTogetherKeepTheConnection) {
+  spoke::testing::TempDir dir("spoke-mm-keeper2");
+  FdKeeperServer::Config kc;
+  kc.socket_path = dir.path() + "/keeper.sock";
+  kc.allowed_uid = ::geteuid();
+  auto keeper = std::make_unique<FdKeeperServer>(kc);
+  ASSERT_TRUE(keeper->Start());
+  auto world = std::make_shared<FakeWorld>();
+  KeeperMounter mounter(world);
+  testing::FakeHostMounts host;
+  metrics::Registry registry;
+  MountManager::Options o;
+  o.state_file = dir.path() + "/state/mounts.json";
+  o.keeper_socket = kc.socket_path;
+  o.keeper_interval = std::chrono::milliseconds(20);
+  o.health_interval = std::chrono::milliseconds(3600'000);
+  o.keeper_handover_wait = std::chrono::seconds(20);
+  const std::string a = dir.path() + "/targets/a";
+
+  // 1. The keeper goes first (its agent held the lease) and the agent hands over while no
+  //    keeper answers: the connection is offered until the next keeper is up.
+  auto m = std::make_unique<MountManager>(mounter, host, registry, o);
+  ASSERT_TRUE(m->Start());
+  ASSERT_TRUE(m->Mount(DatasetId(), DatasetContext(), a, true));
+  ASSERT_EQ(keeper->size(), 1u);
+  keeper->FinishServing(std::chrono::seconds(20));  // the agent holds the lease: at once
+  keeper.reset();
+  auto handed =
+      std::async(std::launch::async, [&] { m->HandOver(std::chrono::milliseconds(100)); });
+  EXPECT_EQ(handed.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout)
+      << "handed over with no keeper to take the connection";
+  keeper = std::make_unique<FdKeeperServer>(kc);
+  ASSERT_TRUE(keeper->Start());
+  ASSERT_EQ(handed.wait_for(std::chrono::seconds(15)), std::future_status::ready);
+  EXPECT_EQ(world->unmount_calls, 0) << "the mount was ended instead of handed over";
+  EXPECT_EQ(keeper->size(), 1u);
+  m.reset();
+
+  // 2. The agent went first: the stopping keeper is the connection's only holder and stays
+  //    until the next agent has taken it over (LIST, then the lease).
+  auto finished =
+      std::async(std::launch::async, [&] { keeper->FinishServing(std::chrono::seconds(20)); });
+  EXPECT_EQ(finished.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout);
+  m = std::make_unique<MountManager>(mounter, host, registry, o);
+  ASSERT_TRUE(m->Start());
+  EXPECT_EQ(mounter.adopted_targets, std::vector<std::string>{a});
+  ASSERT_EQ(finished.wait_for(std::chrono::seconds(15)), std::future_status::ready);
+  keeper.reset();
+  keeper = std::make_unique<FdKeeperServer>(kc);
+  ASSERT_TRUE(keeper->Start());
+  for (int i = 0; i < 500 && keeper->size() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(keeper->size(), 1u) << "the next keeper was not given the connection";
+  EXPECT_EQ(world->unmount_calls, 0);
 }
 
 }  // namespace
