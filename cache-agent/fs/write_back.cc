@@ -30,12 +30,7 @@ WriteBack::~WriteBack() {
     changed_.notify_all();
     // What is answered and not committed is committed now (the caller's own flushes did that
     // already; this is the bound for the rest).
-    auto commits = DueCommitsLocked(std::nullopt);
-    if (!commits.empty()) {
-      lock.unlock();
-      SendCommits(std::move(commits));
-      lock.lock();
-    }
+    SendDueCommitsLocked(std::nullopt);
     // Replies still to come run Done on this object: wait for them (each is bounded by the
     // hub's request timeout).
     while (!changed_.wait_until(lock, SteadyClock::now() + config_.wait_bound,
@@ -85,13 +80,7 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
         file_waiter = true;
         files_[file].waiters++;
       }
-      auto commits = DueCommitsLocked(fits ? std::optional<uint64_t>(file) : std::nullopt);
-      if (!commits.empty()) {
-        lock.unlock();
-        SendCommits(std::move(commits));
-        lock.lock();
-        continue;
-      }
+      if (SendDueCommitsLocked(fits ? std::optional<uint64_t>(file) : std::nullopt)) continue;
       changed_.wait_until(lock, deadline);
     }
     if (room_waiter) room_waiters_--;
@@ -226,6 +215,16 @@ std::vector<WriteBack::Commit> WriteBack::DueCommitsLocked(std::optional<uint64_
   return out;
 }
 
+bool WriteBack::SendDueCommitsLocked(std::optional<uint64_t> file) {
+  auto commits = DueCommitsLocked(file);
+  if (commits.empty()) return false;
+  // A COMMIT's reply may come on this thread (CommitDone takes the lock).
+  mu_.unlock();
+  SendCommits(std::move(commits));
+  mu_.lock();
+  return true;
+}
+
 void WriteBack::SendCommits(std::vector<Commit> commits) {
   for (auto& c : commits) {
     auto shared = std::make_shared<Commit>(std::move(c));
@@ -323,11 +322,7 @@ void WriteBack::RetryLoop() {
       }
       commit_retries_.clear();
       // Pieces answered after a dropped COMMIT was started still need one.
-      if (auto commits = DueCommitsLocked(std::nullopt); !commits.empty()) {
-        lock.unlock();
-        SendCommits(std::move(commits));
-        lock.lock();
-      }
+      SendDueCommitsLocked(std::nullopt);
       changed_.notify_all();
       if (held_bytes_ == 0) return;
       changed_.wait_until(lock, SteadyClock::now() + std::chrono::milliseconds(100));
@@ -376,13 +371,7 @@ Status WriteBack::WaitFileIdle(uint64_t file, const char* what) {
       timed_out = true;
       break;
     }
-    auto commits = DueCommitsLocked(file);
-    if (!commits.empty()) {
-      lock.unlock();
-      SendCommits(std::move(commits));
-      lock.lock();
-      continue;
-    }
+    if (SendDueCommitsLocked(file)) continue;
     changed_.wait_until(lock, deadline);
   }
   files_[file].waiters--;
@@ -415,13 +404,7 @@ Status WriteBack::WaitAllIdle() {
       timed_out = true;
       break;
     }
-    auto commits = DueCommitsLocked(std::nullopt);
-    if (!commits.empty()) {
-      lock.unlock();
-      SendCommits(std::move(commits));
-      lock.lock();
-      continue;
-    }
+    if (SendDueCommitsLocked(std::nullopt)) continue;
     changed_.wait_until(lock, deadline);
   }
   all_waiters_--;

@@ -118,6 +118,9 @@ class WriteBack {
   // Starts (marks) the COMMITs now due: of `file` only, or of every file.
   std::vector<Commit> DueCommitsLocked(std::optional<uint64_t> file) REQUIRES(mu_);
   std::optional<Commit> DueCommitLocked(uint64_t file, FileState& state) REQUIRES(mu_);
+  // Starts the COMMITs due (as DueCommitsLocked) and sends them with mu_ released for the
+  // while; true when there were any (what the caller waits for may have changed).
+  bool SendDueCommitsLocked(std::optional<uint64_t> file) REQUIRES(mu_);
   // The piece is no longer held.
   void ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p) REQUIRES(mu_);
   void EraseIfDoneLocked(uint64_t file) REQUIRES(mu_);

@@ -499,22 +499,34 @@ class KeeperMounter : public VolumeMounter {
   std::atomic<int> handovers{0};
 };
 
-TEST(MountManagerKeeperTest, MountsAreKeptTakenOverHandedOverAndForgottenOnUnmount) {
-  spoke::testing::TempDir dir("spoke-mm-keeper");
+FdKeeperServer::Config KeeperConfig(const spoke::testing::TempDir& dir) {
   FdKeeperServer::Config kc;
   kc.socket_path = dir.path() + "/keeper.sock";
   kc.allowed_uid = ::geteuid();
+  return kc;
+}
+
+// A manager of mounts in `dir` whose keeper serves `keeper_socket`, checked every 20 ms.
+MountManager::Options KeeperOptions(const spoke::testing::TempDir& dir,
+                                    const std::string& keeper_socket) {
+  MountManager::Options o;
+  o.state_file = dir.path() + "/state/mounts.json";
+  o.keeper_socket = keeper_socket;
+  o.keeper_interval = std::chrono::milliseconds(20);
+  o.health_interval = std::chrono::milliseconds(3600'000);
+  return o;
+}
+
+TEST(MountManagerKeeperTest, MountsAreKeptTakenOverHandedOverAndForgottenOnUnmount) {
+  spoke::testing::TempDir dir("spoke-mm-keeper");
+  const FdKeeperServer::Config kc = KeeperConfig(dir);
   auto keeper = std::make_unique<FdKeeperServer>(kc);
   ASSERT_TRUE(keeper->Start());
   auto world = std::make_shared<FakeWorld>();
   KeeperMounter mounter(world);
   testing::FakeHostMounts host;
   metrics::Registry registry;
-  MountManager::Options o;
-  o.state_file = dir.path() + "/state/mounts.json";
-  o.keeper_socket = kc.socket_path;
-  o.keeper_interval = std::chrono::milliseconds(20);
-  o.health_interval = std::chrono::milliseconds(3600'000);
+  const MountManager::Options o = KeeperOptions(dir, kc.socket_path);
   const std::string a = dir.path() + "/targets/a";
 
   auto m = std::make_unique<MountManager>(mounter, host, registry, o);
@@ -574,20 +586,14 @@ TEST(MountManagerKeeperTest, MountsAreKeptTakenOverHandedOverAndForgottenOnUnmou
 // connection's only holder stays until the next agent has taken it over.
 TEST(MountManagerKeeperTest, AnAgentAndItsKeeperUpgradedTogetherKeepTheConnection) {
   spoke::testing::TempDir dir("spoke-mm-keeper2");
-  FdKeeperServer::Config kc;
-  kc.socket_path = dir.path() + "/keeper.sock";
-  kc.allowed_uid = ::geteuid();
+  const FdKeeperServer::Config kc = KeeperConfig(dir);
   auto keeper = std::make_unique<FdKeeperServer>(kc);
   ASSERT_TRUE(keeper->Start());
   auto world = std::make_shared<FakeWorld>();
   KeeperMounter mounter(world);
   testing::FakeHostMounts host;
   metrics::Registry registry;
-  MountManager::Options o;
-  o.state_file = dir.path() + "/state/mounts.json";
-  o.keeper_socket = kc.socket_path;
-  o.keeper_interval = std::chrono::milliseconds(20);
-  o.health_interval = std::chrono::milliseconds(3600'000);
+  MountManager::Options o = KeeperOptions(dir, kc.socket_path);
   o.keeper_handover_wait = std::chrono::seconds(20);
   const std::string a = dir.path() + "/targets/a";
 
