@@ -663,6 +663,12 @@ k8s_helm_upgrade() {
   kubectl -n "$DRIVER_NS" rollout status "$(wl_daemonset agent)" --timeout="$TIMEOUT" >/dev/null
   kubectl -n "$DRIVER_NS" rollout status "$(wl_daemonset node)" --timeout="$TIMEOUT" >/dev/null
   wl_apply dataset-pvc.yaml
+  # The new controller's provisioner waits out the old one's leader lease (about 20 s). A pod
+  # created before its claim binds can stay Pending for minutes (seen here: the scheduler
+  # found the claim unbound, then the new PV "not found" in its cache, and did not try again
+  # within 3 min), which is Kubernetes', not the driver's: the test waits for the binding.
+  wait_for "${TIMEOUT%s}" "PVC dataset Bound after the upgrade" \
+    kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Bound pvc/dataset --timeout=2s
   wl_verify_job spoke-verify-after-upgrade >/dev/null
   wl_delete_workloads
 }
