@@ -19,7 +19,7 @@ std::string Usage() {
          "\n"
          "  mount NFS-URL DIR [--mode dataset|scratch] [--consistency immutable|ttl|strict]\n"
          "        [--prefetch off|readahead|auto] [--ttl SECONDS] [--hub-timeout SECONDS]\n"
-         "        [--write-mode sync|writeback] [--read-only] [--allow-root]\n"
+         "        [--write-mode writeback|unstable|sync] [--read-only] [--allow-root]\n"
          "      NFS-URL: nfs://server/export/path?nfsport=N&mountport=M (NFSv3), or\n"
          "               nfs://server/export/path?version=4.1[&nfsport=N] (NFSv4.1: EFS)\n"
          "  unmount DIR\n"
