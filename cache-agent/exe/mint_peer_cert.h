@@ -3,6 +3,10 @@
 // CA naming the node and the pod IP, written for the agent container to read.
 #pragma once
 
+#if !__has_include("spoke_layer/exe.h")
+#error "wrong-way include: cache-agent/exe/ is not among this target's dependencies"
+#endif
+
 namespace spoke::agent {
 
 // argv[0] is "mint-peer-cert". Returns the process exit code: 0 done, 1 failed (the reason
