@@ -446,7 +446,7 @@ void LibnfsRemote::UnstableWriteAttempt(NfsConnection& c, const std::shared_ptr<
         if (j->finished) return;
         if (fh.empty()) return c.AttemptFailed(j, -ENOENT, "WRITE: no handle for " + path);
         // The payload in write_max() chunks, one after the other; the reply's verifier is the
-        // first chunk's, or none (0, never a COMMIT's) when the hub's changed between chunks.
+        // first chunk's, or none when the hub's changed between chunks.
         struct State {
           std::string fh;
           size_t done = 0;
@@ -492,8 +492,8 @@ void LibnfsRemote::UnstableWriteAttempt(NfsConnection& c, const std::shared_ptr<
                       if (st->first) {
                         st->reply.verifier = verf;
                         st->first = false;
-                      } else if (verf != st->reply.verifier) {
-                        st->reply.verifier = 0;
+                      } else if (st->reply.verifier != verf) {
+                        st->reply.verifier.reset();
                         st->reply.stable = false;
                       }
                       st->done += ok.count;

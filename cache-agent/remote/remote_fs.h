@@ -183,7 +183,9 @@ class RemoteFs {
   struct UnstableWrite {
     size_t count = 0;
     bool stable = false;
-    uint64_t verifier = 0;
+    // None when it changed between the WRITE's chunks: the WRITE is sent again whatever
+    // the COMMIT answers.
+    std::optional<uint64_t> verifier = std::nullopt;
   };
   using UnstableWriteDone = std::function<void(Result<UnstableWrite>)>;
   virtual void WriteUnstableAsAsync(const Credentials& who, const std::string& path,
