@@ -144,29 +144,43 @@ bool Accepts(const std::string& netns, const std::string& ip, uint16_t port) {
 std::unique_ptr<WanProxy> WanProxy::Start(const TestHub& hub, int one_way_delay_ms,
                                           const std::string& netns, const std::string& listen_ip,
                                           double link_mbytes) {
-  std::unique_ptr<WanProxy> proxy(new WanProxy());
-  uint16_t nfs = FreePort(), mnt = FreePort();
   std::string bin = BinaryDir() + "/e2e/wan-proxy/spoke-wan-proxy";
-  std::string nfs_route =
-      listen_ip + ":" + std::to_string(nfs) + "=127.0.0.1:" + std::to_string(hub.nfs_port());
-  std::string mnt_route =
-      listen_ip + ":" + std::to_string(mnt) + "=127.0.0.1:" + std::to_string(hub.mount_port());
-  std::string delay = std::to_string(one_way_delay_ms);
-  std::string link = std::to_string(link_mbytes);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    if (!netns.empty() && !NetTopology::JoinInChild(netns)) ::_exit(126);
-    ::execl(bin.c_str(), bin.c_str(), "--delay-ms", delay.c_str(), "--route", nfs_route.c_str(),
-            "--route", mnt_route.c_str(), "--link-mbytes", link.c_str(),
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  proxy->pid_ = pid;
-  proxy->address_ = HubAddress{listen_ip, nfs, mnt, hub.export_dir()};
-  // Wait until both listeners accept.
-  for (int i = 0; i < 100; ++i) {
-    if (Accepts(netns, listen_ip, nfs) && Accepts(netns, listen_ip, mnt)) return proxy;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // FreePort's port may be taken by another test before the proxy binds it: a proxy that
+  // exits (EADDRINUSE) is started again on other ports.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::unique_ptr<WanProxy> proxy(new WanProxy());
+    uint16_t nfs = FreePort(), mnt = FreePort();
+    std::string nfs_route =
+        listen_ip + ":" + std::to_string(nfs) + "=127.0.0.1:" + std::to_string(hub.nfs_port());
+    std::string mnt_route =
+        listen_ip + ":" + std::to_string(mnt) + "=127.0.0.1:" + std::to_string(hub.mount_port());
+    std::string delay = std::to_string(one_way_delay_ms);
+    std::string link = std::to_string(link_mbytes);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      if (!netns.empty() && !NetTopology::JoinInChild(netns)) ::_exit(126);
+      ::execl(bin.c_str(), bin.c_str(), "--delay-ms", delay.c_str(), "--route", nfs_route.c_str(),
+              "--route", mnt_route.c_str(), "--link-mbytes", link.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    proxy->pid_ = pid;
+    proxy->address_ = HubAddress{listen_ip, nfs, mnt, hub.export_dir()};
+    // Wait until both listeners accept, with the proxy still running.
+    bool exited = false;
+    for (int i = 0; i < 100 && !exited; ++i) {
+      if (::waitpid(pid, nullptr, WNOHANG) == pid) {
+        exited = true;
+        proxy->pid_ = -1;
+        break;
+      }
+      if (Accepts(netns, listen_ip, nfs) && Accepts(netns, listen_ip, mnt) &&
+          ::waitpid(pid, nullptr, WNOHANG) == 0) {
+        return proxy;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!exited) break;  // running but not accepting: not a port clash
   }
   ADD_FAILURE() << "spoke-wan-proxy did not start (" << bin << ")";
   return nullptr;
