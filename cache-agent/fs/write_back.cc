@@ -71,16 +71,17 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
         break;
       }
       // Waiting writers make COMMITs due (unstable mode): what they wait for may be
-      // answered pieces that only a COMMIT releases.
+      // answered pieces that only a COMMIT releases. The first writer waiting for room
+      // makes every file's due; replies (Done, CommitDone) make the rest due as they come.
       if (!fits && !room_waiter) {
         room_waiter = true;
-        room_waiters_++;
+        if (room_waiters_++ == 0 && SendDueCommitsLocked(std::nullopt)) continue;
       }
       if (overlaps && !file_waiter) {
         file_waiter = true;
         files_[file].waiters++;
       }
-      if (SendDueCommitsLocked(fits ? std::optional<uint64_t>(file) : std::nullopt)) continue;
+      if (overlaps && SendDueCommitsLocked(file)) continue;
       changed_.wait_until(lock, deadline);
     }
     if (room_waiter) room_waiters_--;
@@ -105,31 +106,51 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
     p->backoff = config_.first_backoff;
     p->id = next_id_++;
     auto& state = files_[file];
-    state.held.emplace(p->id, p);
-    state.sending++;
+    HoldLocked(state, p);
     state.who = who;
     state.path = path;
-    held_bytes_ += size;
   }
   Send(std::move(p));
   return Ok();
 }
 
 void WriteBack::Send(std::shared_ptr<Piece> p) {
+  auto done = [this, p](Result<RemoteFs::UnstableWrite> r) { Done(p, std::move(r)); };
   if (config_.unstable) {
-    remote_.WriteUnstableAsAsync(
-        p->who, p->path, p->offset, p->data,
-        [this, p](Result<RemoteFs::UnstableWrite> r) { Done(p, std::move(r)); });
-    return;
+    remote_.WriteUnstableAsAsync(p->who, p->path, p->offset, p->data, std::move(done));
+  } else {
+    remote_.WriteStableAsAsync(p->who, p->path, p->offset, p->data, std::move(done));
   }
-  remote_.WriteAsAsync(p->who, p->path, p->offset, p->data, [this, p](Result<size_t> r) {
-    if (!r) return Done(p, std::unexpected(r.error()));
-    Done(p, RemoteFs::UnstableWrite{.count = *r, .stable = true});
-  });
+}
+
+void WriteBack::HoldLocked(FileState& state, const std::shared_ptr<Piece>& p) {
+  state.held.emplace(p->id, p);
+  state.sending++;
+  held_bytes_ += p->data->size();
+}
+
+void WriteBack::AnsweredLocked(FileState& state, Piece& p, std::optional<uint64_t> verifier) {
+  p.answered = true;
+  p.verifier = verifier;
+  state.sending--;
+  state.uncommitted += p.data->size();
+}
+
+void WriteBack::SendAgainLocked(FileState& state, Piece& p) {
+  p.answered = false;
+  p.verifier.reset();
+  p.first_sent = SteadyClock::now();
+  p.backoff = config_.first_backoff;
+  state.uncommitted -= p.data->size();
+  state.sending++;
 }
 
 void WriteBack::ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p) {
-  if (p->answered) state.uncommitted -= p->data->size();
+  if (p->answered) {
+    state.uncommitted -= p->data->size();
+  } else {
+    state.sending--;
+  }
   state.held.erase(p->id);
   held_bytes_ -= p->data->size();
 }
@@ -153,7 +174,6 @@ void WriteBack::Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableW
       return;
     }
     auto& state = files_[p->file];
-    state.sending--;
     if (!r) {
       if (!state.error) state.error = r.error().Wrap("write-back of " + p->path);
       log::Warn("write-back failed", {{"path", p->path},
@@ -170,11 +190,9 @@ void WriteBack::Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableW
     } else if (r->stable) {
       ReleaseLocked(state, p);
     } else {
-      p->answered = true;
-      p->verifier = r->verifier;
-      state.uncommitted += p->data->size();
+      AnsweredLocked(state, *p, r->verifier);
     }
-    commits = DueCommitsLocked(room_waiters_ > 0 ? std::nullopt : std::optional(p->file));
+    commits = DueCommitsLocked(p->file);
     EraseIfDoneLocked(p->file);
     changed_.notify_all();
   }
@@ -272,12 +290,7 @@ void WriteBack::CommitDone(const Commit& c, Result<uint64_t> r) {
         ReleaseLocked(state, p);
         continue;
       }
-      state.uncommitted -= p->data->size();
-      p->answered = false;
-      p->verifier.reset();
-      p->first_sent = SteadyClock::now();
-      p->backoff = config_.first_backoff;
-      state.sending++;
+      SendAgainLocked(state, *p);
       again.push_back(p);
     }
     if (!r) {
@@ -304,7 +317,6 @@ void WriteBack::RetryLoop() {
         auto& state = files_[p->file];
         if (!state.error)
           state.error = Error(Code::kUnavailable, "unmounted before the hub took it");
-        state.sending--;
         ReleaseLocked(state, p);
       }
       retries_.clear();
@@ -398,13 +410,15 @@ Status WriteBack::WaitAllIdle() {
   MutexLock lock(mu_);
   auto deadline = SteadyClock::now() + config_.wait_bound;
   all_waiters_++;
+  // Every file's COMMIT is due once its WRITEs are answered: those already are now, the
+  // others as their replies come.
+  SendDueCommitsLocked(std::nullopt);
   bool timed_out = false;
   while (held_bytes_ != 0) {
     if (SteadyClock::now() >= deadline) {
       timed_out = true;
       break;
     }
-    if (SendDueCommitsLocked(std::nullopt)) continue;
     changed_.wait_until(lock, deadline);
   }
   all_waiters_--;

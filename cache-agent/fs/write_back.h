@@ -94,6 +94,8 @@ class WriteBack {
   struct FileState {
     std::map<uint64_t, std::shared_ptr<Piece>> held;  // by piece id
     std::optional<Error> error;
+    // Counts of `held` kept for the hot path, changed only by HoldLocked, AnsweredLocked,
+    // SendAgainLocked and ReleaseLocked.
     size_t sending = 0;       // pieces sent or waiting for a retry, not yet answered
     size_t uncommitted = 0;   // bytes of answered pieces
     bool committing = false;  // a COMMIT is in flight or waiting for its retry
@@ -115,13 +117,20 @@ class WriteBack {
   void Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableWrite> r);
   void SendCommits(std::vector<Commit> commits);
   void CommitDone(const Commit& c, Result<uint64_t> r);
-  // Starts (marks) the COMMITs now due: of `file` only, or of every file.
+  // Starts (marks) the COMMITs now due: of `file` only, or of every file. Every change that
+  // can make a file's COMMIT due checks that file; all files are looked at only when a
+  // condition for all of them starts (the first writer waiting for room, a WaitAllIdle, the
+  // end of the volume).
   std::vector<Commit> DueCommitsLocked(std::optional<uint64_t> file) REQUIRES(mu_);
   std::optional<Commit> DueCommitLocked(uint64_t file, FileState& state) REQUIRES(mu_);
   // Starts the COMMITs due (as DueCommitsLocked) and sends them with mu_ released for the
   // while; true when there were any (what the caller waits for may have changed).
   bool SendDueCommitsLocked(std::optional<uint64_t> file) REQUIRES(mu_);
-  // The piece is no longer held.
+  // A piece's life: held and sent, answered (unstable mode), sent again (its COMMIT found
+  // another verifier), no longer held.
+  void HoldLocked(FileState& state, const std::shared_ptr<Piece>& p) REQUIRES(mu_);
+  void AnsweredLocked(FileState& state, Piece& p, std::optional<uint64_t> verifier) REQUIRES(mu_);
+  void SendAgainLocked(FileState& state, Piece& p) REQUIRES(mu_);
   void ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p) REQUIRES(mu_);
   void EraseIfDoneLocked(uint64_t file) REQUIRES(mu_);
   bool OverlapsLocked(uint64_t file, uint64_t offset, size_t size) const REQUIRES(mu_);

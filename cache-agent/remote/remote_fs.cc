@@ -62,6 +62,12 @@ void RemoteFs::WriteAsAsync(const Credentials& who, const std::string& path, uin
 void RemoteFs::WriteUnstableAsAsync(const Credentials& who, const std::string& path,
                                     uint64_t offset, std::shared_ptr<const std::vector<char>> data,
                                     UnstableWriteDone done) {
+  WriteStableAsAsync(who, path, offset, std::move(data), std::move(done));
+}
+
+void RemoteFs::WriteStableAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                                  std::shared_ptr<const std::vector<char>> data,
+                                  UnstableWriteDone done) {
   WriteAsAsync(who, path, offset, std::move(data), [done = std::move(done)](Result<size_t> r) {
     if (!r) return done(std::unexpected(r.error()));
     done(UnstableWrite{.count = *r, .stable = true});

@@ -191,6 +191,9 @@ class RemoteFs {
   virtual void WriteUnstableAsAsync(const Credentials& who, const std::string& path,
                                     uint64_t offset, std::shared_ptr<const std::vector<char>> data,
                                     UnstableWriteDone done);
+  // WriteAsAsync answered as an UnstableWrite that is stable (one reply type for both modes).
+  void WriteStableAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                          std::shared_ptr<const std::vector<char>> data, UnstableWriteDone done);
   using CommitDone = std::function<void(Result<uint64_t>)>;
   virtual void CommitAsAsync(const Credentials& who, const std::string& path, CommitDone done);
   // O_APPEND: writes at the hub's current size (GETATTR, then WRITE at that offset) and
