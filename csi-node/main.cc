@@ -112,10 +112,9 @@ void LogStart(const spoke::node::NodeConfig& config) {
        {"state_dir", config.state_dir},
        {"region", config.region},
        {"zone", config.zone},
-       {"agent_timeout_ms", static_cast<int64_t>(config.agent_timeout.count())}});
+       {"agent_timeout_ms", static_cast<int64_t>(config.agent_timeout.count())},
+       {"fuse_keeper_handover_s", static_cast<int64_t>(config.fuse_keeper_handover.count())}});
 }
-
-constexpr std::chrono::seconds kKeeperHandOverBound{40};
 
 // Starts the fd keeper and serves CSI Identity and Node until a signal; the exit code.
 int Serve(const spoke::node::NodeConfig& config) {
@@ -141,9 +140,9 @@ int Serve(const spoke::node::NodeConfig& config) {
     return 1;
   }
   // An upgrade that restarts this plugin and the agent together: the agent handed its
-  // connections here and left, so stay until the next agent takes them (bounded below the
-  // chart's terminationGracePeriodSeconds for this pod).
-  if (*keeper) (*keeper)->FinishServing(kKeeperHandOverBound);
+  // connections here and left, so stay until the next agent takes them (bounded by
+  // fuseKeeperHandOverSeconds, which the chart keeps below this pod's grace period).
+  if (*keeper) (*keeper)->FinishServing(config.fuse_keeper_handover);
   return 0;
 }
 

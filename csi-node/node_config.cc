@@ -46,6 +46,8 @@ Status Apply(ConfigReader& r, NodeConfig* c,
   c->fuse_keeper_orphan_timeout = std::chrono::seconds(static_cast<int64_t>(
       r.Seconds("fuseKeeperOrphanTimeoutSeconds",
                 static_cast<double>(c->fuse_keeper_orphan_timeout.count()), 0, 86400)));
+  c->fuse_keeper_handover = std::chrono::seconds(static_cast<int64_t>(r.Seconds(
+      "fuseKeeperHandOverSeconds", static_cast<double>(c->fuse_keeper_handover.count()), 0, 600)));
   if (auto s = r.Finish(); !s) return s;
 
   if (c->region.empty() && getenv) {

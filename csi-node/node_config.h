@@ -7,6 +7,7 @@
 //   agentTimeoutSeconds: 30
 //   fuseKeeperSocket: /run/spoke/fuse-keeper.sock   # hold the agent's /dev/fuse fds (optional)
 //   fuseKeeperOrphanTimeoutSeconds: 300   # release them when no agent is back by then; 0 = never
+//   fuseKeeperHandOverSeconds: 40   # stopping with connections no agent leases: wait this long
 //   inlineVolumes:                       # CSI inline (ephemeral) volumes; none when absent
 //     servers: [hub.example.com]         # exact server names or IPs
 //     sharePrefixes: [/srv/datasets]     # share, or a directory prefix of it
@@ -60,6 +61,10 @@ struct NodeConfig {
   // How long the keeper waits for an agent to take its connections back before releasing
   // them (their mounts then fail (ECONNABORTED) rather than hang); 0 = forever.
   std::chrono::seconds fuse_keeper_orphan_timeout{300};
+  // When this plugin stops while it alone holds connections an agent handed over (the agent
+  // and the plugin restarting together), how long it stays for the next agent to take them;
+  // the pod's grace period covers it.
+  std::chrono::seconds fuse_keeper_handover{40};
   InlinePolicy inline_volumes;
 
   // Non-empty node id, absolute paths, state dir inside kubeletDir when enforced.

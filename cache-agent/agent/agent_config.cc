@@ -275,6 +275,7 @@ void ParseFuseKeeper(ConfigReader& r, AgentConfig& c) {
   c.fuse_keeper_start = r.Bool("fuseKeeperStart", c.fuse_keeper_start);
   c.handover_timeout_seconds =
       r.Seconds("handoverTimeoutSeconds", c.handover_timeout_seconds, 0, 600);
+  c.keeper_wait_seconds = r.Seconds("keeperWaitSeconds", c.keeper_wait_seconds, 0, 600);
 }
 
 void ParseMemoryBudget(ConfigReader& r, AgentConfig& c) {

@@ -113,6 +113,9 @@ struct AgentConfig {
   bool fuse_keeper_start = true;
   // How long SIGTERM waits for requests already read to be answered before handing over.
   double handover_timeout_seconds = 5;
+  // How long SIGTERM keeps offering the FUSE connections to the keeper while none takes
+  // them (the node plugin restarting beside the agent); the pod's grace period covers it.
+  double keeper_wait_seconds = 20;
   // The agent's memory budget (prefetch buffers, store queue, hints, metadata), shared by
   // every volume. 0 = derived at start: 75% of the cgroup's memory limit, else 1.5 GiB.
   uint64_t memory_budget_bytes = 0;

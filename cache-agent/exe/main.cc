@@ -179,6 +179,8 @@ spoke::agent::MountManager::Options MountManagerOptions(const AgentConfig& confi
   mo.state_file = config.state_dir + "/mounts.json";
   mo.mount_roots = config.mount_roots;
   mo.keeper_socket = config.fuse_keeper_socket;
+  mo.keeper_handover_wait =
+      std::chrono::milliseconds(static_cast<int64_t>(config.keeper_wait_seconds * 1000));
   return mo;
 }
 

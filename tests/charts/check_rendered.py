@@ -23,7 +23,8 @@ SC_ENUMS = {"mode": {"dataset", "scratch"}, "onDelete": {"delete", "retain", "ar
             "prefetch": {"off", "readahead", "auto"}}
 AGENT_KEYS = {"socket", "cacheDir", "cacheSizeBytes", "blockSizeBytes", "metricsAddress",
               "mountRoots", "stateDir", "hub", "logLevel", "fuseKeeperSocket",
-              "fuseKeeperStart", "handoverTimeoutSeconds", "memoryBudgetBytes"}
+              "fuseKeeperStart", "handoverTimeoutSeconds", "keeperWaitSeconds",
+              "memoryBudgetBytes"}
 HUB_KEYS = {"connections", "inflightPerConnection", "requestTimeoutSeconds"}
 # Written only when peers.enabled (cache sharing, docs/peers.md).
 PEER_KEYS = {"peerListenAddress", "peerService", "peerTokenFile", "peerTimeoutMs",
@@ -226,7 +227,7 @@ def check_render(variant, path):
               f"agent.yaml cacheSizeBytes {agent_cfg.get('cacheSizeBytes')!r} != {want_size!r}")
         check(agent_cfg.get("blockSizeBytes") == "1Mi", "agent.yaml blockSizeBytes")
         want_node = {"kubeletDir", "topology", "fuseKeeperSocket",
-                     "fuseKeeperOrphanTimeoutSeconds"} | (
+                     "fuseKeeperOrphanTimeoutSeconds", "fuseKeeperHandOverSeconds"} | (
             {"inlineVolumes"} if variant == "full" else set())
         check(set(node_cfg) == want_node, f"node.yaml keys {sorted(node_cfg)}")
         if variant == "full":
@@ -241,6 +242,18 @@ def check_render(variant, path):
         check(agent_cfg.get("fuseKeeperStart") is False,
               "agent.yaml fuseKeeperStart: false (the node plugin is the keeper)")
         check(node_cfg.get("kubeletDir") == kubelet_dir, "node.yaml kubeletDir")
+        # The kubelet must not kill a pod while it hands FUSE connections over: each grace
+        # period covers the waits its binary is configured with.
+        node_ds, agent_ds = one(docs, "DaemonSet", "-node"), one(docs, "DaemonSet", "-agent")
+        if node_ds and agent_ds:
+            node_grace = node_ds["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            agent_grace = agent_ds["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            check(node_grace > node_cfg.get("fuseKeeperHandOverSeconds", 0),
+                  f"node grace {node_grace}s above fuseKeeperHandOverSeconds")
+            agent_waits = (agent_cfg.get("handoverTimeoutSeconds", 0) +
+                           agent_cfg.get("keeperWaitSeconds", 0))
+            check(agent_grace > agent_waits,
+                  f"agent grace {agent_grace}s above handover + keeper waits ({agent_waits}s)")
         check(set(node_cfg.get("topology", {})) == {"region", "zone"}, "node.yaml topology keys")
         check(set(ctl_cfg) == {"hubTimeoutSeconds", "archivePrefix"},
               f"controller.yaml keys {sorted(ctl_cfg)}")

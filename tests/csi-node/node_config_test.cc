@@ -29,7 +29,8 @@ TEST(NodeConfig, FileSettingsAndEnvFallback) {
   NodeConfig c;
   ASSERT_TRUE(
       LoadNodeConfigString("kubeletDir: /opt/kubelet/\ntopology: {region: eu-west-1, zone: \"\"}\n"
-                           "agentTimeoutSeconds: 5\nfuseKeeperOrphanTimeoutSeconds: 0\n",
+                           "agentTimeoutSeconds: 5\nfuseKeeperOrphanTimeoutSeconds: 0\n"
+                           "fuseKeeperHandOverSeconds: 25\n",
                            &c, Env({{"SPOKE_REGION", "ignored"}, {"SPOKE_ZONE", "eu-west-1b"}})));
   EXPECT_TRUE(c.kubelet_dir_enforced);
   EXPECT_EQ(c.kubelet_dir, "/opt/kubelet/");
@@ -38,9 +39,11 @@ TEST(NodeConfig, FileSettingsAndEnvFallback) {
   EXPECT_EQ(c.zone, "eu-west-1b");
   EXPECT_EQ(c.agent_timeout.count(), 5000);
   EXPECT_EQ(c.fuse_keeper_orphan_timeout.count(), 0);  // 0 = keep the connections forever
+  EXPECT_EQ(c.fuse_keeper_handover.count(), 25);
   NodeConfig d;
   ASSERT_TRUE(LoadNodeConfigString("", &d, Env({})));
   EXPECT_EQ(d.fuse_keeper_orphan_timeout.count(), 300);
+  EXPECT_EQ(d.fuse_keeper_handover.count(), 40);
 }
 
 TEST(NodeConfig, ErrorsNameTheKey) {
@@ -57,6 +60,10 @@ TEST(NodeConfig, ErrorsNameTheKey) {
   s = LoadNodeConfigString("fuseKeeperOrphanTimeoutSeconds: -5\n", &c, Env({}));
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message().find("fuseKeeperOrphanTimeoutSeconds"), std::string::npos)
+      << s.error().message();
+  s = LoadNodeConfigString("fuseKeeperHandOverSeconds: 900\n", &c, Env({}));
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("fuseKeeperHandOverSeconds"), std::string::npos)
       << s.error().message();
 }
 

@@ -129,6 +129,12 @@ Fail rendering on values that would deploy a broken driver. Called once from the
 template.
 */}}
 {{- define "spoke.validateValues" -}}
+{{- if le (int .Values.node.terminationGracePeriodSeconds) (int .Values.node.fuseKeeperHandOverSeconds) -}}
+{{- fail (printf "node.terminationGracePeriodSeconds %v: must be above node.fuseKeeperHandOverSeconds (%v), or the kubelet kills the node plugin while it holds the agent's connections" .Values.node.terminationGracePeriodSeconds .Values.node.fuseKeeperHandOverSeconds) -}}
+{{- end -}}
+{{- if le (int .Values.agent.terminationGracePeriodSeconds) (add (int .Values.agent.handoverTimeoutSeconds) (int .Values.agent.keeperWaitSeconds)) -}}
+{{- fail (printf "agent.terminationGracePeriodSeconds %v: must be above agent.handoverTimeoutSeconds + agent.keeperWaitSeconds (%v), or the kubelet kills the agent while it hands its mounts over" .Values.agent.terminationGracePeriodSeconds (add (int .Values.agent.handoverTimeoutSeconds) (int .Values.agent.keeperWaitSeconds))) -}}
+{{- end -}}
 {{- if not (hasPrefix "/" .Values.kubeletDir) -}}
 {{- fail "kubeletDir must be an absolute path" -}}
 {{- end -}}

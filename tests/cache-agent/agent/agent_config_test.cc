@@ -62,6 +62,7 @@ evictionPolicy: lru
 fuseKeeperSocket: /run/spoke/fuse-keeper.sock
 fuseKeeperStart: false
 handoverTimeoutSeconds: 8
+keeperWaitSeconds: 12
 memoryBudgetBytes: 1536Mi
 )");
   ASSERT_TRUE(c) << c.error().message();
@@ -82,6 +83,7 @@ memoryBudgetBytes: 1536Mi
   EXPECT_EQ(c->fuse_keeper_socket, "/run/spoke/fuse-keeper.sock");
   EXPECT_FALSE(c->fuse_keeper_start);
   EXPECT_EQ(c->handover_timeout_seconds, 8);
+  EXPECT_EQ(c->keeper_wait_seconds, 12);
   EXPECT_EQ(c->memory_budget_bytes, 1536ull << 20);
 }
 
@@ -141,6 +143,7 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
       {"fuseKeeperSocket: /" + std::string(120, 'k'), "fuseKeeperSocket: must be at most 107"},
       {"fuseKeeperStart: maybe", "fuseKeeperStart:"},
       {"handoverTimeoutSeconds: 1000", "handoverTimeoutSeconds:"},
+      {"keeperWaitSeconds: -1", "keeperWaitSeconds:"},
       {"memoryBudgetBytes: lots", "memoryBudgetBytes:"},
       {"memoryBudgetBytes: 8Mi",
        "memoryBudgetBytes: must be 0 (derive from the memory limit) or "
