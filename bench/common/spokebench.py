@@ -98,6 +98,9 @@ class AgentRig:
         self.procs.append(self.proxy)
         self.url = "nfs://127.0.0.1%s/%%s?nfsport=%d&mountport=%d" % (self.export, wan_nfs,
                                                                       wan_mnt)
+        # The same hub without the WAN: what the hub itself takes, for baselines.
+        self.lan_url = "nfs://127.0.0.1%s/%%s?nfsport=%s&mountport=%s" % (
+            self.export, kv["NFS_PORT"], kv["MOUNT_PORT"])
         with open(os.path.join(self.work, "agent.yaml"), "w") as f:
             f.write(agent_yaml)
         self.agent = subprocess.Popen(

@@ -4,7 +4,8 @@ scratch mount over the WAN proxy, with writeMode writeback, unstable and sync, n
 the same link carries for reads, in one run on one hub and proxy.
 
   write_bench.py [--build-dir build/dev] [--size-mib 2048] [--ckpt-mib 1024] [--delay-ms 30]
-                 [--modes writeback,unstable,sync] [--out DIR] [--keep-workdir]
+                 [--modes writeback,unstable,sync] [--no-wan] [--write-back-bytes SIZE]
+                 [--out DIR] [--keep-workdir]
 
 Phases, each on a fresh volume directory:
   link-read   spoke-remote-link-bench reads a --size-mib file through the proxy with the
@@ -17,6 +18,11 @@ Phases, each on a fresh volume directory:
               pickle-framed raw arrays of the same shape, and the table says so (the
               interpreter running this script is the one used: Debian's python3-torch is
               on /usr/bin/python3)
+  hub-disk    the same dd straight into the hub's export directory on this machine, with
+              conv=fsync (no NFS, no FUSE): what the hub's disk takes
+With --no-wan, each mode's phases run again on a mount that reaches the hub directly (no
+proxy): what the hub itself takes on this machine, so that a WAN figure below the link read
+can be told apart from a hub that writes no faster (its disk).
 Prints a table and writes results.md to --out (default bench/write/results/<UTC time>).
 Needs root and /dev/fuse.
 """
@@ -103,7 +109,10 @@ class Bench(spokebench.AgentRig):
         self.start("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: 4Gi\n"
                    "stateDir: %s/state\nmountRoots: [%s]\nmetricsAddress: \"\"\n"
                    "logLevel: info\nhub: {connections: 4, inflightPerConnection: 128}\n"
-                   "fuseKeeperSocket: \"\"\n" % (self.sock, self.work, self.work, self.work))
+                   "fuseKeeperSocket: \"\"\n%s" % (
+                       self.sock, self.work, self.work, self.work,
+                       "writeBackBytesPerVolume: %s\n" % self.a.write_back_bytes
+                       if self.a.write_back_bytes else ""))
 
     def row(self, phase, mode, nbytes, seconds, close_s=None, note=""):
         mbps = nbytes / seconds / 1e6
@@ -128,17 +137,27 @@ class Bench(spokebench.AgentRig):
         self.row("link-read", "-", int(kv["bytes"]), float(kv["read_s"]))
         shutil.rmtree(top)
 
-    def mount(self, name, mode):
+    def hub_disk(self):
+        path = os.path.join(self.export, "disk.bin")
+        t0 = time.monotonic()
+        subprocess.run(["dd", "if=/dev/zero", "of=" + path, "bs=1M", "count=%d" % self.a.size_mib,
+                        "conv=fsync"], check=True, capture_output=True)
+        self.row("hub-disk", "-", self.a.size_mib << 20, time.monotonic() - t0)
+        os.unlink(path)
+
+    def mount(self, name, mode, url):
         os.makedirs(os.path.join(self.export, name))
         target = os.path.join(self.work, "mnt-" + name)
         os.makedirs(target)
-        self.ctl("mount", self.url % name, target, "--mode", "scratch", "--write-mode", mode,
+        self.ctl("mount", url % name, target, "--mode", "scratch", "--write-mode", mode,
                  "--allow-root")
         self.mounts.append(target)
         return target
 
-    def writes(self, mode):
-        mnt = self.mount("w-" + mode, mode)
+    def writes(self, mode, wan=True):
+        mnt = self.mount("w-" + mode + ("" if wan else "-lan"), mode,
+                         self.url if wan else self.lan_url)
+        mode = mode if wan else mode + " (no WAN)"
         t0 = time.monotonic()
         subprocess.run(["dd", "if=/dev/zero", "of=" + os.path.join(mnt, "dd.bin"), "bs=1M",
                         "count=%d" % self.a.size_mib], check=True, capture_output=True)
@@ -163,12 +182,16 @@ class Bench(spokebench.AgentRig):
     def report(self):
         os.makedirs(self.out, exist_ok=True)
         link = next((r["mbps"] for r in self.rows if r["phase"] == "link-read"), None)
-        lines = ["| phase | writeMode | MB | s | MB/s | vs link read | close() s | note |",
-                 "|---|---|---:|---:|---:|---:|---:|---|"]
+        lan = {(r["phase"], r["mode"]): r["mbps"] for r in self.rows}
+        lines = ["| phase | writeMode | MB | s | MB/s | vs link read | vs no WAN | close() s "
+                 "| note |",
+                 "|---|---|---:|---:|---:|---:|---:|---:|---|"]
         for r in self.rows:
-            lines.append("| %s | %s | %.0f | %.2f | %.1f | %s | %s | %s |" % (
+            base = lan.get((r["phase"], r["mode"] + " (no WAN)"))
+            lines.append("| %s | %s | %.0f | %.2f | %.1f | %s | %s | %s | %s |" % (
                 r["phase"], r["mode"], r["bytes"] / 1e6, r["seconds"], r["mbps"],
                 "%.2fx" % (r["mbps"] / link) if link else "n/a",
+                "%.2fx" % (r["mbps"] / base) if base else "",
                 "" if r["close_s"] is None else "%.2f" % r["close_s"], r["note"]))
         text = "\n".join(lines) + "\n"
         with open(os.path.join(self.out, "results.md"), "w") as f:
@@ -178,8 +201,11 @@ class Bench(spokebench.AgentRig):
     def run(self):
         self.setup()
         self.link_read()
+        self.hub_disk()
         for mode in self.a.modes.split(","):
             self.writes(mode)
+            if self.a.no_wan:
+                self.writes(mode, wan=False)
         self.report()
 
 
@@ -190,6 +216,10 @@ def main():
     p.add_argument("--ckpt-mib", type=int, default=1024)
     p.add_argument("--delay-ms", type=int, default=30)
     p.add_argument("--modes", default="writeback,unstable,sync")
+    p.add_argument("--no-wan", action="store_true",
+                   help="also each mode on a mount that reaches the hub without the proxy")
+    p.add_argument("--write-back-bytes",
+                   help="the agent's writeBackBytesPerVolume (e.g. 64Mi); default: derived")
     p.add_argument("--out")
     p.add_argument("--keep-workdir", action="store_true")
     a = p.parse_args()
