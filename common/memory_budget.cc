@@ -22,6 +22,8 @@ std::string_view MemoryBudget::UseName(Use use) {
       return "metadata";
     case Use::kStaged:
       return "staged";
+    case Use::kWriteBack:
+      return "write_back";
   }
   return "unknown";
 }

@@ -9,6 +9,8 @@
 //   kMetadata   metadata cache entries (an estimate per entry)
 //   kStaged     prefetched blocks held in memory until read (the fetcher's StagingBuffer:
 //               blocks a full cache would have to evict for)
+//   kWriteBack  scratch volumes' writes answered to the writer and not yet stable on the hub
+//               (WriteBack); a writer waits for room, as for its volume's own bound
 //
 // Two levels. Background takers (prefetch, hints, a prefetched block entering the store
 // queue) stop at `total - demand_reserve`: a refusal is their back-pressure (the prefetcher
@@ -34,8 +36,16 @@ namespace spoke {
 
 class MemoryBudget {
  public:
-  enum class Use : int { kPrefetch = 0, kStoreQueue, kDemand, kHints, kMetadata, kStaged };
-  static constexpr int kUses = 6;
+  enum class Use : int {
+    kPrefetch = 0,
+    kStoreQueue,
+    kDemand,
+    kHints,
+    kMetadata,
+    kStaged,
+    kWriteBack
+  };
+  static constexpr int kUses = 7;
   static std::string_view UseName(Use use);
 
   // Who may take the bytes: background stops at total - reserve, demand at total.

@@ -254,6 +254,9 @@ void ParseReadAhead(ConfigReader& r, AgentConfig& c) {
                                       FormatSize(c.read_ahead_max_bytes) +
                                       "; leave it unset to derive it from the cache size");
   }
+  if (r.Has("writeBackBytesPerVolume")) {
+    c.write_back_bytes_per_volume = r.Size("writeBackBytesPerVolume", 0, 1ull << 20, 16ull << 30);
+  }
   if (r.Has("kernelReadAheadBytes")) {
     c.kernel_read_ahead_bytes = r.Size("kernelReadAheadBytes", 0, 0, 1ull << 30);
     if (*c.kernel_read_ahead_bytes % 4096 != 0) {

@@ -96,6 +96,12 @@ struct AgentConfig {
   // so unset = a 64th of the memory budget, within 128 KiB..16 MiB (16 MiB from a 1 GiB
   // budget). 0 = leave the kernel's default.
   std::optional<uint64_t> kernel_read_ahead_bytes;
+  // A scratch volume's writes answered before the hub has them stably (write-back), at most;
+  // all volumes' together draw on memoryBudgetBytes too. Unset = a quarter of the budget's
+  // background share, within 16..128 MiB (128 MiB from the default budget): an UNSTABLE
+  // write is held for two round trips and its COMMIT, so the window is wider than the link's
+  // bandwidth-delay product.
+  std::optional<uint64_t> write_back_bytes_per_volume;
   // One of EvictionPolicyNames(); exe/wiring.cc makes the policy.
   std::string eviction_policy = "lru";
   // The only directories the agent mounts under (kubelet's, and one for spokectl): a request

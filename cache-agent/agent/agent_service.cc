@@ -179,6 +179,7 @@ grpc::Status AgentService::VolumeStats(grpc::ServerContext*, const v1::VolumeSta
     m->set_hints_bytes(f.memory.hints_bytes);
     m->set_metadata_bytes(f.memory.metadata_bytes);
     m->set_staged_bytes(f.memory.staged_bytes);
+    m->set_write_back_bytes(f.memory.write_back_bytes);
     m->set_refusals(f.memory.refusals);
   }
   for (const ExpertStats& e : f.experts) {

@@ -154,7 +154,8 @@ std::string RenderStats(const std::string& target, const spoke::agent::v1::Volum
         "prefetch " + FormatBytes(m.prefetch_bytes()) + ", store queue " +
             FormatBytes(m.store_queue_bytes()) + ", demand " + FormatBytes(m.demand_bytes()) +
             ", hints " + FormatBytes(m.hints_bytes()) + ", metadata " +
-            FormatBytes(m.metadata_bytes()) + ", staged " + FormatBytes(m.staged_bytes()));
+            FormatBytes(m.metadata_bytes()) + ", staged " + FormatBytes(m.staged_bytes()) +
+            ", write-back " + FormatBytes(m.write_back_bytes()));
   }
   add("checksum failures", std::to_string(s.checksum_failures()));
   add("hub", s.hub_reachable() ? "reachable" : "UNREACHABLE: " + s.last_hub_error());

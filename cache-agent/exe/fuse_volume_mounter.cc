@@ -212,6 +212,7 @@ Volume::Config FuseVolumeMounter::VolumeSettings(const LibnfsRemote::Config& hub
   vc.link_initial_window = config_.link_initial_window;
   vc.block_size = config_.block_size;
   vc.memory = config_.memory;
+  vc.write_back_bytes = config_.write_back_bytes;
   vc.hints_max_lines = config_.hints_max_lines;
   vc.hints_max_bytes = config_.hints_max_bytes;
   return vc;
@@ -298,6 +299,8 @@ Result<std::unique_ptr<VolumeMounter>> MakeFuseVolumeMounter(const AgentConfig& 
   // flood on one mount leaves room for the others (the budget bounds them all together).
   c.hints_max_bytes = std::clamp<uint64_t>(memory.background_limit() / 4,
                                            HintPredictor::HintBytes(kMaxHintPath), 64ull << 20);
+  c.write_back_bytes = config.write_back_bytes_per_volume.value_or(
+      std::clamp<uint64_t>(memory.background_limit() / 4, 16ull << 20, 128ull << 20));
   SPOKE_RETURN_IF_ERROR(c.Validate());
   return std::unique_ptr<VolumeMounter>(
       std::make_unique<FuseVolumeMounter>(c, &cache, &registry, peers));

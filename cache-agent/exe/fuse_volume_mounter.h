@@ -48,6 +48,8 @@ class FuseVolumeMounter final : public VolumeMounter {
     uint32_t block_size = 1 << 20;
     // The agent's memory budget, shared by every volume (optional; must outlive the mounter).
     MemoryBudget* memory = nullptr;
+    // Each scratch volume's write-back bound (Volume::Config::write_back_bytes).
+    uint64_t write_back_bytes = 64ull << 20;
     // Each volume's hint queue bounds (lines, accounted bytes).
     size_t hints_max_lines = 1 << 20;
     uint64_t hints_max_bytes = 64ull << 20;

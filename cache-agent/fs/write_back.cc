@@ -17,6 +17,9 @@ bool Transient(const Error& e) {
   return e.code() == Code::kTimeout || e.code() == Code::kUnavailable;
 }
 
+// How often a writer waiting for the agent's memory budget looks again.
+constexpr std::chrono::milliseconds kMemoryRecheck{20};
+
 }  // namespace
 
 WriteBack::WriteBack(RemoteFs& remote, const Config& config) : remote_(remote), config_(config) {
@@ -62,18 +65,23 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
     bool room_waiter = false;
     bool file_waiter = false;
     bool timed_out = false;
+    bool taken = false;  // the bytes are taken from the agent's memory budget
+    bool memory_short = false;
     while (!stopping_) {
       bool fits = held_bytes_ == 0 || held_bytes_ + size <= config_.budget_bytes;
       bool overlaps = OverlapsLocked(file, offset, size);
-      if (fits && !overlaps) break;
+      // The shared budget last; bytes taken are kept while the write waits for the rest.
+      if (fits && !overlaps && !taken) taken = TakeMemory(size);
+      if (fits && !overlaps && taken) break;
       if (SteadyClock::now() >= deadline) {
         timed_out = true;
         break;
       }
+      memory_short = fits && !overlaps;
       // Waiting writers make COMMITs due (unstable mode): what they wait for may be
       // answered pieces that only a COMMIT releases. The first writer waiting for room
       // makes every file's due; replies (Done, CommitDone) make the rest due as they come.
-      if (!fits && !room_waiter) {
+      if ((!fits || memory_short) && !room_waiter) {
         room_waiter = true;
         if (room_waiters_++ == 0 && SendDueCommitsLocked(std::nullopt)) continue;
       }
@@ -82,21 +90,39 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
         files_[file].waiters++;
       }
       if (overlaps && SendDueCommitsLocked(file)) continue;
-      changed_.wait_until(lock, deadline);
+      // Room another volume or the prefetcher frees wakes nobody here: look again soon.
+      changed_.wait_until(
+          lock, memory_short ? std::min(deadline, SteadyClock::now() + kMemoryRecheck) : deadline);
     }
+    auto give_back = [&] {
+      if (taken) ReleaseMemory(size);
+    };
     if (room_waiter) room_waiters_--;
     if (file_waiter) {
       files_[file].waiters--;
       EraseIfDoneLocked(file);
     }
-    if (stopping_) return Fail(Code::kUnavailable, "the volume is being unmounted");
+    if (stopping_) {
+      give_back();
+      return Fail(Code::kUnavailable, "the volume is being unmounted");
+    }
+    if (timed_out && memory_short) {
+      return Fail(Code::kTimeout, "write-back of " + path +
+                                      ": no room in the agent's memory budget (memoryBudgetBytes) "
+                                      "for " +
+                                      Seconds(config_.wait_bound));
+    }
     if (timed_out) {
+      give_back();
       return Fail(Code::kTimeout, "write-back of " + path + ": the hub took no held write for " +
                                       Seconds(config_.wait_bound) + " (" +
                                       std::to_string(held_bytes_) + " bytes waiting)");
     }
     // An error that came while this write waited belongs to the caller now.
-    if (auto e = TakeErrorLocked(file)) return std::unexpected(*e);
+    if (auto e = TakeErrorLocked(file)) {
+      give_back();
+      return std::unexpected(*e);
+    }
     p->file = file;
     p->who = who;
     p->path = path;
@@ -133,33 +159,44 @@ void WriteBack::AnsweredLocked(FileState& state, Piece& p, std::optional<uint64_
   p.answered = true;
   p.verifier = verifier;
   state.sending--;
-  state.uncommitted += p.data->size();
+  state.uncovered += p.data->size();
 }
 
 void WriteBack::SendAgainLocked(FileState& state, Piece& p) {
+  // Only a piece its COMMIT found lost is sent again: it is in no other COMMIT.
   p.answered = false;
+  p.in_commit = false;
   p.verifier.reset();
   p.first_sent = SteadyClock::now();
   p.backoff = config_.first_backoff;
-  state.uncommitted -= p.data->size();
   state.sending++;
 }
 
 void WriteBack::ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p) {
-  if (p->answered) {
-    state.uncommitted -= p->data->size();
-  } else {
+  if (!p->answered) {
     state.sending--;
+  } else if (!p->in_commit) {
+    state.uncovered -= p->data->size();
   }
   state.held.erase(p->id);
   held_bytes_ -= p->data->size();
+  ReleaseMemory(p->data->size());
+}
+
+bool WriteBack::TakeMemory(size_t bytes) {
+  return config_.memory == nullptr ||
+         config_.memory->TryAcquire(MemoryBudget::Use::kWriteBack, bytes);
+}
+
+void WriteBack::ReleaseMemory(size_t bytes) {
+  if (config_.memory != nullptr) config_.memory->Release(MemoryBudget::Use::kWriteBack, bytes);
 }
 
 void WriteBack::EraseIfDoneLocked(uint64_t file) {
   auto it = files_.find(file);
   if (it == files_.end()) return;
   const auto& s = it->second;
-  if (s.held.empty() && !s.error && s.waiters == 0 && !s.committing) files_.erase(it);
+  if (s.held.empty() && !s.error && s.waiters == 0 && s.commits == 0) files_.erase(it);
 }
 
 void WriteBack::Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableWrite> r) {
@@ -200,20 +237,29 @@ void WriteBack::Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableW
 }
 
 std::optional<WriteBack::Commit> WriteBack::DueCommitLocked(uint64_t file, FileState& state) {
-  if (state.committing || state.uncommitted == 0) return std::nullopt;
+  if (state.commits >= config_.commits_in_flight || state.uncovered == 0) return std::nullopt;
   // Someone waits for the file, the volume or room: once the file's WRITEs are all answered
-  // (one COMMIT then covers them); waiting for room, at once.
+  // (one COMMIT then covers them); waiting for room, at once, in pieces of a quarter of
+  // commit_bytes while another COMMIT is out (not one COMMIT per reply).
   bool waited_for = state.waiters > 0 || all_waiters_ > 0 || stopping_;
-  bool due = state.uncommitted >= config_.commit_bytes || room_waiters_ > 0 ||
-             (waited_for && state.sending == 0);
+  bool room_wanted =
+      room_waiters_ > 0 && (state.commits == 0 || state.uncovered >= config_.commit_bytes / 4);
+  bool due =
+      state.uncovered >= config_.commit_bytes || room_wanted || (waited_for && state.sending == 0);
   if (!due) return std::nullopt;
-  Commit c{.file = file, .who = state.who, .path = state.path, .ids = {}};
+  Commit c{.file = file,
+           .who = state.who,
+           .path = state.path,
+           .ids = {},
+           .first_sent = SteadyClock::now(),
+           .backoff = config_.first_backoff};
   for (const auto& [id, p] : state.held) {
-    if (p->answered) c.ids.push_back(id);
+    if (!p->answered || p->in_commit) continue;
+    p->in_commit = true;
+    c.ids.push_back(id);
   }
-  state.committing = true;
-  state.commit_first_sent = SteadyClock::now();
-  state.commit_backoff = config_.first_backoff;
+  state.uncovered = 0;
+  state.commits++;
   return c;
 }
 
@@ -247,26 +293,26 @@ void WriteBack::SendCommits(std::vector<Commit> commits) {
   for (auto& c : commits) {
     auto shared = std::make_shared<Commit>(std::move(c));
     remote_.CommitAsAsync(shared->who, shared->path, [this, shared](Result<uint64_t> r) {
-      CommitDone(*shared, std::move(r));
+      CommitDone(std::move(*shared), std::move(r));
     });
   }
 }
 
-void WriteBack::CommitDone(const Commit& c, Result<uint64_t> r) {
+void WriteBack::CommitDone(Commit c, Result<uint64_t> r) {
   std::vector<std::shared_ptr<Piece>> again;
   std::vector<Commit> commits;
   {
     MutexLock lock(mu_);
     auto& state = files_[c.file];
     if (!r && Transient(r.error()) && !stopping_ &&
-        SteadyClock::now() - state.commit_first_sent < config_.retry_bound) {
-      commit_retries_.emplace_back(SteadyClock::now() + state.commit_backoff, c);
-      state.commit_backoff =
-          std::min<std::chrono::milliseconds>(state.commit_backoff * 2, std::chrono::seconds(5));
+        SteadyClock::now() - c.first_sent < config_.retry_bound) {
+      auto due = SteadyClock::now() + c.backoff;
+      c.backoff = std::min<std::chrono::milliseconds>(c.backoff * 2, std::chrono::seconds(5));
+      commit_retries_.emplace_back(due, std::move(c));
       changed_.notify_all();
       return;
     }
-    state.committing = false;
+    state.commits--;
     for (uint64_t id : c.ids) {
       auto it = state.held.find(id);
       if (it == state.held.end()) continue;
@@ -324,7 +370,7 @@ void WriteBack::RetryLoop() {
         auto& state = files_[c.file];
         if (!state.error)
           state.error = Error(Code::kUnavailable, "unmounted before the hub committed it");
-        state.committing = false;
+        state.commits--;
         for (uint64_t id : c.ids) {
           if (auto it = state.held.find(id); it != state.held.end()) {
             auto p = it->second;

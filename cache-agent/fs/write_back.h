@@ -1,18 +1,21 @@
 // WriteBack: a scratch volume's writes, answered once held here and sent to the hub with many
 // WRITEs in flight per file. A write is held until the hub has it stably:
 // - stable mode: each WRITE is FILE_SYNC, so its reply means the bytes are stable on the hub;
-// - unstable mode: WRITEs are UNSTABLE (the hub answers before its disk has them) and a COMMIT
-//   per file makes them stable: when the file's answered bytes reach `commit_bytes`, when a
-//   caller waits for the file (fsync, close, a read or rename of it, an overlapping write) or
-//   for the volume, and when writers wait for room. A WRITE answered with another write
-//   verifier than its COMMIT's was lost by a hub restart and is sent again.
+// - unstable mode: WRITEs are UNSTABLE (the hub answers before its disk has them) and COMMITs
+//   make them stable: when the file's answered bytes not yet in a COMMIT reach
+//   `commit_bytes`, when a caller waits for the file (fsync, close, a read or rename of it, an
+//   overlapping write) or for the volume, and when writers wait for room. Up to
+//   `commits_in_flight` COMMITs of a file are out at once, so bytes answered while one is out
+//   do not wait for it. A WRITE answered with another write verifier than its COMMIT's was
+//   lost by a hub restart and is sent again.
 // A WRITE that fails for the network (kTimeout, kUnavailable: the hub restarting) is sent
 // again, with backoff, until `retry_bound` has passed since its first send; so is a COMMIT.
 // Any other failure (ENOSPC, EDQUOT, EACCES, EIO), or running out of retries, is kept as the
 // file's error and returned by its next Write, Drain or TakeError.
 //
 // Bounds: the bytes held (copied, in flight, answered but not committed, or waiting for a
-// retry) are at most `budget_bytes` per volume; a Write waits for room, and waits for an
+// retry) are at most `budget_bytes` per volume, and are taken from the agent's memory budget
+// (`memory`, use kWriteBack, background level) too; a Write waits for room, and waits for an
 // earlier held write of an overlapping range of the same file (so the hub applies them in the
 // caller's order, also when one is sent again), both at most `wait_bound`. Files are keyed by
 // the caller's choice (the inode).
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "cache-agent/remote/remote_fs.h"
+#include "common/memory_budget.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 
@@ -51,8 +55,12 @@ class WriteBack {
     std::chrono::milliseconds first_backoff{100};
     // UNSTABLE WRITEs and COMMIT (RemoteFs::WriteUnstableAsAsync) instead of FILE_SYNC ones.
     bool unstable = false;
-    // A file's answered, uncommitted bytes that start a COMMIT without anyone waiting.
-    size_t commit_bytes = 16u << 20;
+    // A file's answered bytes in no COMMIT yet that start one without anyone waiting.
+    size_t commit_bytes = 4u << 20;
+    // A file's COMMITs out at once (each covers the pieces answered before it was sent).
+    int commits_in_flight = 4;
+    // The agent's memory budget, shared with every volume (optional; must outlive this).
+    MemoryBudget* memory = nullptr;
   };
 
   WriteBack(RemoteFs& remote, const Config& config);
@@ -90,20 +98,19 @@ class WriteBack {
     // (none when it changed between the WRITE's chunks: sent again whatever the COMMIT says).
     bool answered = false;
     std::optional<uint64_t> verifier;
+    bool in_commit = false;  // answered and covered by a COMMIT out or waiting for its retry
   };
   struct FileState {
     std::map<uint64_t, std::shared_ptr<Piece>> held;  // by piece id
     std::optional<Error> error;
     // Counts of `held` kept for the hot path, changed only by HoldLocked, AnsweredLocked,
-    // SendAgainLocked and ReleaseLocked.
-    size_t sending = 0;       // pieces sent or waiting for a retry, not yet answered
-    size_t uncommitted = 0;   // bytes of answered pieces
-    bool committing = false;  // a COMMIT is in flight or waiting for its retry
-    int waiters = 0;          // callers waiting for the file: it is committed for them
-    Credentials who;          // the latest writer, whose COMMIT it is
+    // SendAgainLocked, ReleaseLocked and DueCommitLocked (`uncovered`).
+    size_t sending = 0;    // pieces sent or waiting for a retry, not yet answered
+    size_t uncovered = 0;  // bytes of answered pieces in no COMMIT yet
+    int commits = 0;       // COMMITs out or waiting for their retry
+    int waiters = 0;       // callers waiting for the file: it is committed for them
+    Credentials who;       // the latest writer, whose COMMIT it is
     std::string path;
-    std::chrono::steady_clock::time_point commit_first_sent{};
-    std::chrono::milliseconds commit_backoff{};
   };
   // A COMMIT to send: the pieces answered before it, which it makes stable.
   struct Commit {
@@ -111,12 +118,14 @@ class WriteBack {
     Credentials who;
     std::string path;
     std::vector<uint64_t> ids;
+    std::chrono::steady_clock::time_point first_sent{};
+    std::chrono::milliseconds backoff{};
   };
 
   void Send(std::shared_ptr<Piece> p);
   void Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableWrite> r);
   void SendCommits(std::vector<Commit> commits);
-  void CommitDone(const Commit& c, Result<uint64_t> r);
+  void CommitDone(Commit c, Result<uint64_t> r);
   // Starts (marks) the COMMITs now due: of `file` only, or of every file. Every change that
   // can make a file's COMMIT due checks that file; all files are looked at only when a
   // condition for all of them starts (the first writer waiting for room, a WaitAllIdle, the
@@ -132,6 +141,9 @@ class WriteBack {
   void AnsweredLocked(FileState& state, Piece& p, std::optional<uint64_t> verifier) REQUIRES(mu_);
   void SendAgainLocked(FileState& state, Piece& p) REQUIRES(mu_);
   void ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p) REQUIRES(mu_);
+  // The agent's memory budget (no-ops without one).
+  bool TakeMemory(size_t bytes);
+  void ReleaseMemory(size_t bytes);
   void EraseIfDoneLocked(uint64_t file) REQUIRES(mu_);
   bool OverlapsLocked(uint64_t file, uint64_t offset, size_t size) const REQUIRES(mu_);
   void RetryLoop();

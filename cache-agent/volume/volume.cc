@@ -156,6 +156,8 @@ VolumeFs::Config FsConfig(const Volume::Config& config, OpenRecords* open_record
   vc.consistency = context.cache.consistency;
   vc.write_back = context.write_mode != WriteMode::kSync;
   vc.write_back_config.unstable = context.write_mode == WriteMode::kUnstable;
+  vc.write_back_config.budget_bytes = config.write_back_bytes;
+  vc.write_back_config.memory = config.memory;
   // A hub restart (a few request timeouts) is ridden out; waits sit above the retries.
   auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(1.0, context.hub_timeout_seconds) * 1000));
@@ -313,6 +315,7 @@ VolumeFigures Volume::Figures() {
     f.memory.hints_bytes = m->used(Use::kHints);
     f.memory.metadata_bytes = m->used(Use::kMetadata);
     f.memory.staged_bytes = m->used(Use::kStaged);
+    f.memory.write_back_bytes = m->used(Use::kWriteBack);
     for (int i = 0; i < MemoryBudget::kUses; ++i) {
       f.memory.refusals += m->refusals(static_cast<Use>(i));
     }

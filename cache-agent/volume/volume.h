@@ -64,6 +64,9 @@ class Volume {
     // Prefetched blocks held in memory while the cache is full, until read (BlockFetcher's
     // staging); at most a quarter of the memory budget's background share. 0 = none.
     uint64_t staging_bytes_max = 256ull << 20;
+    // Scratch volumes: writes answered and not yet stable on the hub, at most (WriteBack's
+    // budget_bytes; they draw on `memory` too).
+    uint64_t write_back_bytes = 64ull << 20;
     // This volume's hint queue bounds (lines, accounted bytes).
     size_t hints_max_lines = 1 << 20;
     uint64_t hints_max_bytes = 64ull << 20;

@@ -27,6 +27,7 @@ struct MemoryFigures {
   uint64_t hints_bytes = 0;
   uint64_t metadata_bytes = 0;
   uint64_t staged_bytes = 0;
+  uint64_t write_back_bytes = 0;
   uint64_t refusals = 0;  // every use
 };
 

@@ -63,6 +63,7 @@ fuseKeeperSocket: /run/spoke/fuse-keeper.sock
 fuseKeeperStart: false
 handoverTimeoutSeconds: 8
 keeperWaitSeconds: 12
+writeBackBytesPerVolume: 32Mi
 memoryBudgetBytes: 1536Mi
 )");
   ASSERT_TRUE(c) << c.error().message();
@@ -84,6 +85,7 @@ memoryBudgetBytes: 1536Mi
   EXPECT_FALSE(c->fuse_keeper_start);
   EXPECT_EQ(c->handover_timeout_seconds, 8);
   EXPECT_EQ(c->keeper_wait_seconds, 12);
+  EXPECT_EQ(c->write_back_bytes_per_volume, std::optional<uint64_t>(32ull << 20));
   EXPECT_EQ(c->memory_budget_bytes, 1536ull << 20);
 }
 
@@ -144,6 +146,7 @@ TEST(AgentConfigTest, ErrorsNameTheField) {
       {"fuseKeeperStart: maybe", "fuseKeeperStart:"},
       {"handoverTimeoutSeconds: 1000", "handoverTimeoutSeconds:"},
       {"keeperWaitSeconds: -1", "keeperWaitSeconds:"},
+      {"writeBackBytesPerVolume: 4Ki", "writeBackBytesPerVolume:"},
       {"memoryBudgetBytes: lots", "memoryBudgetBytes:"},
       {"memoryBudgetBytes: 8Mi",
        "memoryBudgetBytes: must be 0 (derive from the memory limit) or "

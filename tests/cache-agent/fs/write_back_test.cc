@@ -113,6 +113,55 @@ TEST(WriteBackTest, AWriterWaitsForRoomInTheBudget) {
   EXPECT_EQ(hub.Data("f"), mib + mib + mib);
 }
 
+TEST(WriteBackTest, VolumesShareTheAgentsMemoryBudgetAndWaitForItsRoom) {
+  HeldRemote hub;
+  hub.PutFile("f", "");
+  hub.PutFile("g", "");
+  // Background share 2 MiB of 4: two volumes of 2 MiB each hold at most 2 MiB together.
+  MemoryBudget memory(MemoryBudget::Config{.total_bytes = 4u << 20, .demand_reserve_share = 0.5});
+  auto config = SmallConfig();
+  config.memory = &memory;
+  WriteBack a(hub, config), b(hub, config);
+  std::string mib(1 << 20, 'x');
+  ASSERT_TRUE(a.Write(1, kWriter, "f", 0, mib.data(), mib.size()));
+  ASSERT_TRUE(a.Write(1, kWriter, "f", 1 << 20, mib.data(), mib.size()));
+  EXPECT_EQ(memory.used(MemoryBudget::Use::kWriteBack), 2u << 20);
+  auto other = std::async(std::launch::async,
+                          [&] { return b.Write(2, kWriter, "g", 0, mib.data(), mib.size()); });
+  EXPECT_EQ(other.wait_for(milliseconds(150)), std::future_status::timeout)
+      << "its own volume is empty, the agent's budget is not";
+  hub.ReplyOldest();
+  EXPECT_TRUE(other.get());
+  hub.ReplyAll();
+  EXPECT_TRUE(a.Drain(1));
+  EXPECT_TRUE(b.Drain(2));
+  EXPECT_EQ(memory.used(MemoryBudget::Use::kWriteBack), 0u);
+  EXPECT_EQ(hub.Data("g"), mib);
+}
+
+TEST(WriteBackTest, AWriteThatNeverGetsMemoryFailsNamingTheBudget) {
+  HeldRemote hub;
+  hub.PutFile("f", "");
+  MemoryBudget memory(MemoryBudget::Config{.total_bytes = 2u << 20, .demand_reserve_share = 0.5});
+  ASSERT_TRUE(memory.TryAcquire(MemoryBudget::Use::kPrefetch, 1u << 20));  // the share is full
+  auto config = SmallConfig();
+  config.memory = &memory;
+  config.wait_bound = milliseconds(200);
+  WriteBack wb(hub, config);
+  std::string data(4096, 'x');
+  auto w = wb.Write(1, kWriter, "f", 0, data.data(), data.size());
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().code(), Code::kTimeout);
+  EXPECT_NE(w.error().message().find("memoryBudgetBytes"), std::string::npos)
+      << w.error().message();
+  EXPECT_EQ(hub.Waiting(), 0u);
+  EXPECT_EQ(memory.used(MemoryBudget::Use::kWriteBack), 0u);
+  memory.Release(MemoryBudget::Use::kPrefetch, 1u << 20);
+  EXPECT_TRUE(wb.Write(1, kWriter, "f", 0, data.data(), data.size()));
+  hub.ReplyAll();
+  EXPECT_TRUE(wb.Drain(1));
+}
+
 TEST(WriteBackTest, AFullBudgetThatNeverDrainsFailsTheWriteWithinItsBound) {
   HeldRemote hub;
   hub.PutFile("f", "");
@@ -262,6 +311,11 @@ class UnstableHub : public testing::FakeRemoteFs {
     }
     done(verifier);
   }
+  // What a restart goes back to, for a test that answers a held COMMIT itself.
+  void SetStable(const std::string& path, const std::string& data) {
+    MutexLock lock(mu);
+    stable[path] = data;
+  }
   // The hub restarts: what no COMMIT covered is gone.
   void Restart() {
     std::vector<std::pair<std::string, std::string>> files;
@@ -393,6 +447,74 @@ TEST(WriteBackUnstableTest, AnOverlappingWriteWaitsForTheEarlierOnesCommit) {
   EXPECT_TRUE(later.get());
   ASSERT_TRUE(wb.Drain(1));
   EXPECT_EQ(hub.Stable("f"), std::string(25, '1') + second + std::string(25, '1'));
+}
+
+// COMMITs held by the hub until the test replies to them, in order.
+std::vector<UnstableHub::CommitDone> TakeHeldCommits(UnstableHub& hub, bool keep_holding) {
+  std::vector<UnstableHub::CommitDone> commits;
+  MutexLock lock(hub.mu);
+  hub.hold_commits = keep_holding;
+  commits.swap(hub.held_commits);
+  return commits;
+}
+
+TEST(WriteBackUnstableTest, BytesAnsweredWhileACommitIsOutHaveTheirOwnCommit) {
+  UnstableHub hub;
+  hub.PutFile("f", "");
+  {
+    MutexLock lock(hub.mu);
+    hub.hold_commits = true;
+  }
+  auto config = UnstableConfig();
+  config.budget_bytes = 8u << 20;
+  config.commit_bytes = 1u << 20;
+  config.commits_in_flight = 2;
+  WriteBack wb(hub, config);
+  std::string mib(1 << 20, 'm');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, mib.data(), mib.size()));
+  EXPECT_EQ(hub.Commits(), 1) << "the threshold sends the first COMMIT";
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 1 << 20, mib.data(), mib.size()));
+  EXPECT_EQ(hub.Commits(), 2) << "a second one goes out while the first is";
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 2 << 20, mib.data(), mib.size()));
+  EXPECT_EQ(hub.Commits(), 2) << "at most commits_in_flight out";
+  EXPECT_EQ(wb.held_bytes(), 3u << 20);
+  auto out = TakeHeldCommits(hub, false);
+  ASSERT_EQ(out.size(), 2u);
+  out[0](uint64_t{7});
+  EXPECT_EQ(hub.Commits(), 3) << "the first's reply sends the third megabyte's";
+  EXPECT_EQ(wb.held_bytes(), 1u << 20) << "the first and the third are stable";
+  out[1](uint64_t{7});
+  EXPECT_EQ(wb.held_bytes(), 0u);
+  EXPECT_FALSE(wb.Holds(1));
+  EXPECT_EQ(hub.Writes(), 3);
+}
+
+TEST(WriteBackUnstableTest, OfTwoCommitsOutOnlyTheOneAfterARestartSendsItsWritesAgain) {
+  UnstableHub hub;
+  hub.PutFile("f", "");
+  {
+    MutexLock lock(hub.mu);
+    hub.hold_commits = true;
+  }
+  auto config = UnstableConfig();
+  config.budget_bytes = 8u << 20;
+  config.commit_bytes = 1u << 20;
+  WriteBack wb(hub, config);
+  std::string a(1 << 20, 'a'), b(1 << 20, 'b');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, a.data(), a.size()));
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", a.size(), b.data(), b.size()));
+  auto out = TakeHeldCommits(hub, false);
+  ASSERT_EQ(out.size(), 2u);
+  // The hub made `a` stable and answered, then restarted before `b`'s COMMIT: `b` is lost.
+  hub.SetStable("f", a);
+  out[0](uint64_t{7});
+  hub.Restart();
+  EXPECT_TRUE(hub.Data("f") == a);
+  out[1](uint64_t{8});
+  ASSERT_TRUE(wb.Drain(1));
+  EXPECT_EQ(hub.Writes(), 3) << "only b sent again";
+  EXPECT_TRUE(hub.Stable("f") == a + b);
+  EXPECT_EQ(wb.held_bytes(), 0u);
 }
 
 TEST(WriteBackUnstableTest, ARefusedCommitFailsTheDrainWithItsError) {

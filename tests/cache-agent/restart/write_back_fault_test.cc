@@ -224,7 +224,7 @@ TEST_F(WriteBackTest, AHubRestartBeforeTheCommitHasTheAnsweredWritesSentAgain) {
   if (HasFatalFailure()) return;
   const std::string file = mnt_ + "/u1000/ckpt.bin";
   const std::string on_hub = hub_->export_dir() + "/u1000/ckpt.bin";
-  const std::string data = Pattern(8 * kMiB, 7);  // under the 16 MiB a COMMIT starts at
+  const std::string data = Pattern(3 * kMiB, 7);  // under the 4 MiB a COMMIT starts at
   Writer w({[&](int& fd) {
               fd = ::open(file.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
               return fd < 0 ? errno : WriteAll(fd, data, kMiB);
