@@ -311,6 +311,11 @@ class UnstableHub : public testing::FakeRemoteFs {
     }
     done(verifier);
   }
+  // COMMITs wait until the test takes them (TakeHeldCommits).
+  void HoldCommits() {
+    MutexLock lock(mu);
+    hold_commits = true;
+  }
   // What a restart goes back to, for a test that answers a held COMMIT itself.
   void SetStable(const std::string& path, const std::string& data) {
     MutexLock lock(mu);
@@ -353,6 +358,14 @@ WriteBack::Config UnstableConfig() {
   auto c = SmallConfig();
   c.unstable = true;
   c.commit_bytes = 64u << 20;  // no COMMIT unless someone waits
+  return c;
+}
+
+// A COMMIT for every MiB answered, in a budget that holds a few.
+WriteBack::Config CommitEveryMibConfig() {
+  auto c = UnstableConfig();
+  c.budget_bytes = 8u << 20;
+  c.commit_bytes = 1u << 20;
   return c;
 }
 
@@ -424,10 +437,7 @@ TEST(WriteBackUnstableTest, AWriterWaitingForRoomHasTheAnsweredBytesCommitted) {
 TEST(WriteBackUnstableTest, AnOverlappingWriteWaitsForTheEarlierOnesCommit) {
   UnstableHub hub;
   hub.PutFile("f", "");
-  {
-    MutexLock lock(hub.mu);
-    hub.hold_commits = true;
-  }
+  hub.HoldCommits();
   WriteBack wb(hub, UnstableConfig());
   std::string first(100, '1'), second(50, '2');
   ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, first.data(), first.size()));
@@ -461,13 +471,8 @@ std::vector<UnstableHub::CommitDone> TakeHeldCommits(UnstableHub& hub, bool keep
 TEST(WriteBackUnstableTest, BytesAnsweredWhileACommitIsOutHaveTheirOwnCommit) {
   UnstableHub hub;
   hub.PutFile("f", "");
-  {
-    MutexLock lock(hub.mu);
-    hub.hold_commits = true;
-  }
-  auto config = UnstableConfig();
-  config.budget_bytes = 8u << 20;
-  config.commit_bytes = 1u << 20;
+  hub.HoldCommits();
+  auto config = CommitEveryMibConfig();
   config.commits_in_flight = 2;
   WriteBack wb(hub, config);
   std::string mib(1 << 20, 'm');
@@ -492,13 +497,8 @@ TEST(WriteBackUnstableTest, BytesAnsweredWhileACommitIsOutHaveTheirOwnCommit) {
 TEST(WriteBackUnstableTest, OfTwoCommitsOutOnlyTheOneAfterARestartSendsItsWritesAgain) {
   UnstableHub hub;
   hub.PutFile("f", "");
-  {
-    MutexLock lock(hub.mu);
-    hub.hold_commits = true;
-  }
-  auto config = UnstableConfig();
-  config.budget_bytes = 8u << 20;
-  config.commit_bytes = 1u << 20;
+  hub.HoldCommits();
+  auto config = CommitEveryMibConfig();
   WriteBack wb(hub, config);
   std::string a(1 << 20, 'a'), b(1 << 20, 'b');
   ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, a.data(), a.size()));
