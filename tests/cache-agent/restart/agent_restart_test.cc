@@ -228,6 +228,21 @@ class AgentRestartTest : public ::testing::Test {
     return -1;
   }
 
+  // The mount root's mode and owner through the mount and on the hub, and whether the file
+  // reached the hub.
+  std::string RootModes() {
+    auto describe = [](const std::string& path) {
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0) return path + ": " + std::strerror(errno);
+      char mode[16];
+      std::snprintf(mode, sizeof(mode), "%o", st.st_mode & 07777);
+      return path + ": mode " + mode + " uid " + std::to_string(st.st_uid) + " gid " +
+             std::to_string(st.st_gid);
+    };
+    return "\n" + describe(mnt_) + "\n" + describe(hub_->export_dir()) + "\n" +
+           describe(hub_->export_dir() + "/closing.log");
+  }
+
   std::string Diagnostics() {
     return "\nagent log (tail):\n" + ReadFileTail(work_->path() + "/agent.log", 8000);
   }
@@ -428,7 +443,8 @@ TEST_F(AgentRestartTest, CloseAndExecDoNotWaitForAStoppedAgent) {
   if (HasFatalFailure()) return;
 
   int wfd = ::open((mnt_ + "/closing.log").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-  ASSERT_GE(wfd, 0) << std::strerror(errno) << Diagnostics();
+  // Seen once in a few runs (EACCES), cause not found: say what both sides saw of the root.
+  ASSERT_GE(wfd, 0) << std::strerror(errno) << RootModes() << Diagnostics();
   ASSERT_EQ(::write(wfd, "abc", 3), 3);
   int rfd = ::open((mnt_ + "/data/d0/f0.bin").c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(rfd, 0) << std::strerror(errno);
