@@ -4,7 +4,7 @@
 // server).
 //
 //   spoke-fuse-keeper --socket /run/spoke/fuse-keeper.sock [--orphan-timeout 300]
-//                     [--log-level info] [--version]
+//                     [--handover-wait 40] [--log-level info] [--version]
 //
 // --orphan-timeout: seconds without an agent (no lease, no request) after which the kept
 // connections are released, so their mounts fail (ECONNABORTED) instead of waiting forever for
@@ -12,6 +12,9 @@
 //
 // SIGTERM/SIGINT stop it; the descriptors it held close with it (the agent keeps its own
 // duplicates, so mounts stay up while the agent runs and the agent re-puts them on reconnect).
+// When no agent holds them at that moment (the agent restarting too: it handed them here and
+// left), it first serves until the next agent has taken them over, for at most
+// --handover-wait seconds (0 = stop at once), and refuses new ones from then on.
 #include <signal.h>
 
 #include <iostream>
@@ -26,7 +29,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: spoke-fuse-keeper [--socket /run/spoke/fuse-keeper.sock] [--orphan-timeout 300]\n"
-    "                         [--log-level debug|info|warn|error] [--version]\n";
+    "                         [--handover-wait 40] [--log-level debug|info|warn|error]\n"
+    "                         [--version]\n";
 
 int Die(const std::string& msg) {
   std::cerr << "spoke-fuse-keeper: " << msg << "\n";
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
   config.socket_path = "/run/spoke/fuse-keeper.sock";
   config.orphan_timeout = std::chrono::seconds(300);
   std::string level = "info";
+  std::chrono::seconds handover_wait{40};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--version") {
@@ -54,6 +59,11 @@ int main(int argc, char** argv) {
       auto secs = ParseInt(argv[++i], 0, 86400);
       if (!secs) return Die("--orphan-timeout (seconds): " + secs.error().message());
       config.orphan_timeout = std::chrono::seconds(*secs);
+    } else if (arg == "--handover-wait") {
+      if (i + 1 >= argc) return Die(arg + " needs a value\n" + kUsage);
+      auto secs = ParseInt(argv[++i], 0, 600);
+      if (!secs) return Die("--handover-wait (seconds): " + secs.error().message());
+      handover_wait = std::chrono::seconds(*secs);
     } else if (arg == "--socket" || arg == "--log-level") {
       if (i + 1 >= argc) return Die(arg + " needs a value\n" + kUsage);
       (arg == "--socket" ? config.socket_path : level) = argv[++i];
@@ -79,6 +89,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&set, &sig);
   log::Info("fd keeper stopping", {{"signal", sig}, {"kept", server.size()}});
+  server.FinishServing(handover_wait);
   server.Stop();
   return 0;
 }

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fd_keeper.h"
 #include "common/thread_annotations.h"
 #include "tests/support/files.h"
 #include "tests/support/hub.h"
@@ -242,6 +243,8 @@ class AgentRestartTest : public ::testing::Test {
     return "\n" + describe(mnt_) + "\n" + describe(hub_->export_dir()) + "\n" +
            describe(hub_->export_dir() + "/closing.log");
   }
+
+  void StopAgentAndKeeperTogetherWhileTheHubIsDown(bool agent_first);
 
   std::string Diagnostics() {
     return "\nagent log (tail):\n" + ReadFileTail(work_->path() + "/agent.log", 8000);
@@ -642,6 +645,96 @@ TEST_F(AgentRestartTest, AFileTheKernelHoldsOpensAndReadsFromTheCacheAfterAKillW
   ASSERT_GE(fd, 0) << "open after the restart: " << std::strerror(open_errno) << Diagnostics();
   EXPECT_TRUE(got == want_[0]) << "read " << got.size() << " bytes of " << want_[0].size();
   EXPECT_EQ(ReadWholeFile(work_->path() + "/agent.log").find("detaching it"), std::string::npos);
+}
+
+// Faults together: the hub is down when the agent and its keeper get SIGTERM together (a
+// rolling upgrade of both DaemonSets on a node, or a systemd restart of both). The keeper that
+// is the last holder of the connection stays until the next agent has taken it over; a keeper
+// that left first is replaced while the agent offers it the connection. A reader's open file
+// reads on, from the cache, with no error.
+void AgentRestartTest::StopAgentAndKeeperTogetherWhileTheHubIsDown(bool agent_first) {
+  ASSERT_GT(StartAgent(), 0);
+  MountDataset();
+  if (HasFatalFailure()) return;
+  const std::string file = mnt_ + "/" + files_[1];
+  ASSERT_EQ(ReadWholeFile(file), want_[1]);  // cached
+  WaitKept();
+  if (HasFatalFailure()) return;
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+
+  wan_->Freeze(true);
+  auto exited = [](pid_t& pid) {
+    if (pid <= 0 || ::waitpid(pid, nullptr, WNOHANG) != pid) return pid <= 0;
+    pid = -1;
+    return true;
+  };
+  if (agent_first) {
+    // The agent hands its connection to the keeper and leaves; then the keeper is stopped,
+    // the last holder of a connection no agent serves.
+    ASSERT_EQ(::kill(agent_pid_, SIGTERM), 0);
+    for (int i = 0; i < 600 && !exited(agent_pid_); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_LE(agent_pid_, 0) << "the agent did not end its hand-over" << Diagnostics();
+    ASSERT_EQ(::kill(keeper_pid_, SIGTERM), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_FALSE(exited(keeper_pid_)) << "the keeper left while it alone held the connection";
+  } else {
+    ASSERT_EQ(::kill(keeper_pid_, SIGTERM), 0);
+    ASSERT_EQ(::kill(agent_pid_, SIGTERM), 0);
+  }
+  // The node plugin's DaemonSet starts the next keeper once the old one is gone.
+  bool replaced = false;
+  auto replace_keeper = [&] {
+    if (!replaced && exited(keeper_pid_)) {
+      StartKeeper();
+      replaced = true;
+    }
+  };
+  for (int i = 0; i < 600 && !exited(agent_pid_); ++i) {  // 30 s
+    replace_keeper();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_LE(agent_pid_, 0) << "the agent did not end its hand-over" << Diagnostics();
+  EXPECT_EQ(ReadWholeFile(work_->path() + "/agent.log").find("no fd keeper holds this mount"),
+            std::string::npos)
+      << "the agent found no keeper and unmounted" << Diagnostics();
+  ASSERT_GT(StartAgent(), 0);                   // the hub still down
+  for (int i = 0; i < 600 && !replaced; ++i) {  // the old keeper leaves once the agent leases
+    replace_keeper();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(replaced) << "the old keeper did not leave after the next agent took over"
+                        << ReadWholeFile(work_->path() + "/keeper.log");
+  // The next agent puts its connection in the new keeper.
+  spoke::FdKeeperClient keeper(keeper_socket_, std::chrono::seconds(2));
+  bool kept = false;
+  for (int i = 0; i < 200 && !kept; ++i) {
+    auto listed = keeper.List();
+    kept = listed && !listed->empty();
+    if (!kept) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(kept) << "the new keeper holds no connection" << Diagnostics();
+
+  std::string got, buf(1 << 20, '\0');
+  for (ssize_t n; (n = ::pread(fd, buf.data(), buf.size(), got.size())) > 0;) {
+    got.append(buf.data(), n);
+  }
+  const int read_errno = errno;
+  ::close(fd);
+  EXPECT_TRUE(got == want_[1]) << "read " << got.size() << " bytes of " << want_[1].size() << ": "
+                               << std::strerror(read_errno) << Diagnostics();
+  wan_->Freeze(false);
+  EXPECT_EQ(ReadWholeFile(file), want_[1]);
+}
+
+TEST_F(AgentRestartTest, AKeeperStoppedRightAfterItsAgentWhileTheHubIsDownKeepsAReader) {
+  StopAgentAndKeeperTogetherWhileTheHubIsDown(/*agent_first=*/true);
+}
+
+TEST_F(AgentRestartTest, AnAgentStoppedWithItsKeeperWhileTheHubIsDownKeepsAReader) {
+  StopAgentAndKeeperTogetherWhileTheHubIsDown(/*agent_first=*/false);
 }
 
 // A checkpoint's rename that the dead agent carried out on the hub but never answered: the
