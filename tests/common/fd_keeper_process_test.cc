@@ -28,8 +28,11 @@ TEST(FdKeeperProcessTest, DescriptorOutlivesAKilledClient) {
   TempDir dir;
   std::string sock = dir.path() + "/keeper.sock";
   std::string bin = spoke::testing::BinaryDir() + "/cache-agent/keeper/spoke-fuse-keeper";
-  pid_t keeper = spoke::testing::SpawnLogged({bin, "--socket", sock, "--log-level", "warn"},
-                                             dir.path() + "/keeper.log");
+  // Stopped below while it keeps a descriptor no client holds a lease on: it serves for
+  // --handover-wait first (the agent's successor would take it over), then exits.
+  pid_t keeper = spoke::testing::SpawnLogged(
+      {bin, "--socket", sock, "--log-level", "warn", "--handover-wait", "1"},
+      dir.path() + "/keeper.log");
   ASSERT_GT(keeper, 0);
   struct StopAtExit {
     pid_t& pid;
@@ -72,6 +75,9 @@ TEST(FdKeeperProcessTest, DescriptorOutlivesAKilledClient) {
 
   int status = spoke::testing::StopProcess(keeper, SIGTERM);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_NE(spoke::testing::ReadWholeFile(dir.path() + "/keeper.log")
+                .find("no agent took the kept connections in time"),
+            std::string::npos);
   EXPECT_NE(::access(sock.c_str(), F_OK), 0) << "socket file left behind";
 }
 
