@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -245,6 +246,16 @@ class AgentRestartTest : public ::testing::Test {
   }
 
   void StopAgentAndKeeperTogetherWhileTheHubIsDown(bool agent_first);
+
+  // Calls `done` every 50 ms until it returns true or `bound` has passed; its last answer.
+  static bool PollUntil(const std::function<bool()>& done, std::chrono::milliseconds bound) {
+    auto deadline = Clock::now() + bound;
+    while (!done()) {
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return true;
+  }
 
   std::string Diagnostics() {
     return "\nagent log (tail):\n" + ReadFileTail(work_->path() + "/agent.log", 8000);
@@ -680,9 +691,7 @@ void AgentRestartTest::StopAgentAndKeeperTogetherWhileTheHubIsDown(bool agent_fi
     // The agent hands its connection to the keeper and leaves; then the keeper is stopped,
     // the last holder of a connection no agent serves.
     ASSERT_EQ(::kill(agent_pid_, SIGTERM), 0);
-    for (int i = 0; i < 600 && !exited(agent_pid_); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    PollUntil([&] { return exited(agent_pid_); }, std::chrono::seconds(30));
     ASSERT_LE(agent_pid_, 0) << "the agent did not end its hand-over" << Diagnostics();
     ASSERT_EQ(::kill(keeper_pid_, SIGTERM), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -698,30 +707,26 @@ void AgentRestartTest::StopAgentAndKeeperTogetherWhileTheHubIsDown(bool agent_fi
       StartKeeper();
       replaced = true;
     }
+    return replaced;
   };
-  for (int i = 0; i < 600 && !exited(agent_pid_); ++i) {  // 30 s
-    replace_keeper();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  PollUntil([&] { return replace_keeper(), exited(agent_pid_); }, std::chrono::seconds(30));
   ASSERT_LE(agent_pid_, 0) << "the agent did not end its hand-over" << Diagnostics();
   EXPECT_EQ(ReadWholeFile(work_->path() + "/agent.log").find("no fd keeper holds this mount"),
             std::string::npos)
       << "the agent found no keeper and unmounted" << Diagnostics();
-  ASSERT_GT(StartAgent(), 0);                   // the hub still down
-  for (int i = 0; i < 600 && !replaced; ++i) {  // the old keeper leaves once the agent leases
-    replace_keeper();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  ASSERT_GT(StartAgent(), 0);  // the hub still down
+  // The old keeper leaves once the next agent holds the lease.
+  PollUntil(replace_keeper, std::chrono::seconds(30));
   ASSERT_TRUE(replaced) << "the old keeper did not leave after the next agent took over"
                         << ReadWholeFile(work_->path() + "/keeper.log");
   // The next agent puts its connection in the new keeper.
   spoke::FdKeeperClient keeper(keeper_socket_, std::chrono::seconds(2));
-  bool kept = false;
-  for (int i = 0; i < 200 && !kept; ++i) {
-    auto listed = keeper.List();
-    kept = listed && !listed->empty();
-    if (!kept) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  bool kept = PollUntil(
+      [&] {
+        auto listed = keeper.List();
+        return listed && !listed->empty();
+      },
+      std::chrono::seconds(10));
   EXPECT_TRUE(kept) << "the new keeper holds no connection" << Diagnostics();
 
   std::string got, buf(1 << 20, '\0');
