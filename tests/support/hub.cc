@@ -87,21 +87,27 @@ std::unique_ptr<TestHub> TestHub::Start(const std::string& netns) {
   hub->netns_ = netns;
   hub->dir_ = std::make_unique<TempDir>("spoke-hub");
   hub->export_dir_ = hub->dir_->path() + "/export";
-  hub->nfs_port_ = FreePort();
-  hub->mount_port_ = FreePort();
-  if (!hub->Restart()) {
-    ADD_FAILURE() << "cannot start nfs-ganesha (see " << hub->dir_->path() << "/ganesha.log)";
-    return nullptr;
+  // FreePort's ports may be taken by another test before ganesha binds them: spoke-hub then
+  // exits 3 (ganesha does not own both), and the hub starts again on other ports.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    hub->nfs_port_ = FreePort();
+    hub->mount_port_ = FreePort();
+    int rc = hub->StartOnItsPorts();
+    if (rc == 0) return hub;
+    if (rc != 3) break;
   }
-  return hub;
+  ADD_FAILURE() << "cannot start nfs-ganesha (see " << hub->dir_->path() << "/ganesha.log)";
+  return nullptr;
 }
 
-bool TestHub::Restart() {
+int TestHub::StartOnItsPorts() {
   std::string cmd = (netns_.empty() ? "" : NetTopology::Enter(netns_)) + SourceDir() +
                     "/scripts/spoke-hub start " + dir_->path() + " " + std::to_string(nfs_port_) +
                     " " + std::to_string(mount_port_) + " >/dev/null";
-  return Run(cmd) == 0;
+  return Run(cmd);
 }
+
+bool TestHub::Restart() { return StartOnItsPorts() == 0; }
 
 void TestHub::Stop() { Run(SourceDir() + "/scripts/spoke-hub stop " + dir_->path()); }
 

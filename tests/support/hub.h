@@ -43,6 +43,8 @@ class TestHub {
 
  private:
   TestHub() = default;
+  // spoke-hub start on nfs_port_/mount_port_: its exit code (3: another process holds a port).
+  int StartOnItsPorts();
   std::string netns_;
   std::unique_ptr<TempDir> dir_;
   std::string export_dir_;

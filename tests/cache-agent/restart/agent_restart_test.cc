@@ -95,13 +95,15 @@ class AgentRestartTest : public ::testing::Test {
     // ganesha trusts its cached attributes for 60 s by default: a file changed in the
     // export behind its back (AFileChangedOnTheHub...) would stay the old one for the agent.
     ::setenv("SPOKE_HUB_ATTR_EXPIRATION", "1", 1);
+    // Root reaches the hub as hubUid, so a file root creates belongs to another user. In a
+    // sticky world-writable directory (the hub's default 1777 export) the kernel's
+    // fs.protected_regular (1 or 2: systemd's default) then refuses root's O_CREAT open, as
+    // on a kernel NFS mount with root_squash. These tests are about restarts: a plain 0777,
+    // set before ganesha starts (a chmod after it reaches the mount only once ganesha's
+    // cached attributes of the root expire).
+    ::setenv("SPOKE_HUB_EXPORT_MODE", "0777", 1);
     hub_ = spoke::testing::TestHub::Start();
     ASSERT_NE(hub_, nullptr);
-    // Root reaches the hub as hubUid, so a file root creates belongs to another user. In a
-    // sticky world-writable directory (the hub's 1777 export) the kernel's
-    // fs.protected_regular (1 or 2: systemd's default) then refuses root's O_CREAT open, as
-    // on a kernel NFS mount with root_squash. These tests are about restarts: a plain 0777.
-    fs::permissions(hub_->export_dir(), fs::perms::all);
     wan_ = spoke::testing::WanProxy::Start(*hub_, 10);
     ASSERT_NE(wan_, nullptr);
     work_ = std::make_unique<spoke::testing::TempDir>("spoke-restart-it");
@@ -452,19 +454,11 @@ TEST_F(AgentRestartTest, ReadersAndAWriterSeeNoErrorAcrossKillsAndUpgrades) {
 // sends FLUSH and waits for an agent that is not there: a supervisor holding a file of the
 // mount could not even start the next agent.
 TEST_F(AgentRestartTest, CloseAndExecDoNotWaitForAStoppedAgent) {
-  // The file is made on the hub, not created through the mount: root's first create on this
-  // mount failed with EACCES in about one run of ten although the hub had made the file (an
-  // open bug, cause not found), and this test is about close and exec, not create.
-  const std::string on_hub = hub_->export_dir() + "/closing.log";
-  ASSERT_TRUE(std::ofstream(on_hub).good());
-  fs::permissions(on_hub, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                              fs::perms::group_write | fs::perms::others_read |
-                              fs::perms::others_write);
   ASSERT_GT(StartAgent(), 0);
   MountSyncScratch();
   if (HasFatalFailure()) return;
 
-  int wfd = ::open((mnt_ + "/closing.log").c_str(), O_WRONLY | O_CLOEXEC);
+  int wfd = ::open((mnt_ + "/closing.log").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
   ASSERT_GE(wfd, 0) << std::strerror(errno) << RootModes() << Diagnostics();
   ASSERT_EQ(::write(wfd, "abc", 3), 3);
   int rfd = ::open((mnt_ + "/data/d0/f0.bin").c_str(), O_RDONLY | O_CLOEXEC);
