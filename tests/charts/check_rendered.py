@@ -25,6 +25,8 @@ AGENT_KEYS = {"socket", "cacheDir", "cacheSizeBytes", "blockSizeBytes", "metrics
               "mountRoots", "stateDir", "hub", "logLevel", "fuseKeeperSocket",
               "fuseKeeperStart", "handoverTimeoutSeconds", "keeperWaitSeconds",
               "memoryBudgetBytes"}
+# Written only when set in the values.
+OPTIONAL_AGENT_KEYS = {"writeBackBytesPerVolume"}
 HUB_KEYS = {"connections", "inflightPerConnection", "requestTimeoutSeconds"}
 # Written only when peers.enabled (cache sharing, docs/peers.md).
 PEER_KEYS = {"peerListenAddress", "peerService", "peerTokenFile", "peerTimeoutMs",
@@ -204,7 +206,14 @@ def check_render(variant, path):
             want_agent = want_agent | PEER_KEYS
             if agent_cfg.get("peerTlsIdentity") == "name":
                 want_agent = want_agent | PEER_NAME_KEYS
-        check(set(agent_cfg) == want_agent, f"agent.yaml keys {sorted(agent_cfg)}")
+        check(want_agent <= set(agent_cfg) <= want_agent | OPTIONAL_AGENT_KEYS,
+              f"agent.yaml keys {sorted(agent_cfg)}")
+        if "writeBackBytesPerVolume" in agent_cfg:
+            wb = agent_cfg["writeBackBytesPerVolume"]
+            check(isinstance(wb, int) and wb >= 1 << 20 and
+                  wb < agent_cfg.get("memoryBudgetBytes", wb + 1),
+                  f"agent.yaml writeBackBytesPerVolume {wb!r}: bytes, at least 1 MiB, "
+                  "below memoryBudgetBytes")
         if peers_on:
             check(str(agent_cfg["peerListenAddress"]).startswith("${POD_IP}:"),
                   "agent.yaml peerListenAddress on the pod IP")

@@ -102,6 +102,25 @@ memory limit, else "" (the agent derives it from its cgroup).
 {{- end -}}
 {{- end -}}
 
+{{/*
+The agent's writeBackBytesPerVolume in bytes, or "" (the agent's default). It is drawn from
+the memory budget, so it must be below it.
+*/}}
+{{- define "spoke.writeBackBytesPerVolume" -}}
+{{- with .Values.agent.writeBackBytesPerVolume -}}
+{{- $bytes := include "spoke.bytes" (dict "name" "agent.writeBackBytesPerVolume" "value" .) -}}
+{{- if lt (int64 $bytes) 1048576 -}}
+{{- fail (printf "agent.writeBackBytesPerVolume %s: must be at least 1Mi (one write)" $bytes) -}}
+{{- end -}}
+{{- with include "spoke.agentMemoryBudget" $ -}}
+{{- if ge (int64 $bytes) (int64 .) -}}
+{{- fail (printf "agent.writeBackBytesPerVolume %s: must be below the agent's memory budget (%s), from which it is drawn" $bytes .) -}}
+{{- end -}}
+{{- end -}}
+{{- $bytes -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "spoke.serviceAccount.controller" -}}
 {{ include "spoke.fullname" . }}-controller
 {{- end -}}
