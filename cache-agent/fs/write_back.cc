@@ -17,8 +17,9 @@ bool Transient(const Error& e) {
   return e.code() == Code::kTimeout || e.code() == Code::kUnavailable;
 }
 
-// How often a writer waiting for the agent's memory budget looks again.
-constexpr std::chrono::milliseconds kMemoryRecheck{20};
+// A writer waiting for the agent's memory budget waits on the budget (memory any use
+// releases wakes it) in slices of this, so that it sees an unmount within one.
+constexpr std::chrono::milliseconds kMemoryWaitSlice{200};
 
 }  // namespace
 
@@ -90,9 +91,16 @@ Status WriteBack::Write(uint64_t file, const Credentials& who, const std::string
         files_[file].waiters++;
       }
       if (overlaps && SendDueCommitsLocked(file)) continue;
-      // Room another volume or the prefetcher frees wakes nobody here: look again soon.
-      changed_.wait_until(
-          lock, memory_short ? std::min(deadline, SteadyClock::now() + kMemoryRecheck) : deadline);
+      if (memory_short) {
+        // This volume has room; the agent's budget has not. Its Release wakes the wait, and
+        // this volume's lock is let go meanwhile (its replies release the memory too).
+        auto until = std::min(deadline, SteadyClock::now() + kMemoryWaitSlice);
+        lock.unlock();
+        taken = WaitForMemory(size, until);
+        lock.lock();
+        continue;
+      }
+      changed_.wait_until(lock, deadline);
     }
     auto give_back = [&] {
       if (taken) ReleaseMemory(size);
@@ -186,6 +194,11 @@ void WriteBack::ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p)
 bool WriteBack::TakeMemory(size_t bytes) {
   return config_.memory == nullptr ||
          config_.memory->TryAcquire(MemoryBudget::Use::kWriteBack, bytes);
+}
+
+bool WriteBack::WaitForMemory(size_t bytes, SteadyClock::time_point until) {
+  return config_.memory == nullptr ||
+         config_.memory->AcquireWait(MemoryBudget::Use::kWriteBack, bytes, until);
 }
 
 void WriteBack::ReleaseMemory(size_t bytes) {

@@ -143,6 +143,8 @@ class WriteBack {
   void ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p) REQUIRES(mu_);
   // The agent's memory budget (no-ops without one).
   bool TakeMemory(size_t bytes);
+  // Waits until `until` for room (called with mu_ released); a timeout counts a refusal.
+  bool WaitForMemory(size_t bytes, std::chrono::steady_clock::time_point until) EXCLUDES(mu_);
   void ReleaseMemory(size_t bytes);
   void EraseIfDoneLocked(uint64_t file) REQUIRES(mu_);
   bool OverlapsLocked(uint64_t file, uint64_t offset, size_t size) const REQUIRES(mu_);
