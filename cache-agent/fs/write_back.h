@@ -26,6 +26,7 @@
 #error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -83,6 +84,9 @@ class WriteBack {
   std::optional<Error> TakeError(uint64_t file);
   bool Holds(uint64_t file) const;
   size_t held_bytes() const;
+  // Counts held writes let go (on the hub, or failed): a hub answer taken while it moved may
+  // predate a write that is no longer held.
+  uint64_t released() const { return released_.load(std::memory_order_acquire); }
 
  private:
   struct Piece {
@@ -160,6 +164,7 @@ class WriteBack {
   CondVar changed_;  // a piece finished, a retry is due, or stopping
   std::map<uint64_t, FileState> files_ GUARDED_BY(mu_);
   size_t held_bytes_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> released_{0};
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<Piece>>> retries_
       GUARDED_BY(mu_);

@@ -90,6 +90,41 @@ class FakeRemoteFs : public RemoteFs {
     cv_.notify_all();
   }
 
+  // Writes sent asynchronously (write-back) wait, not on the hub, until ReleaseHeldWrites.
+  void HoldWrites(bool hold) {
+    MutexLock lock(mu_);
+    hold_writes_ = hold;
+  }
+  // Carries out the held writes and answers them, in the order they came.
+  void ReleaseHeldWrites() {
+    std::vector<std::function<void()>> held;
+    {
+      MutexLock lock(mu_);
+      held.swap(held_writes_);
+    }
+    for (auto& w : held) w();
+  }
+  // Runs `fn` once, right after the next GETATTR or listing has taken its answer (before the
+  // caller has it): the hub changing between its answer and the caller's next step.
+  void AfterNextAnswer(std::function<void()> fn) {
+    MutexLock lock(mu_);
+    after_next_answer_ = std::move(fn);
+  }
+  void WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
+                    std::shared_ptr<const std::vector<char>> data, WriteDone done) override {
+    auto write = [this, who, path, offset, data, done = std::move(done)] {
+      done(WriteAs(who, path, offset, data->data(), data->size()));
+    };
+    {
+      MutexLock lock(mu_);
+      if (hold_writes_) {
+        held_writes_.push_back(std::move(write));
+        return;
+      }
+    }
+    write();
+  }
+
   // Counters.
   std::atomic<int> stats{0}, readdirs{0}, reads{0}, writes{0};
   // Reads asked for and not yet answered, now and at most so far (the depth the caller kept).
@@ -158,10 +193,23 @@ class FakeRemoteFs : public RemoteFs {
   Result<FileAttr> StatOf(const std::string& path) {
     stats++;
     if (down_) return Down("GETATTR");
-    MutexLock lock(mu_);
-    auto it = nodes_.find(path);
-    if (it == nodes_.end()) return Fail(Code::kNotFound, "no such file " + path);
-    return it->second.attr;
+    Result<FileAttr> r;
+    {
+      MutexLock lock(mu_);
+      auto it = nodes_.find(path);
+      r = it == nodes_.end() ? Fail(Code::kNotFound, "no such file " + path)
+                             : Result<FileAttr>(it->second.attr);
+    }
+    RunAfterAnswer();
+    return r;
+  }
+  void RunAfterAnswer() {
+    std::function<void()> fn;
+    {
+      MutexLock lock(mu_);
+      fn = std::exchange(after_next_answer_, nullptr);
+    }
+    if (fn) fn();
   }
   Result<std::vector<DirEntry>> ReadDir(const std::string& path) override {
     if (Refused(path + "/", nullptr)) {
@@ -170,6 +218,11 @@ class FakeRemoteFs : public RemoteFs {
     return ListingOf(path);
   }
   Result<std::vector<DirEntry>> ListingOf(const std::string& path) {
+    auto r = ListingNow(path);
+    RunAfterAnswer();
+    return r;
+  }
+  Result<std::vector<DirEntry>> ListingNow(const std::string& path) {
     readdirs++;
     if (down_) return Down("READDIRPLUS");
     MutexLock lock(mu_);
@@ -490,6 +543,9 @@ class FakeRemoteFs : public RemoteFs {
 
   Mutex mu_;
   CondVar cv_;
+  bool hold_writes_ GUARDED_BY(mu_) = false;
+  std::vector<std::function<void()>> held_writes_ GUARDED_BY(mu_);
+  std::function<void()> after_next_answer_ GUARDED_BY(mu_);
   std::map<std::string, Node> nodes_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 100;
   uint64_t tick_ GUARDED_BY(mu_) = 0;

@@ -1533,6 +1533,29 @@ TEST(VolumeFsWriteBack, WritesAreReadBackAndOnTheHubAtFlush) {
   EXPECT_TRUE(rig.fs->Release(r->handle));
 }
 
+// A lookup's hub answer taken while a held write was still on its way (size 0), with the
+// write landing before the lookup is answered: nothing is held any more, but the answer
+// predates the write. The kernel would take its size for the file's end (pjdfstest's
+// open::interact_2gb saw 0 after a pwrite at 2 GiB, once in a CI run).
+TEST(VolumeFsWriteBack, ALookupAnsweredWhileAWriteLandedAsksAgain) {
+  Rig rig(Consistency::kStrict, /*read_only=*/false, true, PrefetchMode::kOff,
+          /*write_back=*/true);
+  rig.Init();
+  auto c = rig.fs->Create(kRootIno, "big.bin", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(c) << c.error().ToString();
+  rig.remote.HoldWrites(true);
+  const std::string data = "data";
+  const uint64_t offset = (1ull << 20) + 1;
+  ASSERT_TRUE(rig.fs->Write(c->second.handle, offset, data.data(), data.size()));
+  rig.remote.HoldWrites(false);
+  rig.remote.AfterNextAnswer([&] { rig.remote.ReleaseHeldWrites(); });
+  auto found = rig.fs->Lookup(kRootIno, "big.bin");
+  ASSERT_TRUE(found) << found.error().ToString();
+  EXPECT_EQ(found->attr.size, offset + data.size());
+  EXPECT_EQ(rig.remote.Data("big.bin").size(), offset + data.size());
+  EXPECT_TRUE(rig.fs->Release(c->second.handle));
+}
+
 TEST(VolumeFsWriteBack, AFailedWriteBackFailsTheNextWriteOrFlushOnce) {
   Rig rig(Consistency::kStrict, /*read_only=*/false, true, PrefetchMode::kOff,
           /*write_back=*/true);
