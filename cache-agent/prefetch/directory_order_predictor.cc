@@ -63,7 +63,7 @@ void DirectoryOrderPredictor::OnForgetMany(std::span<const FileIndex> files,
 void DirectoryOrderPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                                       std::vector<PrefetchRequest>* out) {
   if (!have_cursor_) return;
-  uint64_t budget = budget_bytes / block_size;
+  uint64_t budget = budget_bytes;
   const auto& listing = tracker_.Directory(dir_);
   const uint64_t files_ahead =
       std::min<uint64_t>(options_.max_files_ahead, run_ >= 16 ? 1u << 16 : 1u << run_);

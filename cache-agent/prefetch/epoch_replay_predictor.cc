@@ -83,7 +83,7 @@ void EpochReplayPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
   if (!have_cursor_ || tracker_.epoch() == 0 || built_for_epoch_ != tracker_.epoch()) return;
   const auto& prev = tracker_.previous_order();
   if (prev.empty()) return;
-  uint64_t budget = budget_bytes / block_size;
+  uint64_t budget = budget_bytes;
   const uint64_t files_ahead = std::min<uint64_t>(
       options_.max_files_ahead, run_ >= 16 ? uint64_t{1} << 16 : uint64_t{1} << run_);
   const bool wrap = run_ >= options_.wrap_run;

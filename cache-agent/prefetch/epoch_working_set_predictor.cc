@@ -50,7 +50,7 @@ void EpochWorkingSetPredictor::Predict(uint64_t budget_bytes, uint32_t block_siz
     candidate_blocks_ = 0;
     for (FileIndex f : candidates) candidate_blocks_ += tracker_.file(f).Blocks(block_size);
   }
-  uint64_t budget = budget_bytes / block_size;
+  uint64_t budget = budget_bytes;
   const uint64_t read = tracker_.blocks_read() - blocks_read_at_start_;
   const double remaining =
       candidate_blocks_ > read ? static_cast<double>(candidate_blocks_ - read) : 1.0;

@@ -175,7 +175,7 @@ void HintPredictor::OnOpen(const OpenEvent&) {
 
 void HintPredictor::Predict(uint64_t budget_bytes, uint32_t block_size,
                             std::vector<PrefetchRequest>* out) {
-  uint64_t budget = budget_bytes / block_size;
+  uint64_t budget = budget_bytes;
   double rank = 0;
   size_t scanned = 0;
   bool dropped = false;

@@ -77,7 +77,8 @@ class Predictor {
   virtual void OnRead(const ReadEvent& e) {}
   virtual void OnClose(const CloseEvent& e) {}
 
-  // Appends proposals, most urgent first, totalling at most `budget_bytes` (block-rounded).
+  // Appends proposals, most urgent first, totalling about `budget_bytes` (of the blocks' own
+  // lengths; the last one may pass it).
   // Blocks already cached or in flight may be proposed again: the scheduler filters them.
   virtual void Predict(uint64_t budget_bytes, uint32_t block_size,
                        std::vector<PrefetchRequest>* out) = 0;

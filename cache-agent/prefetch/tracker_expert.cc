@@ -5,7 +5,7 @@
 namespace spoke::agent {
 
 TrackerExpert::Emit TrackerExpert::EmitFile(FileIndex index, uint64_t first, uint64_t max_blocks,
-                                            double rank, uint64_t* budget_blocks,
+                                            double rank, uint64_t* budget_bytes,
                                             std::vector<PrefetchRequest>* out) const {
   Emit emit;
   const TrackedFile& f = tracker_.file(index);
@@ -18,7 +18,7 @@ TrackerExpert::Emit TrackerExpert::EmitFile(FileIndex index, uint64_t first, uin
       continue;
     }
     any_missing = true;
-    if (*budget_blocks == 0) break;
+    if (*budget_bytes == 0) break;
     if (run != nullptr && run->first_block + run->block_count == b) {
       ++run->block_count;
     } else {
@@ -33,7 +33,8 @@ TrackerExpert::Emit TrackerExpert::EmitFile(FileIndex index, uint64_t first, uin
       out->push_back(std::move(r));
       run = &out->back();
     }
-    --*budget_blocks;
+    const uint64_t bs = tracker_.block_size();
+    *budget_bytes -= std::min(*budget_bytes, std::min<uint64_t>(bs, f.size - b * bs));
     ++emit.blocks;
   }
   emit.all_present = !any_missing;

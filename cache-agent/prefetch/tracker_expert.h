@@ -55,10 +55,12 @@ class TrackerExpert : public Predictor {
     bool all_present = false;  // every block of the range was present (nothing proposed)
   };
   // Proposes the blocks of [first, first + max_blocks) of `f` (clipped to the file) that
-  // are not present, at most `*budget_blocks` of them, as runs. Block i gets predicted_use
-  // `rank + (i - first)`. Decrements `*budget_blocks`.
+  // are not present, as runs, while `*budget_bytes` lasts (the last one may pass it). Block
+  // i gets predicted_use `rank + (i - first)`. Takes each block's own length (a small
+  // file's one block is its size, not a whole block) off `*budget_bytes`: counted in whole
+  // blocks, a pass over files of 100 KB proposed a tenth of the bytes the link could carry.
   Emit EmitFile(FileIndex f, uint64_t first, uint64_t max_blocks, double rank,
-                uint64_t* budget_blocks, std::vector<PrefetchRequest>* out) const;
+                uint64_t* budget_bytes, std::vector<PrefetchRequest>* out) const;
 
   const AccessTracker& tracker_;
   const BlockPresence& presence_;

@@ -106,7 +106,7 @@ TEST(EpochReplayPredictor, FixedOrderPrecisionFromTheSecondEpoch) {
     replay.OnOpen(e);
     if (k < static_cast<size_t>(kFiles)) continue;  // epoch 1: no history
     std::vector<PrefetchRequest> out;
-    replay.Predict(8 << 20, 1 << 20, &out);
+    replay.Predict(8 * (100 << 10), 1 << 20, &out);  // eight files' bytes
     for (const auto& r : out) {
       ++proposed;
       const int file = static_cast<int>(r.file_id) - 1;
