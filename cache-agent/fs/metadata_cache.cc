@@ -1,5 +1,6 @@
 #include "cache-agent/fs/metadata_cache.h"
 
+#include <algorithm>
 #include <functional>
 #include <string_view>
 #include <utility>
@@ -300,15 +301,28 @@ Status MetadataCache::EnsureListed(uint64_t ino, bool force, bool wait_unknown, 
 Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string& name, bool hold,
                                              const Caller& who) {
   SPOKE_RETURN_IF_ERROR(KnowInode(parent));
-  std::string path;
-  {
+  for (int attempt = 1;; ++attempt) {
+    std::string path;
+    uint64_t since;
+    {
+      MutexLock lock(mu_);
+      SPOKE_TRY(path, DirPathLocked(parent));
+      since = BeginAttrAskLocked();
+    }
+    path = path.empty() ? name : path + "/" + name;
+    stats_made_++;
+    auto st = HubStat(path, who);
     MutexLock lock(mu_);
-    SPOKE_TRY(path, DirPathLocked(parent));
+    const bool invalidated =
+        EndAttrAskLocked(st ? FindFileLocked(st->fsid, st->file_id) : 0, since);
+    if (invalidated && attempt < kAttrAskAttempts) continue;  // the answer predates our change
+    return LookupAnsweredLocked(parent, name, hold, st, invalidated);
   }
-  path = path.empty() ? name : path + "/" + name;
-  stats_made_++;
-  auto st = HubStat(path, who);
-  MutexLock lock(mu_);
+}
+
+Result<InodeAttr> MetadataCache::LookupAnsweredLocked(uint64_t parent, const std::string& name,
+                                                      bool hold, const Result<FileAttr>& st,
+                                                      bool invalidated) {
   auto pit = nodes_.find(parent);
   if (pit == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(parent));
   if (!st) {
@@ -341,6 +355,7 @@ Result<InodeAttr> MetadataCache::LookupOnHub(uint64_t parent, const std::string&
   TouchLocked(parent);
   if (replaced != 0 && replaced != ino) MaybeDropLocked(replaced);
   Node& n = nodes_[ino];
+  if (invalidated) n.attr_valid = false;  // given as answered, not kept
   if (hold) AddKernelRefLocked(ino, n);
   return InodeAttr{ino, AttrLocked(ino, n)};
 }
@@ -398,15 +413,28 @@ Result<FileAttr> MetadataCache::GetAttr(uint64_t ino, const Caller& who) {
 
 Result<FileAttr> MetadataCache::Revalidate(uint64_t ino, const Caller& who) {
   SPOKE_RETURN_IF_ERROR(KnowInode(ino));
-  std::string path;
-  {
+  for (int attempt = 1;; ++attempt) {
+    std::string path;
+    uint64_t since;
+    {
+      MutexLock lock(mu_);
+      if (!nodes_.contains(ino))
+        return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
+      path = PathLocked(ino);
+      since = BeginAttrAskLocked();
+    }
+    stats_made_++;
+    auto st = HubStat(path, who);
     MutexLock lock(mu_);
-    if (!nodes_.contains(ino)) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
-    path = PathLocked(ino);
+    const bool invalidated = EndAttrAskLocked(ino, since);
+    if (invalidated && attempt < kAttrAskAttempts) continue;  // the answer predates our change
+    return RevalidateAnsweredLocked(ino, path, st, invalidated);
   }
-  stats_made_++;
-  auto st = HubStat(path, who);
-  MutexLock lock(mu_);
+}
+
+Result<FileAttr> MetadataCache::RevalidateAnsweredLocked(uint64_t ino, const std::string& path,
+                                                         const Result<FileAttr>& st,
+                                                         bool invalidated) {
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return Fail(Code::kNotFound, "unknown inode " + std::to_string(ino));
   Node& n = it->second;
@@ -432,6 +460,7 @@ Result<FileAttr> MetadataCache::Revalidate(uint64_t ino, const Caller& who) {
     if (p != nodes_.end()) p->second.dir().listed = false;
     return Fail(Code::kNotFound, path + " was replaced on the hub");
   }
+  if (invalidated) return *st;  // given as answered, not kept
   StoreAttrLocked(ino, n, *st);
   n.attr_valid = true;
   n.attr_time = clock_.Now();
@@ -549,6 +578,7 @@ void MetadataCache::Hidden(uint64_t parent, const std::string& name,
 
 void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
   MutexLock lock(mu_);
+  NoteInvalidatedLocked(ino);  // newer than any answer on its way
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   StoreAttrLocked(ino, it->second, attr);
@@ -558,8 +588,34 @@ void MetadataCache::SetAttr(uint64_t ino, const FileAttr& attr) {
 
 void MetadataCache::Invalidate(uint64_t ino) {
   MutexLock lock(mu_);
+  NoteInvalidatedLocked(ino);
   auto it = nodes_.find(ino);
   if (it != nodes_.end()) it->second.attr_valid = false;
+}
+
+uint64_t MetadataCache::BeginAttrAskLocked() {
+  attr_asks_.insert(invalidations_);
+  return invalidations_;
+}
+
+bool MetadataCache::EndAttrAskLocked(uint64_t ino, uint64_t since) {
+  auto it = invalidated_at_.find(ino);
+  const bool invalidated = it != invalidated_at_.end() && it->second > since;
+  attr_asks_.erase(attr_asks_.find(since));
+  if (attr_asks_.empty()) {
+    invalidated_at_.clear();
+  } else if (invalidated_at_.size() >= prune_invalidated_at_) {
+    // Asks may overlap for a long time under load: no ask out needs what came before all.
+    const uint64_t oldest = *attr_asks_.begin();
+    std::erase_if(invalidated_at_, [&](const auto& e) { return e.second <= oldest; });
+    prune_invalidated_at_ = std::max<size_t>(4096, 2 * invalidated_at_.size());
+  }
+  return invalidated;
+}
+
+void MetadataCache::NoteInvalidatedLocked(uint64_t ino) {
+  ++invalidations_;
+  if (!attr_asks_.empty()) invalidated_at_[ino] = invalidations_;
 }
 
 void MetadataCache::NoteRemovedLocked(uint64_t parent, const std::vector<NamedIno>& names) {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -178,7 +179,9 @@ class MetadataCache final : public HandleStore {
   // never listed: the inode keeps a path for its open handles but leaves the namespace.
   void Hidden(uint64_t parent, const std::string& name, const std::string& hidden_name);
   void SetAttr(uint64_t ino, const FileAttr& attr);
-  // Forgets the inode's attributes: the next GetAttr asks the hub.
+  // Forgets the inode's attributes: the next GetAttr asks the hub. A hub answer about the
+  // inode that was on its way meanwhile is not kept: the lookup or getattr that asked asks
+  // again (see AttrAsk below).
   void Invalidate(uint64_t ino);
 
   // Kernel references (the FUSE lookup count). AddKernelRef: one more (an entry handed to the
@@ -368,6 +371,33 @@ class MetadataCache final : public HandleStore {
   ListingFlights flights_;  // taken before mu_, never while holding it
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
+
+  // Hub answers about attributes (LOOKUP, GETATTR) are taken without mu_: one that was on
+  // its way while our own change invalidated the inode (a write landed, a setattr) predates
+  // the change, and kept it would stand for the file until the next revalidation (for good
+  // on an immutable volume): a size from before the write makes the kernel cut reads short.
+  // Each ask notes the count of invalidations when it goes out; inodes invalidated while
+  // asks are out are noted with the count, so that an ask sees whether its inode was
+  // invalidated after it went. Notes older than every ask out go.
+  // The hub's answer to a lookup / getattr taken into the cache; `invalidated`: the inode
+  // was invalidated while it was on its way (given to the caller, not kept).
+  Result<InodeAttr> LookupAnsweredLocked(uint64_t parent, const std::string& name, bool hold,
+                                         const Result<FileAttr>& st, bool invalidated)
+      REQUIRES(mu_);
+  Result<FileAttr> RevalidateAnsweredLocked(uint64_t ino, const std::string& path,
+                                            const Result<FileAttr>& st, bool invalidated)
+      REQUIRES(mu_);
+  uint64_t BeginAttrAskLocked() REQUIRES(mu_);
+  // Whether `ino` was invalidated after the ask that began at `since`; ends that ask.
+  bool EndAttrAskLocked(uint64_t ino, uint64_t since) REQUIRES(mu_);
+  void NoteInvalidatedLocked(uint64_t ino) REQUIRES(mu_);
+  // Times an ask is sent again because its inode was invalidated meanwhile, before its
+  // answer is returned uncached.
+  static constexpr int kAttrAskAttempts = 3;
+  uint64_t invalidations_ GUARDED_BY(mu_) = 0;
+  std::multiset<uint64_t> attr_asks_ GUARDED_BY(mu_);  // each ask's count when it went out
+  std::unordered_map<uint64_t, uint64_t> invalidated_at_ GUARDED_BY(mu_);
+  size_t prune_invalidated_at_ GUARDED_BY(mu_) = 4096;  // size of invalidated_at_ to prune at
 
   // Walk state.
   mutable Mutex walk_mu_;

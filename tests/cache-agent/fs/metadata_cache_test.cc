@@ -370,6 +370,50 @@ TEST(MetadataCache, StoredAttributesComeBackExactly) {
   EXPECT_EQ(b->ContentVersion(), a.ContentVersion());
 }
 
+// A hub answer on its way while our own change invalidates the inode (VolumeFs invalidates
+// it after its write reaches the hub) predates the change. Kept, it would stand for the file
+// until the next revalidation, for good on an immutable volume: a size from before the write,
+// at which the kernel cuts reads. The getattr and the lookup that asked ask again.
+TEST(MetadataCache, AnAnswerOnItsWayWhileOurChangeInvalidatesTheInodeIsNotKept) {
+  for (Consistency mode : {Consistency::kImmutable, Consistency::kTtl, Consistency::kStrict}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    FakeRemoteFs remote;
+    remote.PutFile("f", "");
+    ManualClock clock;
+    MetadataCache::Config c;
+    c.consistency = mode;
+    MetadataCache meta(remote, c, clock);
+    ASSERT_TRUE(meta.Init());
+    auto f = meta.Resolve("f");
+    ASSERT_TRUE(f);
+    const uint64_t ino = f->ino;
+    // The hub answers (size 0), then a write lands and invalidates before it is taken.
+    auto write_lands = [&](size_t size) {
+      remote.AfterNextAnswer([&remote, &meta, ino, size] {
+        remote.PutFile("f", std::string(size, 'x'));
+        meta.Invalidate(ino);
+      });
+    };
+    meta.Invalidate(ino);
+    write_lands(100);
+    auto a = meta.GetAttr(ino);
+    ASSERT_TRUE(a) << a.error().ToString();
+    EXPECT_EQ(a->size, 100u);
+    auto again = meta.GetAttr(ino);  // what the cache kept
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->size, 100u);
+
+    if (mode != Consistency::kStrict) continue;  // the others answer lookups from the listing
+    write_lands(200);
+    auto l = meta.Lookup(kRootIno, "f");
+    ASSERT_TRUE(l) << l.error().ToString();
+    EXPECT_EQ(l->attr.size, 200u);
+    auto kept = meta.GetAttr(ino);
+    ASSERT_TRUE(kept);
+    EXPECT_EQ(kept->size, 200u);
+  }
+}
+
 // Files another client removed or renamed away on the hub are reported (for the
 // prefetcher's tracker) while someone asked: relisted, looked up or revalidated as gone.
 // A name now naming another file, and directories, are not; with reporting off nothing
