@@ -181,7 +181,7 @@ class MetadataCache final : public HandleStore {
   void SetAttr(uint64_t ino, const FileAttr& attr);
   // Forgets the inode's attributes: the next GetAttr asks the hub. A hub answer about the
   // inode that was on its way meanwhile is not kept: the lookup or getattr that asked asks
-  // again (see AttrAsk below).
+  // again (BeginAttrAskLocked below).
   void Invalidate(uint64_t ino);
 
   // Kernel references (the FUSE lookup count). AddKernelRef: one more (an entry handed to the
@@ -372,13 +372,6 @@ class MetadataCache final : public HandleStore {
   std::atomic<uint64_t> stats_made_{0};
   std::atomic<uint64_t> listings_made_{0};
 
-  // Hub answers about attributes (LOOKUP, GETATTR) are taken without mu_: one that was on
-  // its way while our own change invalidated the inode (a write landed, a setattr) predates
-  // the change, and kept it would stand for the file until the next revalidation (for good
-  // on an immutable volume): a size from before the write makes the kernel cut reads short.
-  // Each ask notes the count of invalidations when it goes out; inodes invalidated while
-  // asks are out are noted with the count, so that an ask sees whether its inode was
-  // invalidated after it went. Notes older than every ask out go.
   // The hub's answer to a lookup / getattr taken into the cache; `invalidated`: the inode
   // was invalidated while it was on its way (given to the caller, not kept).
   Result<InodeAttr> LookupAnsweredLocked(uint64_t parent, const std::string& name, bool hold,
@@ -387,6 +380,14 @@ class MetadataCache final : public HandleStore {
   Result<FileAttr> RevalidateAnsweredLocked(uint64_t ino, const std::string& path,
                                             const Result<FileAttr>& st, bool invalidated)
       REQUIRES(mu_);
+
+  // Hub answers about attributes (LOOKUP, GETATTR) are taken without mu_: one that was on
+  // its way while our own change invalidated the inode (a write landed, a setattr) predates
+  // the change, and kept it would stand for the file until the next revalidation (for good
+  // on an immutable volume): a size from before the write makes the kernel cut reads short.
+  // Each ask notes the count of invalidations when it goes out; inodes invalidated while
+  // asks are out are noted with the count, so that an ask sees whether its inode was
+  // invalidated after it went. Notes older than every ask out go.
   uint64_t BeginAttrAskLocked() REQUIRES(mu_);
   // Whether `ino` was invalidated after the ask that began at `since`; ends that ask.
   bool EndAttrAskLocked(uint64_t ino, uint64_t since) REQUIRES(mu_);
