@@ -392,7 +392,7 @@ class MetadataCache final : public HandleStore {
   // Whether `ino` was invalidated after the ask that began at `since`; ends that ask.
   bool EndAttrAskLocked(uint64_t ino, uint64_t since) REQUIRES(mu_);
   void NoteInvalidatedLocked(uint64_t ino) REQUIRES(mu_);
-  // Times an ask is sent again because its inode was invalidated meanwhile, before its
+  // Times an ask is sent at most while its inode keeps being invalidated meanwhile; the last
   // answer is returned uncached.
   static constexpr int kAttrAskAttempts = 3;
   uint64_t invalidations_ GUARDED_BY(mu_) = 0;
