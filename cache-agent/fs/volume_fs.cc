@@ -39,7 +39,9 @@ VolumeFs::VolumeFs(const Config& config, RemoteFs& remote, MetadataCache& metada
                                              std::chrono::system_clock::now().time_since_epoch())
                                              .count())) {
   if (config_.write_back && !config_.read_only) {
-    write_back_ = std::make_unique<WriteBack>(remote_, config_.write_back_config);
+    WriteBack::Config wc = config_.write_back_config;
+    wc.on_released = [this](uint64_t ino) { metadata_.Invalidate(ino); };
+    write_back_ = std::make_unique<WriteBack>(remote_, wc);
   }
 }
 
@@ -349,13 +351,11 @@ Result<InodeAttr> VolumeFs::Lookup(uint64_t parent, const std::string& name, con
   SPOKE_RETURN_IF_ERROR(ValidName(name));
   if (IsHintName(parent, name)) return InodeAttr{kHintIno, HintAttr()};
   if (IsHiddenName(name)) return Fail(Code::kNotFound, "no entry " + name);
-  const uint64_t released = write_back_ != nullptr ? write_back_->released() : 0;
+  // An answer the hub gave while a held write was landing is not taken: the write's release
+  // invalidates the inode (WriteBack::Config::on_released), and the metadata cache asks again.
   auto r = metadata_.Lookup(parent, name, /*hold=*/true, who);
-  if (!r || write_back_ == nullptr) return r;
-  // The hub's size lacks the held writes: the kernel would take it for the file's end. So
-  // may an answer the hub gave while a write was landing (it was held when the lookup went
-  // out, and no longer is): look again after it.
-  if (!write_back_->Holds(r->ino) && write_back_->released() == released) return r;
+  if (!r || write_back_ == nullptr || !write_back_->Holds(r->ino)) return r;
+  // The hub's size lacks the held writes: the kernel would take it for the file's end.
   SPOKE_RETURN_IF_ERROR(write_back_->WaitIdle(r->ino));
   metadata_.Forget(r->ino, 1);
   metadata_.Invalidate(r->ino);

@@ -189,7 +189,7 @@ void WriteBack::ReleaseLocked(FileState& state, const std::shared_ptr<Piece>& p)
   state.held.erase(p->id);
   held_bytes_ -= p->data->size();
   ReleaseMemory(p->data->size());
-  released_.fetch_add(1, std::memory_order_acq_rel);
+  if (config_.on_released) config_.on_released(p->file);
 }
 
 bool WriteBack::TakeMemory(size_t bytes) {

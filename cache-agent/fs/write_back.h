@@ -26,10 +26,10 @@
 #error "wrong-way include: cache-agent/fs/ is not among this target's dependencies"
 #endif
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,6 +62,11 @@ class WriteBack {
     int commits_in_flight = 4;
     // The agent's memory budget, shared with every volume (optional; must outlive this).
     MemoryBudget* memory = nullptr;
+    // Called with the file when one of its held writes is let go (on the hub, or failed),
+    // under the write-back's lock: it may take leaf locks only. VolumeFs invalidates the
+    // file's cached attributes there, so that a hub answer about the file on its way
+    // meanwhile, which predates the write, is not kept (MetadataCache::Invalidate).
+    std::function<void(uint64_t file)> on_released;
   };
 
   WriteBack(RemoteFs& remote, const Config& config);
@@ -84,9 +89,6 @@ class WriteBack {
   std::optional<Error> TakeError(uint64_t file);
   bool Holds(uint64_t file) const;
   size_t held_bytes() const;
-  // Counts held writes let go (on the hub, or failed): a hub answer taken while it moved may
-  // predate a write that is no longer held.
-  uint64_t released() const { return released_.load(std::memory_order_acquire); }
 
  private:
   struct Piece {
@@ -164,7 +166,6 @@ class WriteBack {
   CondVar changed_;  // a piece finished, a retry is due, or stopping
   std::map<uint64_t, FileState> files_ GUARDED_BY(mu_);
   size_t held_bytes_ GUARDED_BY(mu_) = 0;
-  std::atomic<uint64_t> released_{0};
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<Piece>>> retries_
       GUARDED_BY(mu_);
