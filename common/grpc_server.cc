@@ -1,5 +1,6 @@
 #include "common/grpc_server.h"
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -65,6 +66,10 @@ Result<std::string> UnixSocketPath(std::string_view endpoint) {
                                             std::string(endpoint) + "'");
   }
   return std::string(path);
+}
+
+void DisableAbseilDeadlockDetection() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 void BlockShutdownSignals() {

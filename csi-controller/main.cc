@@ -26,6 +26,7 @@ void Usage(std::FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace spoke;
+  DisableAbseilDeadlockDetection();
   std::string endpoint, config_path, level_flag;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

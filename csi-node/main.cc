@@ -150,6 +150,7 @@ int Serve(const spoke::node::NodeConfig& config) {
 
 int main(int argc, char** argv) {
   using namespace spoke;
+  DisableAbseilDeadlockDetection();
   node::NodeConfig config;
   Flags flags;
   if (const char* n = std::getenv("NODE_NAME")) config.node_id = n;

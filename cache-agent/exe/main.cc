@@ -285,6 +285,7 @@ int main(int argc, char** argv) {
   // freed into it, so with dozens of FUSE workers and hub loops more heaps meant an RSS well
   // over the budget (bench/RESULTS.md, "Agent memory"). MALLOC_ARENA_MAX still decides.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
+  spoke::DisableAbseilDeadlockDetection();
   if (argc > 1 && std::string_view(argv[1]) == "mint-peer-cert") {
     return spoke::agent::RunMintPeerCert(argc - 1, argv + 1);
   }
