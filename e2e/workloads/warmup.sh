@@ -52,8 +52,14 @@ wl_gated_pod() {
 # wl_watch_warmup SECONDS: prints `kubectl get spokewarmups` whenever it changes, until the
 # warm-up is Ready; while it is not, the gated pod must stay unscheduled.
 wl_watch_warmup() {
-  local deadline=$((SECONDS + $1)) last="" now phase pod pct prev=0 seen=""
+  local deadline=$((SECONDS + $1)) last="" now phase pod node pct prev=0 seen=""
   while :; do
+    # Where the gated pod runs, read before the phase: the gate lifts only once the warm-up is
+    # Ready, so a pod scheduled here with a phase read after it not Ready broke the gate (read
+    # the other way round, a warm-up turning Ready between the reads looks like a broken gate).
+    node=""
+    pod=$(wl_gated_pod)
+    [ -z "$pod" ] || node=$(kubectl -n "$NS" get pod "$pod" -o jsonpath='{.spec.nodeName}')
     now=$(kubectl -n "$NS" get spokewarmups 2>&1)
     [ "$now" = "$last" ] || { log "kubectl get spokewarmups:"; sed 's/^/    /' <<<"$now" >&2; last=$now; }
     phase=$(wl_warmup_field .status.phase)
@@ -69,10 +75,7 @@ wl_watch_warmup() {
       return 0
     fi
     [ "$phase" = Failed ] && { kubectl -n "$NS" get spokewarmup warm -o yaml >&2; die "warm-up Failed"; }
-    pod=$(wl_gated_pod)
-    if [ -n "$pod" ] && [ -n "$(kubectl -n "$NS" get pod "$pod" -o jsonpath='{.spec.nodeName}')" ]; then
-      die "gated pod $pod was scheduled while the warm-up is $phase"
-    fi
+    [ -z "$node" ] || die "gated pod $pod was scheduled while the warm-up is $phase"
     [ $SECONDS -lt $deadline ] || { kubectl -n "$NS" get spokewarmup warm -o yaml >&2; die "warm-up not Ready within $1 s"; }
     sleep 0.5
   done
