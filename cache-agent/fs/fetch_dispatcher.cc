@@ -8,11 +8,18 @@ FetchDispatcher::FetchDispatcher(const Config& config, TimePoint now)
     : config_(config),
       background_slots_(std::max(
           1, config.max_inflight - std::min(config.demand_reserved, config.max_inflight - 1))),
+      source_background_slots_(std::max(1, background_slots_ / 2)),
       pacer_(config.pacing, now),
       source_(config.source) {}
 
 FetchDispatcher::Gate FetchDispatcher::GateFor(int cls, FetchRoute route) const {
   if (cls != kDemandClass && inflight_ >= background_slots_) return Gate::kNoSlot;
+  // Background asks of peers wait there for the owners' hub reads; an owner's own hub reads
+  // (its share, and its peers' asks it serves) must never wait for slots they hold.
+  if (cls != kDemandClass && route == kSourceRoute &&
+      background_inflight_[kSourceRoute] >= source_background_slots_) {
+    return Gate::kWindowFull;
+  }
   if (route == kHubRoute && !pacer_.enabled()) return Gate::kOpen;
   // One block of each kind may always go: readers never wait for background, and background
   // never stops.
@@ -28,11 +35,13 @@ void FetchDispatcher::OnSent(BlockFetch& f, TimePoint now) {
   f.paced = f.cls != kDemandClass;
   (f.paced ? on_[f.route].background : on_[f.route].demand) += f.length;
   inflight_++;
+  if (f.paced) background_inflight_[f.route]++;
 }
 
 void FetchDispatcher::Uncount(const BlockFetch& f) {
   inflight_--;
   (f.paced ? on_[f.route].background : on_[f.route].demand) -= f.length;
+  if (f.paced) background_inflight_[f.route]--;
 }
 
 bool FetchDispatcher::OnAnswered(const BlockFetch& f, std::optional<uint64_t> reply_bytes,

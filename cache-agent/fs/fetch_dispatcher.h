@@ -1,11 +1,13 @@
 // FetchDispatcher: whether a queued fetch may go on its route now (the hub, or the source: the
 // cluster's peers), and what is on each. Slots, shared by both routes: warm-up and prefetch
-// never take the last `demand_reserved`. Bytes: each route has its own window, so that each
-// learns from the replies of the bytes it holds: the hub's a LinkPacer timed by hub replies
-// only, the source's a SourceWindow that grows with peer replies and halves when an owner
-// refuses an ask as busy. (One window over both, taught by hub replies only, shrinks with the
-// share of peer asks: with n agents about (n-1)/n of a cold fill's bytes are asked of peers,
-// and the rate it learns is the hub's 1/n.) On a route, readers' and background bytes in
+// never take the last `demand_reserved`, and on the source's route at most half of theirs
+// (asks there wait for the owners' hub reads; an owner's own hub reads, which answer its
+// peers, must not wait for slots its asks hold, or agents wait on each other). Bytes: each route
+// has its own window, so that each learns from the replies of the bytes it holds: the hub's a
+// LinkPacer timed by hub replies only, the source's a SourceWindow that grows with peer replies and
+// halves when an owner refuses an ask as busy. (One window over both, taught by hub replies only,
+// shrinks with the share of peer asks: with n agents about (n-1)/n of a cold fill's bytes are asked
+// of peers, and the rate it learns is the hub's 1/n.) On a route, readers' and background bytes in
 // flight together stay within its window, readers first (background takes what they leave;
 // one block of each kind may always go). A source ask that failed leaves the source's count;
 // the fetcher queues it again, for the hub (whose window then holds it like any hub read) or,
@@ -84,9 +86,11 @@ class FetchDispatcher {
 
   const Config config_;
   const int background_slots_;
+  const int source_background_slots_;  // half of them: the most the source's may take
   LinkPacer pacer_;
   SourceWindow source_;
   int inflight_ = 0;
+  int background_inflight_[kFetchRoutes] = {0, 0};
   OnRoute on_[kFetchRoutes];
 };
 

@@ -69,30 +69,62 @@ class PeerNode::Service final : public peer::v1::Peer::Service {
 
   grpc::Status GetBlock(grpc::ServerContext* ctx, const peer::v1::GetBlockRequest* req,
                         peer::v1::GetBlockResponse* resp) override {
-    const auto& md = ctx->client_metadata();
+    return Serve(*ctx, req->hub(), req->volume_path(), req->access(),
+                 [&](const PeerServing& from, std::chrono::steady_clock::time_point deadline) {
+                   return from.volume->ServeBlock(from, *req, deadline, resp);
+                 });
+  }
+
+  grpc::Status GetBlocks(grpc::ServerContext* ctx, const peer::v1::GetBlocksRequest* req,
+                         grpc::ServerWriter<peer::v1::GetBlocksReply>* writer) override {
+    return Serve(*ctx, req->hub(), req->volume_path(), req->access(),
+                 [&](const PeerServing& from, std::chrono::steady_clock::time_point deadline) {
+                   return from.volume->ServeBlocks(from, *req, deadline, *ctx, *writer);
+                 });
+  }
+
+ private:
+  // One call, counted while it runs (~PeerNode waits for none).
+  template <typename ServeFn>
+  grpc::Status Serve(grpc::ServerContext& ctx, const std::string& hub,
+                     const std::string& volume_path, const std::string& access, ServeFn serve) {
+    // The server listens before the member set exists (its own port comes from the bind).
+    if (!node_.members_ready_.load(std::memory_order_acquire)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "peer node starting");
+    }
+    node_.BeginCall();
+    auto st = ServeChecked(ctx, hub, volume_path, access, serve);
+    node_.EndCall();
+    return st;
+  }
+
+  // The caller's identity and token checked, the volume found and held for `serve`.
+  template <typename ServeFn>
+  grpc::Status ServeChecked(grpc::ServerContext& ctx, const std::string& hub,
+                            const std::string& volume_path, const std::string& access,
+                            ServeFn serve) {
+    const auto& md = ctx.client_metadata();
     auto it = md.find(kPeerTokenHeader);
     std::string_view presented;
     if (it != md.end()) presented = std::string_view(it->second.data(), it->second.size());
     if (node_.config_.tls) {
-      if (auto refusal = node_.IdentityRefusal(*ctx)) return *refusal;
+      if (auto refusal = node_.IdentityRefusal(ctx)) return *refusal;
     }
     if (!PeerTokenEquals(node_.config_.token, presented)) {
       node_.m_.auth_failures->Inc();
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "peer token missing or wrong");
     }
-    PeerServing from = node_.Acquire(PeerVolumeKey(req->hub(), req->volume_path(), req->access()));
+    PeerServing from = node_.Acquire(PeerVolumeKey(hub, volume_path, access));
     if (from.volume == nullptr) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           "no volume of this hub path and access is mounted");
     }
     // The asker's own deadline bounds the work, and never more than a hub read's bound.
-    auto st =
-        from.volume->ServeBlock(from, *req, SteadyDeadline(*ctx, std::chrono::seconds(60)), resp);
+    auto st = serve(from, SteadyDeadline(ctx, std::chrono::seconds(60)));
     node_.Release(from.volume);
     return st;
   }
 
- private:
   PeerNode& node_;
 };
 
@@ -194,6 +226,9 @@ PeerNode::PeerNode(const Config& config, metrics::Registry& registry) : config_(
       counter("spoke_peer_previous_owner_asks_total", previous, {{"result", "not_cached"}});
   m_.refused_file = counter("spoke_peer_refused_asks_total", refused, {{"reason", "file"}});
   m_.refused_length = counter("spoke_peer_refused_asks_total", refused, {{"reason", "length"}});
+  const char* calls = "Calls made to peers: one block, or a batch of background asks";
+  m_.calls_one = counter("spoke_peer_calls_total", calls, {{"kind", "block"}});
+  m_.calls_batch = counter("spoke_peer_calls_total", calls, {{"kind", "batch"}});
   m_.auth_failures =
       counter("spoke_peer_auth_failures_total", "Peer calls refused for a missing or wrong token");
   m_.identity_failures =
@@ -243,6 +278,7 @@ Result<std::unique_ptr<PeerNode>> PeerNode::Start(const Config& config,
   node->members_ = std::make_unique<PeerSet>(mc);
   node->members_->Start();
   node->m_.members->Set(static_cast<int64_t>(node->members_->Live().members.size()));
+  node->members_ready_.store(true, std::memory_order_release);
   log::Info("peer server listening", {{"address", config.listen_address},
                                       {"port", node->port_},
                                       {"tls", !config.tls ? "off (plaintext)"
@@ -290,6 +326,12 @@ void PeerNode::CheckOwnCertificate(metrics::Registry& registry) {
 
 PeerNode::~PeerNode() {
   Shutdown();
+  {
+    // gRPC's Shutdown has waited for the calls already, in its own (uninstrumented) code; this
+    // wait is what ThreadSanitizer sees order their use of members_ before it goes.
+    MutexLock lock(vols_mu_);
+    vols_cv_.wait(lock, [&]() REQUIRES(vols_mu_) { return calls_ == 0; });
+  }
   members_.reset();
   MutexLock lock(vols_mu_);
   if (!volumes_.empty()) log::Error("peer node destroyed before its volumes");
@@ -385,6 +427,17 @@ void PeerNode::EndAsk(bool background, uint64_t bytes) {
   m_.serving_bytes->Set(static_cast<int64_t>(serving_[0].bytes + serving_[1].bytes));
 }
 
+void PeerNode::BeginCall() {
+  MutexLock lock(vols_mu_);
+  calls_++;
+}
+
+void PeerNode::EndCall() {
+  MutexLock lock(vols_mu_);  // notified under the lock, as in Release
+  calls_--;
+  vols_cv_.notify_all();
+}
+
 void PeerNode::Release(PeerVolume* v) {
   // Notified under the lock: ~PeerNode takes vols_mu_ last, so vols_cv_ is never destroyed
   // while a serving thread is still inside notify_all(). gRPC's Shutdown in ~PeerNode already
@@ -404,7 +457,17 @@ PeerVolume::PeerVolume(PeerNode& node, std::string hub, std::string volume_path,
       key_(PeerVolumeKey(hub_, volume_path_, access_)),
       block_size_(block_size) {}
 
-PeerVolume::~PeerVolume() { node_.Unregister(this); }
+PeerVolume::~PeerVolume() {
+  {
+    // Every ask is answered before the fetcher goes, but a call may still be ending.
+    MutexLock lock(lanes_mu_);
+    lanes_cv_.wait(lock, [&]() REQUIRES(lanes_mu_) {
+      return std::all_of(lanes_.begin(), lanes_.end(),
+                         [](const auto& l) { return l.second.calls == 0; });
+    });
+  }
+  node_.Unregister(this);
+}
 
 void PeerVolume::ServeBlocksFrom(BlockFetcher* fetcher, FileLookup lookup) {
   MutexLock lock(node_.vols_mu_);
@@ -418,21 +481,14 @@ void PeerVolume::ServeBlocksFrom(BlockFetcher* fetcher, FileLookup lookup) {
   }
 }
 
-grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBlockRequest& req,
-                                    std::chrono::steady_clock::time_point deadline,
-                                    peer::v1::GetBlockResponse* resp) {
-  BlockFetcher* fetcher = from.fetcher;
+grpc::Status PeerVolume::CheckAsk(const Serving& from, const AskedBlock& a, Serve* s) {
   auto refuse = [&](metrics::Counter* counter, grpc::StatusCode code, std::string why) {
     counter->Inc();
     return grpc::Status(code, std::move(why));
   };
-  if (req.block_size() != fetcher->block_size()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "block_size: this peer uses " + std::to_string(fetcher->block_size()));
-  }
   // Only paths inside the volume, in their one normal form (no "..", no absolute path).
-  auto path = NormalizeRelativePath(req.file_path(), "file_path");
-  if (!path || *path != req.file_path() || path->empty()) {
+  auto path = NormalizeRelativePath(a.file_path, "file_path");
+  if (!path || *path != a.file_path || path->empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "file_path: must be a normalised path inside the volume");
   }
@@ -443,89 +499,188 @@ grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBloc
     return refuse(node_.m_.refused_file, grpc::StatusCode::FAILED_PRECONDITION,
                   "file_path: " + file.error().message());
   }
-  if (file->file_id != req.file_id() || file->version != req.version()) {
+  if (file->file_id != a.file_id || file->version != a.version) {
     return refuse(node_.m_.refused_file, grpc::StatusCode::FAILED_PRECONDITION,
                   "file_path: another version of " + *path + " is here");
   }
-  const uint64_t bs = req.block_size();
+  const uint64_t bs = from.fetcher->block_size();
   uint64_t own_length = 0;  // 0: past the end of the file here
-  if (req.block_index() < file->size / bs + (file->size % bs != 0)) {
-    own_length = std::min<uint64_t>(bs, file->size - req.block_index() * bs);
+  if (a.block_index < file->size / bs + (file->size % bs != 0)) {
+    own_length = std::min<uint64_t>(bs, file->size - a.block_index * bs);
   }
-  if (own_length == 0 || req.length() != own_length) {
+  if (own_length == 0 || a.length != own_length) {
     return refuse(node_.m_.refused_length, grpc::StatusCode::FAILED_PRECONDITION,
                   "length: this block is " + std::to_string(own_length) + " bytes here, not " +
-                      std::to_string(req.length()));
+                      std::to_string(a.length));
   }
-  // Readers first: a background ask takes only the background quota, and an ask beyond its
-  // class's quota is refused now rather than queued (the asker reads the hub at once).
-  const bool background = req.background();
-  if (!node_.AdmitAsk(background, own_length)) {
-    (background ? node_.m_.busy_background : node_.m_.busy_demand)->Inc();
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        std::string("peer busy: its quota for ") +
-                            (background ? "background" : "reader") + " asks is used up");
-  }
-  grpc::Status st;
-  if (req.cached_only() && !fetcher->Cached(*file, req.block_index())) {
-    // The asker owns the block now; it reads the hub, not this agent for it.
-    st = grpc::Status(grpc::StatusCode::ABORTED, "cached_only: the block is not cached here");
-  } else {
-    st = FetchForPeer(fetcher, *file, req.block_index(), own_length, background, deadline, resp);
-  }
-  node_.EndAsk(background, own_length);
-  return st;
+  s->file = std::move(*file);
+  s->index = a.block_index;
+  s->length = own_length;
+  s->key = BlockKey{from.fetcher->volume_key(), s->file.file_id, s->file.version, s->index};
+  return grpc::Status::OK;
 }
 
-grpc::Status PeerVolume::FetchForPeer(BlockFetcher* fetcher, const FileRef& file, uint64_t index,
-                                      uint64_t length, bool background,
-                                      std::chrono::steady_clock::time_point deadline,
-                                      peer::v1::GetBlockResponse* resp) {
-  BlockKey key{fetcher->volume_key(), file.file_id, file.version, index};
+grpc::Status PeerVolume::BeginServe(BlockFetcher* fetcher, Serve& s, bool background,
+                                    bool cached_only) {
+  s.cached = fetcher->Cached(s.file, s.index);
+  // The asker owns the block now; it reads the hub, not this agent for it.
+  if (cached_only && !s.cached) {
+    return grpc::Status(grpc::StatusCode::ABORTED, "cached_only: the block is not cached here");
+  }
   {
     MutexLock lock(serving_mu_);
-    serving_.insert(key);
+    serving_.insert(s.key);
   }
-  const bool cached = fetcher->Cached(file, index);
-  if (!cached && background) {
-    // In the owner's warm-up class: after its own readers, within its memory budget. Then
-    // served from the cache like a hit; a block not kept there is not read again for it.
-    BlockFetcher::WarmTicket ticket = fetcher->StartWarm(file, index, 1);
-    const bool warmed = fetcher->WaitWarm(ticket, deadline);
-    if (!warmed || !fetcher->Cached(file, index)) {
-      MutexLock lock(serving_mu_);
-      serving_.erase(serving_.find(key));
+  s.begun = true;
+  // A background ask in the owner's warm-up class: after its own readers, within its memory
+  // budget. Then served from the cache like a hit.
+  if (!s.cached && background) {
+    s.warm = fetcher->StartWarm(s.file, s.index, 1);
+    s.warming = true;
+  }
+  return grpc::Status::OK;
+}
+
+void PeerVolume::EndServe(Serve& s) {
+  if (!s.begun) return;
+  s.begun = false;
+  MutexLock lock(serving_mu_);
+  serving_.erase(serving_.find(s.key));
+}
+
+grpc::Status PeerVolume::FinishServe(BlockFetcher* fetcher, Serve& s,
+                                     std::chrono::steady_clock::time_point deadline,
+                                     std::string* data, uint64_t* xxh3) {
+  if (s.warming) {
+    // A block read for the ask but not kept here is not read again for it.
+    const bool warmed = fetcher->WaitWarm(s.warm, deadline);
+    if (!warmed || !fetcher->Cached(s.file, s.index)) {
+      EndServe(s);
       return grpc::Status(
           warmed ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::DEADLINE_EXCEEDED,
           warmed ? "the block was read but not kept here"
                  : "the block was not read by the ask's deadline");
     }
   }
-  auto blocks = fetcher->GetBlocks(file, index, 1, nullptr, nullptr, deadline);
-  {
-    MutexLock lock(serving_mu_);
-    serving_.erase(serving_.find(key));
-  }
+  auto blocks = fetcher->GetBlocks(s.file, s.index, 1, nullptr, nullptr, deadline);
+  EndServe(s);
   if (!blocks[0]) {
     const Error& e = blocks[0].error();
     auto code = e.code() == Code::kTimeout ? grpc::StatusCode::DEADLINE_EXCEEDED
                                            : grpc::StatusCode::UNAVAILABLE;
     return grpc::Status(code, e.message());
   }
-  const BlockBytes& data = **blocks[0];
-  if (data.size() != length) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the block read here is " +
-                                                           std::to_string(data.size()) +
-                                                           " bytes, not " + std::to_string(length));
+  const BlockBytes& bytes = **blocks[0];
+  if (bytes.size() != s.length) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the block read here is " + std::to_string(bytes.size()) + " bytes, not " +
+                            std::to_string(s.length));
   }
-  resp->set_xxh3(XXH3_64bits(data.data(), data.size()));
-  resp->mutable_data()->assign(data.data(), data.size());
-  resp->set_from_cache(cached);
+  *xxh3 = XXH3_64bits(bytes.data(), bytes.size());
+  data->assign(bytes.data(), bytes.size());
 #ifdef SPOKE_TEST_FAULTS
-  if (node_.config_.fault_corrupt_served_blocks) (*resp->mutable_data())[0] ^= 0x5a;
+  if (node_.config_.fault_corrupt_served_blocks) (*data)[0] ^= 0x5a;
 #endif
   node_.m_.served_blocks->Inc();
-  node_.m_.served_bytes->Inc(data.size());
+  node_.m_.served_bytes->Inc(bytes.size());
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBlockRequest& req,
+                                    std::chrono::steady_clock::time_point deadline,
+                                    peer::v1::GetBlockResponse* resp) {
+  BlockFetcher* fetcher = from.fetcher;
+  if (req.block_size() != fetcher->block_size()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "block_size: this peer uses " + std::to_string(fetcher->block_size()));
+  }
+  Serve s;
+  grpc::Status st = CheckAsk(
+      from, {req.file_path(), req.file_id(), req.version(), req.block_index(), req.length()}, &s);
+  if (!st.ok()) return st;
+  // Readers first: a background ask takes only the background quota, and an ask beyond its
+  // class's quota is refused now rather than queued (the asker reads the hub at once).
+  const bool background = req.background();
+  if (!node_.AdmitAsk(background, s.length)) {
+    (background ? node_.m_.busy_background : node_.m_.busy_demand)->Inc();
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        std::string("peer busy: its quota for ") +
+                            (background ? "background" : "reader") + " asks is used up");
+  }
+  st = BeginServe(fetcher, s, background, req.cached_only());
+  if (st.ok()) {
+    uint64_t xxh3 = 0;
+    st = FinishServe(fetcher, s, deadline, resp->mutable_data(), &xxh3);
+    resp->set_xxh3(xxh3);
+    resp->set_from_cache(s.cached);
+  }
+  node_.EndAsk(background, s.length);
+  return st;
+}
+
+grpc::Status PeerVolume::ServeBlocks(const Serving& from, const peer::v1::GetBlocksRequest& req,
+                                     std::chrono::steady_clock::time_point deadline,
+                                     grpc::ServerContext& ctx,
+                                     grpc::ServerWriter<peer::v1::GetBlocksReply>& writer) {
+  BlockFetcher* fetcher = from.fetcher;
+  if (req.block_size() != fetcher->block_size()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "block_size: this peer uses " + std::to_string(fetcher->block_size()));
+  }
+  if (req.items_size() > kMaxBatchItems) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "items: at most " + std::to_string(kMaxBatchItems) + " per call");
+  }
+  // The call holds one ask of its class and one block's bytes at a time: it sends its blocks
+  // one after the other. Their fetches here are in the warm-up class (background) or are
+  // readers' (demand), bounded there like this agent's own.
+  const bool background = req.background();
+  const uint64_t held = fetcher->block_size();
+  if (!node_.AdmitAsk(background, held)) {
+    (background ? node_.m_.busy_background : node_.m_.busy_demand)->Inc(req.items_size());
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        std::string("peer busy: its quota for ") +
+                            (background ? "background" : "reader") + " asks is used up");
+  }
+  peer::v1::GetBlocksReply reply;
+  bool open = true;  // the asker still reads the replies
+  auto answer = [&](int i, const grpc::Status& st) {
+    reply.set_item(static_cast<uint32_t>(i));
+    reply.set_code(static_cast<int32_t>(st.error_code()));
+    reply.set_message(st.ok() ? std::string() : st.error_message());
+    if (!st.ok()) {
+      reply.clear_data();
+      reply.clear_xxh3();
+      reply.clear_from_cache();
+    }
+    open = open && !ctx.IsCancelled() && writer.Write(reply);
+  };
+  std::vector<Serve> serves(req.items_size());
+  for (int i = 0; i < req.items_size(); ++i) {
+    const auto& it = req.items(i);
+    grpc::Status st =
+        CheckAsk(from, {it.file_path(), it.file_id(), it.version(), it.block_index(), it.length()},
+                 &serves[i]);
+    if (st.ok()) st = BeginServe(fetcher, serves[i], background, it.cached_only());
+    if (!st.ok()) answer(i, st);
+  }
+  // Cached blocks first, then each as its fetch here completes.
+  for (bool cached_pass : {true, false}) {
+    for (size_t i = 0; i < serves.size(); ++i) {
+      Serve& s = serves[i];
+      if (!s.begun || s.cached != cached_pass) continue;
+      if (!open) {
+        EndServe(s);  // the asker is gone; a fetch started for it completes on its own
+        continue;
+      }
+      uint64_t xxh3 = 0;
+      grpc::Status st = FinishServe(fetcher, s, deadline, reply.mutable_data(), &xxh3);
+      reply.set_xxh3(xxh3);
+      reply.set_from_cache(s.cached);
+      answer(static_cast<int>(i), st);
+    }
+  }
+  node_.EndAsk(background, held);
   return grpc::Status::OK;
 }
 
@@ -555,23 +710,150 @@ struct PeerVolume::Call {
   peer::v1::GetBlockRequest req;
   peer::v1::GetBlockResponse resp;
   std::string member;
-  bool cached_only = false;
-  uint32_t length = 0;
-  Done done;
+  Pending ask;
+};
+
+// One GetBlocks call: its replies complete its asks one by one, as the owner sends them.
+class PeerVolume::BatchCall final : public grpc::ClientReadReactor<peer::v1::GetBlocksReply> {
+ public:
+  BatchCall(PeerVolume& volume, std::string member, std::vector<Pending> asks)
+      : volume_(volume),
+        member_(std::move(member)),
+        asks_(std::move(asks)),
+        answered_(asks_.size(), false) {}
+
+  void Start(peer::v1::Peer::Stub* stub) {
+    stub->async()->GetBlocks(&ctx_, &req_, this);
+    StartRead(&reply_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    const uint32_t i = reply_.item();
+    if (i < asks_.size() && !answered_[i]) {
+      answered_[i] = true;
+      grpc::Status st(static_cast<grpc::StatusCode>(reply_.code()), reply_.message());
+      volume_.Complete(member_, asks_[i], st, reply_.data(), reply_.xxh3());
+    }
+    StartRead(&reply_);
+  }
+  void OnDone(const grpc::Status& st) override {
+    std::vector<Pending> unanswered;
+    for (size_t i = 0; i < asks_.size(); ++i) {
+      if (!answered_[i]) unanswered.push_back(std::move(asks_[i]));
+    }
+    volume_.OnBatchDone(member_, st, std::move(unanswered));
+    delete this;
+  }
+
+  const std::vector<Pending>& asks() const { return asks_; }
+
+  grpc::ClientContext ctx_;
+  peer::v1::GetBlocksRequest req_;
+
+ private:
+  PeerVolume& volume_;
+  const std::string member_;
+  std::vector<Pending> asks_;
+  std::vector<bool> answered_;
+  peer::v1::GetBlocksReply reply_;
 };
 
 bool PeerVolume::FetchAsync(const Block& block, Done done) {
   std::optional<Ask> ask = PeerToAsk(block);
   if (!ask) return false;
-  std::shared_ptr<Call> call = MakeCall(block, std::move(*ask), std::move(done));
-  PeerNode& node = node_;  // outlives every call (volumes leave before the node goes)
-  // Outlives the call too: its fetcher waits for every fetch it started before it goes.
-  PeerVolume* self = this;
-  node.StubFor(call->member)
-      ->async()
-      ->GetBlock(&call->ctx, &call->req, &call->resp,
-                 [call, self](grpc::Status st) { self->OnAnswer(*call, st); });
+  Pending p{.block = block,
+            .cached_only = ask->cached_only,
+            .done = std::move(done),
+            .queued_at = std::chrono::steady_clock::now()};
+  // A reader waiting goes now, in a call of its own; background asks share calls per owner.
+  if (!block.background || BatchesRefused(ask->member)) {
+    SendOne(ask->member, std::move(p));
+    return true;
+  }
+  std::vector<Pending> batch, stale;
+  {
+    MutexLock lock(lanes_mu_);
+    Lane& lane = lanes_[ask->member];
+    lane.queued.push_back(std::move(p));
+    if (lane.calls >= kBatchCallsPerMember) return true;  // goes when a call ends
+    TakeBatchLocked(lane, batch, stale);
+    if (!batch.empty()) lane.calls++;
+  }
+  if (!batch.empty()) SendBatch(ask->member, std::move(batch));
+  FailQueuedTooLong(stale);
   return true;
+}
+
+void PeerVolume::TakeBatchLocked(Lane& lane, std::vector<Pending>& batch,
+                                 std::vector<Pending>& stale) {
+  const auto now = std::chrono::steady_clock::now();
+  while (!lane.queued.empty() && batch.size() < static_cast<size_t>(kMaxBatchItems)) {
+    Pending& p = lane.queued.front();
+    // It waited for the owner's earlier calls for as long as an ask may take: the hub now.
+    (now - p.queued_at >= node_.config_.timeout ? stale : batch).push_back(std::move(p));
+    lane.queued.pop_front();
+  }
+}
+
+void PeerVolume::FailQueuedTooLong(std::vector<Pending>& stale) {
+  for (Pending& p : stale) {
+    node_.m_.fallback_error->Inc();
+    p.done(std::unexpected(
+        Error(Code::kTimeout, "peer ask queued behind the owner's calls past peerTimeoutMs")));
+  }
+}
+
+namespace {
+
+// A block asked for, into a GetBlockRequest or a GetBlocksRequest item.
+template <typename Message>
+void SetAskedBlock(Message& m, const BlockSource::Block& block, bool cached_only) {
+  m.set_file_path(block.path);
+  m.set_file_id(block.key.file_id);
+  m.set_version(block.key.version);
+  m.set_block_index(block.key.index);
+  m.set_length(block.length);
+  m.set_cached_only(cached_only);
+}
+
+}  // namespace
+
+void PeerVolume::SendOne(const std::string& member, Pending p) {
+  auto call = std::make_shared<Call>();
+  call->member = member;
+  call->ctx.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
+  call->ctx.AddMetadata(kPeerTokenHeader, node_.config_.token);
+  auto& r = call->req;
+  r.set_hub(hub_);
+  r.set_volume_path(volume_path_);
+  r.set_access(access_);
+  r.set_background(p.block.background);
+  r.set_block_size(block_size_);
+  SetAskedBlock(r, p.block, p.cached_only);
+  call->ask = std::move(p);
+  node_.m_.calls_one->Inc();
+  // Outlives the call: its fetcher waits for every fetch it started before it goes.
+  PeerVolume* self = this;
+  node_.StubFor(member)->async()->GetBlock(
+      &call->ctx, &call->req, &call->resp, [call, self](grpc::Status st) {
+        self->Complete(call->member, call->ask, st, call->resp.data(), call->resp.xxh3());
+      });
+}
+
+void PeerVolume::SendBatch(const std::string& member, std::vector<Pending> batch) {
+  auto* call = new BatchCall(*this, member, std::move(batch));
+  call->ctx_.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
+  call->ctx_.AddMetadata(kPeerTokenHeader, node_.config_.token);
+  auto& r = call->req_;
+  r.set_hub(hub_);
+  r.set_volume_path(volume_path_);
+  r.set_access(access_);
+  r.set_background(true);
+  r.set_block_size(block_size_);
+  for (const Pending& p : call->asks()) SetAskedBlock(*r.add_items(), p.block, p.cached_only);
+  node_.m_.calls_batch->Inc();
+  call->Start(node_.StubFor(member));
 }
 
 std::optional<PeerVolume::Ask> PeerVolume::PeerToAsk(const Block& block) const {
@@ -588,6 +870,9 @@ std::optional<PeerVolume::Ask> PeerVolume::PeerToAsk(const Block& block) const {
   int owner = RendezvousOwner(view.members, h);
   if (owner < 0) return std::nullopt;
   if (!serving && owner != view.self) return Ask{view.members[owner]};
+  // Asked by a peer: the hub at once. Queued behind this agent's own asks of peers, which wait
+  // for those peers' hub reads, such a fetch made agents wait on each other until deadlines.
+  if (serving) return std::nullopt;
   // Ours: the runner-up (the owner while this agent was not among the members) may have it.
   if (view.self < 0 || !PreviousOwnerOpen()) return std::nullopt;
   view.members.erase(view.members.begin() + view.self);
@@ -614,59 +899,82 @@ void PeerVolume::PreviousOwnerAnswered(bool hit) {
   previous_asks_ = previous_hits_ = 0;
 }
 
-std::shared_ptr<PeerVolume::Call> PeerVolume::MakeCall(const Block& block, Ask ask, Done done) {
-  auto call = std::make_shared<Call>();
-  call->member = std::move(ask.member);
-  call->cached_only = ask.cached_only;
-  call->length = block.length;
-  call->done = std::move(done);
-  call->ctx.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
-  call->ctx.AddMetadata(kPeerTokenHeader, node_.config_.token);
-  auto& r = call->req;
-  r.set_hub(hub_);
-  r.set_volume_path(volume_path_);
-  r.set_access(access_);
-  r.set_background(block.background);
-  r.set_file_path(block.path);
-  r.set_file_id(block.key.file_id);
-  r.set_version(block.key.version);
-  r.set_block_index(block.key.index);
-  r.set_block_size(block_size_);
-  r.set_length(block.length);
-  r.set_cached_only(ask.cached_only);
-  return call;
+void PeerVolume::OnBatchDone(const std::string& member, const grpc::Status& st,
+                             std::vector<Pending> unanswered) {
+  const bool unimplemented = st.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+  std::vector<Pending> next, stale;
+  {
+    MutexLock lock(lanes_mu_);
+    if (unimplemented) {
+      // An agent of a version without GetBlocks (a rolling upgrade): one call per block.
+      batches_refused_until_[member] = std::chrono::steady_clock::now() + kBatchesRefusedPeriod;
+      Lane& lane = lanes_[member];
+      for (Pending& p : lane.queued) unanswered.push_back(std::move(p));
+      lane.queued.clear();
+    }
+    Lane& lane = lanes_[member];
+    TakeBatchLocked(lane, next, stale);
+    if (next.empty()) {
+      lane.calls--;
+      // Under the lock: the destructor waits for calls to end and may go as soon as it sees it.
+      lanes_cv_.notify_all();
+    }
+  }
+  // The asks not answered keep the fetcher, and so this volume, alive until they complete.
+  if (!next.empty()) SendBatch(member, std::move(next));
+  FailQueuedTooLong(stale);
+  if (unimplemented) {
+    for (Pending& p : unanswered) SendOne(member, std::move(p));
+    return;
+  }
+  if (unanswered.empty()) return;
+  // One failed call says one thing of the member: counted once, not per ask.
+  if (!st.ok()) CountFailedAsk(member, st);
+  grpc::Status each = st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                             "the peer ended the call without this block")
+                              : st;
+  for (Pending& p : unanswered) Complete(member, p, each, std::string(), 0, /*counted=*/true);
 }
 
-void PeerVolume::OnAnswer(Call& call, const grpc::Status& st) {
+bool PeerVolume::BatchesRefused(const std::string& member) {
+  MutexLock lock(lanes_mu_);
+  auto it = batches_refused_until_.find(member);
+  if (it == batches_refused_until_.end()) return false;
+  if (std::chrono::steady_clock::now() < it->second) return true;
+  batches_refused_until_.erase(it);
+  return false;
+}
+
+void PeerVolume::Complete(const std::string& member, Pending& ask, const grpc::Status& st,
+                          const std::string& data, uint64_t xxh3, bool counted) {
   auto fail = [&](std::string why, int err = 0) {
-    std::string what = "peer " + call.member + ": " + why;
-    call.done(std::unexpected(err != 0 ? Error::FromErrno(err, std::move(what))
-                                       : Error(Code::kUnavailable, std::move(what))));
+    std::string what = "peer " + member + ": " + why;
+    ask.done(std::unexpected(err != 0 ? Error::FromErrno(err, std::move(what))
+                                      : Error(Code::kUnavailable, std::move(what))));
   };
-  if (call.cached_only && st.error_code() == grpc::StatusCode::ABORTED) {
-    node_.members_->ReportSuccess(call.member);
+  if (ask.cached_only && st.error_code() == grpc::StatusCode::ABORTED) {
+    node_.members_->ReportSuccess(member);
     PreviousOwnerAnswered(false);
     return fail(st.error_message());
   }
   if (!st.ok()) {
-    if (call.cached_only) PreviousOwnerAnswered(false);
-    CountFailedAsk(call.member, st);
+    if (ask.cached_only) PreviousOwnerAnswered(false);
+    if (!counted) CountFailedAsk(member, st);
     // Busy (the owner's serving quota is used up): the fetcher's peer window narrows.
     const bool busy = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
     return fail(st.error_message(), busy ? EBUSY : 0);
   }
-  node_.members_->ReportSuccess(call.member);
-  const std::string& data = call.resp.data();
-  if (data.size() != call.length || XXH3_64bits(data.data(), data.size()) != call.resp.xxh3()) {
+  node_.members_->ReportSuccess(member);
+  if (data.size() != ask.block.length || XXH3_64bits(data.data(), data.size()) != xxh3) {
     node_.m_.checksum_rejects->Inc();
     log::Warn("block from peer rejected: checksum or length mismatch",
-              {{"peer", call.member}, {"path", call.req.file_path()}});
+              {{"peer", member}, {"path", ask.block.path}});
     return fail("checksum mismatch");
   }
   node_.m_.hits->Inc();
   node_.m_.hit_bytes->Inc(data.size());
-  if (call.cached_only) PreviousOwnerAnswered(true);
-  call.done(std::vector<char>(data.begin(), data.end()));
+  if (ask.cached_only) PreviousOwnerAnswered(true);
+  ask.done(std::vector<char>(data.begin(), data.end()));
 }
 
 void PeerVolume::CountFailedAsk(const std::string& member, const grpc::Status& st) {

@@ -1,19 +1,21 @@
 // PeerNode: this agent's place in the cluster's shared cache (docs/peers.md).
 //
-// - As a server (gRPC, peer.proto), it answers GetBlock for the volumes this agent has
-//   mounted itself, by hub identity (hub + volume path), from the volume's BlockFetcher:
-//   the cache, or one hub read that concurrent askers share, stored in the cache. A file
-//   path outside the volume, a foreign block size or a missing or wrong cluster token are
-//   refused. Only read-only volumes take part (exe/): blocks written through a mount exist
-//   on that node alone.
+// - As a server (gRPC, peer.proto), it answers GetBlock and GetBlocks (several background
+//   asks in one call) for the volumes this agent has mounted itself, by hub identity (hub +
+//   volume path), from the volume's BlockFetcher: the cache, or one hub read that concurrent
+//   askers share, stored in the cache. A file path outside the volume, a foreign block size
+//   or a missing or wrong cluster token are refused. Only read-only volumes take part (exe/):
+//   blocks written through a mount exist on that node alone.
 // - As a client, each mounted volume gets a PeerVolume, the BlockSource its fetcher asks
 //   before the hub: the block's owner among the live peers (rendezvous hashing) is asked
-//   with a bounded deadline, the answer's checksum is verified, and anything else (no
+//   with a bounded deadline (a reader's ask in a call of its own, background asks to one
+//   owner in shared calls), the answer's checksum is verified, and anything else (no
 //   answer, refusal, wrong checksum, wrong length) sends the fetcher to the hub.
 //
 // Metrics (agent-wide): spoke_peer_hits_total, spoke_peer_hit_bytes_total,
-// spoke_peer_fallbacks_total{reason}, spoke_peer_checksum_rejects_total,
-// spoke_peer_served_blocks_total, spoke_peer_served_bytes_total,
+// spoke_peer_fallbacks_total{reason}, spoke_peer_calls_total{kind},
+// spoke_peer_checksum_rejects_total, spoke_peer_served_blocks_total,
+// spoke_peer_served_bytes_total,
 // spoke_peer_auth_failures_total, spoke_peer_identity_failures_total,
 // spoke_peer_certificate_expiry_timestamp_seconds, spoke_peer_members.
 #pragma once
@@ -27,12 +29,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "cache-agent/fs/block_fetcher.h"
 #include "cache-agent/fs/block_source.h"
@@ -94,13 +98,16 @@ class PeerNode {
     // hub), so other nodes' reads never take more than this of the owner's threads and memory.
     // In a cold fill most background asks wait for this owner's hub read (a WAN round trip),
     // queued behind its own readers: the bound keeps that queue within the askers' deadline
-    // (with 32, asks passed the 5 s deadline of PeerAgentsTest on a loaded machine). A
-    // refusal halves the asker's peer window and the ask is queued again
-    // (fetch_dispatcher.h), so a full quota slows askers, not the WAN.
+    // (with 32 one-block asks, asks passed the 5 s deadline of PeerAgentsTest on a loaded
+    // machine). A GetBlocks call counts as one ask of one block's bytes; askers send at most
+    // 2 at a time, so 16 lets 8 askers ask at once (with 8, 6-agent cold fills were refused
+    // 12-22 % of their calls and took about 5 % longer). A refusal halves the asker's peer
+    // window and the ask is queued again (fetch_dispatcher.h), so a full quota slows askers,
+    // not the WAN.
     int serve_max_asks = 64;
     uint64_t serve_max_bytes = 64ull << 20;
-    int serve_background_max_asks = 8;
-    uint64_t serve_background_max_bytes = 8ull << 20;
+    int serve_background_max_asks = 16;
+    uint64_t serve_background_max_bytes = 16ull << 20;
     // How long a member that answered "not mounted" for a volume is left out of its owners.
     std::chrono::milliseconds absent_period{10000};
     // Test-only fault: flips a byte of every served block after its checksum is taken, so
@@ -151,6 +158,8 @@ class PeerNode {
     metrics::Counter* previous_misses;  // ... and not cached there
     metrics::Counter* refused_file;     // the owner has another file or version there
     metrics::Counter* refused_length;   // the ask's length is not the block's here
+    metrics::Counter* calls_one;        // calls made: one block (GetBlock) ...
+    metrics::Counter* calls_batch;      // ... or a batch of background asks (GetBlocks)
     metrics::Gauge* members;
   };
 
@@ -169,6 +178,9 @@ class PeerNode {
   // if none serves it.
   PeerServing Acquire(const std::string& key) EXCLUDES(vols_mu_);
   void Release(PeerVolume* v) EXCLUDES(vols_mu_);
+  // Around every call the service answers (the destructor waits for them).
+  void BeginCall() EXCLUDES(vols_mu_);
+  void EndCall() EXCLUDES(vols_mu_);
 
   // Takes room for one ask of `bytes` in its class; false when the quota is used up.
   bool AdmitAsk(bool background, uint64_t bytes) EXCLUDES(quota_mu_);
@@ -187,6 +199,7 @@ class PeerNode {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> shut_down_{false};
+  std::atomic<bool> members_ready_{false};      // members_ is set: the service may use it
   std::atomic<int64_t> last_refusal_log_s_{0};  // steady clock, seconds
 
   std::shared_ptr<grpc::ChannelCredentials> channel_creds_;  // set in Start, then read-only
@@ -200,6 +213,7 @@ class PeerNode {
   Mutex vols_mu_;
   CondVar vols_cv_;
   std::multimap<std::string, PeerVolume*> volumes_ GUARDED_BY(vols_mu_);  // by identity
+  int calls_ GUARDED_BY(vols_mu_) = 0;  // calls the service is answering
 };
 
 // One mounted volume's peer side: the BlockSource of its fetcher, and (after ServeBlocksFrom) the
@@ -226,6 +240,16 @@ class PeerVolume final : public BlockSource {
   grpc::Status ServeBlock(const Serving& from, const peer::v1::GetBlockRequest& req,
                           std::chrono::steady_clock::time_point deadline,
                           peer::v1::GetBlockResponse* resp) EXCLUDES(serving_mu_);
+  // Serves a batch (GetBlocks): one reply per item through `writer`, cached blocks first.
+  grpc::Status ServeBlocks(const Serving& from, const peer::v1::GetBlocksRequest& req,
+                           std::chrono::steady_clock::time_point deadline, grpc::ServerContext& ctx,
+                           grpc::ServerWriter<peer::v1::GetBlocksReply>& writer)
+      EXCLUDES(serving_mu_);
+
+  // Background asks in one GetBlocks call at most, and such calls in flight to one member:
+  // further asks for it queue and go together when one of its calls ends.
+  static constexpr int kMaxBatchItems = 32;
+  static constexpr int kBatchCallsPerMember = 2;
 
  private:
   friend class PeerNode;
@@ -244,12 +268,39 @@ class PeerVolume final : public BlockSource {
   std::shared_ptr<const FileLookup> lookup_ GUARDED_BY(node_.vols_mu_);
   int uses_ GUARDED_BY(node_.vols_mu_) = 0;
 
-  // The block for a peer, in the ask's class: the cache, a demand fetch or (background) a
-  // warm-up fetch; the gRPC status of the answer.
-  grpc::Status FetchForPeer(BlockFetcher* fetcher, const FileRef& file, uint64_t index,
-                            uint64_t length, bool background,
-                            std::chrono::steady_clock::time_point deadline,
-                            peer::v1::GetBlockResponse* resp) EXCLUDES(serving_mu_);
+  // What a peer asks for, as the request names it.
+  struct AskedBlock {
+    const std::string& file_path;
+    uint64_t file_id;
+    uint64_t version;
+    uint64_t block_index;
+    uint32_t length;
+  };
+  // One ask being served here, as this owner's own attributes say.
+  struct Serve {
+    FileRef file;
+    uint64_t index = 0;
+    uint64_t length = 0;
+    BlockKey key;
+    bool cached = false;   // when serving began
+    bool begun = false;    // in serving_
+    bool warming = false;  // `warm` holds its fetch in the warm-up class
+    BlockFetcher::WarmTicket warm;
+  };
+  // Checks an ask against the owner's own attributes (path, file, version, length) and fills
+  // `s`; else the refusal.
+  grpc::Status CheckAsk(const Serving& from, const AskedBlock& a, Serve* s);
+  // Marks `s` as served to a peer (its fetch then goes to the hub, never to another peer)
+  // and, for a background ask not cached here, starts its fetch in the warm-up class. ABORTED
+  // for a cached-only ask of a block not cached here.
+  grpc::Status BeginServe(BlockFetcher* fetcher, Serve& s, bool background, bool cached_only)
+      EXCLUDES(serving_mu_);
+  // The block of a begun `s` by `deadline`: from the cache, after its warm-up fetch, or by a
+  // demand fetch. Ends `s`.
+  grpc::Status FinishServe(BlockFetcher* fetcher, Serve& s,
+                           std::chrono::steady_clock::time_point deadline, std::string* data,
+                           uint64_t* xxh3) EXCLUDES(serving_mu_);
+  void EndServe(Serve& s) EXCLUDES(serving_mu_);
 
   // A member that answered "not mounted" for this volume is left out of its owners for
   // Config::absent_period, then asked again (it may have mounted it since).
@@ -257,8 +308,15 @@ class PeerVolume final : public BlockSource {
   // `view` without the members known not to serve this volume (self is never among them).
   void LeaveOutAbsent(PeerSet::View& view) const EXCLUDES(absent_mu_);
 
-  // FetchAsync's steps. One ask in flight: its request, answer and callback.
-  struct Call;
+  // One ask of a peer, from FetchAsync until its `done`.
+  struct Pending {
+    Block block;
+    bool cached_only = false;
+    Done done;
+    std::chrono::steady_clock::time_point queued_at;
+  };
+  struct Call;      // a GetBlock call: one ask
+  class BatchCall;  // a GetBlocks call: background asks of one member
   // Whom to ask for a block, and how.
   struct Ask {
     std::string member;
@@ -266,19 +324,46 @@ class PeerVolume final : public BlockSource {
     // owns the block (or is serving it to a peer as its owner) and has not got it.
     bool cached_only = false;
   };
-  // The member that owns `block`; else, when this agent owns it (or a peer asked this agent
-  // for it), its previous owner while asking those pays (PreviousOwnerOpen); nullopt when the
-  // hub is read instead. Takes answers with it.
+  // The member that owns `block`; else, when this agent owns it, its previous owner while
+  // asking those pays (PreviousOwnerOpen); nullopt when the hub is read instead (always for a
+  // block a peer asked this agent for). Takes answers with it.
   std::optional<Ask> PeerToAsk(const Block& block) const
       EXCLUDES(serving_mu_, absent_mu_, previous_mu_);
-  std::shared_ptr<Call> MakeCall(const Block& block, Ask ask, Done done);
-  // Completes `call` with the peer's block, or an error that sends the read to the hub
-  // (EBUSY: the owner refused it for its serving quota).
-  void OnAnswer(Call& call, const grpc::Status& st) EXCLUDES(absent_mu_);
+  void SendOne(const std::string& member, Pending ask);
+  void SendBatch(const std::string& member, std::vector<Pending> asks);
+  // Background asks queued for one member, and its GetBlocks calls in flight.
+  struct Lane {
+    int calls = 0;
+    std::deque<Pending> queued;
+  };
+  // Up to kMaxBatchItems asks off `lane`'s queue into `batch`; those queued for longer than
+  // an ask may take into `stale`.
+  void TakeBatchLocked(Lane& lane, std::vector<Pending>& batch, std::vector<Pending>& stale)
+      REQUIRES(lanes_mu_);
+  // Sends `stale` to the hub.
+  void FailQueuedTooLong(std::vector<Pending>& stale);
+  // A GetBlocks call to `member` ended with `st`: fails its asks the owner did not answer
+  // (or asks them one by one of an owner without GetBlocks) and sends the lane's next batch.
+  void OnBatchDone(const std::string& member, const grpc::Status& st,
+                   std::vector<Pending> unanswered) EXCLUDES(lanes_mu_, absent_mu_);
+  // `member` answered GetBlocks with UNIMPLEMENTED lately: one call per block to it.
+  bool BatchesRefused(const std::string& member) EXCLUDES(lanes_mu_);
+  static constexpr std::chrono::seconds kBatchesRefusedPeriod{60};
+  // Completes `ask` with the peer's block, or an error that sends the read to the hub
+  // (EBUSY: the owner refused it for its serving quota). `counted`: the failure was already
+  // told to the member set (a whole call failed).
+  void Complete(const std::string& member, Pending& ask, const grpc::Status& st,
+                const std::string& data, uint64_t xxh3, bool counted = false) EXCLUDES(absent_mu_);
   // Tells the member set and the metrics what a failed ask says of the member.
   void CountFailedAsk(const std::string& member, const grpc::Status& st) EXCLUDES(absent_mu_);
   mutable Mutex absent_mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> absent_ GUARDED_BY(absent_mu_);
+
+  Mutex lanes_mu_;
+  CondVar lanes_cv_;  // a lane's calls went down (the destructor waits for none)
+  std::map<std::string, Lane> lanes_ GUARDED_BY(lanes_mu_);
+  std::map<std::string, std::chrono::steady_clock::time_point> batches_refused_until_
+      GUARDED_BY(lanes_mu_);
 
   // Previous owners: when a member joins (mounts the volume late, or comes back), the blocks
   // it now owns were fetched and kept by the member that owned them before (the runner-up of

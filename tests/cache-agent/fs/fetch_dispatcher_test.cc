@@ -57,6 +57,27 @@ TEST(FetchDispatcher, BackgroundKeepsOneSlotWhateverIsReserved) {
   EXPECT_EQ(d.GateFor(kDemandClass), Gate::kOpen);
 }
 
+// Background asks of peers wait for the owners' hub reads: they take at most half the
+// background slots, so that this agent's own hub reads (which answer its peers' asks) always
+// find one. Before, an agent whose slots were all held by asks of peers could not read the
+// blocks those peers waited for, and agents waited on each other until the ask deadline.
+TEST(FetchDispatcher, PeerAsksLeaveHalfTheBackgroundSlotsToTheHub) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FetchDispatcher d({.max_inflight = 10, .demand_reserved = 2}, t0);
+  std::vector<BlockFetch> asks(4, Fetch(kPrefetchClass, 4096));
+  for (auto& f : asks) {
+    ASSERT_EQ(d.GateFor(kPrefetchClass, kSourceRoute), Gate::kOpen);
+    f.route = kSourceRoute;
+    d.OnSent(f, t0);
+  }
+  EXPECT_EQ(d.GateFor(kPrefetchClass, kSourceRoute), Gate::kWindowFull);  // 4 of 8
+  EXPECT_EQ(d.GateFor(kWarmClass, kSourceRoute), Gate::kWindowFull);
+  EXPECT_EQ(d.GateFor(kDemandClass, kSourceRoute), Gate::kOpen);  // readers are not held
+  EXPECT_EQ(d.GateFor(kWarmClass, kHubRoute), Gate::kOpen);
+  d.OnAnswered(asks[0], 4096, /*from_hub=*/false, t0);
+  EXPECT_EQ(d.GateFor(kPrefetchClass, kSourceRoute), Gate::kOpen);
+}
+
 // Slots to spare, so that only the pacer's window (2 MiB at first) holds fetches back.
 FetchDispatcher::Config PacedConfig() {
   FetchDispatcher::Config c{.max_inflight = 100, .demand_reserved = 0};

@@ -4,9 +4,12 @@
 #include "cache-agent/peer/peer_node.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -415,6 +418,144 @@ TEST_F(PeerNodeTest, AnOwnerRefusesAsksBeyondItsQuotaAtOnceAndChargesEachToItsCl
   // one reader's miss (the reader's ask), not two.
   EXPECT_EQ(a.Counter("spoke_cache_misses_total"), 1u);
   EXPECT_EQ(hub_.read_bytes.load(), 2u * kBlock);
+}
+
+// GetBlocks: each item answered once, by its own status; cached blocks before the ones the
+// owner has to read; only the one block asked for and not cached read from the hub.
+TEST_F(PeerNodeTest, ABatchIsAnsweredItemByItemCachedBlocksFirst) {
+  StartAgents(1);
+  Agent& a = *agents_[0];
+  for (uint64_t b : {0, 2}) ASSERT_TRUE(a.fetcher->GetBlocks(file_, b, 1)[0]);
+  const uint64_t read_before = hub_.read_bytes.load();
+  peer::v1::GetBlocksRequest req;
+  req.set_hub(kHub);
+  req.set_volume_path("data");
+  req.set_access(kAccess);
+  req.set_block_size(kBlock);
+  req.set_background(true);
+  auto item = [&](uint64_t index, uint32_t length, bool cached_only = false) {
+    auto* it = req.add_items();
+    it->set_file_path(file_.path);
+    it->set_file_id(file_.file_id);
+    it->set_version(file_.version);
+    it->set_block_index(index);
+    it->set_length(length);
+    it->set_cached_only(cached_only);
+  };
+  item(10, kBlock);                        // 0: read here for the ask
+  item(0, kBlock);                         // 1: cached
+  item(1, 100);                            // 2: a length the owner disagrees with
+  item(11, kBlock, /*cached_only=*/true);  // 3: not cached: not read for a cached-only ask
+  item(2, kBlock);                         // 4: cached
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  ctx.AddMetadata(kPeerTokenHeader, kToken);
+  auto stub = PeerStub(a.node->port());
+  auto reader = stub->GetBlocks(&ctx, req);
+  std::vector<uint32_t> order;
+  std::map<uint32_t, peer::v1::GetBlocksReply> replies;
+  peer::v1::GetBlocksReply r;
+  while (reader->Read(&r)) {
+    order.push_back(r.item());
+    EXPECT_TRUE(replies.emplace(r.item(), r).second) << "item " << r.item() << " twice";
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(replies.size(), 5u);
+  for (uint32_t i : {0u, 1u, 4u}) {
+    const uint64_t index = req.items(i).block_index();
+    EXPECT_EQ(replies[i].code(), 0) << i << ": " << replies[i].message();
+    EXPECT_EQ(replies[i].data(), want_.substr(index * kBlock, kBlock)) << i;
+    EXPECT_EQ(replies[i].xxh3(), XXH3_64bits(replies[i].data().data(), replies[i].data().size()));
+  }
+  EXPECT_EQ(replies[2].code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(replies[3].code(), grpc::StatusCode::ABORTED);
+  EXPECT_TRUE(replies[1].from_cache() && replies[4].from_cache() && !replies[0].from_cache());
+  auto pos = [&](uint32_t i) { return std::find(order.begin(), order.end(), i) - order.begin(); };
+  EXPECT_LT(pos(1), pos(0));
+  EXPECT_LT(pos(4), pos(0));
+  EXPECT_EQ(hub_.read_bytes.load() - read_before, kBlock);  // block 10 only
+  EXPECT_EQ(a.Counter("spoke_peer_refused_asks_total", {{"reason", "length"}}), 1u);
+  EXPECT_EQ(a.Counter("spoke_peer_served_blocks_total"), 3u);
+}
+
+// An asker's background asks to one owner go in a few GetBlocks calls, not one call per block:
+// while its first calls wait (the hub is held), the rest queue and go together.
+TEST_F(PeerNodeTest, BackgroundAsksToOneOwnerShareCalls) {
+  StartAgents(2);
+  Agent& asker = *agents_[0];
+  hub_.HoldReads(true);
+  std::thread warm([&] { EXPECT_TRUE(asker.fetcher->Warm(file_, 0, kBlocks)); });
+  std::this_thread::sleep_for(300ms);  // every ask made; the calls in flight wait for the hub
+  hub_.HoldReads(false);
+  warm.join();
+  const uint64_t hits = asker.Counter("spoke_peer_hits_total");
+  const uint64_t batches = asker.Counter("spoke_peer_calls_total", {{"kind", "batch"}});
+  EXPECT_GT(hits, 8u);  // about half the file is the other agent's
+  EXPECT_LE(batches, hits / 4) << hits << " blocks in " << batches << " calls";
+  EXPECT_EQ(asker.Counter("spoke_peer_calls_total", {{"kind", "block"}}), 0u);
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size());  // once for the two
+  ReadAll(asker);                                   // the right bytes, from its cache
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size());
+}
+
+// An owner reads a block a peer asked for from the hub at once: not first from the block's
+// previous owner, which its own asks of peers may hold up (agents then waited on each other
+// until the ask's deadline in 3-agent cold fills).
+TEST_F(PeerNodeTest, ABlockAPeerAsksForIsReadFromTheHubByItsOwner) {
+  StartAgents(3);
+  ASSERT_TRUE(agents_[0]->fetcher->Warm(file_, 0, kBlocks));
+  EXPECT_EQ(hub_.read_bytes.load(), want_.size());
+  for (int i : {1, 2}) {
+    EXPECT_GT(agents_[i]->Counter("spoke_peer_served_blocks_total"), 0u) << i;
+    for (const char* result : {"cached", "not_cached"}) {
+      EXPECT_EQ(agents_[i]->Counter("spoke_peer_previous_owner_asks_total", {{"result", result}}),
+                0u)
+          << i << " " << result;
+    }
+  }
+}
+
+// An owner of a version without GetBlocks (a rolling upgrade) answers UNIMPLEMENTED: the
+// asker asks it one block per call instead, and reads nothing twice.
+class SingleBlockOwner final : public peer::v1::Peer::Service {
+ public:
+  explicit SingleBlockOwner(const std::string& data) : data_(data) {}
+  grpc::Status GetBlock(grpc::ServerContext*, const peer::v1::GetBlockRequest* req,
+                        peer::v1::GetBlockResponse* resp) override {
+    resp->set_data(data_.substr(req->block_index() * kBlock, req->length()));
+    resp->set_xxh3(XXH3_64bits(resp->data().data(), resp->data().size()));
+    served++;
+    served_bytes += resp->data().size();
+    return grpc::Status::OK;
+  }
+  std::atomic<int> served{0};
+  std::atomic<uint64_t> served_bytes{0};
+
+ private:
+  std::string data_;
+};
+
+TEST_F(PeerNodeTest, AnOwnerWithoutGetBlocksIsAskedOneBlockPerCall) {
+  SingleBlockOwner old_owner(want_);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  o.pem_root_certs = TestCerts().ca.ca_pem();
+  o.pem_key_cert_pairs.push_back({TestCerts().agent.key_pem, TestCerts().agent.cert_pem});
+  builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(o), &port);
+  builder.RegisterService(&old_owner);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  StartAgents(1, {"127.0.0.1:" + std::to_string(port)});
+  Agent& asker = *agents_[0];
+  ASSERT_TRUE(asker.fetcher->Warm(file_, 0, kBlocks));
+  EXPECT_GT(old_owner.served.load(), 0);
+  EXPECT_EQ(asker.Counter("spoke_peer_hits_total"), static_cast<uint64_t>(old_owner.served));
+  EXPECT_EQ(asker.Counter("spoke_peer_calls_total", {{"kind", "block"}}),
+            static_cast<uint64_t>(old_owner.served));
+  EXPECT_EQ(hub_.read_bytes.load() + old_owner.served_bytes, want_.size());
+  ReadAll(asker);
+  server->Shutdown();
 }
 
 TEST_F(PeerNodeTest, ThePeerChannelRefusesPlaintextAndCertificatesOfAnotherCaOrName) {
