@@ -6,6 +6,7 @@ proxy and files.
   cold_fill.py [--build-dir build/dev] [--files 4000] [--file-kb 110] [--per-dir 500]
                [--large-mib 1024] [--delay-ms 30] [--connections 4] [--inflight 128]
                [--reps 2] [--readers 64] [--perf] [--out DIR] [--keep-workdir]
+               [--cache-dir DIR]
 
 One nfs-ganesha hub (scripts/spoke-hub) holds `small/` (--files files of --file-kb KB in
 directories of --per-dir) and, with --large-mib > 0, `large/big.bin`; spoke-wan-proxy puts
@@ -117,7 +118,8 @@ def metric_deltas(before, after, names):
 
 class Bench(spokebench.AgentRig):
     def __init__(self, a):
-        super().__init__(a.build_dir, "spoke-cold-fill-", a.delay_ms, a.keep_workdir)
+        super().__init__(a.build_dir, "spoke-cold-fill-", a.delay_ms, a.keep_workdir,
+                         cache_parent=a.cache_dir)
         self.a = a
         self.rows = []
         self.out = os.path.abspath(a.out or os.path.join(
@@ -139,11 +141,11 @@ class Bench(spokebench.AgentRig):
         # Every small file takes one 1 MiB slot of the block cache.
         # Each phase's volume is evicted and unmounted after it.
         cache_mib = 2 * (self.a.files + self.a.large_mib) + 1024
-        self.start("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: %dMi\nblockSizeBytes: 1Mi\n"
+        self.start("socket: %s\ncacheDir: %s\ncacheSizeBytes: %dMi\nblockSizeBytes: 1Mi\n"
                    "stateDir: %s/state\nmountRoots: [%s]\nmetricsAddress: 127.0.0.1:%d\n"
                    "logLevel: info\nhub: {connections: %d, inflightPerConnection: %d}\n"
                    "fuseKeeperSocket: \"\"\n"  # no keeper (the default is a shared one)
-                   % (self.sock, self.work, cache_mib, self.work, self.work, self.metrics_port,
+                   % (self.sock, self.cache_dir, cache_mib, self.work, self.work, self.metrics_port,
                       self.a.connections, self.a.inflight),
                    ready=lambda: bool(self.metrics()))
         self.reader_bin = os.path.join(self.work, "reader")
@@ -424,6 +426,8 @@ def main():
                    help="auto fill: ends when the hub bytes stop growing this long")
     p.add_argument("--out")
     p.add_argument("--keep-workdir", action="store_true")
+    p.add_argument("--cache-dir", help="where the agent's cacheDir goes (default: the work "
+                    "directory under /var/tmp); /dev/shm leaves the cache disk's write rate out")
     a = p.parse_args()
     a.spoke_phases = [x for x in a.phases.split(",") if x]
     if a.files < 1 or a.file_kb < 1 or a.per_dir < 1 or a.reps < 1 or a.large_mib < 0:

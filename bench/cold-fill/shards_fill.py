@@ -6,7 +6,7 @@ proxy.
   shards_fill.py [--build-dir build/dev] [--shards 60] [--shard-mib 14] [--workers 4]
                  [--delay-ms 30] [--connections 4] [--inflight 128] [--reps 2]
                  [--prefetch auto|readahead|off]
-                 [--out DIR] [--keep-workdir]
+                 [--out DIR] [--keep-workdir] [--cache-dir DIR]
 
 One nfs-ganesha hub (scripts/spoke-hub) holds a shards dataset made by `spoke-loader gen
 --workload shards` (--shards shards of --shard-mib MiB of ~110 KB records); spoke-wan-proxy
@@ -47,7 +47,8 @@ def log(msg):
 
 class ShardsFill(spokebench.AgentRig):
     def __init__(self, a):
-        super().__init__(a.build_dir, "spoke-shards-bench-", a.delay_ms, a.keep_workdir)
+        super().__init__(a.build_dir, "spoke-shards-bench-", a.delay_ms, a.keep_workdir,
+                         cache_parent=a.cache_dir)
         self.a = a
         self.loader_bin = os.path.join(os.path.abspath(a.build_dir), "bench/loader/spoke-loader")
         self.metrics_port = spokebench.free_port()
@@ -56,10 +57,10 @@ class ShardsFill(spokebench.AgentRig):
     def setup(self):
         if not os.access(self.loader_bin, os.X_OK):
             raise RuntimeError("not built: %s" % self.loader_bin)
-        self.start("socket: %s\ncacheDir: %s/cache\ncacheSizeBytes: %d\nstateDir: %s/state\n"
+        self.start("socket: %s\ncacheDir: %s\ncacheSizeBytes: %d\nstateDir: %s/state\n"
                    "mountRoots: [%s]\nmetricsAddress: \"127.0.0.1:%d\"\nlogLevel: info\n"
                    "hub: {connections: %d, inflightPerConnection: %d}\nfuseKeeperSocket: \"\"\n"
-                   % (self.sock, self.work, self.cache_bytes(), self.work, self.work,
+                   % (self.sock, self.cache_dir, self.cache_bytes(), self.work, self.work,
                       self.metrics_port, self.a.connections, self.a.inflight))
         src = os.path.join(self.export, "shards")
         records = self.a.shards * (self.a.shard_mib << 20) // RECORD_BYTES
@@ -174,6 +175,8 @@ def main():
                     help="the Spoke mount's --prefetch (default auto)")
     ap.add_argument("--out")
     ap.add_argument("--keep-workdir", action="store_true")
+    ap.add_argument("--cache-dir", help="where the agent's cacheDir goes (default: the work "
+                    "directory under /var/tmp); /dev/shm leaves the cache disk's write rate out")
     a = ap.parse_args()
     for flag in ("shards", "shard_mib", "workers", "reps", "connections", "inflight"):
         if getattr(a, flag) <= 0:

@@ -54,7 +54,7 @@ class AgentRig:
     /var/tmp: what the single-node benchmarks (cold fill, writes) stand on. Subclasses write
     the agent's config (agent_yaml) and use ctl(); cleanup() stops everything they started."""
 
-    def __init__(self, build_dir, prefix, delay_ms, keep_workdir=False):
+    def __init__(self, build_dir, prefix, delay_ms, keep_workdir=False, cache_parent=None):
         b = os.path.abspath(build_dir)
         self.build_dir = build_dir
         self.agent_bin = os.path.join(b, "cache-agent/agent/spoke-cache-agent")
@@ -67,6 +67,12 @@ class AgentRig:
         self.work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
         self.hub_dir = os.path.join(self.work, "hub")
         self.sock = os.path.join(self.work, "agent.sock")
+        # The agent's cacheDir: in the work directory (the root disk), or in cache_parent (a
+        # faster disk, or /dev/shm to take the cache disk's write rate out of a figure).
+        self.cache_dir = os.path.join(self.work, "cache")
+        self.cache_elsewhere = cache_parent is not None
+        if self.cache_elsewhere:
+            self.cache_dir = tempfile.mkdtemp(prefix=prefix + "cache-", dir=cache_parent)
         self.procs = []   # every process started here (Popen), stopped by pid at the end
         self.mounts = []  # every mount target asked for
         self.hub_started = False
@@ -139,3 +145,5 @@ class AgentRig:
             print("work dir kept: " + self.work, flush=True)
         else:
             shutil.rmtree(self.work, ignore_errors=True)
+        if self.cache_elsewhere and not self.keep_workdir:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
