@@ -177,6 +177,7 @@ void WriteBack::SendAgainLocked(FileState& state, Piece& p) {
   p.verifier.reset();
   p.first_sent = SteadyClock::now();
   p.backoff = config_.first_backoff;
+  p.gone_since.reset();
   state.sending++;
 }
 
@@ -213,12 +214,31 @@ void WriteBack::EraseIfDoneLocked(uint64_t file) {
   if (s.held.empty() && !s.error && s.waiters == 0 && s.commits == 0) files_.erase(it);
 }
 
+bool WriteBack::WorthAnotherTry(const Error& e, const std::string& path,
+                                SteadyClock::time_point first_sent,
+                                std::optional<SteadyClock::time_point>& gone_since) const {
+  const auto now = SteadyClock::now();
+  if (stopping_ || now - first_sent >= config_.retry_bound) return false;
+  if (Transient(e)) {
+    gone_since.reset();
+    return true;
+  }
+  if (e.code() != Code::kNotFound) return false;
+  if (!gone_since) {
+    gone_since = now;
+    log::Warn(
+        "write-back: the hub says the file is not there; asking again (a restarting hub "
+        "answers so for files it has)",
+        {{"path", path}, {"for", Seconds(config_.gone_bound)}, {"error", e.message()}});
+  }
+  return now - *gone_since < config_.gone_bound;
+}
+
 void WriteBack::Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableWrite> r) {
   std::vector<Commit> commits;
   {
     MutexLock lock(mu_);
-    if (!r && Transient(r.error()) && !stopping_ &&
-        SteadyClock::now() - p->first_sent < config_.retry_bound) {
+    if (!r && WorthAnotherTry(r.error(), p->path, p->first_sent, p->gone_since)) {
       retries_.emplace_back(SteadyClock::now() + p->backoff, p);
       p->backoff = std::min<std::chrono::milliseconds>(p->backoff * 2, std::chrono::seconds(5));
       changed_.notify_all();
@@ -266,7 +286,8 @@ std::optional<WriteBack::Commit> WriteBack::DueCommitLocked(uint64_t file, FileS
            .path = state.path,
            .ids = {},
            .first_sent = SteadyClock::now(),
-           .backoff = config_.first_backoff};
+           .backoff = config_.first_backoff,
+           .gone_since = std::nullopt};
   for (const auto& [id, p] : state.held) {
     if (!p->answered || p->in_commit) continue;
     p->in_commit = true;
@@ -318,8 +339,7 @@ void WriteBack::CommitDone(Commit c, Result<uint64_t> r) {
   {
     MutexLock lock(mu_);
     auto& state = files_[c.file];
-    if (!r && Transient(r.error()) && !stopping_ &&
-        SteadyClock::now() - c.first_sent < config_.retry_bound) {
+    if (!r && WorthAnotherTry(r.error(), c.path, c.first_sent, c.gone_since)) {
       auto due = SteadyClock::now() + c.backoff;
       c.backoff = std::min<std::chrono::milliseconds>(c.backoff * 2, std::chrono::seconds(5));
       commit_retries_.emplace_back(due, std::move(c));

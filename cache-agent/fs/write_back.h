@@ -10,6 +10,9 @@
 //   lost by a hub restart and is sent again.
 // A WRITE that fails for the network (kTimeout, kUnavailable: the hub restarting) is sent
 // again, with backoff, until `retry_bound` has passed since its first send; so is a COMMIT.
+// One the hub answers "no such file" (kNotFound: NOENT, STALE) is sent again for
+// `gone_bound` (within retry_bound): a hub shutting down or starting answers so for files it
+// has, while its exports go and come back.
 // Any other failure (ENOSPC, EDQUOT, EACCES, EIO), or running out of retries, is kept as the
 // file's error and returned by its next Write, Drain or TakeError.
 //
@@ -54,6 +57,9 @@ class WriteBack {
     // per call sits below it).
     std::chrono::milliseconds wait_bound{90000};
     std::chrono::milliseconds first_backoff{100};
+    // How long a WRITE or COMMIT answered "no such file" is sent again before that is the
+    // file's error (the count starts again after a failure of the network).
+    std::chrono::milliseconds gone_bound{10000};
     // UNSTABLE WRITEs and COMMIT (RemoteFs::WriteUnstableAsAsync) instead of FILE_SYNC ones.
     bool unstable = false;
     // A file's answered bytes in no COMMIT yet that start one without anyone waiting.
@@ -99,6 +105,7 @@ class WriteBack {
     std::shared_ptr<const std::vector<char>> data;
     std::chrono::steady_clock::time_point first_sent{};
     std::chrono::milliseconds backoff{};
+    std::optional<std::chrono::steady_clock::time_point> gone_since;  // first "no such file"
     uint64_t id = 0;
     // Unstable mode: the hub answered (the bytes wait for a COMMIT), with this verifier
     // (none when it changed between the WRITE's chunks: sent again whatever the COMMIT says).
@@ -126,8 +133,15 @@ class WriteBack {
     std::vector<uint64_t> ids;
     std::chrono::steady_clock::time_point first_sent{};
     std::chrono::milliseconds backoff{};
+    std::optional<std::chrono::steady_clock::time_point> gone_since;
   };
 
+  // Whether a WRITE or COMMIT that failed with `e` is sent again (see the top); `gone_since`
+  // is its first "no such file" answer since the network last failed it.
+  bool WorthAnotherTry(const Error& e, const std::string& path,
+                       std::chrono::steady_clock::time_point first_sent,
+                       std::optional<std::chrono::steady_clock::time_point>& gone_since) const
+      REQUIRES(mu_);
   void Send(std::shared_ptr<Piece> p);
   void Done(const std::shared_ptr<Piece>& p, Result<RemoteFs::UnstableWrite> r);
   void SendCommits(std::vector<Commit> commits);

@@ -277,9 +277,10 @@ class LibnfsRemote final : public RemoteFs {
   std::optional<HandleStore::Entry> FindHandle(const std::string& path);
   // Loop thread of `c`. Calls k with the handle of the file at `path` (remembered from an
   // earlier call, else a LOOKUP from its directory's handle or along the path from the
-  // volume root), or an empty one when the lookup failed.
+  // volume root) and 0, or an empty one and why the lookup failed (a negative errno: the
+  // network's failures stay the network's, so that a write-back sends the WRITE again).
   void FileHandleForWrite(NfsConnection& c, const std::string& path,
-                          std::function<void(std::string)> k);
+                          std::function<void(std::string, int)> k);
   // One unstable WRITE or COMMIT job's attempt by handle; a stale handle is forgotten and
   // looked up again once.
   void UnstableWriteAttempt(NfsConnection& c, const std::shared_ptr<NfsJob>& j,

@@ -28,17 +28,18 @@ std::vector<std::string> Components(const std::string& path) {
 }
 
 // Loop thread of `c`: LOOKUPs `parts` one after the other from the directory `from`; k gets
-// the last handle, or an empty one when a LOOKUP fails.
+// the last handle and 0, or an empty one and why a LOOKUP failed (a negative errno: the
+// network's, or the hub's answer).
 void LookupChain(NfsConnection& c, std::string from, std::vector<std::string> parts,
-                 std::function<void(std::string)> k) {
-  if (parts.empty()) return k(std::move(from));
+                 std::function<void(std::string, int)> k) {
+  if (parts.empty()) return k(std::move(from), 0);
   auto step = std::make_shared<std::function<void(size_t, std::string)>>();
   *step = [&c, parts = std::move(parts), k, step](size_t i, std::string fh) {
     // The end is reached in a copy (`keep` below; `parts` is not empty), never in *step
     // itself: clearing *step frees nothing this call still uses.
     if (i == parts.size()) {
       *step = nullptr;
-      return k(fh);
+      return k(fh, 0);
     }
     LOOKUP3args a{};
     a.what.dir = Fh3(fh);
@@ -49,7 +50,8 @@ void LookupChain(NfsConnection& c, std::string from, std::vector<std::string> pa
           auto keep = *step;
           *step = nullptr;
           auto* r = static_cast<LOOKUP3res*>(data);
-          if (status != RPC_STATUS_SUCCESS || r->status != NFS3_OK) return k({});  // by path
+          if (status != RPC_STATUS_SUCCESS) return k({}, RpcErrno(status));
+          if (r->status != NFS3_OK) return k({}, -ErrnoOf(r->status));
           const auto& h = r->LOOKUP3res_u.resok.object.data;
           *step = keep;
           keep(i + 1, std::string(h.data_val, h.data_len));
@@ -67,7 +69,7 @@ void LibnfsRemote::DirHandle(NfsConnection& c, const std::string& path,
   std::string share_root = c.RootHandle();
   if (root_.empty() || share_root.empty()) return k(share_root);
   // The volume's directory inside the share: one LOOKUP per component, once per table.
-  LookupChain(c, share_root, Components(root_), [this, k](std::string fh) {
+  LookupChain(c, share_root, Components(root_), [this, k](std::string fh, int) {
     if (!fh.empty()) {
       MutexLock lock(store_mu_);
       root_fh_ = fh;
@@ -80,7 +82,8 @@ void LibnfsRemote::FreshDirHandle(NfsConnection& c, const std::string& path,
                                   std::function<void(std::string)> k) {
   std::string share_root = c.RootHandle();
   if (share_root.empty()) return k({});
-  LookupChain(c, share_root, Components(root_ + "/" + path), std::move(k));
+  LookupChain(c, share_root, Components(root_ + "/" + path),
+              [k](std::string fh, int) { k(std::move(fh)); });
 }
 
 namespace {
@@ -397,26 +400,27 @@ void LibnfsRemote::ForgetWriteHandles(const std::string& path) {
 }
 
 void LibnfsRemote::FileHandleForWrite(NfsConnection& c, const std::string& path,
-                                      std::function<void(std::string)> k) {
+                                      std::function<void(std::string, int)> k) {
   {
     MutexLock lock(write_fh_mu_);
-    if (auto it = write_fhs_.find(path); it != write_fhs_.end()) return k(it->second);
+    if (auto it = write_fhs_.find(path); it != write_fhs_.end()) return k(it->second, 0);
   }
-  auto remember = [this, path, k](std::string fh) {
+  auto remember = [this, path, k](std::string fh, int err) {
     if (!fh.empty()) {
       MutexLock lock(write_fh_mu_);
       if (write_fhs_.size() >= 4096) write_fhs_.clear();  // files being written: few at once
       write_fhs_[path] = fh;
+    } else if (err == -ESTALE) {
+      DropHandles(DirOf(path));  // the directory's remembered handle: the next try goes by path
     }
-    k(std::move(fh));
+    k(std::move(fh), err);
   };
-  ParentHandle(c, path, [this, &c, path, remember](std::string dir_fh, std::string name) {
-    if (!dir_fh.empty()) return LookupChain(c, std::move(dir_fh), {std::move(name)}, remember);
-    DirHandle(c, "", [&c, path, remember](std::string root) {
-      if (root.empty()) return remember({});
-      LookupChain(c, std::move(root), Components(path), remember);
-    });
-  });
+  if (auto dir = FindHandle(DirOf(path))) {
+    return LookupChain(c, dir->fh, {NameOf(path)}, remember);
+  }
+  std::string share_root = c.RootHandle();
+  if (share_root.empty()) return remember({}, -ENOTCONN);  // the connection is not mounted
+  LookupChain(c, std::move(share_root), Components(root_ + "/" + path), remember);
 }
 
 void LibnfsRemote::WriteUnstableAsAsync(const Credentials& who, const std::string& path,
@@ -442,9 +446,11 @@ void LibnfsRemote::UnstableWriteAttempt(NfsConnection& c, const std::shared_ptr<
                                         std::shared_ptr<UnstableWriteDone> done,
                                         bool looked_again) {
   FileHandleForWrite(
-      c, path, [this, &c, j, path, offset, payload, done, looked_again](std::string fh) {
+      c, path, [this, &c, j, path, offset, payload, done, looked_again](std::string fh, int err) {
         if (j->finished) return;
-        if (fh.empty()) return c.AttemptFailed(j, -ENOENT, "WRITE: no handle for " + path);
+        if (fh.empty()) {
+          return c.AttemptFailed(j, err, "WRITE: LOOKUP of " + path + ": " + std::strerror(-err));
+        }
         // The payload in write_max() chunks, one after the other; the reply's verifier is the
         // first chunk's, or none when the hub's changed between chunks.
         struct State {
@@ -527,9 +533,11 @@ void LibnfsRemote::CommitAsAsync(const Credentials& who, const std::string& path
 void LibnfsRemote::CommitAttempt(NfsConnection& c, const std::shared_ptr<NfsJob>& j,
                                  const std::string& path, std::shared_ptr<CommitDone> done,
                                  bool looked_again) {
-  FileHandleForWrite(c, path, [this, &c, j, path, done, looked_again](std::string fh) {
+  FileHandleForWrite(c, path, [this, &c, j, path, done, looked_again](std::string fh, int err) {
     if (j->finished) return;
-    if (fh.empty()) return c.AttemptFailed(j, -ENOENT, "COMMIT: no handle for " + path);
+    if (fh.empty()) {
+      return c.AttemptFailed(j, err, "COMMIT: LOOKUP of " + path + ": " + std::strerror(-err));
+    }
     COMMIT3args a{};
     a.file = Fh3(fh);  // offset 0, count 0: the whole file
     c.CallRpc(

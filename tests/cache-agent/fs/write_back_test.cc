@@ -269,6 +269,47 @@ TEST(WriteBackTest, ARefusalReachesDrainAndWaitIdleLeavesIt) {
   EXPECT_EQ(d.error().ToErrno(), EDQUOT);
 }
 
+// A hub shutting down or starting answers "no such file" for files it has (its exports go
+// and come back): the held write is asked again, and lands once the hub knows the file.
+TEST(WriteBackTest, AFileTheHubSaysIsNotThereIsAskedAgainWithinTheBound) {
+  HeldRemote hub;
+  hub.PutFile("f", "");
+  WriteBack wb(hub, SmallConfig());
+  std::string data(4096, 'g');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, data.data(), data.size()));
+  hub.ReplyOldest(Error::FromErrno(ENOENT, "LOOKUP: No such file or directory"));
+  ASSERT_TRUE(hub.WaitFor(1)) << "not sent again";
+  hub.ReplyOldest(Error::FromErrno(ESTALE, "WRITE: Stale file handle"));
+  ASSERT_TRUE(hub.WaitFor(1)) << "not sent again";
+  hub.ReplyOldest();
+  EXPECT_TRUE(wb.Drain(1));
+  EXPECT_EQ(hub.Data("f"), data);
+}
+
+// A file that stays gone past the bound fails the writer's next call with ENOENT.
+TEST(WriteBackTest, AFileGoneForTheWholeBoundFailsTheNextCall) {
+  HeldRemote hub;
+  hub.PutFile("f", "");
+  auto config = SmallConfig();
+  config.gone_bound = milliseconds(100);
+  WriteBack wb(hub, config);
+  std::string data(10, 'x');
+  ASSERT_TRUE(wb.Write(1, kWriter, "f", 0, data.data(), data.size()));
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int asked = 0;
+  while (wb.Holds(1) && std::chrono::steady_clock::now() < end) {
+    if (hub.Waiting() > 0) {
+      hub.ReplyOldest(Error::FromErrno(ENOENT, "removed"));
+      asked++;
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_GT(asked, 1) << "asked once only";
+  auto d = wb.Drain(1);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().ToErrno(), ENOENT);
+}
+
 // An NFS hub's unstable writes: a WRITE changes what is read (the fake's files) at once and
 // what survives a restart only at the next COMMIT; a restart loses the rest and changes the
 // write verifier. Replies come at once, on the caller's thread.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "tests/support/files.h"
@@ -376,6 +378,33 @@ TEST_F(LibnfsRemoteHub, AConnectionSilentWhileReadsHoldAHandleIsReplacedWithoutL
     EXPECT_TRUE(std::string(got[i]->begin(), got[i]->end()) == data.substr(i * kPart, kPart))
         << "part " << i << " differs";
   }
+}
+
+// An unstable WRITE or COMMIT whose file the hub will not look up fails with the hub's
+// reason: here EACCES (a directory the writer may not search), not "no such file" as any
+// failed lookup was before (so a write-back could not tell a refusal from a missing file).
+TEST_F(LibnfsRemoteHub, AWriteWhoseLookupTheHubRefusesFailsWithTheHubsReason) {
+  WriteFile(hub_->export_dir() + "/private/w.bin", "");
+  ASSERT_EQ(::chmod((hub_->export_dir() + "/private").c_str(), 0700), 0);
+  auto r = LibnfsRemote::Connect(hub_->address(), "", SmallConfig(), nullptr);
+  ASSERT_TRUE(r) << r.error().ToString();
+  auto& remote = **r;
+  const Credentials writer{1000, 1000, {}};
+  auto payload = std::make_shared<const std::vector<char>>(4096, 'w');
+  std::promise<Result<RemoteFs::UnstableWrite>> wrote;
+  remote.WriteUnstableAsAsync(writer, "private/w.bin", 0, payload,
+                              [&](Result<RemoteFs::UnstableWrite> w) { wrote.set_value(w); });
+  auto w = wrote.get_future().get();
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().code(), Code::kPermissionDenied) << w.error().ToString();
+  EXPECT_NE(w.error().message().find("LOOKUP of private/w.bin"), std::string::npos)
+      << w.error().message();
+  std::promise<Result<uint64_t>> committed;
+  remote.CommitAsAsync(writer, "private/w.bin",
+                       [&](Result<uint64_t> c) { committed.set_value(c); });
+  auto c = committed.get_future().get();
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code(), Code::kPermissionDenied) << c.error().ToString();
 }
 
 // A directory whose listing takes longer than one request timeout: 40,000 entries with
