@@ -19,6 +19,7 @@
 
 #include "cache-agent/cache/block_cache.h"
 #include "cache-agent/cache/block_store.h"  // AlignUp
+#include "common/spare_vectors.h"
 
 namespace spoke::agent {
 
@@ -48,6 +49,8 @@ class BlockBytes {
   // `size`: the block's length, not the padding read with it.
   BlockBytes(ReadBuffer buf, size_t size) : buf_(std::move(buf)), data_(buf_.get()), size_(size) {}
   // data_ points into vec_ or buf_: the bytes stay in place (behind a shared_ptr).
+  // A hub reply's vector is kept for the next one (common/spare_vectors.h).
+  ~BlockBytes() { GiveSpareVector(std::move(vec_)); }
   BlockBytes(const BlockBytes&) = delete;
   BlockBytes& operator=(const BlockBytes&) = delete;
 

@@ -11,6 +11,7 @@
 #include "cache-agent/remote/libnfs_calls.h"
 #include "cache-agent/remote/nfs_connection.h"
 #include "common/log.h"
+#include "common/spare_vectors.h"
 
 namespace spoke::agent {
 
@@ -339,7 +340,7 @@ void LibnfsRemote::ReadAsync(const std::string& path, uint64_t offset, uint32_t 
           if (err < 0) return c.AttemptFailed(j, err, msg ? msg : "open failed");
           // Reads larger than the hub's rsize are issued as consecutive chunks.
           auto buf = std::make_shared<std::vector<char>>();
-          buf->reserve(length);
+          *buf = TakeSpareVector(length);
           auto step = std::make_shared<std::function<void()>>();
           *step = [this, &c, j, h, key, offset, length, shared_done, buf, step]() {
             uint64_t at = offset + buf->size();
@@ -498,7 +499,7 @@ void LibnfsRemote::ReadOpenedChecked(NfsConnection& c, const std::shared_ptr<Nfs
                                      uint64_t file_id, uint64_t offset, uint32_t length,
                                      std::shared_ptr<CheckedReadDone> shared_done) {
   auto st = std::make_shared<CheckedReadState>();
-  st->buf.reserve(length);
+  st->buf = TakeSpareVector(length);
   auto part_done = [&c, j, h, key, file_id, offset, length, st, shared_done]() {
     if (--st->pending > 0) return;
     c.ReleaseHandle(h);

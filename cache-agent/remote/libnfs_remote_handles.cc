@@ -9,6 +9,7 @@
 #include "cache-agent/remote/libnfs_remote.h"
 #include "cache-agent/remote/nfs_connection.h"
 #include "common/log.h"
+#include "common/spare_vectors.h"
 
 namespace spoke::agent {
 
@@ -325,7 +326,7 @@ void LibnfsRemote::ReadByHandle(NfsConnection& c, const std::shared_ptr<NfsJob>&
   };
   auto st = std::make_shared<State>();
   st->fh = fh;
-  st->buf.reserve(length);
+  st->buf = TakeSpareVector(length);
   auto step = std::make_shared<std::function<void()>>();
   *step = [this, &c, j, path, file_id, offset, length, st, step, done]() {
     READ3args a{};
