@@ -817,20 +817,28 @@ void SetAskedBlock(Message& m, const BlockSource::Block& block, bool cached_only
   m.set_cached_only(cached_only);
 }
 
+// The call's bound and token, and the volume a GetBlock or GetBlocks request asks of.
+template <typename Request>
+void SetCallAndVolume(grpc::ClientContext& ctx, Request& r, const PeerNode::Config& config,
+                      const std::string& hub, const std::string& volume_path,
+                      const std::string& access, uint32_t block_size, bool background) {
+  ctx.set_deadline(std::chrono::system_clock::now() + config.timeout);
+  ctx.AddMetadata(kPeerTokenHeader, config.token);
+  r.set_hub(hub);
+  r.set_volume_path(volume_path);
+  r.set_access(access);
+  r.set_background(background);
+  r.set_block_size(block_size);
+}
+
 }  // namespace
 
 void PeerVolume::SendOne(const std::string& member, Pending p) {
   auto call = std::make_shared<Call>();
   call->member = member;
-  call->ctx.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
-  call->ctx.AddMetadata(kPeerTokenHeader, node_.config_.token);
-  auto& r = call->req;
-  r.set_hub(hub_);
-  r.set_volume_path(volume_path_);
-  r.set_access(access_);
-  r.set_background(p.block.background);
-  r.set_block_size(block_size_);
-  SetAskedBlock(r, p.block, p.cached_only);
+  SetCallAndVolume(call->ctx, call->req, node_.config_, hub_, volume_path_, access_, block_size_,
+                   p.block.background);
+  SetAskedBlock(call->req, p.block, p.cached_only);
   call->ask = std::move(p);
   node_.m_.calls_one->Inc();
   // Outlives the call: its fetcher waits for every fetch it started before it goes.
@@ -843,15 +851,11 @@ void PeerVolume::SendOne(const std::string& member, Pending p) {
 
 void PeerVolume::SendBatch(const std::string& member, std::vector<Pending> batch) {
   auto* call = new BatchCall(*this, member, std::move(batch));
-  call->ctx_.set_deadline(std::chrono::system_clock::now() + node_.config_.timeout);
-  call->ctx_.AddMetadata(kPeerTokenHeader, node_.config_.token);
-  auto& r = call->req_;
-  r.set_hub(hub_);
-  r.set_volume_path(volume_path_);
-  r.set_access(access_);
-  r.set_background(true);
-  r.set_block_size(block_size_);
-  for (const Pending& p : call->asks()) SetAskedBlock(*r.add_items(), p.block, p.cached_only);
+  SetCallAndVolume(call->ctx_, call->req_, node_.config_, hub_, volume_path_, access_, block_size_,
+                   /*background=*/true);
+  for (const Pending& p : call->asks()) {
+    SetAskedBlock(*call->req_.add_items(), p.block, p.cached_only);
+  }
   node_.m_.calls_batch->Inc();
   call->Start(node_.StubFor(member));
 }
