@@ -13,8 +13,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "tests/support/netns.h"
 
 namespace spoke::testing {
@@ -60,15 +62,23 @@ Blackhole::~Blackhole() {
 }
 
 uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  // Never the same port twice in one process: a port just freed may be handed out again at
+  // once, and gRPC listens with SO_REUSEPORT, so two servers a test starts would share it.
+  static Mutex mu;
+  static std::set<uint16_t> given;
+  MutexLock lock(mu);
+  for (int attempt = 0;; ++attempt) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    const uint16_t port = ntohs(a.sin_port);
+    if (given.insert(port).second || attempt >= 100) return port;
+  }
 }
 
 std::pair<int, std::string> Capture(const std::string& cmd) {

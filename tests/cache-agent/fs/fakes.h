@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -110,8 +111,19 @@ class FakeRemoteFs : public RemoteFs {
     MutexLock lock(mu_);
     after_next_answer_ = std::move(fn);
   }
+  // Asynchronous WRITEs fail with `e` (a hub whose disk fails); nullopt: none do.
+  void FailWritesWith(std::optional<Error> e) {
+    MutexLock lock(mu_);
+    write_error_ = std::move(e);
+  }
   void WriteAsAsync(const Credentials& who, const std::string& path, uint64_t offset,
                     std::shared_ptr<const std::vector<char>> data, WriteDone done) override {
+    std::optional<Error> fail;
+    {
+      MutexLock lock(mu_);
+      fail = write_error_;
+    }
+    if (fail) return done(std::unexpected(*fail));
     auto write = [this, who, path, offset, data, done = std::move(done)] {
       done(WriteAs(who, path, offset, data->data(), data->size()));
     };
@@ -565,6 +577,7 @@ class FakeRemoteFs : public RemoteFs {
   std::atomic<int64_t> latency_ms_{0};
   Credentials last_who_ GUARDED_BY(mu_);
   std::map<std::string, uint32_t> restricted_ GUARDED_BY(mu_);
+  std::optional<Error> write_error_ GUARDED_BY(mu_);
 };
 
 class FakeBlockCache : public BlockCache {

@@ -1560,20 +1560,20 @@ TEST(VolumeFsWriteBack, AFailedWriteBackFailsTheNextWriteOrFlushOnce) {
   Rig rig(Consistency::kStrict, /*read_only=*/false, true, PrefetchMode::kOff,
           /*write_back=*/true);
   rig.Init();
-  auto c = rig.fs->Create(kRootIno, "gone.bin", 0644, O_WRONLY | O_CREAT);
+  auto c = rig.fs->Create(kRootIno, "bad.bin", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(c);
   const uint64_t h = c->second.handle;
-  ASSERT_TRUE(rig.remote.Unlink("gone.bin"));  // behind the agent's back: the WRITE fails
+  rig.remote.FailWritesWith(Error::FromErrno(EIO, "WRITE: Input/output error"));  // its disk
   const std::string data(100, 'x');
   ASSERT_TRUE(rig.fs->Write(h, 0, data.data(), data.size())) << "answered once held";
   auto next = rig.fs->Write(h, 100, data.data(), data.size());
   ASSERT_FALSE(next);
-  EXPECT_EQ(next.error().code(), Code::kNotFound);
+  EXPECT_EQ(next.error().ToErrno(), EIO);
   EXPECT_TRUE(rig.fs->Flush(h)) << "reported once";
   ASSERT_TRUE(rig.fs->Write(h, 0, data.data(), data.size()));
   auto flushed = rig.fs->Flush(h);
   ASSERT_FALSE(flushed);
-  EXPECT_EQ(flushed.error().code(), Code::kNotFound);
+  EXPECT_EQ(flushed.error().ToErrno(), EIO);
   EXPECT_TRUE(rig.fs->Release(h));
 }
 
