@@ -403,7 +403,7 @@ PeerServing PeerNode::Acquire(const std::string& key) {
   return {};
 }
 
-bool PeerNode::AdmitAsk(bool background, uint64_t bytes) {
+grpc::Status PeerNode::AdmitAsk(bool background, uint64_t bytes, int blocks) {
   MutexLock lock(quota_mu_);
   const Load& all_bg = serving_[1];
   const int asks = serving_[0].asks + serving_[1].asks;
@@ -413,11 +413,16 @@ bool PeerNode::AdmitAsk(bool background, uint64_t bytes) {
     room = room && all_bg.asks < config_.serve_background_max_asks &&
            all_bg.bytes + bytes <= config_.serve_background_max_bytes;
   }
-  if (!room) return false;
+  if (!room) {
+    (background ? m_.busy_background : m_.busy_demand)->Inc(blocks);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        std::string("peer busy: its quota for ") +
+                            (background ? "background" : "reader") + " asks is used up");
+  }
   serving_[background].asks++;
   serving_[background].bytes += bytes;
   m_.serving_bytes->Set(static_cast<int64_t>(held + bytes));
-  return true;
+  return grpc::Status::OK;
 }
 
 void PeerNode::EndAsk(bool background, uint64_t bytes) {
@@ -586,14 +591,22 @@ grpc::Status PeerVolume::FinishServe(BlockFetcher* fetcher, Serve& s,
   return grpc::Status::OK;
 }
 
+namespace {
+
+// FAILED_PRECONDITION unless the asker cuts files into blocks of this agent's size.
+grpc::Status SameBlockSize(const BlockFetcher& fetcher, uint32_t asked) {
+  if (asked == fetcher.block_size()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "block_size: this peer uses " + std::to_string(fetcher.block_size()));
+}
+
+}  // namespace
+
 grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBlockRequest& req,
                                     std::chrono::steady_clock::time_point deadline,
                                     peer::v1::GetBlockResponse* resp) {
   BlockFetcher* fetcher = from.fetcher;
-  if (req.block_size() != fetcher->block_size()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "block_size: this peer uses " + std::to_string(fetcher->block_size()));
-  }
+  if (grpc::Status st = SameBlockSize(*fetcher, req.block_size()); !st.ok()) return st;
   Serve s;
   grpc::Status st = CheckAsk(
       from, {req.file_path(), req.file_id(), req.version(), req.block_index(), req.length()}, &s);
@@ -601,12 +614,8 @@ grpc::Status PeerVolume::ServeBlock(const Serving& from, const peer::v1::GetBloc
   // Readers first: a background ask takes only the background quota, and an ask beyond its
   // class's quota is refused now rather than queued (the asker reads the hub at once).
   const bool background = req.background();
-  if (!node_.AdmitAsk(background, s.length)) {
-    (background ? node_.m_.busy_background : node_.m_.busy_demand)->Inc();
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        std::string("peer busy: its quota for ") +
-                            (background ? "background" : "reader") + " asks is used up");
-  }
+  st = node_.AdmitAsk(background, s.length, 1);
+  if (!st.ok()) return st;
   st = BeginServe(fetcher, s, background, req.cached_only());
   if (st.ok()) {
     uint64_t xxh3 = 0;
@@ -623,10 +632,7 @@ grpc::Status PeerVolume::ServeBlocks(const Serving& from, const peer::v1::GetBlo
                                      grpc::ServerContext& ctx,
                                      grpc::ServerWriter<peer::v1::GetBlocksReply>& writer) {
   BlockFetcher* fetcher = from.fetcher;
-  if (req.block_size() != fetcher->block_size()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "block_size: this peer uses " + std::to_string(fetcher->block_size()));
-  }
+  if (grpc::Status st = SameBlockSize(*fetcher, req.block_size()); !st.ok()) return st;
   if (req.items_size() > kMaxBatchItems) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "items: at most " + std::to_string(kMaxBatchItems) + " per call");
@@ -636,12 +642,7 @@ grpc::Status PeerVolume::ServeBlocks(const Serving& from, const peer::v1::GetBlo
   // readers' (demand), bounded there like this agent's own.
   const bool background = req.background();
   const uint64_t held = fetcher->block_size();
-  if (!node_.AdmitAsk(background, held)) {
-    (background ? node_.m_.busy_background : node_.m_.busy_demand)->Inc(req.items_size());
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        std::string("peer busy: its quota for ") +
-                            (background ? "background" : "reader") + " asks is used up");
-  }
+  if (grpc::Status st = node_.AdmitAsk(background, held, req.items_size()); !st.ok()) return st;
   peer::v1::GetBlocksReply reply;
   bool open = true;  // the asker still reads the replies
   auto answer = [&](int i, const grpc::Status& st) {

@@ -182,8 +182,9 @@ class PeerNode {
   void BeginCall() EXCLUDES(vols_mu_);
   void EndCall() EXCLUDES(vols_mu_);
 
-  // Takes room for one ask of `bytes` in its class; false when the quota is used up.
-  bool AdmitAsk(bool background, uint64_t bytes) EXCLUDES(quota_mu_);
+  // Takes room for one ask of `bytes` in its class; RESOURCE_EXHAUSTED when the quota is used
+  // up (the refusal counted for `blocks` blocks).
+  grpc::Status AdmitAsk(bool background, uint64_t bytes, int blocks) EXCLUDES(quota_mu_);
   void EndAsk(bool background, uint64_t bytes) EXCLUDES(quota_mu_);
 
   Config config_;
