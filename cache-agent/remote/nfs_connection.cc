@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <nfsc/libnfs-raw-nfs.h>
 #include <nfsc/libnfs.h>
 #include <poll.h>
@@ -423,6 +425,14 @@ void NfsConnection::MountDone(int err, nfs_context* /*nfs*/, void* data, void* p
   if (err == 0) {
     self->state_ = State::kUp;
     self->mount_backoff_ = std::chrono::milliseconds(100);
+    // libnfs leaves Nagle on: with calls already out, each new small request would wait
+    // for the hub's ACK of the last one (a round trip, plus the hub's delayed ACK) before
+    // it is sent, so pipelined READs would leave one round trip apart.
+    int one = 1;
+    if (::setsockopt(nfs_get_fd(self->ctx_), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+      log::Warn("hub connection: cannot turn off Nagle (TCP_NODELAY); pipelined calls will wait",
+                {{"hub", self->options_.hub}, {"error", std::strerror(errno)}});
+    }
     self->read_max_.store(std::max<uint64_t>(4096, nfs_get_readmax(self->ctx_)));
     self->write_max_.store(std::max<uint64_t>(4096, nfs_get_writemax(self->ctx_)));
     {
