@@ -55,8 +55,10 @@ HintPredictor::~HintPredictor() {
 }
 
 uint64_t HintPredictor::HintBytes(size_t path_length) {
-  // The path in queue_ and as a key of waiting_, a queue Entry, a hash node and its deque.
-  return 2 * uint64_t{path_length} + sizeof(Entry) + 128;
+  // The path's heap block (with malloc's overhead) in queue_ and again as a key of waiting_,
+  // a queue Entry, a hash node with its vector, the vector's element and a bucket.
+  // HintPredictor.ChargesAtLeastTheHeapAQueuedHintHolds measures it.
+  return 2 * (uint64_t{path_length} + 24) + sizeof(Entry) + 160;
 }
 
 void HintPredictor::AddLine(std::string_view line, HintCounts* counts) {
@@ -138,7 +140,7 @@ void HintPredictor::PopConsumed() {
       // The job skipped this hint: drop it.
       auto it = waiting_.find(head.path);
       if (it != waiting_.end()) {
-        it->second.pop_front();
+        it->second.erase(it->second.begin());
         if (it->second.empty()) waiting_.erase(it);
       }
       --pending_;
@@ -161,7 +163,7 @@ void HintPredictor::OnOpen(const OpenEvent&) {
   auto it = waiting_.find(tracker_.Path(*f));
   if (it == waiting_.end()) return;
   const uint64_t seq = it->second.front();
-  it->second.pop_front();
+  it->second.erase(it->second.begin());
   if (it->second.empty()) waiting_.erase(it);
   Entry& entry = queue_[seq - base_];
   entry.consumed = true;

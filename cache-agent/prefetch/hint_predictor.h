@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "cache-agent/prefetch/tracker_expert.h"
 #include "common/memory_budget.h"
@@ -104,7 +105,9 @@ class HintPredictor final : public TrackerExpert {
   Options options_;
   std::deque<Entry> queue_;
   uint64_t base_ = 0;  // sequence number of queue_.front()
-  std::unordered_map<std::string, std::deque<uint64_t>> waiting_;  // path -> sequence numbers
+  // path -> its queued sequence numbers, oldest first (a path is rarely queued more than a
+  // few times: a vector, where a deque would hold a 512-byte node per path).
+  std::unordered_map<std::string, std::vector<uint64_t>> waiting_;
   size_t pending_ = 0;
   uint64_t pending_bytes_ = 0;  // HintBytes of every entry in queue_
   size_t consumed_past_head_ = 0;
