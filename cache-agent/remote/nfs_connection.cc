@@ -425,9 +425,9 @@ void NfsConnection::MountDone(int err, nfs_context* /*nfs*/, void* data, void* p
   if (err == 0) {
     self->state_ = State::kUp;
     self->mount_backoff_ = std::chrono::milliseconds(100);
-    // libnfs leaves Nagle on: with calls already out, each new small request would wait
-    // for the hub's ACK of the last one (a round trip, plus the hub's delayed ACK) before
-    // it is sent, so pipelined READs would leave one round trip apart.
+    // libnfs leaves Nagle on: with calls already out, a new small request would wait for
+    // the hub's ACK of the one before it (a round trip, plus the hub's delayed ACK), so
+    // pipelined requests would go out a round trip apart.
     int one = 1;
     if (::setsockopt(nfs_get_fd(self->ctx_), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
       log::Warn("hub connection: cannot turn off Nagle (TCP_NODELAY); pipelined calls will wait",
