@@ -158,14 +158,20 @@ def reader(cluster, ledger, names, stop, rng):
 
 def error_after_short_read(ledger, fd, name, b, off, versions):
     """The error that ended a short read of right bytes: `b`, read at `off`, matches a version
-    that has more there, and reading on from its end fails. None otherwise; a short read at a
-    false end of file (the next read returns nothing) stays wrong bytes."""
-    if not b or not any(v[off:off + len(b)] == b and len(v) > off + len(b) for v in versions):
+    that has more there, and reading on from its end fails, or, the hub back by then, gives
+    that version's next byte (the error was transient: an EIO for the pages after `b`, which
+    the kernel turns into a short read). None otherwise; a short read at a false end of file
+    (the next read returns nothing, or another byte) stays wrong bytes."""
+    end = off + len(b)
+    if not b or not any(v[off:end] == b and len(v) > end for v in versions):
         return None
     try:
-        ledger.timed("pread", name, os.pread, fd, 1, off + len(b))
+        nxt = ledger.timed("pread", name, os.pread, fd, 1, end)
     except OSError as e:
         return e
+    if nxt and any(v[off:end] == b and v[end:end + 1] == nxt for v in versions):
+        return OSError(errno.EIO, "short read: the pages after %d bytes failed, and the next "
+                       "read at %d succeeded" % (len(b), end))
     return None
 
 
