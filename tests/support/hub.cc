@@ -207,24 +207,12 @@ void WanProxy::Freeze(bool frozen) {
   ::kill(pid_, frozen ? SIGSTOP : SIGCONT);
   if (!frozen) return;
   // kill() returns before the proxy's threads stop: one still running could forward a request
-  // sent after Freeze returned. Wait (bounded) until every thread is stopped.
-  const std::string tasks = "/proc/" + std::to_string(pid_) + "/task";
+  // sent after Freeze returned. The proxy is our child, and waitpid reports its stop once the
+  // whole process has stopped (bounded: a missed report fails the test, never hangs it).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int status = 0;
   while (std::chrono::steady_clock::now() < deadline) {
-    bool all_stopped = true;
-    std::error_code ec;
-    for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
-      std::ifstream stat(t.path() / "stat");
-      std::string line;
-      std::getline(stat, line);
-      // "pid (comm) S ...": the state follows the last ')'.
-      const size_t paren = line.rfind(')');
-      if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') {
-        all_stopped = false;
-        break;
-      }
-    }
-    if (all_stopped && !ec) return;
+    if (::waitpid(pid_, &status, WUNTRACED | WNOHANG) == pid_ && WIFSTOPPED(status)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ADD_FAILURE() << "the WAN proxy (pid " << pid_ << ") did not stop within 5 s of SIGSTOP";

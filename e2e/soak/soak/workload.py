@@ -163,13 +163,14 @@ def error_after_short_read(ledger, fd, name, b, off, versions):
     the kernel turns into a short read). None otherwise; a short read at a false end of file
     (the next read returns nothing, or another byte) stays wrong bytes."""
     end = off + len(b)
-    if not b or not any(v[off:end] == b and len(v) > end for v in versions):
+    longer = [v for v in versions if v[off:end] == b and len(v) > end] if b else []
+    if not longer:
         return None
     try:
         nxt = ledger.timed("pread", name, os.pread, fd, 1, end)
     except OSError as e:
         return e
-    if nxt and any(v[off:end] == b and v[end:end + 1] == nxt for v in versions):
+    if nxt and any(v[end:end + 1] == nxt for v in longer):
         return OSError(errno.EIO, "short read: the pages after %d bytes failed, and the next "
                        "read at %d succeeded" % (len(b), end))
     return None
