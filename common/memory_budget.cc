@@ -77,7 +77,7 @@ void MemoryBudget::PublishLocked(Use use) {
 
 bool MemoryBudget::TryAcquire(Use use, uint64_t bytes, Level level) {
   MutexLock lock(mu_);
-  if (used_total_ + bytes > LimitOf(level)) {
+  if (HeldLocked() + bytes > LimitOf(level)) {
     RefuseLocked(use);
     return false;
   }
@@ -91,7 +91,7 @@ bool MemoryBudget::AcquireWait(Use use, uint64_t bytes,
   // A request larger than the whole background share could never be met: refuse it now.
   const bool fits = bytes <= background_limit_ && room_cv_.wait_until(lock, deadline, [&] {
     mu_.AssertHeld();
-    return used_total_ + bytes <= background_limit_;
+    return HeldLocked() + bytes <= background_limit_;
   });
   if (!fits) {
     RefuseLocked(use);
@@ -125,7 +125,7 @@ void MemoryBudget::Release(Use use, uint64_t bytes) {
 
 bool MemoryBudget::TryMove(Use from, Use to, uint64_t bytes, Level level) {
   MutexLock lock(mu_);
-  if (used_total_ > LimitOf(level)) {
+  if (HeldLocked() > LimitOf(level)) {
     RefuseLocked(to);
     return false;
   }
@@ -158,6 +158,22 @@ uint64_t MemoryBudget::used(Use use) const {
   return used_[static_cast<int>(use)];
 }
 
+uint64_t MemoryBudget::resident() const {
+  MutexLock lock(mu_);
+  return resident_;
+}
+
+void MemoryBudget::SetResident(uint64_t bytes) {
+  bool fell = false;
+  {
+    MutexLock lock(mu_);
+    fell = bytes < resident_;
+    resident_ = bytes;
+    if (resident_gauge_ != nullptr) resident_gauge_->Set(static_cast<int64_t>(bytes));
+  }
+  if (fell) room_cv_.notify_all();  // background waiters may fit now
+}
+
 uint64_t MemoryBudget::peak() const {
   MutexLock lock(mu_);
   return peak_;
@@ -178,6 +194,11 @@ void MemoryBudget::ExportTo(metrics::Registry& registry) {
   MutexLock lock(mu_);
   peak_gauge_ =
       &registry.GetGauge("spoke_memory_peak_bytes", "Highest memory accounted against the budget");
+  resident_gauge_ = &registry.GetGauge(
+      "spoke_memory_resident_bytes",
+      "The agent's anonymous resident memory over its start, checked against the budget's "
+      "levels with what is accounted");
+  resident_gauge_->Set(static_cast<int64_t>(resident_));
   for (int i = 0; i < kUses; ++i) {
     metrics::Labels labels{{"use", std::string(UseName(static_cast<Use>(i)))}};
     used_gauges_[i] = &registry.GetGauge("spoke_memory_used_bytes",

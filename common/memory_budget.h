@@ -20,9 +20,16 @@
 // kDemandLevel), else it is served and not cached. Nothing here blocks except AcquireWait,
 // which only background callers use, so a reader can never wait for prefetch memory.
 //
+// Resident memory: the owner may tell the budget how much memory the process holds over its
+// start (SetResident; ResidentWatch measures it). Each level is then checked against the
+// larger of what is accounted and what is resident, so buffers the accounting cannot see (the
+// NFS client's reply buffers, FUSE request buffers, the allocator's free lists) stop
+// background takers too, and the budget bounds the agent's memory, not only its accounts.
+//
 // Thread-safe; no method calls out while holding the lock.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -84,6 +91,9 @@ class MemoryBudget {
   uint64_t background_limit() const { return background_limit_; }
   uint64_t used() const;
   uint64_t used(Use use) const;
+  // The process's memory over its start, as last told (0 until SetResident).
+  uint64_t resident() const;
+  void SetResident(uint64_t bytes);
   // Peak of used() since start.
   uint64_t peak() const;
   uint64_t refusals(Use use) const;
@@ -95,6 +105,8 @@ class MemoryBudget {
 
  private:
   uint64_t LimitOf(Level level) const;
+  // What the levels are checked against: the larger of accounted and resident.
+  uint64_t HeldLocked() const REQUIRES(mu_) { return std::max(used_total_, resident_); }
   void TakeLocked(Use use, uint64_t bytes) REQUIRES(mu_);
   void RefuseLocked(Use use) REQUIRES(mu_);
   void PublishLocked(Use use) REQUIRES(mu_);
@@ -105,10 +117,12 @@ class MemoryBudget {
   CondVar room_cv_;
   uint64_t used_total_ GUARDED_BY(mu_) = 0;
   uint64_t peak_ GUARDED_BY(mu_) = 0;
+  uint64_t resident_ GUARDED_BY(mu_) = 0;
   std::array<uint64_t, kUses> used_ GUARDED_BY(mu_){};
   std::array<uint64_t, kUses> refusals_ GUARDED_BY(mu_){};
   // Null until ExportTo.
   metrics::Gauge* peak_gauge_ GUARDED_BY(mu_) = nullptr;
+  metrics::Gauge* resident_gauge_ GUARDED_BY(mu_) = nullptr;
   std::array<metrics::Gauge*, kUses> used_gauges_ GUARDED_BY(mu_){};
   std::array<metrics::Counter*, kUses> refusal_counters_ GUARDED_BY(mu_){};
 };

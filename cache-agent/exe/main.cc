@@ -29,6 +29,7 @@
 #include "cache-agent/exe/wiring.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
+#include "common/resident_watch.h"
 #include "common/version.h"
 
 namespace {
@@ -137,6 +138,7 @@ bool CorruptServedBlocksFault() {
 struct DataPlane {
   std::unique_ptr<spoke::agent::BlockCache> cache;
   std::unique_ptr<spoke::MemoryBudget> memory;
+  std::unique_ptr<spoke::ResidentWatch> resident;
   std::unique_ptr<spoke::agent::PeerNode> peers;
   std::unique_ptr<spoke::agent::VolumeMounter> mounter;
 };
@@ -157,8 +159,11 @@ bool StartDataPlane(const AgentConfig& config, spoke::metrics::Registry& registr
     return false;
   }
   out.memory = std::move(*memory);
-  log::Info("memory budget",
-            {{"bytes", out.memory->total()}, {"background_limit", out.memory->background_limit()}});
+  // From here on, what the agent holds over this point counts against the budget's levels.
+  out.resident = std::make_unique<ResidentWatch>(*out.memory, std::chrono::milliseconds(10));
+  log::Info("memory budget", {{"bytes", out.memory->total()},
+                              {"background_limit", out.memory->background_limit()},
+                              {"resident_at_start", out.resident->start_bytes()}});
   auto peers = StartAgentPeers(config, registry, CorruptServedBlocksFault());
   if (!peers) {
     log::Error("cannot start the peer node", {{"error", peers.error().message()}});

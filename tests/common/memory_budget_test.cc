@@ -1,11 +1,15 @@
 #include "common/memory_budget.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <vector>
+
+#include "common/resident_watch.h"
 
 namespace spoke {
 namespace {
@@ -163,6 +167,59 @@ TEST(MemoryBudget, MetricsFollowTheAccounting) {
   ASSERT_TRUE(b.TryAcquire(Use::kStaged, 100));
   EXPECT_EQ(registry.GetGauge("spoke_memory_used_bytes", "", {{"use", "staged"}}).Value(), 100);
   EXPECT_EQ(b.used(), 400u);
+}
+
+// What the process holds counts as well as what is accounted: background takers stop when
+// either reaches their level, and get room again when the resident figure falls.
+TEST(MemoryBudget, ResidentMemoryStopsBackgroundTakersLikeAccountedMemory) {
+  metrics::Registry registry;
+  MemoryBudget b(Budget(1000));
+  b.ExportTo(registry);
+  ASSERT_TRUE(b.TryAcquire(Use::kPrefetch, 100));
+  b.SetResident(700);  // 600 held that no account covers
+  EXPECT_EQ(registry.GetGauge("spoke_memory_resident_bytes", "").Value(), 700);
+  EXPECT_FALSE(b.TryAcquire(Use::kHints, 51)) << "700 resident + 51 is over the 750 limit";
+  EXPECT_TRUE(b.TryAcquire(Use::kHints, 50));
+  EXPECT_EQ(b.refusals(Use::kHints), 1u);
+  // Demand may still use the reserve; a move into the store queue at the demand level is
+  // refused once resident memory is over the whole total.
+  EXPECT_TRUE(b.TryAcquire(Use::kDemand, 200, Level::kDemand));
+  b.SetResident(1001);
+  EXPECT_FALSE(b.TryMove(Use::kDemand, Use::kStoreQueue, 200, Level::kDemand));
+  b.Charge(Use::kDemand, 10);  // never refused
+  // A waiter gets room when the resident figure falls, with nothing released.
+  std::thread fall([&] {
+    std::this_thread::sleep_for(20ms);
+    b.SetResident(0);
+  });
+  EXPECT_TRUE(b.AcquireWait(Use::kPrefetch, 100, std::chrono::steady_clock::now() + 30s));
+  fall.join();
+  // Accounted memory above the resident figure (taken, not yet filled) still counts.
+  EXPECT_EQ(b.used(), 460u);
+  EXPECT_FALSE(b.TryAcquire(Use::kPrefetch, 291));
+  EXPECT_TRUE(b.TryAcquire(Use::kPrefetch, 290));
+}
+
+// The watch reports what the process holds over its start: memory touched after it started
+// shows within a few periods, and goes again once freed.
+TEST(ResidentWatch, TellsTheBudgetWhatTheProcessHoldsOverItsStart) {
+  ASSERT_TRUE(AnonResidentBytes().has_value());
+  MemoryBudget b(Budget(1ull << 40));
+  ResidentWatch watch(b, 5ms);
+  EXPECT_GT(watch.start_bytes(), 0u);
+  const auto until = [&](auto pred) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!pred() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    return pred();
+  };
+  constexpr size_t kHeld = 64u << 20;
+  // Mapped here, not allocated: a sanitizer's allocator would keep freed memory resident.
+  void* held = ::mmap(nullptr, kHeld, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(held, MAP_FAILED);
+  std::memset(held, 1, kHeld);
+  EXPECT_TRUE(until([&] { return b.resident() >= kHeld * 9 / 10; })) << b.resident();
+  ::munmap(held, kHeld);
+  EXPECT_TRUE(until([&] { return b.resident() < kHeld / 2; })) << b.resident();
 }
 
 }  // namespace
