@@ -425,12 +425,11 @@ void LibnfsRemote::ReadCheckedOn(NfsConnection& conn, const std::string& path, u
   std::string key = path;
   job->attempt = [this, key, file_id, offset, length, shared_done](
                      NfsConnection& c, nfs_context*, const std::shared_ptr<NfsJob>& j) {
-    // A listed file's short (last or only) block: one READ by the handle its listing gave
-    // (the reply's attributes are checked as the GETATTR's are below). A whole block goes
-    // by path: the file is big, its lookups are paid once for all its blocks, and libnfs
-    // reads whole blocks into the caller's buffer, where a raw READ's reply is one more
-    // copy held per request in flight.
-    if (auto e = length < kMaxRead ? FindHandle(key) : std::nullopt; e && e->file_id == file_id) {
+    // A listed file's block: one READ by the handle its listing gave (the reply's attributes
+    // are checked as the GETATTR's are below). By path, every block of a file not yet open
+    // on this connection waits for the open's LOOKUPs, a round trip per path component
+    // (bench/RESULTS.md, "Where a shard READ's time goes").
+    if (auto e = FindHandle(key); e && e->file_id == file_id) {
       return ReadByHandle(c, j, key, e->fh, file_id, offset, length, shared_done);
     }
     c.GetHandle(key, false,
