@@ -195,7 +195,9 @@ std::shared_ptr<NfsConnection> LibnfsRemote::ForIdentity(const Credentials& call
   if (identities_.size() >= config_.max_identities) {
     auto lru = identities_.end();
     for (auto i = identities_.begin(); i != identities_.end(); ++i) {
-      if (i->second.conn->load() > 0) continue;
+      // Busy: jobs queued or running, or a caller holds it from this function and has not
+      // submitted yet (jobs hold no reference: the table's is then the only one).
+      if (i->second.conn->load() > 0 || i->second.conn.use_count() > 1) continue;
       if (lru == identities_.end() || i->second.last_use < lru->second.last_use) lru = i;
     }
     // All busy: go over the bound rather than fail a caller.

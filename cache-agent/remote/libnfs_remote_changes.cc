@@ -53,10 +53,11 @@ void LibnfsRemote::WriteAsAsync(const Credentials& who, const std::string& path,
   auto conn = ForIdentity(who, LaneFor(path, offset));
   auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
   auto shared_done = std::make_shared<WriteDone>(std::move(done));
-  // The identity's connection stays open while its job runs.
-  job->on_error = [shared_done, conn](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  // The job holds no reference to its connection (ForIdentity keeps a busy one open): the
+  // last one dropped on the connection's own thread would join that thread from itself.
+  job->on_error = [shared_done](const Error& e) { (*shared_done)(std::unexpected(e)); };
   auto attempt = WriteChunks(path, offset, std::move(data));
-  std::function<void(size_t)> deliver = [shared_done, conn](size_t n) { (*shared_done)(n); };
+  std::function<void(size_t)> deliver = [shared_done](size_t n) { (*shared_done)(n); };
   job->attempt = [attempt, deliver](NfsConnection& c, nfs_context* ctx,
                                     const std::shared_ptr<NfsJob>& j) {
     attempt(c, ctx, j, deliver);

@@ -431,10 +431,10 @@ void LibnfsRemote::WriteUnstableAsAsync(const Credentials& who, const std::strin
   auto conn = ForIdentity(who, LaneFor(path, offset));
   auto job = NewJob("WRITE", path, false, config_.request_timeout_seconds);
   auto shared_done = std::make_shared<UnstableWriteDone>(std::move(done));
-  // The identity's connection stays open while its job runs.
-  job->on_error = [shared_done, conn](const Error& e) { (*shared_done)(std::unexpected(e)); };
-  job->attempt = [this, path, offset, data, shared_done, conn](NfsConnection& c, nfs_context*,
-                                                               const std::shared_ptr<NfsJob>& j) {
+  // No reference to the connection in the job (WriteAsAsync says why).
+  job->on_error = [shared_done](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  job->attempt = [this, path, offset, data, shared_done](NfsConnection& c, nfs_context*,
+                                                         const std::shared_ptr<NfsJob>& j) {
     UnstableWriteAttempt(c, j, path, offset, data, shared_done, false);
   };
   in_flight_->Add(1);
@@ -522,9 +522,9 @@ void LibnfsRemote::CommitAsAsync(const Credentials& who, const std::string& path
   auto conn = ForIdentity(who, LaneFor(path, 0));
   auto job = NewJob("COMMIT", path, false, config_.request_timeout_seconds);
   auto shared_done = std::make_shared<CommitDone>(std::move(done));
-  job->on_error = [shared_done, conn](const Error& e) { (*shared_done)(std::unexpected(e)); };
-  job->attempt = [this, path, shared_done, conn](NfsConnection& c, nfs_context*,
-                                                 const std::shared_ptr<NfsJob>& j) {
+  job->on_error = [shared_done](const Error& e) { (*shared_done)(std::unexpected(e)); };
+  job->attempt = [this, path, shared_done](NfsConnection& c, nfs_context*,
+                                           const std::shared_ptr<NfsJob>& j) {
     CommitAttempt(c, j, path, shared_done, false);
   };
   in_flight_->Add(1);
