@@ -782,7 +782,7 @@ bool PeerVolume::FetchAsync(const Block& block, Done done) {
     if (!batch.empty()) lane.calls++;
   }
   if (!batch.empty()) SendBatch(ask->member, std::move(batch));
-  FailQueuedTooLong(stale);
+  FailQueuedTooLong(node_.m_.fallback_error, stale);
   return true;
 }
 
@@ -797,9 +797,9 @@ void PeerVolume::TakeBatchLocked(Lane& lane, std::vector<Pending>& batch,
   }
 }
 
-void PeerVolume::FailQueuedTooLong(std::vector<Pending>& stale) {
+void PeerVolume::FailQueuedTooLong(metrics::Counter* counter, std::vector<Pending>& stale) {
   for (Pending& p : stale) {
-    node_.m_.fallback_error->Inc();
+    counter->Inc();
     p.done(std::unexpected(
         Error(Code::kTimeout, "peer ask queued behind the owner's calls past peerTimeoutMs")));
   }
@@ -906,39 +906,44 @@ void PeerVolume::PreviousOwnerAnswered(bool hit) {
 
 void PeerVolume::OnBatchDone(const std::string& member, const grpc::Status& st,
                              std::vector<Pending> unanswered) {
+  // This call counts in its lane until the lane is settled below, and the destructor waits for
+  // that count: everything that uses this volume comes first.
   const bool unimplemented = st.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+  if (unimplemented) {
+    // An agent of a version without GetBlocks (a rolling upgrade): one call per block.
+    MutexLock lock(lanes_mu_);
+    batches_refused_until_[member] = std::chrono::steady_clock::now() + kBatchesRefusedPeriod;
+    Lane& lane = lanes_[member];
+    for (Pending& p : lane.queued) unanswered.push_back(std::move(p));
+    lane.queued.clear();
+  }
+  if (unimplemented) {
+    for (Pending& p : unanswered) SendOne(member, std::move(p));
+  } else if (!unanswered.empty()) {
+    // One failed call says one thing of the member: counted once, not per ask.
+    if (!st.ok()) CountFailedAsk(member, st);
+    grpc::Status each = st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                               "the peer ended the call without this block")
+                                : st;
+    for (Pending& p : unanswered) Complete(member, p, each, std::string(), 0, /*counted=*/true);
+  }
   std::vector<Pending> next, stale;
+  metrics::Counter* const stale_counter = node_.m_.fallback_error;
+  bool ended = false;
   {
     MutexLock lock(lanes_mu_);
-    if (unimplemented) {
-      // An agent of a version without GetBlocks (a rolling upgrade): one call per block.
-      batches_refused_until_[member] = std::chrono::steady_clock::now() + kBatchesRefusedPeriod;
-      Lane& lane = lanes_[member];
-      for (Pending& p : lane.queued) unanswered.push_back(std::move(p));
-      lane.queued.clear();
-    }
     Lane& lane = lanes_[member];
     TakeBatchLocked(lane, next, stale);
     if (next.empty()) {
       lane.calls--;
-      // Under the lock: the destructor waits for calls to end and may go as soon as it sees it.
+      ended = true;
+      // Under the lock: the destructor may go as soon as it sees it.
       lanes_cv_.notify_all();
     }
   }
-  // The asks not answered keep the fetcher, and so this volume, alive until they complete.
-  if (!next.empty()) SendBatch(member, std::move(next));
-  FailQueuedTooLong(stale);
-  if (unimplemented) {
-    for (Pending& p : unanswered) SendOne(member, std::move(p));
-    return;
-  }
-  if (unanswered.empty()) return;
-  // One failed call says one thing of the member: counted once, not per ask.
-  if (!st.ok()) CountFailedAsk(member, st);
-  grpc::Status each = st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                             "the peer ended the call without this block")
-                              : st;
-  for (Pending& p : unanswered) Complete(member, p, each, std::string(), 0, /*counted=*/true);
+  if (!ended) SendBatch(member, std::move(next));  // takes this call's place
+  // Nothing of this volume from here on when the call ended.
+  FailQueuedTooLong(stale_counter, stale);
 }
 
 bool PeerVolume::BatchesRefused(const std::string& member) {

@@ -341,8 +341,9 @@ class PeerVolume final : public BlockSource {
   // an ask may take into `stale`.
   void TakeBatchLocked(Lane& lane, std::vector<Pending>& batch, std::vector<Pending>& stale)
       REQUIRES(lanes_mu_);
-  // Sends `stale` to the hub.
-  void FailQueuedTooLong(std::vector<Pending>& stale);
+  // Sends `stale` to the hub (fails them to their fetcher), counted in `counter` (the node's
+  // fallback_error). Static: OnBatchDone calls it when the volume may already be gone.
+  static void FailQueuedTooLong(metrics::Counter* counter, std::vector<Pending>& stale);
   // A GetBlocks call to `member` ended with `st`: fails its asks the owner did not answer
   // (or asks them one by one of an owner without GetBlocks) and sends the lane's next batch.
   void OnBatchDone(const std::string& member, const grpc::Status& st,

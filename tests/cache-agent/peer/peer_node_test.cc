@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +27,32 @@
 
 namespace spoke::agent {
 namespace {
+
+// One channel that has made a callback call stays for the whole run, as the agent's peer
+// channels stay for its life: gRPC shares one callback completion queue among such channels
+// and shuts it down when the last one goes, and with every test tearing its agents down that
+// happened while a callback thread was still returning from a peer call's last reactor (a
+// double free inside grpc_cq_internal_unref under ASan).
+class CallbackQueueForTheWholeRun : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    channel_ = grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
+    auto stub = peer::v1::Peer::NewStub(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now());
+    peer::v1::GetBlockRequest req;
+    peer::v1::GetBlockResponse resp;
+    std::promise<void> done;
+    stub->async()->GetBlock(&ctx, &req, &resp, [&](grpc::Status) { done.set_value(); });
+    done.get_future().wait();
+  }
+  void TearDown() override { channel_.reset(); }  // every test's agents are gone by now
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+};
+const auto* const kCallbackQueueForTheWholeRun =
+    ::testing::AddGlobalTestEnvironment(new CallbackQueueForTheWholeRun);
 
 using namespace std::chrono_literals;
 using testing::FakeBlockCache;
