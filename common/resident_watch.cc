@@ -1,10 +1,11 @@
 #include "common/resident_watch.h"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
+
+#include "common/thread_name.h"
 
 namespace spoke {
 
@@ -33,7 +34,7 @@ ResidentWatch::~ResidentWatch() {
 }
 
 void ResidentWatch::Run() {
-  pthread_setname_np(pthread_self(), "spoke-resident");
+  NameThisThread("spoke-resident");
   for (;;) {
     if (auto now = AnonResidentBytes()) budget_.SetResident(*now > start_ ? *now - start_ : 0);
     const auto next = std::chrono::steady_clock::now() + period_;

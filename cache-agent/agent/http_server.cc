@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace spoke::agent {
 
@@ -55,7 +56,10 @@ Status HttpServer::Start(const std::string& host, int port) {
   }
   port_ = bound;
   serving_ = true;
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = std::thread([this] {
+    NameThisThread("spoke-http");
+    server_->listen_after_bind();
+  });
   log::Info("serving metrics", {{"address", host + ":" + std::to_string(port_)}});
   return Ok();
 }

@@ -8,6 +8,7 @@
 
 #include "common/fd_keeper.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace spoke::agent {
 namespace {
@@ -185,7 +186,10 @@ Status MountManager::Start() {
     log::Info("restoring mounts of the previous run",
               {{"count", records->size() - adopted.size()}, {"taken_over", adopted.size()}});
   }
-  bg_ = std::thread([this] { BackgroundLoop(); });
+  bg_ = std::thread([this] {
+    NameThisThread("spoke-mounts");
+    BackgroundLoop();
+  });
   return Ok();
 }
 

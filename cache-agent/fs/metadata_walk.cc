@@ -5,6 +5,7 @@
 
 #include "cache-agent/fs/metadata_cache.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace spoke::agent {
 
@@ -14,7 +15,10 @@ void MetadataCache::StartWalk() {
   walk_started_ = true;
   walk_queue_.push_back(kRootIno);
   for (int i = 0; i < config_.walk_concurrency; ++i) {
-    walkers_.emplace_back([this] { WalkWorker(); });
+    walkers_.emplace_back([this] {
+      NameThisThread("spoke-walk");
+      WalkWorker();
+    });
   }
 }
 

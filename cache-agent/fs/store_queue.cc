@@ -1,10 +1,17 @@
 #include "cache-agent/fs/store_queue.h"
 
+#include "common/thread_name.h"
+
 namespace spoke::agent {
 
 StoreQueue::StoreQueue(int threads, uint64_t max_bytes, Store store)
     : max_bytes_(max_bytes), store_(std::move(store)) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this] {
+      NameThisThread("spoke-store");
+      Loop();
+    });
+  }
 }
 
 StoreQueue::~StoreQueue() { Stop(); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace spoke::agent {
 
@@ -24,7 +25,10 @@ constexpr std::chrono::milliseconds kMemoryWaitSlice{200};
 }  // namespace
 
 WriteBack::WriteBack(RemoteFs& remote, const Config& config) : remote_(remote), config_(config) {
-  retry_thread_ = std::thread([this] { RetryLoop(); });
+  retry_thread_ = std::thread([this] {
+    NameThisThread("spoke-writeback");
+    RetryLoop();
+  });
 }
 
 WriteBack::~WriteBack() {

@@ -17,6 +17,7 @@
 #include "cache-agent/fuse/fuse_ops.h"
 #include "cache-agent/fuse/orphan_check.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace spoke::agent {
 
@@ -99,6 +100,7 @@ Status FuseAdapter::StartSession(std::unique_ptr<fuse::SessionIo> io) {
   io_ = std::move(io);
   FuseAdapter* self = this;
   loop_ = std::thread([self] {
+    NameThisThread("spoke-fuse");  // its workers take the name
     fuse_loop_config* cfg = fuse_loop_cfg_create();
     fuse_loop_cfg_set_clone_fd(cfg, 0);  // SessionIo serves the one /dev/fuse fd the keeper holds
     fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(self->options_.max_idle_threads));

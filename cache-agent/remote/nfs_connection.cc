@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 // Exported by libnfs 4.0.0 but not declared in its headers (see NfsConnection::RootHandle).
 extern "C" struct nfs_fh* nfs_get_rootfh(struct nfs_context* nfs);
@@ -92,7 +93,10 @@ std::string Seconds(std::chrono::milliseconds ms) {
 
 NfsConnection::NfsConnection(Options options) : options_(std::move(options)) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("spoke-hub");
+    Loop();
+  });
 }
 
 NfsConnection::~NfsConnection() {
