@@ -519,7 +519,10 @@ TEST_F(PeerNodeTest, BackgroundAsksToOneOwnerShareCalls) {
   const uint64_t hits = asker.Counter("spoke_peer_hits_total");
   const uint64_t batches = asker.Counter("spoke_peer_calls_total", {{"kind", "batch"}});
   EXPECT_GT(hits, 8u);  // about half the file is the other agent's
-  EXPECT_LE(batches, hits / 4) << hits << " blocks in " << batches << " calls";
+  // Shared: a call per block would be `hits` calls. Asks that come in while both calls of the
+  // lane are out wait for one to end, so how many share a call depends on timing (at least
+  // three each, also under ASan).
+  EXPECT_LE(batches, hits / 3) << hits << " blocks in " << batches << " calls";
   EXPECT_EQ(asker.Counter("spoke_peer_calls_total", {{"kind", "block"}}), 0u);
   EXPECT_EQ(hub_.read_bytes.load(), want_.size());  // once for the two
   ReadAll(asker);                                   // the right bytes, from its cache
