@@ -1,5 +1,6 @@
 #include "common/resident_watch.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,7 +37,19 @@ ResidentWatch::~ResidentWatch() {
 void ResidentWatch::Run() {
   NameThisThread("spoke-resident");
   for (;;) {
-    if (auto now = AnonResidentBytes()) budget_.SetResident(*now > start_ ? *now - start_ : 0);
+    if (auto now = AnonResidentBytes()) {
+      const uint64_t over = *now > start_ ? *now - start_ : 0;
+      budget_.SetResident(over);
+      // Well over what is accounted: likely pages freed into glibc's heaps (a hint flood's
+      // lines) that it keeps; giving them back makes room for prefetch again. At most once a
+      // second: a trim walks the heaps under their locks.
+      const auto t = std::chrono::steady_clock::now();
+      if (over > budget_.used() + budget_.total() / 8 &&
+          t - last_trim_ >= std::chrono::seconds(1)) {
+        last_trim_ = t;
+        malloc_trim(0);
+      }
+    }
     const auto next = std::chrono::steady_clock::now() + period_;
     MutexLock lock(mu_);
     if (stop_cv_.wait_until(lock, next, [this] {

@@ -5,7 +5,9 @@
 // each hub reply into a buffer of its own, libfuse's workers keep request buffers as large as
 // the writes they were sent, the allocator keeps what was freed into its heaps, the spare
 // block vectors. Without it a faster fill could hold the accounted bytes and all of those at
-// once, past the budget (bench/RESULTS.md, "Where a shard READ's time goes").
+// once, past the budget (bench/RESULTS.md, "Where a shard READ's time goes"). When the agent
+// holds more than an eighth of the budget beyond what it accounts, the watch gives glibc's free
+// heap pages back to the kernel (malloc_trim, at most once a second).
 #pragma once
 
 #include <chrono>
@@ -40,6 +42,7 @@ class ResidentWatch {
   Mutex mu_;
   CondVar stop_cv_;
   bool stop_ GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point last_trim_{};  // the watch's thread only
   std::thread thread_;
 };
 
