@@ -1,27 +1,47 @@
 #include "common/resident_watch.h"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
+#include <cstdio>
 
 #include "common/thread_name.h"
 
 namespace spoke {
 
-std::optional<uint64_t> AnonResidentBytes() {
-  // statm: size resident shared text lib data dt, in pages; shared is the file-backed and
-  // shared-memory part of resident.
-  std::ifstream in("/proc/self/statm");
-  uint64_t size = 0, resident = 0, shared = 0;
-  if (!(in >> size >> resident >> shared)) return std::nullopt;
+namespace {
+
+// statm: size resident shared text lib data dt, in pages; shared is the file-backed and
+// shared-memory part of resident. pread at 0 makes the kernel write it afresh.
+std::optional<uint64_t> AnonResidentBytesOf(int fd) {
+  char buf[256];
+  const ssize_t n = fd >= 0 ? ::pread(fd, buf, sizeof buf - 1, 0) : -1;
+  if (n <= 0) return std::nullopt;
+  buf[n] = '\0';
+  unsigned long long size = 0, resident = 0, shared = 0;
+  if (std::sscanf(buf, "%llu %llu %llu", &size, &resident, &shared) != 3) return std::nullopt;
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   return (resident - std::min(shared, resident)) * page;
 }
 
+int OpenStatm() { return ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC); }
+
+}  // namespace
+
+std::optional<uint64_t> AnonResidentBytes() {
+  const int fd = OpenStatm();
+  auto bytes = AnonResidentBytesOf(fd);
+  if (fd >= 0) ::close(fd);
+  return bytes;
+}
+
 ResidentWatch::ResidentWatch(MemoryBudget& budget, std::chrono::milliseconds period)
-    : budget_(budget), period_(period), start_(AnonResidentBytes().value_or(0)) {
+    : budget_(budget),
+      period_(period),
+      statm_fd_(OpenStatm()),
+      start_(AnonResidentBytesOf(statm_fd_).value_or(0)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -32,12 +52,13 @@ ResidentWatch::~ResidentWatch() {
   }
   stop_cv_.notify_all();
   thread_.join();
+  if (statm_fd_ >= 0) ::close(statm_fd_);
 }
 
 void ResidentWatch::Run() {
   NameThisThread("spoke-resident");
   for (;;) {
-    if (auto now = AnonResidentBytes()) {
+    if (auto now = AnonResidentBytesOf(statm_fd_)) {
       const uint64_t over = *now > start_ ? *now - start_ : 0;
       budget_.SetResident(over);
       // Well over what is accounted: likely pages freed into glibc's heaps (a hint flood's

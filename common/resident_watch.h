@@ -38,6 +38,7 @@ class ResidentWatch {
 
   MemoryBudget& budget_;
   const std::chrono::milliseconds period_;
+  const int statm_fd_;  // /proc/self/statm, kept open: a sample is one pread
   const uint64_t start_;
   Mutex mu_;
   CondVar stop_cv_;
