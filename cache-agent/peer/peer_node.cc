@@ -911,13 +911,13 @@ void PeerVolume::OnBatchDone(const std::string& member, const grpc::Status& st,
   const bool unimplemented = st.error_code() == grpc::StatusCode::UNIMPLEMENTED;
   if (unimplemented) {
     // An agent of a version without GetBlocks (a rolling upgrade): one call per block.
-    MutexLock lock(lanes_mu_);
-    batches_refused_until_[member] = std::chrono::steady_clock::now() + kBatchesRefusedPeriod;
-    Lane& lane = lanes_[member];
-    for (Pending& p : lane.queued) unanswered.push_back(std::move(p));
-    lane.queued.clear();
-  }
-  if (unimplemented) {
+    {
+      MutexLock lock(lanes_mu_);
+      batches_refused_until_[member] = std::chrono::steady_clock::now() + kBatchesRefusedPeriod;
+      Lane& lane = lanes_[member];
+      for (Pending& p : lane.queued) unanswered.push_back(std::move(p));
+      lane.queued.clear();
+    }
     for (Pending& p : unanswered) SendOne(member, std::move(p));
   } else if (!unanswered.empty()) {
     // One failed call says one thing of the member: counted once, not per ask.
