@@ -163,15 +163,18 @@ uint64_t MemoryBudget::resident() const {
   return resident_;
 }
 
-void MemoryBudget::SetResident(uint64_t bytes) {
+uint64_t MemoryBudget::SetResident(uint64_t bytes) {
   bool fell = false;
+  uint64_t used = 0;
   {
     MutexLock lock(mu_);
+    used = used_total_;
     fell = bytes < resident_;
     resident_ = bytes;
     if (resident_gauge_ != nullptr) resident_gauge_->Set(static_cast<int64_t>(bytes));
   }
   if (fell) room_cv_.notify_all();  // background waiters may fit now
+  return used;
 }
 
 uint64_t MemoryBudget::peak() const {

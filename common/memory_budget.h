@@ -93,7 +93,8 @@ class MemoryBudget {
   uint64_t used(Use use) const;
   // The process's memory over its start, as last told (0 until SetResident).
   uint64_t resident() const;
-  void SetResident(uint64_t bytes);
+  // Returns used() at the same moment (the watch compares the two without a second lock).
+  uint64_t SetResident(uint64_t bytes);
   // Peak of used() since start.
   uint64_t peak() const;
   uint64_t refusals(Use use) const;

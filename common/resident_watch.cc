@@ -60,13 +60,12 @@ void ResidentWatch::Run() {
   for (;;) {
     if (auto now = AnonResidentBytesOf(statm_fd_)) {
       const uint64_t over = *now > start_ ? *now - start_ : 0;
-      budget_.SetResident(over);
+      const uint64_t used = budget_.SetResident(over);
       // Well over what is accounted: likely pages freed into glibc's heaps (a hint flood's
       // lines) that it keeps; giving them back makes room for prefetch again. At most once a
       // second: a trim walks the heaps under their locks.
       const auto t = std::chrono::steady_clock::now();
-      if (over > budget_.used() + budget_.total() / 8 &&
-          t - last_trim_ >= std::chrono::seconds(1)) {
+      if (over > used + budget_.total() / 8 && t - last_trim_ >= std::chrono::seconds(1)) {
         last_trim_ = t;
         malloc_trim(0);
       }
