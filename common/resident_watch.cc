@@ -61,13 +61,18 @@ void ResidentWatch::Run() {
     if (auto now = AnonResidentBytesOf(statm_fd_)) {
       const uint64_t over = *now > start_ ? *now - start_ : 0;
       const uint64_t used = budget_.SetResident(over);
-      // Well over what is accounted: likely pages freed into glibc's heaps (a hint flood's
-      // lines) that it keeps; giving them back makes room for prefetch again. At most once a
-      // second: a trim walks the heaps under their locks.
+      // Well over what is accounted: likely pages freed into glibc's heaps (freed reply
+      // buffers, a hint flood's lines) that it keeps; giving them back makes room for prefetch
+      // again. A trim walks the heaps under their locks: the watch trims at once when the agent
+      // has grown since the last trim, and otherwise at most once a second.
       const auto t = std::chrono::steady_clock::now();
-      if (over > used + budget_.total() / 8 && t - last_trim_ >= std::chrono::seconds(1)) {
+      if (over > used + budget_.total() / 8 &&
+          (over >= left_by_last_trim_ + kTrimWorthRepeating ||
+           t - last_trim_ >= std::chrono::seconds(1))) {
         last_trim_ = t;
         malloc_trim(0);
+        const uint64_t after = AnonResidentBytesOf(statm_fd_).value_or(*now);
+        left_by_last_trim_ = after > start_ ? after - start_ : 0;
       }
     }
     const auto next = std::chrono::steady_clock::now() + period_;

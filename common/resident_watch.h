@@ -7,7 +7,8 @@
 // block vectors. Without it a faster fill could hold the accounted bytes and all of those at
 // once, past the budget (bench/RESULTS.md, "Where a shard READ's time goes"). When the agent
 // holds more than an eighth of the budget beyond what it accounts, the watch gives glibc's free
-// heap pages back to the kernel (malloc_trim, at most once a second).
+// heap pages back to the kernel (malloc_trim): at once when it has grown since the last trim,
+// at most once a second when it has not.
 #pragma once
 
 #include <chrono>
@@ -43,7 +44,10 @@ class ResidentWatch {
   Mutex mu_;
   CondVar stop_cv_;
   bool stop_ GUARDED_BY(mu_) = false;
-  std::chrono::steady_clock::time_point last_trim_{};  // the watch's thread only
+  static constexpr uint64_t kTrimWorthRepeating = 1 << 20;
+  // The watch's thread only.
+  std::chrono::steady_clock::time_point last_trim_{};
+  uint64_t left_by_last_trim_ = 0;  // over the start, just after the last trim
   std::thread thread_;
 };
 

@@ -281,11 +281,16 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Blocks (up to 1 MiB) and hub replies are allocated and freed at WAN speed. A fixed mmap
-  // threshold turns off glibc's dynamic one, which after the first free of a 1 MiB buffer
-  // would serve such buffers from the heap and keep them resident once freed: the agent's
-  // RSS then follows the memory it holds (which its budget bounds), not its past peaks.
-  mallopt(M_MMAP_THRESHOLD, 256 << 10);
+  // Blocks (up to 1 MiB), hub replies (libnfs reads each into a buffer of its own) and FUSE
+  // writes are allocated and freed at WAN speed. Served from the heap and reused in place,
+  // they cost nothing once warm; as mmaps of their own (glibc's threshold, which it raises
+  // only after the first such free) each costs 256 zero-filled page faults and an munmap: half
+  // the agent's CPU in a shard fill (bench/RESULTS.md, "Freed buffers reused"). glibc's own
+  // trim of the heap's top is off too: the resident watch counts what the heaps keep against
+  // the memory budget and gives it back when the agent holds more than it accounts
+  // (common/resident_watch.h).
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
   // Two heaps for every thread instead of glibc's eight per core: each heap keeps the memory
   // freed into it, so with dozens of FUSE workers and hub loops more heaps meant an RSS well
   // over the budget (bench/RESULTS.md, "Agent memory"). MALLOC_ARENA_MAX still decides.
