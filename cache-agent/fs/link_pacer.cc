@@ -36,6 +36,8 @@ void LinkPacer::OnCompleted(uint64_t bytes, Duration latency, TimePoint now) {
   // before (the mount, a pause of the loader) is not a slow link.
   if (interval_bytes_ == 0) interval_start_ = std::max(interval_start_, now - latency);
   interval_bytes_ += bytes;
+  interval_latency_ += latency;
+  ++interval_reads_;
   MaybeUpdate(now);
 }
 
@@ -49,11 +51,20 @@ void LinkPacer::MaybeUpdate(TimePoint now) {
     const double rate = static_cast<double>(interval_bytes_) / seconds;
     const double horizon = std::chrono::duration<double>(base + config_.target_queue).count();
     const double grown = static_cast<double>(window_) * kMaxGrowth;
-    const double next = std::min(rate * horizon, grown);
+    double next = std::min(rate * horizon, grown);
+    // Replies as fast as the path's round trip: nothing queued in the link, so it carried all
+    // it was asked for and the rate measured what was asked, not what it can carry (the
+    // readers starting, a window that held reads back only at the interval's end). A window
+    // shrinks only for a queue: otherwise the first interval after a mount cut a fast link's
+    // window to a quarter.
+    const Duration mean = interval_latency_ / std::max<uint64_t>(interval_reads_, 1);
+    if (mean < base + config_.target_queue / 2) next = std::max(next, double(window_));
     window_ = std::clamp(static_cast<uint64_t>(next), config_.min_window, config_.max_window);
   }
   interval_start_ = now;
   interval_bytes_ = 0;
+  interval_latency_ = Duration::zero();
+  interval_reads_ = 0;
   held_back_ = false;
 }
 

@@ -18,8 +18,10 @@
 // - Link full: the rate is the link's; a window of rate x (minimum + target) leaves
 //   `target` of queue in the link, which is what a reader's block waits behind.
 // Intervals without held-back reads do not move it (the rate then measures what was asked
-// for, not the link). Starts at `initial` bytes (a bound on the first burst's queue), within [min,
-// max]. Not thread-safe: the fetcher calls it under its mutex.
+// for, not the link), and intervals whose replies came back with less than half the target
+// of queue only grow it (the link carried all it was asked for). Starts at `initial` bytes (a
+// bound on the first burst's queue), within [min, max]. Not thread-safe: the fetcher calls it
+// under its mutex.
 #pragma once
 
 #if !__has_include("spoke_layer/fs.h")
@@ -69,6 +71,8 @@ class LinkPacer {
   // Interval being measured.
   TimePoint interval_start_;
   uint64_t interval_bytes_ = 0;
+  Duration interval_latency_{};  // summed over the interval's reads
+  uint64_t interval_reads_ = 0;
   bool held_back_ = false;
   // Lowest latency: this half of the base window and the one before it.
   Duration min_now_ = Duration::max();
