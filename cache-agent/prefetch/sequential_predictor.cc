@@ -35,8 +35,13 @@ void SequentialPredictor::OnRead(const ReadEvent& e) {
   uint64_t slack = static_cast<uint64_t>(std::max<uint32_t>(s.window, 1)) * (1u << 20);
   bool sequential = s.started && e.offset >= s.next_offset - std::min(s.next_offset, slack) &&
                     e.offset <= s.next_offset + slack;
-  if (!s.started || !sequential) {
+  if (!s.started && e.offset == 0 && config_.whole_files_to_learn > 0 &&
+      whole_files_ >= config_.whole_files_to_learn) {
+    s.window = config_.max_blocks;  // files here are read whole: this one likely too
+    s.from_start = true;
+  } else if (!s.started || !sequential) {
     s.window = config_.initial_blocks;  // first read or a far seek: start small again
+    s.from_start = !s.started && e.offset == 0;
   } else if (e.offset + e.length > s.next_offset) {
     s.window = std::min(config_.max_blocks, s.window * 2);
   }
@@ -48,7 +53,17 @@ void SequentialPredictor::OnRead(const ReadEvent& e) {
 
 void SequentialPredictor::OnClose(const CloseEvent& e) {
   MutexLock lock(mu_);
-  streams_.erase(e.handle);
+  auto it = streams_.find(e.handle);
+  if (it == streams_.end()) return;
+  const Stream& s = it->second;
+  if (s.started && s.size > 0) {
+    if (s.from_start && s.next_offset >= s.size) {
+      whole_files_ = std::min(whole_files_ + 1, config_.whole_files_to_learn);
+    } else if (s.next_offset < s.size / 2 || !s.from_start) {
+      whole_files_ = 0;
+    }
+  }
+  streams_.erase(it);
 }
 
 uint32_t SequentialPredictor::WindowBlocks(uint64_t handle) const {
