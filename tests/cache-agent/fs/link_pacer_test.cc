@@ -114,6 +114,32 @@ TEST(LinkPacer, OnAFastLinkTheWindowGrowsUntilItFillsTheLink) {
   EXPECT_EQ(capped.window(), 64 * kMiB);
 }
 
+// One interval (two round trips) of `latency` replies, 1 MiB every 40 ms, with reads held back
+// by the window: 3 MiB in 140 ms, 22 MB/s.
+void RunInterval(LinkPacer& pacer, TimePoint& now, Duration latency) {
+  pacer.OnHeldBack();
+  for (int i = 0; i < 3; ++i) {
+    now += 40ms;
+    pacer.OnCompleted(1 * kMiB, i == 0 ? 60ms : latency, now);
+  }
+}
+
+TEST(LinkPacer, ReadersStartingOnAFastLinkDoNotShrinkTheWindow) {
+  // The first interval after a mount: the readers are starting, their few reads come back
+  // in a round trip (no queue) and the window held some back. The rate it measured is what
+  // was asked for, not what the link carries; the window must not fall to it.
+  TimePoint now{};
+  LinkPacer pacer(Paced(), now);
+  now += 10s;
+  RunInterval(pacer, now, 60ms);
+  EXPECT_EQ(pacer.window(), 16 * kMiB);
+  // The same interval with its replies queued 300 ms: the link carries 22 MB/s, and the
+  // window follows it down to 22 MB/s x (60 + 200) ms.
+  LinkPacer slow(Paced(), TimePoint{});
+  RunInterval(slow, now, 360ms);
+  EXPECT_NEAR(static_cast<double>(slow.window()), 3.0 * kMiB / 0.14 * 0.26, 0.3 * kMiB);
+}
+
 TEST(LinkPacer, AFasterLinkIsFollowedAndASlowerOneToo) {
   TimePoint now{};
   LinkPacer pacer(Paced(), now);
