@@ -111,7 +111,9 @@ std::unique_ptr<TestHub> TestHub::Start(const std::string& netns) {
 }
 
 int TestHub::StartOnItsPorts() {
-  std::string cmd = (netns_.empty() ? "" : NetTopology::Enter(netns_)) + SourceDir() +
+  // Tied to this process: a test that aborts leaves no ganesha behind.
+  std::string cmd = (netns_.empty() ? "" : NetTopology::Enter(netns_)) +
+                    "env SPOKE_HUB_OWNER_PID=" + std::to_string(::getpid()) + " " + SourceDir() +
                     "/scripts/spoke-hub start " + dir_->path() + " " + std::to_string(nfs_port_) +
                     " " + std::to_string(mount_port_) + " >/dev/null";
   return Run(cmd);
