@@ -51,14 +51,15 @@ void LinkPacer::MaybeUpdate(TimePoint now) {
     const double rate = static_cast<double>(interval_bytes_) / seconds;
     const double horizon = std::chrono::duration<double>(base + config_.target_queue).count();
     const double grown = static_cast<double>(window_) * kMaxGrowth;
-    double next = std::min(rate * horizon, grown);
-    // Replies as fast as the path's round trip: nothing queued in the link, so it carried all
-    // it was asked for and the rate measured what was asked, not what it can carry (the
-    // readers starting, a window that held reads back only at the interval's end). A window
-    // shrinks only for a queue: otherwise the first interval after a mount cut a fast link's
-    // window to a quarter.
+    // Replies about as fast as the path's round trip: nothing queued in the link, so it
+    // carried all it was asked for, and the window held reads back: the window, not the
+    // link, was the bound. The rate then measured what was asked (readers starting after a
+    // mount, reads held back only at the interval's end), not what the link carries: grow
+    // as TCP's slow start does. Only a queue shrinks the window (the first interval after a
+    // mount cut a fast link's window to a quarter).
     const Duration mean = interval_latency_ / std::max<uint64_t>(interval_reads_, 1);
-    if (mean < base + config_.target_queue / 2) next = std::max(next, double(window_));
+    const bool queued = mean >= base + config_.target_queue / 2;
+    const double next = queued ? std::min(rate * horizon, grown) : grown;
     window_ = std::clamp(static_cast<uint64_t>(next), config_.min_window, config_.max_window);
   }
   interval_start_ = now;

@@ -18,8 +18,8 @@
 // - Link full: the rate is the link's; a window of rate x (minimum + target) leaves
 //   `target` of queue in the link, which is what a reader's block waits behind.
 // Intervals without held-back reads do not move it (the rate then measures what was asked
-// for, not the link), and intervals whose replies came back with less than half the target
-// of queue only grow it (the link carried all it was asked for). Starts at `initial` bytes (a
+// for, not the link), and an interval whose replies came back with less than half the target
+// of queue grows it 4x (the link carried all it was asked for: the window was the bound). Starts at `initial` bytes (a
 // bound on the first burst's queue), within [min, max]. Not thread-safe: the fetcher calls it
 // under its mutex.
 #pragma once
