@@ -66,9 +66,8 @@ void ResidentWatch::Run() {
       // again. A trim walks the heaps under their locks: the watch trims at once when the agent
       // has grown since the last trim, and otherwise at most once a second.
       const auto t = std::chrono::steady_clock::now();
-      if (over > used + budget_.total() / 8 &&
-          (over >= left_by_last_trim_ + kTrimWorthRepeating ||
-           t - last_trim_ >= std::chrono::seconds(1))) {
+      if (over > used + budget_.total() / 8 && (over >= left_by_last_trim_ + kTrimWorthRepeating ||
+                                                t - last_trim_ >= std::chrono::seconds(1))) {
         last_trim_ = t;
         malloc_trim(0);
         const uint64_t after = AnonResidentBytesOf(statm_fd_).value_or(*now);

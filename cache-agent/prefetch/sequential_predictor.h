@@ -23,8 +23,8 @@ namespace spoke::agent {
 class SequentialPredictor final : public Predictor {
  public:
   struct Config {
-    uint32_t initial_blocks = 2;  // first read-ahead: cheap if the reader is not sequential
-    uint32_t max_blocks = 64;     // 64 x 1 MiB in flight ~ 1 GB/s over a 60 ms RTT
+    uint32_t initial_blocks = 2;        // first read-ahead: cheap if the reader is not sequential
+    uint32_t max_blocks = 64;           // 64 x 1 MiB in flight ~ 1 GB/s over a 60 ms RTT
     uint32_t whole_files_to_learn = 2;  // 0: every file starts at initial_blocks
     Status Validate() const;
   };
