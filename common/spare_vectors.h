@@ -1,12 +1,12 @@
 // Spare block vectors: byte vectors of one block's capacity (1 MiB), kept when a block is
 // let go and handed to the next hub reply, instead of freed and allocated again.
 //
-// Why: a megabyte is above the agent's mmap threshold (exe/main.cc), so each block a cold fill
-// brings in was an mmap, 256 page faults that zero-fill a page each, and an munmap, on top of
-// the copy of the reply into it (bench/RESULTS.md, "Spare block vectors": about a tenth of the
-// agent's CPU in a cold fill of large files). A vector reused from here is only copied into.
-// At most kMaxSpareVectors are kept (16 MiB outside the memory budget); beyond that they are
-// freed as before, so the agent's RSS still follows the memory it holds.
+// Why: a freshly allocated megabyte may be fresh pages (an mmap, or heap pages the resident
+// watch's trim gave back): 256 page faults that zero-fill a page each, on top of the copy of
+// the reply into it (bench/RESULTS.md, "Spare block vectors": about a tenth of the agent's
+// CPU in a cold fill of large files, when every block was an mmap). A vector reused from here
+// is only copied into. At most kMaxSpareVectors are kept (16 MiB, counted against the budget
+// as resident memory only); beyond that they go back to the allocator.
 // Thread-safe.
 #pragma once
 

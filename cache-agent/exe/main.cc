@@ -282,13 +282,12 @@ int Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // Blocks (up to 1 MiB), hub replies (libnfs reads each into a buffer of its own) and FUSE
-  // writes are allocated and freed at WAN speed. Served from the heap and reused in place,
-  // they cost nothing once warm; as mmaps of their own (glibc's threshold, which it raises
-  // only after the first such free) each costs 256 zero-filled page faults and an munmap: half
-  // the agent's CPU in a shard fill (bench/RESULTS.md, "Freed buffers reused"). glibc's own
-  // trim of the heap's top is off too: the resident watch counts what the heaps keep against
-  // the memory budget and gives it back when the agent holds more than it accounts
-  // (common/resident_watch.h).
+  // write buffers are allocated and freed at WAN speed. Kept in glibc's heap once freed, they
+  // are reused in place; above the mmap threshold each was an mmap of its own, 256 zero-filled
+  // page faults and an munmap: half the agent's CPU in a shard fill (bench/RESULTS.md, "Freed
+  // buffers reused in place"). glibc's own trim of the heap's top is off too: the resident
+  // watch counts what the heaps keep against the memory budget and gives it back when the
+  // agent holds more than it accounts (common/resident_watch.h).
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   // Two heaps for every thread instead of glibc's eight per core: each heap keeps the memory
