@@ -216,7 +216,7 @@ BlockFetcher::FetchPtr BlockFetcher::NextToSendLocked(SteadyTime now) {
       if (gate == FetchDispatcher::Gate::kNoSlot) {
         no_slot = true;
       } else if (gate == FetchDispatcher::Gate::kWindowFull) {
-        if (route == kHubRoute && table_.QueuedFrom(cls, route)) dispatcher_.OnHeldBack();
+        if (route == kHubRoute && table_.QueuedFrom(cls, route)) dispatcher_.OnHeldBack(now);
         held[route] = cls != kDemandClass;
       } else {
         next = table_.PopQueued(cls, now, &expired, route);

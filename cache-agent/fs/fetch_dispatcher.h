@@ -52,7 +52,7 @@ class FetchDispatcher {
   bool HasSlot() const { return inflight_ < config_.max_inflight; }
   Gate GateFor(int cls, FetchRoute route = kHubRoute) const;
   // A queued hub fetch waited for the window (the pacer then measures the link's rate).
-  void OnHeldBack() { pacer_.OnHeldBack(); }
+  void OnHeldBack(TimePoint now) { pacer_.OnHeldBack(now); }
 
   // `f` is sent on f.route: marks it dispatched and counts its slot and bytes there.
   void OnSent(BlockFetch& f, TimePoint now);

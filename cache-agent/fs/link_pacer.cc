@@ -24,6 +24,14 @@ LinkPacer::Duration LinkPacer::base_latency() const {
   return m == Duration::max() ? Duration::zero() : m;
 }
 
+void LinkPacer::OnHeldBack(TimePoint now) {
+  if (!held_back_) {
+    interval_start_ = now;
+    interval_bytes_ = 0;
+  }
+  held_back_ = true;
+}
+
 void LinkPacer::OnCompleted(uint64_t bytes, Duration latency, TimePoint now) {
   if (!enabled()) return;
   if (now - half_start_ >= config_.base_window / 2) {
@@ -36,8 +44,6 @@ void LinkPacer::OnCompleted(uint64_t bytes, Duration latency, TimePoint now) {
   // before (the mount, a pause of the loader) is not a slow link.
   if (interval_bytes_ == 0) interval_start_ = std::max(interval_start_, now - latency);
   interval_bytes_ += bytes;
-  interval_latency_ += latency;
-  ++interval_reads_;
   MaybeUpdate(now);
 }
 
@@ -51,21 +57,11 @@ void LinkPacer::MaybeUpdate(TimePoint now) {
     const double rate = static_cast<double>(interval_bytes_) / seconds;
     const double horizon = std::chrono::duration<double>(base + config_.target_queue).count();
     const double grown = static_cast<double>(window_) * kMaxGrowth;
-    // Replies about as fast as the path's round trip: nothing queued in the link, so it
-    // carried all it was asked for, and the window held reads back: the window, not the
-    // link, was the bound. The rate then measured what was asked (readers starting after a
-    // mount, reads held back only at the interval's end), not what the link carries: grow
-    // as TCP's slow start does. Only a queue shrinks the window (the first interval after a
-    // mount cut a fast link's window to a quarter).
-    const Duration mean = interval_latency_ / std::max<uint64_t>(interval_reads_, 1);
-    const bool queued = mean >= base + config_.target_queue / 2;
-    const double next = queued ? std::min(rate * horizon, grown) : grown;
+    const double next = std::min(rate * horizon, grown);
     window_ = std::clamp(static_cast<uint64_t>(next), config_.min_window, config_.max_window);
   }
   interval_start_ = now;
   interval_bytes_ = 0;
-  interval_latency_ = Duration::zero();
-  interval_reads_ = 0;
   held_back_ = false;
 }
 

@@ -8,21 +8,19 @@
 // and the bytes of the timed-out read still cross the link. Reserved hub slots do not help:
 // the queue is in the network, not in the fetcher.
 //
-// How (delay-based, like TCP Vegas or LEDBAT for background transfers), every interval in
-// which reads (readers' or background) were held back by the window:
-// - Link not full: the interval's replies came back with less than half the target of
-//   queue, so the link carried all it was asked for and the window was the bound: the window
-//   grows 4x, as TCP's slow start (the rate measured then is what was asked for, e.g. readers
-//   starting after a mount, and would have cut a fast link's window).
-// - Link full: replies queue, and the window becomes
-//       delivered rate x (lowest latency seen + target queue delay)
-//   (at most 4x the last), where the delivered rate counts every hub read completed in the
-//   interval (readers' too) and the lowest latency is the minimum over recent reads (the
-//   round trip with no queue). That leaves `target` of queue in the link, which is what a
-//   reader's block waits behind.
+// How (delay-based, like TCP Vegas or LEDBAT for background transfers): every interval in
+// which reads (readers' or background) were held back by the window, the window becomes
+//     delivered rate x (lowest latency seen + target queue delay)
+// where the delivered rate counts every hub read completed in the interval (readers' too)
+// and the lowest latency is the minimum over recent reads (its round trip with no queue).
+// - Link not full: reads see no queue, latency ~ the minimum, so the window grows by
+//   (minimum + target) / latency (at most 4x an interval) until the link is full.
+// - Link full: the rate is the link's; a window of rate x (minimum + target) leaves
+//   `target` of queue in the link, which is what a reader's block waits behind.
 // Intervals without held-back reads do not move it (the rate then measures what was asked
-// for, not the link). Starts at `initial` bytes (a bound on the first burst's queue), within
-// [min, max]. Not thread-safe: the fetcher calls it under its mutex.
+// for, not the link), and an interval is measured from its first held-back read. Starts at
+// `initial` bytes (a bound on the first burst's queue), within [min, max]. Not thread-safe: the
+// fetcher calls it under its mutex.
 #pragma once
 
 #if !__has_include("spoke_layer/fs.h")
@@ -61,8 +59,11 @@ class LinkPacer {
 
   // A hub read of `bytes` completed `latency` after it was sent (any class).
   void OnCompleted(uint64_t bytes, Duration latency, TimePoint now);
-  // A read waited for the window (the window, not the link, bounded it).
-  void OnHeldBack() { held_back_ = true; }
+  // A read waited for the window (the window, not the link, bounded it). The first in an
+  // interval starts the interval again: its rate is measured from when the window bound,
+  // not over the time before, when fewer reads were asked for than it allowed (readers
+  // starting after a mount would otherwise cut a fast link's window to a quarter).
+  void OnHeldBack(TimePoint now);
 
  private:
   void MaybeUpdate(TimePoint now);
@@ -72,8 +73,6 @@ class LinkPacer {
   // Interval being measured.
   TimePoint interval_start_;
   uint64_t interval_bytes_ = 0;
-  Duration interval_latency_{};  // summed over the interval's reads
-  uint64_t interval_reads_ = 0;
   bool held_back_ = false;
   // Lowest latency: this half of the base window and the one before it.
   Duration min_now_ = Duration::max();
