@@ -59,7 +59,7 @@ void ResidentWatch::Run() {
   NameThisThread("spoke-resident");
   for (;;) {
     if (auto now = AnonResidentBytesOf(statm_fd_)) {
-      const uint64_t over = *now > start_ ? *now - start_ : 0;
+      const uint64_t over = OverStart(*now);
       const uint64_t used = budget_.SetResident(over);
       // Well over what is accounted: likely pages freed into glibc's heaps (freed reply
       // buffers, a hint flood's lines) that it keeps; giving them back makes room for prefetch
@@ -71,7 +71,7 @@ void ResidentWatch::Run() {
         last_trim_ = t;
         malloc_trim(0);
         const uint64_t after = AnonResidentBytesOf(statm_fd_).value_or(*now);
-        left_by_last_trim_ = after > start_ ? after - start_ : 0;
+        left_by_last_trim_ = OverStart(after);
       }
     }
     const auto next = std::chrono::steady_clock::now() + period_;

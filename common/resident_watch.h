@@ -36,6 +36,7 @@ class ResidentWatch {
 
  private:
   void Run();
+  uint64_t OverStart(uint64_t bytes) const { return bytes > start_ ? bytes - start_ : 0; }
 
   MemoryBudget& budget_;
   const std::chrono::milliseconds period_;
