@@ -4,13 +4,14 @@ the same link carries at the agent's in-flight depth, measured in one run on the
 proxy and files.
 
   cold_fill.py [--build-dir build/dev] [--files 4000] [--file-kb 110] [--per-dir 500]
-               [--large-mib 1024] [--delay-ms 30] [--connections 4] [--inflight 128]
+               [--large-mib 1024] [--delay-ms 30] [--link-mbytes 0] [--connections 4] [--inflight 128]
                [--reps 2] [--readers 64] [--perf] [--out DIR] [--keep-workdir]
                [--cache-dir DIR]
 
 One nfs-ganesha hub (scripts/spoke-hub) holds `small/` (--files files of --file-kb KB in
 directories of --per-dir) and, with --large-mib > 0, `large/big.bin`; spoke-wan-proxy puts
---delay-ms each way in front of it (60 ms RTT). For each dataset and repetition:
+--delay-ms each way in front of it (60 ms RTT), carrying at most --link-mbytes MB/s each way when
+set (0: no cap, so the machine's CPU bounds what the link carries). For each dataset and repetition:
   link     spoke-remote-link-bench over the proxy: lists the dataset (READDIRPLUS, 16
            directories at once) and reads every file's bytes through the agent's own remote
            layer (LibnfsRemote, a listed small file by handle, one READ) with connections x
@@ -119,7 +120,7 @@ def metric_deltas(before, after, names):
 class Bench(spokebench.AgentRig):
     def __init__(self, a):
         super().__init__(a.build_dir, "spoke-cold-fill-", a.delay_ms, a.keep_workdir,
-                         cache_parent=a.cache_dir)
+                         cache_parent=a.cache_dir, link_mbytes=a.link_mbytes)
         self.a = a
         self.rows = []
         self.out = os.path.abspath(a.out or os.path.join(
@@ -364,11 +365,13 @@ class Bench(spokebench.AgentRig):
         lines = ["# Cold fill against the link (%s, commit %s)" % (
             time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit), "",
             "`%s`" % " ".join(["bench/cold-fill/cold_fill.py"] + sys.argv[1:]), "",
-            "%d x %d KB files in directories of %d%s; %d ms RTT; %d connections x %d in "
+            "%d x %d KB files in directories of %d%s; %d ms RTT%s; %d connections x %d in "
             "flight; %d cores, load average at the end %s." % (
                 self.a.files, self.a.file_kb, self.a.per_dir,
                 ", one %d MiB file" % self.a.large_mib if self.a.large_mib else "",
-                2 * self.a.delay_ms, self.a.connections, self.a.inflight, os.cpu_count(),
+                2 * self.a.delay_ms,
+                ", link capped at %g MB/s" % self.a.link_mbytes if self.a.link_mbytes else "",
+                self.a.connections, self.a.inflight, os.cpu_count(),
                 " ".join(loadavg)), "",
             "| dataset | rep | phase | MB/s | files/s | s | vs link (same rep) | CPU s agent / ganesha / proxy / client |",
             "|---|---:|---|---:|---:|---:|---:|---|"]
@@ -413,6 +416,8 @@ def main():
     p.add_argument("--per-dir", type=int, default=500)
     p.add_argument("--large-mib", type=int, default=1024, help="0: no large-file row")
     p.add_argument("--delay-ms", type=int, default=30, help="one way")
+    p.add_argument("--link-mbytes", type=float, default=0,
+                   help="the WAN link's bandwidth, MB/s each way (default 0: no cap)")
     p.add_argument("--connections", type=int, default=4)
     p.add_argument("--inflight", type=int, default=128, help="per connection")
     p.add_argument("--reps", type=int, default=2)
@@ -432,6 +437,8 @@ def main():
     a.spoke_phases = [x for x in a.phases.split(",") if x]
     if a.files < 1 or a.file_kb < 1 or a.per_dir < 1 or a.reps < 1 or a.large_mib < 0:
         p.error("--files, --file-kb, --per-dir, --reps must be positive")
+    if a.link_mbytes < 0:
+        p.error("--link-mbytes must be 0 (no cap) or positive")
     if os.geteuid() != 0 or not os.access("/dev/fuse", os.R_OK | os.W_OK):
         print("cold_fill: needs root and /dev/fuse", file=sys.stderr)
         return 77

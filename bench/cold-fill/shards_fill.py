@@ -4,13 +4,14 @@ style) on a cold Spoke mount, next to what the same link carries, in one run on 
 proxy.
 
   shards_fill.py [--build-dir build/dev] [--shards 60] [--shard-mib 14] [--workers 4]
-                 [--delay-ms 30] [--connections 4] [--inflight 128] [--reps 2]
+                 [--delay-ms 30] [--link-mbytes 0] [--connections 4] [--inflight 128] [--reps 2]
                  [--prefetch auto|readahead|off]
                  [--out DIR] [--keep-workdir] [--cache-dir DIR]
 
 One nfs-ganesha hub (scripts/spoke-hub) holds a shards dataset made by `spoke-loader gen
 --workload shards` (--shards shards of --shard-mib MiB of ~110 KB records); spoke-wan-proxy
-puts --delay-ms each way in front of it. For each repetition (the order alternates):
+puts --delay-ms each way in front of it, carrying at most --link-mbytes MB/s each way when set
+(0: no cap, so the machine's CPU bounds what the link carries). For each repetition (the order alternates):
   link    spoke-remote-link-bench over the proxy reads every shard through the agent's remote
           layer with connections x inflight reads in flight: no FUSE, no cache
   spoke   a fresh copy of the dataset (new file ids: nothing cached), mounted with
@@ -48,7 +49,7 @@ def log(msg):
 class ShardsFill(spokebench.AgentRig):
     def __init__(self, a):
         super().__init__(a.build_dir, "spoke-shards-bench-", a.delay_ms, a.keep_workdir,
-                         cache_parent=a.cache_dir)
+                         cache_parent=a.cache_dir, link_mbytes=a.link_mbytes)
         self.a = a
         self.loader_bin = os.path.join(os.path.abspath(a.build_dir), "bench/loader/spoke-loader")
         self.metrics_port = spokebench.free_port()
@@ -168,6 +169,8 @@ def main():
     ap.add_argument("--shard-mib", type=int, default=14)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--delay-ms", type=int, default=30)
+    ap.add_argument("--link-mbytes", type=float, default=0,
+                    help="the WAN link's bandwidth, MB/s each way (default 0: no cap)")
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--inflight", type=int, default=128)
     ap.add_argument("--reps", type=int, default=2)
@@ -181,6 +184,8 @@ def main():
     for flag in ("shards", "shard_mib", "workers", "reps", "connections", "inflight"):
         if getattr(a, flag) <= 0:
             ap.error("--%s must be positive" % flag.replace("_", "-"))
+    if a.link_mbytes < 0:
+        ap.error("--link-mbytes must be 0 (no cap) or positive")
     if os.geteuid() != 0:
         sys.exit("shards_fill.py: needs root (FUSE mounts, the hub)")
     out = os.path.abspath(a.out or os.path.join(

@@ -54,7 +54,8 @@ class AgentRig:
     /var/tmp: what the single-node benchmarks (cold fill, writes) stand on. Subclasses write
     the agent's config (agent_yaml) and use ctl(); cleanup() stops everything they started."""
 
-    def __init__(self, build_dir, prefix, delay_ms, keep_workdir=False, cache_parent=None):
+    def __init__(self, build_dir, prefix, delay_ms, keep_workdir=False, cache_parent=None,
+                 link_mbytes=0):
         b = os.path.abspath(build_dir)
         self.build_dir = build_dir
         self.agent_bin = os.path.join(b, "cache-agent/agent/spoke-cache-agent")
@@ -63,6 +64,9 @@ class AgentRig:
         self.link_bin = os.path.join(b, "bench/remote/spoke-remote-link-bench")
         self.hub = os.path.join(ROOT, "scripts/spoke-hub")
         self.delay_ms = delay_ms
+        # The WAN link's bandwidth, MB/s each way, shared by every connection (0: no cap, so
+        # that the machine's CPU bounds what the proxy carries).
+        self.link_mbytes = link_mbytes
         self.keep_workdir = keep_workdir
         self.work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
         self.hub_dir = os.path.join(self.work, "hub")
@@ -99,7 +103,8 @@ class AgentRig:
         self.proxy = subprocess.Popen(
             wan_proxy_argv(self.proxy_bin, self.delay_ms,
                            [("127.0.0.1:%d" % wan_nfs, "127.0.0.1:%s" % kv["NFS_PORT"]),
-                            ("127.0.0.1:%d" % wan_mnt, "127.0.0.1:%s" % kv["MOUNT_PORT"])]),
+                            ("127.0.0.1:%d" % wan_mnt, "127.0.0.1:%s" % kv["MOUNT_PORT"])],
+                           "--link-mbytes", "%g" % self.link_mbytes),
             stdout=open(os.path.join(self.work, "proxy.log"), "w"), stderr=subprocess.STDOUT)
         self.procs.append(self.proxy)
         self.url = "nfs://127.0.0.1%s/%%s?nfsport=%d&mountport=%d" % (self.export, wan_nfs,

@@ -287,9 +287,12 @@ class Pipe {
       double fault_rate = g_faults.Now().rate_bytes_per_s;
       if (fault_rate > 0 && (rate <= 0 || fault_rate < rate)) rate = fault_rate;
       if (rate > 0) due = std::max(due, capped.Send(c.data.size(), rate, Clock::now()));
-      // The shared link transmits the chunk once it is ready to leave; the delay was stamped
-      // at arrival, so the link's queue adds to it only when the link is busy.
-      due = link_->Reserve(c.data.size(), due);
+      // The chunk joins the shared link's queue once it is ready to leave (its delay over),
+      // so the link's slots go in the order chunks become ready: a router's link is never
+      // idle while a packet waits. Reserving a slot before then would hold the link for a
+      // chunk still on its way while other connections' ready chunks waited behind it.
+      std::this_thread::sleep_until(due);
+      due = link_->Reserve(c.data.size(), std::max(due, Clock::now()));
       std::this_thread::sleep_until(due);
       // A blackhole holds the chunk until it ends; it may be extended or cleared meanwhile.
       for (Clock::time_point hold; (hold = g_faults.BlackholeUntil()) > Clock::now();) {
