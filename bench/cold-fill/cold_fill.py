@@ -4,14 +4,15 @@ the same link carries at the agent's in-flight depth, measured in one run on the
 proxy and files.
 
   cold_fill.py [--build-dir build/dev] [--files 4000] [--file-kb 110] [--per-dir 500]
-               [--large-mib 1024] [--delay-ms 30] [--link-mbytes 0] [--connections 4] [--inflight 128]
-               [--reps 2] [--readers 64] [--perf] [--out DIR] [--keep-workdir]
+               [--large-mib 1024] [--delay-ms 30] [--link-mbytes 0] [--connections 4]
+               [--inflight 128] [--reps 2] [--readers 64] [--perf] [--out DIR] [--keep-workdir]
                [--cache-dir DIR]
 
 One nfs-ganesha hub (scripts/spoke-hub) holds `small/` (--files files of --file-kb KB in
 directories of --per-dir) and, with --large-mib > 0, `large/big.bin`; spoke-wan-proxy puts
---delay-ms each way in front of it (60 ms RTT), carrying at most --link-mbytes MB/s each way when
-set (0: no cap, so the machine's CPU bounds what the link carries). For each dataset and repetition:
+--delay-ms each way in front of it (60 ms RTT), carrying at most --link-mbytes MB/s each way
+when set (0: no cap, so the machine's CPU bounds what the link carries). For each dataset and
+repetition:
   link     spoke-remote-link-bench over the proxy: lists the dataset (READDIRPLUS, 16
            directories at once) and reads every file's bytes through the agent's own remote
            layer (LibnfsRemote, a listed small file by handle, one READ) with connections x

@@ -11,7 +11,8 @@ proxy.
 One nfs-ganesha hub (scripts/spoke-hub) holds a shards dataset made by `spoke-loader gen
 --workload shards` (--shards shards of --shard-mib MiB of ~110 KB records); spoke-wan-proxy
 puts --delay-ms each way in front of it, carrying at most --link-mbytes MB/s each way when set
-(0: no cap, so the machine's CPU bounds what the link carries). For each repetition (the order alternates):
+(0: no cap, so the machine's CPU bounds what the link carries). For each repetition (the order
+alternates):
   link    spoke-remote-link-bench over the proxy reads every shard through the agent's remote
           layer with connections x inflight reads in flight: no FUSE, no cache
   spoke   a fresh copy of the dataset (new file ids: nothing cached), mounted with
