@@ -8,27 +8,21 @@ Status WriteBlock(BlockStore& store, BufferPool& buffers, uint64_t slot, BlockHe
                   const char* data) {
   const size_t length = h.length;
   h.data_checksum = DataChecksum(data, length);
+  const size_t padded = AlignUp(length, kIoAlign);
   AlignedBuffer buf = buffers.Take();
   if (!buf) return Fail(Code::kIo, "out of memory for a bounce buffer");
   EncodeHeader(h, buf.get());
-  // The block's whole pages go to the device from the caller's buffer when it is aligned (the
-  // agent's large buffers are: exe/page_aligned_new.cc); only what follows them is copied,
-  // behind the header in the bounce buffer, and zero-padded to a page.
-  const bool aligned = reinterpret_cast<uintptr_t>(data) % kIoAlign == 0;
-  const size_t in_place = aligned ? length / kIoAlign * kIoAlign : 0;
-  const size_t rest = length - in_place;
-  const size_t rest_padded = AlignUp(rest, kIoAlign);
-  char* copy = buf.get() + kHeaderBytes;
-  if (rest > 0) std::memcpy(copy, data + in_place, rest);
-  std::memset(copy + rest, 0, rest_padded - rest);
-  iovec segs[3];
-  size_t nsegs = 0;
-  if (in_place == 0) {
-    segs[nsegs++] = {buf.get(), kHeaderBytes + rest_padded};
+  iovec segs[2];
+  size_t nsegs;
+  if (reinterpret_cast<uintptr_t>(data) % kIoAlign == 0 && length == padded) {
+    segs[0] = {buf.get(), kHeaderBytes};
+    segs[1] = {const_cast<char*>(data), length};
+    nsegs = 2;
   } else {
-    segs[nsegs++] = {buf.get(), kHeaderBytes};
-    segs[nsegs++] = {const_cast<char*>(data), in_place};
-    if (rest_padded > 0) segs[nsegs++] = {copy, rest_padded};
+    std::memcpy(buf.get() + kHeaderBytes, data, length);
+    std::memset(buf.get() + kHeaderBytes + length, 0, padded - length);
+    segs[0] = {buf.get(), kHeaderBytes + padded};
+    nsegs = 1;
   }
   Status io = store.Write(slot, 0, {segs, nsegs});
   buffers.Give(std::move(buf));

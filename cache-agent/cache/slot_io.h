@@ -1,8 +1,6 @@
 // Slot I/O: one block with its header written to, or read and verified from, a store slot.
-// The header goes through a bounce buffer from the pool. A write takes the block's whole
-// pages from the caller's buffer when it is page-aligned and copies only the rest; a read lands
-// in the caller's buffer when it takes O_DIRECT (aligned, padded capacity). Otherwise the data
-// goes through the bounce buffer too.
+// Zero-copy when the caller's buffer takes O_DIRECT (aligned, padded length); otherwise
+// through a bounce buffer from the pool.
 //
 // Locking: none of its own; runs without the cache's mutex, on a slot the caller owns (being
 // written) or pinned (being read). The store and the pool are thread-safe.
