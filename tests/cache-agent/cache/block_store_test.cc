@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "cache-agent/cache/slot_io.h"
 #include "cache-agent/cache/uring_block_store.h"
 #include "tests/cache-agent/cache/cache_test_util.h"
 
@@ -236,6 +237,43 @@ TEST(UringBlockStoreTest, ConcurrentTransfersFromManyThreads) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+// WriteBlock writes a page-aligned block of whole pages in place and copies any other behind
+// the header. Either way the slot holds the header, the bytes and zeros to the next page, and
+// ReadBlock returns exactly the bytes written.
+TEST(SlotIoTest, BlocksRoundTripFromAlignedAndUnalignedBuffers) {
+  constexpr uint32_t kBlock = 16 * kIoAlign;
+  TempDir dir("/var/tmp");
+  auto store = UringBlockStore::Open(dir.path(), 2, kHeaderBytes + kBlock, {});
+  ASSERT_TRUE(store) << store.error().ToString();
+  BufferPool buffers(kHeaderBytes + kBlock, 2);
+  AlignedBuffer source = Filled(kBlock + kIoAlign, 's');
+  uint64_t seq = 0;
+  for (size_t skew : {size_t{0}, size_t{1}}) {
+    for (uint32_t length : {kBlock, uint32_t{3 * kIoAlign + 100}, 100u, uint32_t{kIoAlign}}) {
+      SCOPED_TRACE("skew " + std::to_string(skew) + ", length " + std::to_string(length));
+      const char* data = source.get() + skew;
+      BlockHeader h;
+      h.block_size = kBlock;
+      h.key = BlockKey{1, 2, 3, length};
+      h.seq = ++seq;
+      h.length = length;
+      ASSERT_TRUE(WriteBlock(**store, buffers, 1, h, data));
+      AlignedBuffer out = AllocateAligned(kBlock);
+      BlockRead r = ReadBlock(**store, buffers, 1, kBlock, h.key, h.seq, length, out.get(), kBlock);
+      ASSERT_TRUE(r.ok()) << r.bad;
+      EXPECT_EQ(std::memcmp(out.get(), data, length), 0);
+      // The slot itself: bytes after the header, then zeros to the page's end.
+      AlignedBuffer raw = AllocateAligned(kHeaderBytes + kBlock);
+      iovec rs{raw.get(), kHeaderBytes + kBlock};
+      ASSERT_TRUE((*store)->Read(1, 0, {&rs, 1}));
+      EXPECT_EQ(std::memcmp(raw.get() + kHeaderBytes, data, length), 0);
+      const size_t padded = AlignUp(length, kIoAlign);
+      EXPECT_EQ(std::count(raw.get() + kHeaderBytes + length, raw.get() + kHeaderBytes + padded, 0),
+                static_cast<std::ptrdiff_t>(padded - length));
+    }
+  }
 }
 
 }  // namespace
