@@ -148,10 +148,10 @@ struct Transmitter {
   }
 };
 
-// A link's bandwidth in one direction, shared by all its connections: each chunk takes the
-// next free slot of the link's transmit time. Writers take slots chunk by chunk, so
-// connections with data waiting share the link about evenly, like TCP flows through one
-// bottleneck.
+// A link's bandwidth in one direction, shared by all its connections: each chunk, once it is
+// ready to leave, takes the next free slot of the link's transmit time. Writers take slots
+// chunk by chunk, so connections with data waiting share the link about evenly, like TCP
+// flows through one bottleneck.
 class SharedLink {
  public:
   void SetRate(double bytes_per_s) { rate_ = bytes_per_s; }
@@ -292,7 +292,7 @@ class Pipe {
       // idle while a packet waits. Reserving a slot before then would hold the link for a
       // chunk still on its way while other connections' ready chunks waited behind it.
       std::this_thread::sleep_until(due);
-      due = link_->Reserve(c.data.size(), std::max(due, Clock::now()));
+      due = link_->Reserve(c.data.size(), Clock::now());
       std::this_thread::sleep_until(due);
       // A blackhole holds the chunk until it ends; it may be extended or cleared meanwhile.
       for (Clock::time_point hold; (hold = g_faults.BlackholeUntil()) > Clock::now();) {
